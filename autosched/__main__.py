@@ -1,0 +1,3 @@
+from autosched.cli import main
+
+main()

@@ -1,0 +1,199 @@
+"""The `autosched` command line: `run` tunes a module, `simulate` replays a landscape."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from autosched.analysis import Analysis, analyze_file
+from autosched.config import TARGETS, TUNERS, RunConfig, load_config, with_overrides
+from autosched.errors import UserError
+from autosched.records import Trial
+from autosched.runner import ProblemResult, Progress, Tuning, summary_rows
+
+EXIT_INTERRUPTED = 130
+
+
+class BarProgress(Progress):
+    """One click progress bar per problem, showing the last measured configuration."""
+
+    def __init__(self):
+        self.bar = None
+
+    def start(self, problem, total: int) -> None:
+        self.finish()
+        self.bar = click.progressbar(
+            length=total,
+            label=f"{problem.name:<40}",
+            item_show_func=lambda text: text,
+            file=sys.stderr,
+        )
+
+    def advance(self, trial: Trial) -> None:
+        if self.bar is not None:
+            shown = f"{trial.config}: " + (
+                f"{trial.median_ms:.4g} ms" if trial.ok else trial.status
+            )
+            self.bar.update(1, shown)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.render_finish()
+            self.bar = None
+
+
+def _log_analysis(tuning: Tuning, config: RunConfig, analysis: Analysis) -> None:
+    log = tuning.log
+    log.section("configuration")
+    log.write(f"config file: {config.source}")
+    for key, value in vars(config).items():
+        if key != "search_space":
+            log.write(f"  {key} = {value}")
+    for key, values in config.search_space.items():
+        log.write(f"  [SearchSpace] {key} = {values}")
+    log.write(f"target: {tuning.target.describe()}; IREE {tuning.version}")
+    log.section("analysis")
+    for problem in analysis.problems:
+        where = ", ".join(f"@{s.function} ({s.location})" for s in problem.sites)
+        log.write(f"{problem.name}: {where}")
+    for skipped in analysis.skipped:
+        log.write(f"skipped {skipped.site.location} @{skipped.site.function}: {skipped.reason}")
+
+
+def _prepare(config: RunConfig, input_file: str | None):
+    from autosched.targets import make_target
+
+    path = input_file or config.input_file
+    if not path:
+        raise UserError("no input file: give FILE.mlir or set [Env] input_file in the cfg")
+    config = with_overrides(config, input_file=path)
+    target = make_target(config)
+    target.check_search_space(config)
+    analysis = analyze_file(path)
+    for problem in list(analysis.problems):
+        reason = target.supports(problem)
+        if reason:
+            analysis.problems.remove(problem)
+            click.echo(f"skipping {problem.name}: {reason}", err=True)
+    if not analysis.problems:
+        raise UserError(f"{path}: no matmul in the module can be tuned for target {target.name}")
+    return config, target, analysis
+
+
+def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
+    """Analysis, spaces and variant files, with no compiler run."""
+    from autosched.manifest import kernel_variant, variant_path, write_text
+    from autosched.space import build_space
+    from autosched.tuners import make_tuner
+
+    for problem in analysis.problems:
+        space = build_space(problem, target, config.search_space)
+        tuner = make_tuner(
+            config.tuner, len(space.points), config.seed, None, budget=config.n_trial
+        )
+        chosen = (
+            tuner.next_batch(config.n_trial)
+            if config.tuner != "xgboost"
+            else list(range(min(config.n_trial, len(space.points))))
+        )
+        for index in chosen:
+            point = space.points[index]
+            write_text(
+                variant_path(config.work_dir, problem, target.config_name(point)),
+                kernel_variant(problem, target, point),
+            )
+        rejected = ", ".join(f"{n} {r}" for r, n in space.rejected.most_common()) or "none"
+        click.echo(
+            f"{problem.name}: {space.total} points, {len(space.points)} valid, "
+            f"{len(chosen)} variants written; rejected: {rejected}"
+        )
+    click.echo(f"variants under {os.path.join(config.work_dir, 'linalg')}")
+
+
+def _export_best(config: RunConfig, target, results: list[ProblemResult]) -> str | None:
+    from autosched.manifest import tuned_input_module, write_text
+
+    best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
+    stem = os.path.splitext(config.output_file)[0]
+    path = stem + ".best.mlir"
+    write_text(path, tuned_input_module(config.input_file, best))
+    return path
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="autosched")
+def cli() -> None:
+    """Auto-scheduler for the linalg.matmul ops of an MLIR module, built on IREE."""
+
+
+@cli.command()
+@click.argument("input_file", required=False, metavar="FILE.mlir")
+@click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
+@click.option("--target", type=click.Choice(TARGETS), help="backend to tune for")
+@click.option("--arch", help="GPU architecture for --target cuda: sm_80, sm_86, sm_89, sm_90 ...")
+@click.option("--device", help="IREE device URI for timing (default: local-task or cuda)")
+@click.option("--tuner", type=click.Choice(TUNERS), help="search strategy")
+@click.option("--n-trial", type=int, help="candidates to measure per matmul problem")
+@click.option("--jobs", type=int, help="parallel compiles (default: all cores)")
+@click.option("--output", "output_file", help="CSV report path")
+@click.option("--seed", type=int, help="seed for the tuner and the random inputs")
+@click.option(
+    "--early-stopping", type=int, help="stop a problem after N trials without improvement"
+)
+@click.option("--fresh", is_flag=True, help="ignore earlier measurements in the tuning database")
+@click.option(
+    "--dry-run", is_flag=True, help="analyze, build the space, write variants; compile nothing"
+)
+def run(input_file, config_path, fresh, dry_run, **overrides) -> None:
+    """Tune every linalg.matmul in FILE.mlir and report the best configurations."""
+    config = with_overrides(load_config(config_path), **overrides)
+    config, target, analysis = _prepare(config, input_file)
+    if dry_run:
+        _dry_run(config, target, analysis)
+        return
+    tuning = Tuning(config, target, resume=not fresh)
+    _log_analysis(tuning, config, analysis)
+    for skipped in analysis.skipped:
+        click.echo(
+            f"skipping {skipped.site.location} @{skipped.site.function}: {skipped.reason}", err=True
+        )
+    click.echo(
+        f"tuning {len(analysis.problems)} matmul problem(s) on {target.describe()} "
+        f"with the {config.tuner} tuner, {config.n_trial} trials each",
+        err=True,
+    )
+    start = time.perf_counter()
+    progress = BarProgress()
+    try:
+        results = tuning.run(analysis, progress)
+    except KeyboardInterrupt:
+        progress.finish()
+        tuning.log.write("interrupted: every trial measured so far is in the CSV and the database")
+        click.echo(
+            f"\ninterrupted: measurements kept in {config.output_file} and {config.database}; "
+            "run the same command again to resume",
+            err=True,
+        )
+        sys.exit(EXIT_INTERRUPTED)
+    best_path = _export_best(config, target, results)
+    summary = summary_rows(results)
+    tuning.log.section("result")
+    tuning.log.write(summary)
+    tuning.log.write(f"search time: {time.perf_counter() - start:.1f} s; best module: {best_path}")
+    click.echo(summary)
+    click.echo(f"\nCSV: {config.output_file}  log: {config.log_file}  tuned module: {best_path}")
+
+
+try:
+    from autosched.simulate import simulate_command
+
+    cli.add_command(simulate_command)
+except ImportError:  # pragma: no cover - simulate lands with the xgboost tuner
+    pass
+
+
+def main() -> None:
+    cli(prog_name="autosched")

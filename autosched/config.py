@@ -1,0 +1,181 @@
+"""auto-scheduler.cfg into typed values; every error names file, section, key and value."""
+
+from __future__ import annotations
+
+import configparser
+import os
+from dataclasses import dataclass, field, fields, replace
+
+from autosched.errors import UserError
+
+DEFAULT_CONFIG_FILE = "auto-scheduler.cfg"
+TUNERS = ("grid", "random", "xgboost")
+TARGETS = ("cpu", "cuda")
+
+Knob = int | str
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, after the cfg file and the command line are merged."""
+
+    # [Env]
+    input_file: str = ""
+    output_file: str = "generated/results.csv"
+    target: str = "cpu"
+    device: str = ""  # empty: the target's own default (local-task, cuda)
+    arch: str = ""  # cuda only; empty: detected from the local GPU, else sm_80
+    log_file: str = "generated/run.log"
+    work_dir: str = "generated"
+    database: str = "generated/tuning.jsonl"
+    jobs: int = 0  # parallel compiles; 0: all cores
+    compile_timeout: float = 120.0
+    run_timeout: float = 60.0
+    # [SearchStrategy]
+    tuner: str = "grid"
+    n_trial: int = 32
+    seed: int = 0
+    batch_size: int = 8  # points proposed per tuner round
+    early_stopping: int = 0  # stop a problem after this many trials without improvement; 0: never
+    # [Benchmark]
+    repetitions: int = 5
+    min_time: float = 0.05  # seconds per repetition
+    dispatch_repeat: int = 0  # 0: the target's default
+    retime_top: int = 3
+    # [SearchSpace]: knob name -> candidate values, as the user wrote them
+    search_space: dict[str, list[Knob]] = field(default_factory=dict)
+    source: str = "built-in defaults"  # the cfg file these came from, for messages
+
+
+# Which section holds each scalar field, and how to read it.
+_SECTIONS: dict[str, dict[str, type]] = {
+    "Env": {
+        "input_file": str,
+        "output_file": str,
+        "target": str,
+        "device": str,
+        "arch": str,
+        "log_file": str,
+        "work_dir": str,
+        "database": str,
+        "jobs": int,
+        "compile_timeout": float,
+        "run_timeout": float,
+    },
+    "SearchStrategy": {
+        "tuner": str,
+        "n_trial": int,
+        "seed": int,
+        "batch_size": int,
+        "early_stopping": int,
+    },
+    "Benchmark": {
+        "repetitions": int,
+        "min_time": float,
+        "dispatch_repeat": int,
+        "retime_top": int,
+    },
+}
+_CHOICES = {"target": TARGETS, "tuner": TUNERS}
+_MINIMUM = {
+    "jobs": 0,
+    "compile_timeout": 0.1,
+    "run_timeout": 0.1,
+    "n_trial": 1,
+    "seed": 0,
+    "batch_size": 1,
+    "early_stopping": 0,
+    "repetitions": 1,
+    "min_time": 0.0,
+    "dispatch_repeat": 0,
+    "retime_top": 0,
+}
+
+
+def parse_knob_list(text: str) -> list[Knob]:
+    """`[64, 128]` or `64` or `[TileAndFuse, VectorDistribute]` into a list of ints and names."""
+    body = text.strip()
+    if body.startswith("[") != body.endswith("]"):
+        raise ValueError("unbalanced brackets")
+    body = body.strip("[]").strip()
+    if not body:
+        raise ValueError("empty list")
+    values: list[Knob] = []
+    for item in body.split(","):
+        item = item.strip().strip("'\"")
+        if not item:
+            raise ValueError("empty item")
+        try:
+            values.append(int(item))
+        except ValueError:
+            if not item.replace("_", "").isalnum():
+                raise ValueError(f"{item!r} is neither an integer nor a name") from None
+            values.append(item)
+    if len(set(values)) != len(values):
+        raise ValueError("repeated values")
+    return values
+
+
+def _convert(where: str, key: str, raw: str, kind: type):
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise UserError(f"{where}: {key} = {raw!r}: expected {kind.__name__}") from None
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise UserError(f"{where}: {key} = {raw!r}: expected one of {', '.join(_CHOICES[key])}")
+    if key in _MINIMUM and value < _MINIMUM[key]:
+        raise UserError(f"{where}: {key} = {raw!r}: must be at least {_MINIMUM[key]}")
+    return value
+
+
+def load_config(path: str | None) -> RunConfig:
+    """Reads a cfg file; with no path, ./auto-scheduler.cfg if present, else the defaults."""
+    if path is None:
+        if not os.path.isfile(DEFAULT_CONFIG_FILE):
+            return RunConfig()
+        path = DEFAULT_CONFIG_FILE
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such config file")
+    parser = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), interpolation=None)
+    parser.optionxform = str  # keep key case so that errors quote the user's spelling
+    try:
+        parser.read(path, encoding="utf-8")
+    except configparser.Error as error:
+        message = " ".join(str(error).split())
+        raise UserError(f"{path}: not a valid cfg file: {message}") from None
+    values: dict[str, object] = {"source": path}
+    for section in parser.sections():
+        if section == "SearchSpace":
+            space = {}
+            for key, raw in parser.items(section):
+                try:
+                    space[key] = parse_knob_list(raw)
+                except ValueError as error:
+                    raise UserError(f"{path}: [SearchSpace] {key} = {raw!r}: {error}") from None
+            values["search_space"] = space
+            continue
+        if section not in _SECTIONS:
+            known = ", ".join(f"[{s}]" for s in [*_SECTIONS, "SearchSpace"])
+            raise UserError(f"{path}: unknown section [{section}] (known: {known})")
+        for key, raw in parser.items(section):
+            if key not in _SECTIONS[section]:
+                known = ", ".join(_SECTIONS[section])
+                raise UserError(f"{path}: [{section}] unknown key {key!r} (known: {known})")
+            kind = _SECTIONS[section][key]
+            if raw.strip() == "" and kind is str:
+                continue  # an empty string key means "use the default"
+            values[key] = _convert(f"{path}: [{section}]", key, raw.strip(), kind)
+    return RunConfig(**values)
+
+
+def with_overrides(config: RunConfig, **overrides) -> RunConfig:
+    """Applies command-line options; None means 'not given'."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    names = {f.name for f in fields(RunConfig)}
+    unknown = set(given) - names
+    if unknown:
+        raise ValueError(f"not RunConfig fields: {sorted(unknown)}")
+    for key, value in given.items():
+        if key in _MINIMUM and value < _MINIMUM[key]:
+            raise UserError(f"--{key.replace('_', '-')} {value}: must be at least {_MINIMUM[key]}")
+    return replace(config, **given)

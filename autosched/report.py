@@ -1,0 +1,160 @@
+"""What a run leaves behind for people: the CSV, run.log and the closing summary table."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import os
+
+from autosched.analysis import MatmulProblem
+from autosched.records import Trial
+
+BASE_COLUMNS = [
+    "problem",
+    "function",
+    "M",
+    "N",
+    "K",
+    "batch",
+    "lhs_type",
+    "rhs_type",
+    "acc_type",
+    "target",
+    "config",
+]
+RESULT_COLUMNS = [
+    "status",
+    "compile_status",
+    "compile_s",
+    "verification",
+    "max_error",
+    "median_ms",
+    "cv",
+    "gflops",
+    "speedup",
+    "retimed_ms",
+    "rank",
+    "chosen",
+    "message",
+]
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+class CsvReport:
+    """One row per trial, written and flushed as measured; ranks are filled in at the end.
+
+    An interrupted run keeps every row it measured; `finish` rewrites the file once, with
+    ranks, through a temporary file so that it is never half written.
+    """
+
+    def __init__(self, path: str, knob_names: tuple[str, ...]):
+        self.path = path
+        self.columns = BASE_COLUMNS + list(knob_names) + RESULT_COLUMNS
+        self.knob_names = knob_names
+        self.rows: list[dict[str, str]] = []
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerow(self.columns)
+
+    def row_for(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
+        speedup = (
+            baseline_ms / trial.median_ms if trial.ok and baseline_ms and trial.median_ms else None
+        )
+        row = {
+            "problem": problem.name,
+            "function": ";".join(sorted({s.function for s in problem.sites})),
+            "M": problem.m,
+            "N": problem.n,
+            "K": problem.k,
+            "batch": problem.batch,
+            "lhs_type": problem.lhs_type,
+            "rhs_type": problem.rhs_type,
+            "acc_type": problem.acc_type,
+            "target": trial.target + (f":{trial.arch}" if trial.arch else ""),
+            "config": trial.config,
+            **{k: trial.point.get(k, "") for k in self.knob_names},
+            "status": trial.status,
+            "compile_status": trial.compile_status,
+            "compile_s": _fmt(trial.compile_s, 3),
+            "verification": trial.verification,
+            "max_error": _fmt(trial.max_error, 3),
+            "median_ms": _fmt(trial.median_ms, 5),
+            "cv": _fmt(trial.cv, 3),
+            "gflops": _fmt(trial.gflops, 5),
+            "speedup": _fmt(speedup, 4),
+            "retimed_ms": "",
+            "rank": "",
+            "chosen": "",
+            "message": trial.message,
+        }
+        return {k: str(v) for k, v in row.items()}
+
+    def add(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
+        row = self.row_for(problem, trial, baseline_ms)
+        self.rows.append(row)
+        with open(self.path, "a", newline="", encoding="utf-8") as handle:
+            csv.DictWriter(handle, self.columns).writerow(row)
+            handle.flush()
+        return row
+
+    def finish(self, retimed: dict[tuple[str, str], float], chosen: set[tuple[str, str]]) -> None:
+        """Ranks the correct rows of each problem by median; marks the re-timed winners.
+
+        The rank compares first measurements, taken alike for every row; the winner is
+        chosen among the top few after they were timed again beside the default.
+        """
+        for row in self.rows:
+            key = (row["problem"], row["config"])
+            if key in retimed:
+                row["retimed_ms"] = _fmt(retimed[key], 5)
+            row["chosen"] = "yes" if key in chosen else ""
+        by_problem: dict[str, list[dict]] = {}
+        for row in self.rows:
+            if row["status"] == "ok" and row["median_ms"]:
+                by_problem.setdefault(row["problem"], []).append(row)
+        for rows in by_problem.values():
+            rows.sort(key=lambda r: float(r["median_ms"]))
+            for rank, row in enumerate(rows, start=1):
+                row["rank"] = str(rank)
+        temporary = self.path + ".tmp"
+        with open(temporary, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, self.columns)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        os.replace(temporary, self.path)
+
+
+class RunLog:
+    """run.log: appended, one dated section per run, each line flushed as written."""
+
+    def __init__(self, path: str):
+        self.path = path
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.write(
+            f"\n===== autosched run {datetime.datetime.now().isoformat(timespec='seconds')} ====="
+        )
+
+    def write(self, line: str = "") -> None:
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+    def section(self, title: str) -> None:
+        self.write(f"\n--- {title} ---")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain aligned text table (for the terminal and run.log)."""
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,392 @@
+"""The tuning loop of one run: problem by problem, tuner -> manifest -> compile -> verify/time.
+
+This is the only module that puts the pieces together; each piece stays ignorant of the
+others (a tuner never sees a file, a target never runs a process).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autosched.analysis import Analysis, MatmulProblem
+from autosched.bench import time_module
+from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
+from autosched.config import RunConfig
+from autosched.manifest import kernel_variant, variant_path, write_text
+from autosched.records import Trial, TuningDatabase, iree_version, problem_shape
+from autosched.report import CsvReport, RunLog, table
+from autosched.space import SearchSpace, build_space
+from autosched.targets.base import Point, Target
+from autosched.tuners import make_tuner
+from autosched.verify import ProblemData, make_problem_data, verify_module
+
+BASELINE = "iree_default"
+DRIFT_WARNING = 0.10  # flag a baseline that moved more than this between start and end
+RETIME_ROUNDS = 3
+
+
+@dataclass
+class ProblemResult:
+    problem: MatmulProblem
+    space: SearchSpace
+    trials: list[Trial] = field(default_factory=list)
+    baseline: Trial | None = None
+    baseline_ms: float | None = None  # re-timed at the end, beside the top candidates
+    best: Trial | None = None  # None when nothing correct beat the default
+    best_ms: float | None = None
+    search_s: float = 0.0
+    resumed: int = 0
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best_ms and self.baseline_ms:
+            return self.baseline_ms / self.best_ms
+        return None
+
+
+class Progress:
+    """Told about each problem and each finished trial; the CLI draws a bar from it."""
+
+    def start(self, problem: MatmulProblem, total: int) -> None:
+        pass
+
+    def advance(self, trial: Trial) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class Tuning:
+    """One `autosched run`: shared state for all problems of the module."""
+
+    def __init__(self, config: RunConfig, target: Target, resume: bool = True):
+        self.config = config
+        self.target = target
+        self.resume = resume
+        self.repeat = config.dispatch_repeat or target.default_dispatch_repeat
+        self.jobs = config.jobs or os.cpu_count() or 1
+        self.log = RunLog(config.log_file)
+        self.database = TuningDatabase(config.database)
+        self.csv = CsvReport(config.output_file, target.knob_names)
+        self.version = iree_version()
+        self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
+
+    # ----- one candidate -------------------------------------------------------------
+
+    def _paths(self, problem: MatmulProblem, name: str) -> tuple[str, str]:
+        source = variant_path(self.config.work_dir, problem, name)
+        return source, source.removesuffix(".mlir") + ".vmfb"
+
+    def _compile_job(
+        self, problem: MatmulProblem, name: str, point: Point | None, repeat: int | None = None
+    ) -> CompileJob:
+        source, output = self._paths(problem, name)
+        write_text(source, kernel_variant(problem, self.target, point))
+        flags = list(self.target.compile_flags())
+        repeat = self.repeat if repeat is None else repeat
+        if repeat > 1:
+            flags.append(f"--iree-hal-benchmark-dispatch-repeat-count={repeat}")
+            output = output.removesuffix(".vmfb") + f".x{repeat}.vmfb"
+        return CompileJob(source, output, flags)
+
+    def _check_build(self, problem: MatmulProblem, compiled: CompileResult, name: str, point):
+        """The module to verify: the timed one, unless repeating its dispatch changes the answer.
+
+        A dispatch that accumulates into its input writes in place, so R repeats add the
+        product R times; such problems are checked on a build without repeats.
+        """
+        if self.repeat == 1 or problem.zero_init:
+            return compiled
+        return compile_one(
+            self._compile_job(problem, name, point, repeat=1), self.config.compile_timeout
+        )
+
+    def _time(self, vmfb: str, data: ProblemData, repetitions: int):
+        return time_module(
+            vmfb,
+            self.target.device,
+            data.inputs,
+            self.repeat,
+            repetitions,
+            self.config.min_time,
+            self.config.run_timeout,
+        )
+
+    def _finish_trial(
+        self,
+        problem: MatmulProblem,
+        name: str,
+        point: Point | None,
+        compiled: CompileResult,
+        data: ProblemData,
+    ) -> Trial:
+        """Verify and time one compiled candidate; every failure becomes the trial's status."""
+        trial = Trial(
+            problem=problem.name,
+            target=self.target.name,
+            arch=self.target.arch,
+            config=name,
+            point=dict(point or {}),
+            baseline=point is None,
+            status=compiled.status,
+            compile_status=compiled.status,
+            compile_s=round(compiled.seconds, 3),
+            message=compiled.message,
+            iree_version=self.version,
+            shape=problem_shape(problem),
+            features=self.target.features(problem, point) if point else {},
+        )
+        if compiled.status != "ok":
+            return trial
+        check_build = self._check_build(problem, compiled, name, point)
+        if check_build.status != "ok":
+            trial.status, trial.message = check_build.status, check_build.message
+            return trial
+        check = verify_module(
+            check_build.job.output, self.target.device, data, problem, self.config.run_timeout
+        )
+        trial.verification, trial.max_error = check.status, check.max_error
+        if check.status != "correct":
+            trial.status, trial.message = check.status, check.message
+            return trial
+        timing = self._time(compiled.job.output, data, self.config.repetitions)
+        if timing.status != "ok":
+            trial.status, trial.message = timing.status, timing.message
+            return trial
+        trial.status = "ok"
+        trial.median_ms, trial.cv, trial.samples_ms = timing.median_ms, timing.cv, timing.samples_ms
+        trial.gflops = problem.flops / (timing.median_ms * 1e6)
+        return trial
+
+    def measure(
+        self,
+        problem: MatmulProblem,
+        entries: list[tuple[str, Point | None]],
+        data: ProblemData,
+        progress: Progress,
+    ) -> list[Trial]:
+        """Compiles a batch in parallel, then verifies and times each candidate in turn.
+
+        On a GPU the timing of one candidate overlaps the compiling of the next; on the CPU
+        the compiles finish first, so that they do not share the cores with a timing.
+        """
+        points = dict(entries)
+        jobs = [self._compile_job(problem, name, point) for name, point in entries]
+        names = {job.output: name for job, (name, _) in zip(jobs, entries, strict=True)}
+        results = compile_all(jobs, self.config.compile_timeout, self.jobs)
+        if not self.target.timing_overlaps_compile:
+            results = list(results)
+        trials = []
+        for compiled in results:
+            name = names[compiled.job.output]
+            trial = self._finish_trial(problem, name, points[name], compiled, data)
+            self.database.append(trial)
+            trials.append(trial)
+            progress.advance(trial)
+        return trials
+
+    # ----- one problem ---------------------------------------------------------------
+
+    def tune_problem(self, problem: MatmulProblem, progress: Progress) -> ProblemResult:
+        log, config, target = self.log, self.config, self.target
+        start = time.perf_counter()
+        space = build_space(problem, target, config.search_space)
+        result = ProblemResult(problem, space)
+        log.section(f"problem {problem.name}")
+        for site in problem.sites:
+            log.write(f"op at {site.location} in @{site.function} (matmul #{site.index})")
+        log.write(f"space: {space.total} raw points, {len(space.points)} valid")
+        progress.start(problem, min(config.n_trial, len(space.points)) + 1)
+        if space.generated:
+            log.write(f"knobs generated from the problem: {', '.join(space.generated)}")
+        for knob, values in space.knob_values.items():
+            log.write(f"  {knob} = {values}")
+        for reason, count in space.rejected.most_common():
+            log.write(f"  rejected {count}: {reason}")
+        data = make_problem_data(
+            problem, os.path.join(config.work_dir, "inputs", problem.name), seed=config.seed
+        )
+
+        earlier = self.database.load(problem.name, target.name, target.arch) if self.resume else []
+        earlier_by_name = {t.config: t for t in earlier if not t.baseline}
+        baseline = next((t for t in earlier if t.baseline and t.ok), None)
+        if baseline is None:
+            (baseline,) = self.measure(problem, [(BASELINE, None)], data, progress)
+        else:
+            progress.advance(baseline)
+        result.baseline = baseline
+        self._record(problem, baseline, baseline)
+        log.write(f"IREE default: {_describe(baseline)}")
+        if not baseline.ok:
+            log.write("the default configuration failed: speedups are not available")
+
+        names = [target.config_name(p) for p in space.points]
+        features = _feature_matrix(problem, target, space.points)
+        tuner = make_tuner(
+            config.tuner, len(space.points), config.seed, features, budget=config.n_trial
+        )
+        index_of = {name: i for i, name in enumerate(names)}
+        resumed = [(index_of[n], t) for n, t in earlier_by_name.items() if n in index_of]
+        resumed.sort(key=lambda item: item[1].time)
+        for index, trial in resumed[: config.n_trial]:
+            tuner.update([(index, trial.gflops if trial.ok else None)])
+            result.trials.append(trial)
+            self._record(problem, trial, baseline)
+            progress.advance(trial)
+        result.resumed = len(result.trials)
+        if result.resumed:
+            log.write(f"resumed {result.resumed} trials from {config.database}")
+
+        best_gflops, since_best = _best_so_far(result.trials), 0
+        while len(result.trials) < config.n_trial:
+            batch = tuner.next_batch(min(config.batch_size, config.n_trial - len(result.trials)))
+            if not batch:
+                break
+            trials = self.measure(
+                problem, [(names[i], space.points[i]) for i in batch], data, progress
+            )
+            by_name = {t.config: t for t in trials}
+            tuner.update(
+                [(i, by_name[names[i]].gflops if by_name[names[i]].ok else None) for i in batch]
+            )
+            for trial in trials:
+                result.trials.append(trial)
+                self._record(problem, trial, baseline)
+                if trial.ok and trial.gflops > best_gflops:
+                    best_gflops, since_best = trial.gflops, 0
+                else:
+                    since_best += 1
+            if config.early_stopping and since_best >= config.early_stopping:
+                log.write(f"early stop: {since_best} trials without improvement")
+                break
+        result.search_s = time.perf_counter() - start
+        self._retime(problem, result, data)
+        return result
+
+    def _record(self, problem: MatmulProblem, trial: Trial, baseline: Trial) -> None:
+        self.csv.add(problem, trial, baseline.median_ms if baseline.ok else None)
+        if not trial.baseline:
+            self.log.write(f"  {trial.config}: {_describe(trial)}")
+
+    def _retime(self, problem: MatmulProblem, result: ProblemResult, data: ProblemData) -> None:
+        """Times the top few again, interleaved with the default, before naming a winner."""
+        log = self.log
+        ranked = sorted((t for t in result.trials if t.ok), key=lambda t: t.median_ms)
+        contenders = ranked[: max(self.config.retime_top, 1)]
+        if not contenders:
+            log.write("no candidate compiled, ran and gave the right answer")
+            return
+        entries = ([result.baseline] if result.baseline.ok else []) + contenders
+        samples: dict[str, list[float]] = {t.config: [] for t in entries}
+        for _ in range(RETIME_ROUNDS):
+            for trial in entries:
+                vmfb = self._ensure_vmfb(problem, trial)
+                timing = (
+                    self._time(vmfb, data, max(1, self.config.repetitions // 2)) if vmfb else None
+                )
+                if timing and timing.status == "ok":
+                    samples[trial.config].append(timing.median_ms)
+        final = {name: statistics.median(v) for name, v in samples.items() if v}
+        result.baseline_ms = final.get(BASELINE)
+        if result.baseline.ok and result.baseline_ms:
+            drift = result.baseline_ms / result.baseline.median_ms - 1
+            note = (
+                "  (drift over 10 %: treat small speedups with care)"
+                if abs(drift) > DRIFT_WARNING
+                else ""
+            )
+            log.write(
+                f"IREE default re-timed: {result.baseline_ms:.4g} ms "
+                f"(first {result.baseline.median_ms:.4g} ms, {drift:+.1%}){note}"
+            )
+        timed = [t for t in contenders if t.config in final]
+        if not timed:
+            return
+        winner = min(timed, key=lambda t: final[t.config])
+        for trial in timed:
+            log.write(f"re-timed {trial.config}: {final[trial.config]:.4g} ms")
+        self.retimed.update({(problem.name, name): ms for name, ms in final.items()})
+        if result.baseline_ms is None or final[winner.config] < result.baseline_ms:
+            result.best, result.best_ms = winner, final[winner.config]
+        else:
+            log.write("no candidate beat IREE's default configuration: the default stays")
+
+    def _ensure_vmfb(self, problem: MatmulProblem, trial: Trial) -> str | None:
+        """The candidate's module, compiled again if a resumed run no longer has it."""
+        point = None if trial.baseline else trial.point
+        job = self._compile_job(problem, trial.config, point)
+        if os.path.isfile(job.output):
+            return job.output
+        compiled = compile_one(job, self.config.compile_timeout)
+        return job.output if compiled.status == "ok" else None
+
+    def run(self, analysis: Analysis, progress: Progress) -> list[ProblemResult]:
+        """Tunes every problem; the CSV gets its ranks even when the run is interrupted."""
+        results = []
+        try:
+            for problem in analysis.problems:
+                results.append(self.tune_problem(problem, progress))
+                progress.finish()
+        finally:
+            chosen = {(r.problem.name, r.best.config if r.best else BASELINE) for r in results}
+            self.csv.finish(self.retimed, chosen)
+        return results
+
+
+def _describe(trial: Trial) -> str:
+    if trial.ok:
+        return (
+            f"{trial.median_ms:.4g} ms (cv {trial.cv:.1%}), {trial.gflops:.4g} GFLOP/s, "
+            f"compile {trial.compile_s:.2f} s"
+        )
+    return f"{trial.status}: {trial.message}"
+
+
+def _best_so_far(trials: list[Trial]) -> float:
+    return max((t.gflops for t in trials if t.ok), default=0.0)
+
+
+def _feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) -> np.ndarray:
+    if not points:
+        return np.zeros((0, 0))
+    rows = [target.features(problem, p) for p in points]
+    keys = list(rows[0])
+    return np.array([[row[k] for k in keys] for row in rows], dtype=float)
+
+
+def summary_rows(results: list[ProblemResult]) -> str:
+    rows = []
+    for r in results:
+        failed = sum(1 for t in r.trials if not t.ok)
+        best = r.best
+        rows.append(
+            [
+                r.problem.name,
+                f"{len(r.space.points)}",
+                f"{len(r.trials)}" + (f" ({r.resumed} resumed)" if r.resumed else ""),
+                f"{failed}",
+                f"{r.baseline_ms:.4g}" if r.baseline_ms else "-",
+                f"{r.best_ms:.4g}" if r.best_ms else "-",
+                f"{r.problem.flops / (r.best_ms * 1e6):.4g}" if r.best_ms else "-",
+                f"{r.speedup:.2f}x" if r.speedup else "none faster",
+                best.config if best else "(IREE default)",
+            ]
+        )
+    headers = [
+        "problem",
+        "space",
+        "trials",
+        "failed",
+        "default ms",
+        "best ms",
+        "GFLOP/s",
+        "speedup",
+        "best config",
+    ]
+    return table(headers, rows)

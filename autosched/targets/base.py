@@ -1,0 +1,121 @@
+"""What every backend provides: knobs, constraints, attribute text, flags, device."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autosched.analysis import MatmulProblem
+from autosched.config import Knob, RunConfig
+from autosched.errors import UserError
+
+Point = dict[str, Knob]
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """One tunable: its name in [SearchSpace], its type, and what it means."""
+
+    name: str
+    help: str
+    choices: tuple[str, ...] = ()  # for named knobs; empty for integer knobs
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A rule a point must pass before it is compiled.
+
+    `needs` lists the knobs the test reads, so the space builder can apply it as soon as
+    those are chosen and prune the rest of the product early.
+    """
+
+    reason: str
+    needs: tuple[str, ...]
+    test: Callable[[MatmulProblem, Point], bool]
+
+
+def powers_of_two(low: int, high: int) -> list[int]:
+    values, p = [], 1
+    while p <= high:
+        if p >= low:
+            values.append(p)
+        p *= 2
+    return values
+
+
+def problem_candidates(dim: int, low: int, high: int) -> list[int]:
+    """Powers of two up to the dimension plus its divisors up to 16 (MindSpore Lite's rule)."""
+    values = set(powers_of_two(low, min(dim, high)))
+    values.update(d for d in range(max(low, 1), 17) if dim % d == 0 and d <= high)
+    return sorted(values)
+
+
+class Target(ABC):
+    """One backend. Adding a backend means adding one module under targets/."""
+
+    name: str
+    knobs: tuple[KnobSpec, ...]
+    default_device: str
+    default_dispatch_repeat: int  # dispatches per timed call (DESIGN.md: time dispatches)
+    timing_overlaps_compile = False  # time a candidate while others compile (GPU targets)
+    arch = ""  # the chip the code is built for, where the backend has such a notion
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        self.device = config.device or self.default_device
+
+    @property
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    def check_search_space(self, config: RunConfig) -> None:
+        """Every [SearchSpace] key must be a knob of this target, with values of its type."""
+        for key, values in config.search_space.items():
+            spec = next((k for k in self.knobs if k.name == key), None)
+            where = f"{config.source}: [SearchSpace] {key} = {values}"
+            if spec is None:
+                raise UserError(
+                    f"{config.source}: [SearchSpace] unknown key {key!r} for target "
+                    f"{self.name} (knobs: {', '.join(self.knob_names)})"
+                )
+            for value in values:
+                if spec.choices and value not in spec.choices:
+                    raise UserError(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
+                if not spec.choices and (not isinstance(value, int) or value < 0):
+                    raise UserError(f"{where}: {value!r} is not a non-negative integer")
+
+    def supports(self, problem: MatmulProblem) -> str | None:
+        """None when the target can tune this problem, else the reason it cannot."""
+        return None
+
+    @abstractmethod
+    def candidates(self, knob: str, problem: MatmulProblem) -> list[Knob]:
+        """Values for a knob the cfg leaves out, generated from the problem."""
+
+    @abstractmethod
+    def constraints(self, problem: MatmulProblem) -> list[Constraint]:
+        """The rules a point must pass, in the order they are best applied."""
+
+    @abstractmethod
+    def lowering_config(self, problem: MatmulProblem, point: Point) -> str:
+        """The #iree_codegen.compilation_info attribute text for a point."""
+
+    @abstractmethod
+    def compile_flags(self) -> list[str]:
+        """iree-compile flags that select this backend."""
+
+    def module_attributes(self) -> str | None:
+        """Attributes the kernel module needs (a full GPU target, say); None for none."""
+        return None
+
+    @abstractmethod
+    def config_name(self, point: Point) -> str:
+        """A short, readable, file-name-safe name for a point."""
+
+    @abstractmethod
+    def features(self, problem: MatmulProblem, point: Point) -> dict[str, float]:
+        """Numbers that describe a point for the cost model: knobs and derived quantities."""
+
+    def describe(self) -> str:
+        return f"{self.name} (device {self.device})"

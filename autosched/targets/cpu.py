@@ -1,0 +1,124 @@
+"""IREE's llvm-cpu backend: DoubleTilingExpert tiles, run on local-task."""
+
+from __future__ import annotations
+
+import math
+
+from autosched.analysis import MatmulProblem
+from autosched.targets.base import Constraint, KnobSpec, Point, Target, problem_candidates
+
+# IREE's llvm-cpu backend refuses vectors of 512 native vectors or more (its
+# iree-llvmcpu-max-allowed-number-of-native-vectors); with 32-byte AVX2 vectors that is
+# 16384 bytes, and the largest vector of a matmul is the vec_m x vec_n x vec_k contraction
+# (measured: 16x16x16 f32 fails, 16x16x8 compiles).
+MAX_VECTOR_BYTES = 512 * 32
+BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+def _lead(problem: MatmulProblem) -> list[int]:
+    """The batch loop comes first in a batch_matmul's tile lists; it is never tiled above 1."""
+    return [1] if problem.batch else []
+
+
+def _widest(problem: MatmulProblem) -> int:
+    return max(BYTES[t] for t in (problem.lhs_type, problem.rhs_type, problem.acc_type))
+
+
+def _list(values: list[int]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+class CpuTarget(Target):
+    name = "cpu"
+    default_device = "local-task"
+    default_dispatch_repeat = 1
+    knobs = (
+        KnobSpec("tile_m", "rows of C per workgroup (distribution tile)"),
+        KnobSpec("tile_n", "columns of C per workgroup (distribution tile)"),
+        KnobSpec("vec_m", "rows of the vector (register) tile"),
+        KnobSpec("vec_n", "columns of the vector (register) tile"),
+        KnobSpec("vec_k", "reduction elements per vector step"),
+    )
+
+    def candidates(self, knob: str, problem: MatmulProblem) -> list[int]:
+        if knob == "tile_m":
+            return problem_candidates(problem.m, 8, 256)
+        if knob == "tile_n":
+            return problem_candidates(problem.n, 8, 256)
+        if knob == "vec_m":
+            return problem_candidates(problem.m, 1, 16)
+        if knob == "vec_n":
+            return problem_candidates(problem.n, 4, 64)
+        if knob == "vec_k":
+            return problem_candidates(problem.k, 1, 16)
+        raise KeyError(knob)
+
+    def constraints(self, problem: MatmulProblem) -> list[Constraint]:
+        return [
+            Constraint(
+                "tile_m does not divide M", ("tile_m",), lambda p, x: p.m % x["tile_m"] == 0
+            ),
+            Constraint(
+                "tile_n does not divide N", ("tile_n",), lambda p, x: p.n % x["tile_n"] == 0
+            ),
+            Constraint(
+                "vec_m does not divide tile_m",
+                ("tile_m", "vec_m"),
+                lambda p, x: x["vec_m"] > 0 and x["tile_m"] % x["vec_m"] == 0,
+            ),
+            Constraint(
+                "vec_n does not divide tile_n",
+                ("tile_n", "vec_n"),
+                lambda p, x: x["vec_n"] > 0 and x["tile_n"] % x["vec_n"] == 0,
+            ),
+            Constraint(
+                "vec_k does not divide K",
+                ("vec_k",),
+                lambda p, x: x["vec_k"] > 0 and p.k % x["vec_k"] == 0,
+            ),
+            Constraint(
+                f"vector contraction of {MAX_VECTOR_BYTES} bytes or more",
+                ("vec_m", "vec_n", "vec_k"),
+                lambda p, x: x["vec_m"] * x["vec_n"] * x["vec_k"] * _widest(p) < MAX_VECTOR_BYTES,
+            ),
+        ]
+
+    def lowering_config(self, problem: MatmulProblem, point: Point) -> str:
+        lead = _lead(problem)
+        config = (
+            f"#iree_cpu.lowering_config<"
+            f"distribution = {_list([*lead, point['tile_m'], point['tile_n'], 0])}, "
+            f"vector_common_parallel = {_list([*lead, point['vec_m'], point['vec_n'], 0])}, "
+            f"vector_reduction = {_list([*[0] * len(lead), 0, 0, point['vec_k']])}>"
+        )
+        translation = (
+            "#iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>"
+        )
+        return (
+            f"#iree_codegen.compilation_info<lowering_config = {config}, "
+            f"translation_info = {translation}>"
+        )
+
+    def compile_flags(self) -> list[str]:
+        return [
+            "--iree-hal-target-device=local",
+            "--iree-hal-local-target-device-backends=llvm-cpu",
+            "--iree-llvmcpu-target-cpu=host",
+        ]
+
+    def config_name(self, point: Point) -> str:
+        return (
+            f"tile_{point['tile_m']}x{point['tile_n']}"
+            f"_vec_{point['vec_m']}x{point['vec_n']}x{point['vec_k']}"
+        )
+
+    def features(self, problem: MatmulProblem, point: Point) -> dict[str, float]:
+        tm, tn, vm, vn, vk = (point[k] for k in self.knob_names)
+        workgroups = (problem.m // tm) * (problem.n // tn) * max(problem.batch, 1)
+        return {
+            **{f"log2_{k}": math.log2(point[k]) for k in self.knob_names},
+            "log2_workgroups": math.log2(workgroups),
+            "vector_elements": vm * vn,
+            "vector_k_elements": vm * vn * vk,
+            "tile_intensity": tm * tn / (tm + tn),
+        }

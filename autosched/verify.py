@@ -1,0 +1,145 @@
+"""Checks a compiled kernel's answer against numpy on random inputs.
+
+The kernel runs in iree-run-module, a separate process, so a crashing candidate is a
+recorded outcome rather than the end of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+import numpy as np
+
+from autosched.analysis import MatmulProblem
+from autosched.manifest import KERNEL_FUNCTION
+
+# Largest allowed error, relative to the largest magnitude of the reference. Inputs are
+# exact in their type, so the error is the accumulator's rounding; a wrong tiling is off
+# by order one.
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}
+MIXED_TOLERANCE = 1e-3  # f16/bf16 inputs accumulated in f32
+
+
+def tolerance(problem: MatmulProblem) -> float:
+    if problem.acc_type == "f32" and problem.lhs_type != "f32":
+        return MIXED_TOLERANCE
+    return TOLERANCE[problem.acc_type]
+
+
+def _round_to(values: np.ndarray, element: str) -> np.ndarray:
+    """Values as the device will see them, in float64 for the reference."""
+    if element == "f16":
+        return values.astype(np.float16).astype(np.float64)
+    if element == "bf16":
+        bits = values.astype(np.float32).view(np.uint32) & 0xFFFF0000
+        return bits.view(np.float32).astype(np.float64)
+    return values.astype(np.float32).astype(np.float64)
+
+
+def _write(path: str, values: np.ndarray, element: str, shape: list[int]) -> str:
+    """Writes one input; returns its iree-run-module --input flag value."""
+    if element == "bf16":
+        bits = (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        bits.tofile(path)
+        return f"{'x'.join(map(str, shape))}xbf16=@{path}"
+    np.save(path, values.astype(np.float16 if element == "f16" else np.float32))
+    return f"@{path}"
+
+
+@dataclass
+class ProblemData:
+    """Random inputs on disk and the float64 reference answer."""
+
+    inputs: list[str]  # --input flag values
+    reference: np.ndarray
+
+
+def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> ProblemData:
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    operands = [
+        ("lhs", problem.lhs_shape, problem.lhs_type),
+        ("rhs", problem.rhs_shape, problem.rhs_type),
+    ]
+    if not problem.zero_init:
+        operands.append(("acc", problem.acc_shape, problem.acc_type))
+    values, flags = {}, []
+    for name, shape, element in operands:
+        array = _round_to(rng.uniform(-1.0, 1.0, size=shape), element)
+        values[name] = array
+        extension = ".bin" if element == "bf16" else ".npy"
+        flags.append(_write(os.path.join(directory, name + extension), array, element, shape))
+    lhs, rhs = values["lhs"], values["rhs"]
+    if problem.transpose_a:
+        lhs = np.swapaxes(lhs, -1, -2)
+    if problem.transpose_b:
+        rhs = np.swapaxes(rhs, -1, -2)
+    reference = np.matmul(lhs, rhs)
+    if not problem.zero_init:
+        reference = reference + values["acc"]
+    return ProblemData(flags, reference)
+
+
+def _read_output(path: str, problem: MatmulProblem) -> np.ndarray:
+    if problem.acc_type == "bf16":
+        bits = np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(problem.acc_shape).astype(np.float64)
+    return np.load(path).astype(np.float64)
+
+
+@dataclass
+class Verification:
+    status: str  # correct, wrong_answer, runtime_error, timeout
+    max_error: float | None = None  # relative to the reference's largest magnitude
+    message: str = ""
+
+
+def run_tool() -> str:
+    from iree import _runtime_libs
+
+    return os.path.join(_runtime_libs.__path__[0], "iree-run-module")
+
+
+def compare(output: np.ndarray, data: ProblemData, problem: MatmulProblem) -> Verification:
+    if output.shape != data.reference.shape:
+        return Verification(
+            "wrong_answer", None, f"shape {output.shape}, expected {data.reference.shape}"
+        )
+    scale = float(np.max(np.abs(data.reference))) or 1.0
+    error = float(np.max(np.abs(output - data.reference))) / scale
+    if not np.isfinite(error) or error > tolerance(problem):
+        return Verification(
+            "wrong_answer", error, f"relative error {error:.3g} > {tolerance(problem):g}"
+        )
+    return Verification("correct", error)
+
+
+def verify_module(
+    vmfb: str, device: str, data: ProblemData, problem: MatmulProblem, timeout: float
+) -> Verification:
+    output_path = vmfb + (".out.bin" if problem.acc_type == "bf16" else ".out.npy")
+    command = [
+        run_tool(),
+        f"--module={vmfb}",
+        f"--device={device}",
+        f"--function={KERNEL_FUNCTION}",
+        *[f"--input={flag}" for flag in data.inputs],
+        f"--output=@{output_path}",
+    ]
+    try:
+        finished = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Verification("timeout", message=f"over {timeout:g} s")
+    if finished.returncode != 0:
+        lines = [line for line in (finished.stderr or finished.stdout).splitlines() if line.strip()]
+        return Verification(
+            "runtime_error", message=(lines[0] if lines else f"exit {finished.returncode}")[:300]
+        )
+    try:
+        output = _read_output(output_path, problem)
+    finally:
+        if os.path.exists(output_path):
+            os.remove(output_path)
+    return compare(output, data, problem)

@@ -1,0 +1,68 @@
+"""Shared helpers: small MLIR modules written to a temporary folder."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def matmul_function(
+    name: str, m: int, n: int, k: int, element: str = "f32", acc: str = "f32"
+) -> str:
+    """A zero-filled linalg.matmul of the given shape, as a func."""
+    return f"""
+func.func @{name}(%a: tensor<{m}x{k}x{element}>, %b: tensor<{k}x{n}x{element}>) -> tensor<{m}x{n}x{acc}> {{
+  %zero = arith.constant 0.0 : {acc}
+  %empty = tensor.empty() : tensor<{m}x{n}x{acc}>
+  %fill = linalg.fill ins(%zero : {acc}) outs(%empty : tensor<{m}x{n}x{acc}>) -> tensor<{m}x{n}x{acc}>
+  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{element}>, tensor<{k}x{n}x{element}>)
+                     outs(%fill : tensor<{m}x{n}x{acc}>) -> tensor<{m}x{n}x{acc}>
+  return %r : tensor<{m}x{n}x{acc}>
+}}
+"""
+
+
+TRANSPOSED_B = """
+func.func @transposed(%a: tensor<32x64xf32>, %b: tensor<16x64xf32>, %c: tensor<32x16xf32>) -> tensor<32x16xf32> {
+  %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>,
+                                      affine_map<(m, n, k) -> (m, n)>]
+      ins(%a, %b : tensor<32x64xf32>, tensor<16x64xf32>) outs(%c : tensor<32x16xf32>) -> tensor<32x16xf32>
+  return %r : tensor<32x16xf32>
+}
+"""
+
+BATCH = """
+func.func @batched(%a: tensor<2x32x64xf32>, %b: tensor<2x64x16xf32>) -> tensor<2x32x16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : tensor<2x32x16xf32>
+  %fill = linalg.fill ins(%zero : f32) outs(%empty : tensor<2x32x16xf32>) -> tensor<2x32x16xf32>
+  %r = linalg.batch_matmul ins(%a, %b : tensor<2x32x64xf32>, tensor<2x64x16xf32>)
+                           outs(%fill : tensor<2x32x16xf32>) -> tensor<2x32x16xf32>
+  return %r : tensor<2x32x16xf32>
+}
+"""
+
+DYNAMIC = """
+func.func @dynamic(%a: tensor<?x64xf32>, %b: tensor<64x16xf32>, %c: tensor<?x16xf32>) -> tensor<?x16xf32> {
+  %r = linalg.matmul ins(%a, %b : tensor<?x64xf32>, tensor<64x16xf32>) outs(%c : tensor<?x16xf32>) -> tensor<?x16xf32>
+  return %r : tensor<?x16xf32>
+}
+"""
+
+NO_MATMUL = """
+func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %r = arith.addf %a, %b : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+"""
+
+
+@pytest.fixture
+def write_module(tmp_path):
+    """Writes MLIR text to a file under tmp_path and returns its path."""
+
+    def write(text: str, name: str = "module.mlir") -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    return write

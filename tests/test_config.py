@@ -1,0 +1,96 @@
+"""The cfg file: typed values, and one clear line for every kind of mistake."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched.config import RunConfig, load_config, parse_knob_list, with_overrides
+from autosched.errors import UserError
+from autosched.targets import make_target
+
+
+def write_cfg(tmp_path, text: str) -> str:
+    path = tmp_path / "auto-scheduler.cfg"
+    path.write_text(text)
+    return str(path)
+
+
+def test_reads_all_sections(tmp_path):
+    path = write_cfg(
+        tmp_path,
+        "[Env]\ntarget = cpu\njobs = 3\n[SearchSpace]\ntile_m = [64,128]\n"
+        "[SearchStrategy]\ntuner = random\nn_trial = 7\nseed = 4\n[Benchmark]\nrepetitions = 2\n",
+    )
+    config = load_config(path)
+    assert (config.target, config.jobs, config.tuner, config.n_trial, config.seed) == (
+        "cpu",
+        3,
+        "random",
+        7,
+        4,
+    )
+    assert config.repetitions == 2
+    assert config.search_space == {"tile_m": [64, 128]}
+
+
+def test_shipped_cfg_files_load_and_fit_their_target():
+    import glob
+
+    paths = ["auto-scheduler.cfg", *glob.glob("configs/*.cfg")]
+    assert len(paths) >= 2
+    for path in paths:
+        config = load_config(path)
+        make_target(config).check_search_space(config)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[Oops]\nx = 1\n", "unknown section [Oops]"),
+        ("[Env]\ncolour = red\n", "[Env] unknown key 'colour'"),
+        ("[SearchStrategy]\nn_trial = many\n", "n_trial = 'many': expected int"),
+        ("[SearchStrategy]\nn_trial = 0\n", "must be at least 1"),
+        ("[SearchStrategy]\ntuner = annealing\n", "expected one of grid, random, xgboost"),
+        ("[Env]\ntarget = tpu\n", "expected one of cpu, cuda"),
+        ("[SearchSpace]\ntile_m = []\n", "tile_m = '[]': empty list"),
+        ("[SearchSpace]\ntile_m = [64, 64]\n", "repeated values"),
+        ("[SearchSpace]\ntile_m = [64, 12.5]\n", "neither an integer nor a name"),
+        ("[Env\n", "not a valid cfg file"),
+    ],
+)
+def test_errors_name_file_section_key_and_value(tmp_path, text, expected):
+    path = write_cfg(tmp_path, text)
+    with pytest.raises(UserError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert expected in message and message.startswith(path) and "\n" not in message
+
+
+def test_unknown_knob_for_target(tmp_path):
+    config = load_config(write_cfg(tmp_path, "[SearchSpace]\nwarp_tile = [1]\n"))
+    with pytest.raises(UserError, match="unknown key 'warp_tile' for target cpu"):
+        make_target(config).check_search_space(config)
+
+
+def test_knob_value_of_wrong_kind(tmp_path):
+    config = load_config(write_cfg(tmp_path, "[SearchSpace]\ntile_m = [big]\n"))
+    with pytest.raises(UserError, match="'big' is not a non-negative integer"):
+        make_target(config).check_search_space(config)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(UserError, match="no such config file"):
+        load_config(str(tmp_path / "nope.cfg"))
+
+
+def test_command_line_overrides_and_checks():
+    config = with_overrides(RunConfig(), n_trial=5, tuner=None)
+    assert config.n_trial == 5 and config.tuner == "grid"
+    with pytest.raises(UserError, match="--n-trial 0"):
+        with_overrides(RunConfig(), n_trial=0)
+
+
+def test_knob_list_syntax():
+    assert parse_knob_list("[64, 128]") == [64, 128]
+    assert parse_knob_list("32") == [32]
+    assert parse_knob_list("[TileAndFuse, VectorDistribute]") == ["TileAndFuse", "VectorDistribute"]

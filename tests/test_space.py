@@ -1,0 +1,53 @@
+"""Search spaces: constraints drop what cannot work, and the counts add up."""
+
+from __future__ import annotations
+
+from conftest import matmul_function
+
+from autosched.analysis import analyze_file
+from autosched.config import RunConfig
+from autosched.space import build_space
+from autosched.targets.cpu import CpuTarget
+
+
+def problem_of(write_module, m=64, n=64, k=64):
+    return analyze_file(write_module(matmul_function("f", m, n, k))).problems[0]
+
+
+def test_constraints_filter_and_counts_add_up(write_module):
+    problem = problem_of(write_module, 64, 48, 32)
+    target = CpuTarget(RunConfig())
+    lists = {
+        "tile_m": [16, 24, 32],
+        "tile_n": [16, 48],
+        "vec_m": [4, 8],
+        "vec_n": [16, 32],
+        "vec_k": [1, 3, 4],
+    }
+    space = build_space(problem, target, lists)
+    assert space.total == 3 * 2 * 2 * 2 * 3
+    assert len(space.points) + sum(space.rejected.values()) == space.total
+    assert space.rejected["tile_m does not divide M"] == 1 * 2 * 2 * 2 * 3  # tile_m = 24
+    assert space.rejected["vec_k does not divide K"] > 0  # vec_k = 3
+    for point in space.points:
+        assert 64 % point["tile_m"] == 0 and 48 % point["tile_n"] == 0
+        assert point["tile_m"] % point["vec_m"] == 0 and point["tile_n"] % point["vec_n"] == 0
+        assert 32 % point["vec_k"] == 0
+    assert space.generated == []
+
+
+def test_left_out_knobs_are_generated_from_the_problem(write_module):
+    problem = problem_of(write_module, 48, 64, 64)
+    space = build_space(problem, CpuTarget(RunConfig()), {"vec_k": [1]})
+    assert "vec_k" not in space.generated and "tile_m" in space.generated
+    assert 16 in space.knob_values["tile_m"] and 12 in space.knob_values["tile_m"]  # 12 divides 48
+    assert max(space.knob_values["tile_m"]) <= 48
+    assert space.points
+
+
+def test_oversized_vector_tiles_are_rejected(write_module):
+    problem = problem_of(write_module)
+    lists = {"tile_m": [64], "tile_n": [64], "vec_m": [16], "vec_n": [16, 32], "vec_k": [8, 16]}
+    space = build_space(problem, CpuTarget(RunConfig()), lists)
+    assert [p["vec_m"] * p["vec_n"] * p["vec_k"] for p in space.points] == [16 * 16 * 8]
+    assert sum(space.rejected.values()) == 3

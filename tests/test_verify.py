@@ -1,0 +1,62 @@
+"""Verification against numpy, with real compiles and real local-task runs."""
+
+from __future__ import annotations
+
+from conftest import TRANSPOSED_B, matmul_function
+
+from autosched.analysis import analyze_file
+from autosched.compile import CompileJob, compile_one
+from autosched.config import RunConfig
+from autosched.manifest import kernel_module_text, kernel_variant
+from autosched.targets.cpu import CpuTarget
+from autosched.verify import make_problem_data, verify_module
+
+TARGET = CpuTarget(RunConfig())
+
+
+def compile_text(text: str, tmp_path, name: str, repeat: int = 1) -> str:
+    source = tmp_path / f"{name}.mlir"
+    source.write_text(text)
+    flags = TARGET.compile_flags()
+    if repeat > 1:
+        flags = [*flags, f"--iree-hal-benchmark-dispatch-repeat-count={repeat}"]
+    result = compile_one(
+        CompileJob(str(source), str(tmp_path / f"{name}.vmfb"), flags), timeout=120
+    )
+    assert result.status == "ok", result.message
+    return result.job.output
+
+
+def test_correct_kernels_pass(write_module, tmp_path):
+    analysis = analyze_file(
+        write_module(matmul_function("f", 64, 32, 48, "f16", "f32") + TRANSPOSED_B)
+    )
+    for problem in analysis.problems:
+        data = make_problem_data(problem, str(tmp_path / problem.name))
+        point = {"tile_m": 16, "tile_n": 16, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+        # Timed builds repeat the dispatch: harmless for a zero-filled accumulator only.
+        repeat = 3 if problem.zero_init else 1
+        vmfb = compile_text(kernel_variant(problem, TARGET, point), tmp_path, problem.name, repeat)
+        result = verify_module(vmfb, "local-task", data, problem, timeout=60)
+        assert result.status == "correct", result.message
+        assert result.max_error < 1e-3
+
+
+def test_wrong_answer_is_caught(write_module, tmp_path):
+    problem = analyze_file(write_module(matmul_function("f", 32, 32, 32))).problems[0]
+    data = make_problem_data(problem, str(tmp_path / "data"))
+    # A real kernel that computes something else: the accumulator starts at 1, not 0.
+    wrong = kernel_module_text(problem).replace("arith.constant 0.0", "arith.constant 1.0")
+    vmfb = compile_text(wrong, tmp_path, "wrong")
+    result = verify_module(vmfb, "local-task", data, problem, timeout=60)
+    assert result.status == "wrong_answer"
+    assert result.max_error > 0.01
+
+
+def test_runtime_failure_is_recorded(write_module, tmp_path):
+    problem = analyze_file(write_module(matmul_function("f", 32, 32, 32))).problems[0]
+    data = make_problem_data(problem, str(tmp_path / "data"))
+    broken = tmp_path / "broken.vmfb"
+    broken.write_bytes(b"not a module")
+    result = verify_module(str(broken), "local-task", data, problem, timeout=60)
+    assert result.status == "runtime_error" and result.message
