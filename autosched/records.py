@@ -35,6 +35,8 @@ class Trial:
     cv: float | None = None
     samples_ms: list[float] | None = None
     gflops: float | None = None
+    verify_s: float | None = None  # wall seconds spent checking the answer
+    timing_s: float | None = None  # wall seconds spent in iree-benchmark-module
     message: str = ""
     iree_version: str = ""
     shape: dict = field(default_factory=dict)  # m, n, k, batch, types, transposes

@@ -69,7 +69,7 @@ class Tuning:
         self.config = config
         self.target = target
         self.resume = resume
-        self.repeat = config.dispatch_repeat or target.default_dispatch_repeat
+        self.repeat = 1  # dispatches per timed call, set per problem
         self.jobs = config.jobs or os.cpu_count() or 1
         self.log = RunLog(config.log_file)
         self.database = TuningDatabase(config.database)
@@ -148,14 +148,18 @@ class Tuning:
         if check_build.status != "ok":
             trial.status, trial.message = check_build.status, check_build.message
             return trial
+        started = time.perf_counter()
         check = verify_module(
             check_build.job.output, self.target.device, data, problem, self.config.run_timeout
         )
+        trial.verify_s = round(time.perf_counter() - started, 3)
         trial.verification, trial.max_error = check.status, check.max_error
         if check.status != "correct":
             trial.status, trial.message = check.status, check.message
             return trial
+        started = time.perf_counter()
         timing = self._time(compiled.job.output, data, self.config.repetitions)
+        trial.timing_s = round(time.perf_counter() - started, 3)
         if timing.status != "ok":
             trial.status, trial.message = timing.status, timing.message
             return trial
@@ -198,10 +202,12 @@ class Tuning:
         start = time.perf_counter()
         space = build_space(problem, target, config.search_space)
         result = ProblemResult(problem, space)
+        self.repeat = config.dispatch_repeat or target.dispatch_repeat(problem)
         log.section(f"problem {problem.name}")
         for site in problem.sites:
             log.write(f"op at {site.location} in @{site.function} (matmul #{site.index})")
         log.write(f"space: {space.total} raw points, {len(space.points)} valid")
+        log.write(f"timing: {self.repeat} dispatch(es) per call, time per dispatch reported")
         progress.start(problem, min(config.n_trial, len(space.points)) + 1)
         if space.generated:
             log.write(f"knobs generated from the problem: {', '.join(space.generated)}")

@@ -85,6 +85,10 @@ class Target(ABC):
                 if not spec.choices and (not isinstance(value, int) or value < 0):
                     raise UserError(f"{where}: {value!r} is not a non-negative integer")
 
+    def dispatch_repeat(self, problem: MatmulProblem) -> int:
+        """Dispatches per timed call when the cfg leaves dispatch_repeat at 0."""
+        return self.default_dispatch_repeat
+
     def supports(self, problem: MatmulProblem) -> str | None:
         """None when the target can tune this problem, else the reason it cannot."""
         return None
