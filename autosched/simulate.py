@@ -1,0 +1,174 @@
+"""Replays tuners against a recorded landscape: no compiler, no device, seconds per run.
+
+Each (problem, tuner, seed) run asks the tuner for batches and answers with the recorded
+scores, exactly as the real loop would with measurements. Two numbers summarise a run:
+
+* trials to 95%: how many measurements until one is within 95% of the best recorded point.
+  A run keeps going past `n_trial` until it gets there or the tuner has nothing left, so
+  slow tuners are not all cut to the same number. A run that never gets there (grid with a
+  budget smaller than the space can miss the fast corner) counts as space size + 1:
+  worse than measuring everything.
+* best fraction at N: the best score among the first `n_trial` measurements / the best
+  recorded score.
+
+Both are summarised by their median over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+
+import click
+import numpy as np
+
+from autosched.errors import UserError
+from autosched.landscape import Landscape, load_landscapes
+from autosched.tuners import TUNER_NAMES, make_tuner
+
+TARGET_FRACTION = 0.95
+
+
+@dataclass
+class Replay:
+    """One tuner run with one seed."""
+
+    trials_to_95: int  # space size + 1 when never reached
+    best_fraction_at_n: float
+    order: list[int]  # the points in the order they were measured
+
+
+@dataclass
+class TunerSummary:
+    trials_to_95: float  # median over seeds
+    best_fraction_at_n: float  # median over seeds
+    reached_share: float  # share of seeds that reached 95% within n_trial trials
+    trials_to_95_per_seed: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ProblemResult:
+    problem: str
+    space: int
+    best_gflops: float
+    baseline_gflops: float | None
+    tuners: dict[str, TunerSummary]
+
+
+def replay(
+    landscape: Landscape, tuner_name: str, seed: int, n_trial: int, batch_size: int = 8
+) -> Replay:
+    """Runs one tuner over the landscape; see the module docstring for the stopping rule."""
+    scores = landscape.scores
+    best = landscape.best
+    target = TARGET_FRACTION * best
+    tuner = make_tuner(tuner_name, landscape.n_points, seed, landscape.features, budget=n_trial)
+    order: list[int] = []
+    reached_at: int | None = None
+    best_at_n = 0.0
+    while len(order) < landscape.n_points:
+        if len(order) >= n_trial and reached_at is not None:
+            break
+        batch = tuner.next_batch(batch_size)
+        if not batch:
+            break
+        results: list[tuple[int, float | None]] = []
+        for index in batch:
+            if index in tuner.measured or index in order:
+                raise RuntimeError(f"{tuner_name} proposed point {index} twice")
+            score = float(scores[index])
+            ok = np.isfinite(score)
+            order.append(index)
+            results.append((index, score if ok else None))
+            if ok and len(order) <= n_trial:
+                best_at_n = max(best_at_n, score)
+            if ok and reached_at is None and score >= target:
+                reached_at = len(order)
+        tuner.update(results)
+    return Replay(
+        trials_to_95=reached_at if reached_at is not None else landscape.n_points + 1,
+        best_fraction_at_n=best_at_n / best,
+        order=order,
+    )
+
+
+def simulate(
+    landscape: Landscape,
+    tuner_names: list[str],
+    n_trial: int,
+    seeds: int,
+    batch_size: int = 8,
+) -> ProblemResult:
+    """Replays every tuner with seeds 0..seeds-1 and takes medians."""
+    if not np.isfinite(landscape.best):
+        raise UserError(f"problem {landscape.problem}: every recorded point failed")
+    summaries = {}
+    for name in tuner_names:
+        runs = [replay(landscape, name, seed, n_trial, batch_size) for seed in range(seeds)]
+        trials = [r.trials_to_95 for r in runs]
+        summaries[name] = TunerSummary(
+            trials_to_95=float(statistics.median(trials)),
+            best_fraction_at_n=float(statistics.median(r.best_fraction_at_n for r in runs)),
+            reached_share=sum(t <= n_trial for t in trials) / len(trials),
+            trials_to_95_per_seed=trials,
+        )
+    baseline = landscape.baseline if np.isfinite(landscape.baseline) else None
+    return ProblemResult(landscape.problem, landscape.n_points, landscape.best, baseline, summaries)
+
+
+def format_table(results: list[ProblemResult], n_trial: int) -> str:
+    """An aligned plain-text table, one row per problem and tuner."""
+    header = ["problem", "space", "tuner", "trials to 95%", "% of space", f"best frac @{n_trial}"]
+    rows = [header]
+    for result in results:
+        for name, s in result.tuners.items():
+            rows.append(
+                [
+                    result.problem,
+                    str(result.space),
+                    name,
+                    f"{s.trials_to_95:g}",
+                    f"{100 * s.trials_to_95 / result.space:.1f}",
+                    f"{s.best_fraction_at_n:.3f}",
+                ]
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def results_json(results: list[ProblemResult]) -> dict:
+    return {"problems": [asdict(r) for r in results]}
+
+
+@click.command("simulate")
+@click.argument("landscape", type=click.Path(dir_okay=False))
+@click.option(
+    "--tuner",
+    "tuners",
+    multiple=True,
+    type=click.Choice(TUNER_NAMES),
+    help="Tuner to replay; repeatable. Default: all of them.",
+)
+@click.option("--n-trial", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--seeds", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def simulate_command(
+    landscape: str,
+    tuners: tuple[str, ...],
+    n_trial: int,
+    seeds: int,
+    batch_size: int,
+    as_json: bool,
+) -> None:
+    """Replay tuners against a recorded LANDSCAPE (CSV or tuning-database JSON lines)."""
+    names = list(tuners) or list(TUNER_NAMES)
+    landscapes = load_landscapes(landscape)
+    results = [simulate(ls, names, n_trial, seeds, batch_size) for ls in landscapes]
+    if as_json:
+        click.echo(json.dumps(results_json(results)))
+    else:
+        click.echo(format_table(results, n_trial))

@@ -1,0 +1,142 @@
+"""Landscape loading (CSV and tuning-database JSON lines) and the `simulate` command."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from autosched.errors import UserError
+from autosched.landscape import Landscape, load_landscapes
+from autosched.simulate import replay, simulate, simulate_command
+
+LANDSCAPE = Path(__file__).parent / "data" / "h200_matmul_4096_landscape.csv"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(simulate_command, list(args))
+
+
+def test_csv_landscape_has_two_problems_and_baselines():
+    landscapes = load_landscapes(str(LANDSCAPE))
+    by_name = {ls.problem: ls for ls in landscapes}
+    assert set(by_name) == {"matmul_4096x4096x4096_f16", "matmul_4096x4096x4096_f32"}
+    f16 = by_name["matmul_4096x4096x4096_f16"]
+    assert f16.n_points == 396 and by_name["matmul_4096x4096x4096_f32"].n_points == 252
+    assert f16.features.shape == (396, len(f16.feature_names))
+    assert np.isfinite(f16.features).all()
+    # Baseline: IREE's default took 1.29 ms for 2 * 4096^3 flops.
+    assert f16.baseline == pytest.approx(2 * 4096**3 / 1.29e6)
+    assert f16.best == pytest.approx(2 * 4096**3 / 0.90318e6)
+    assert len(f16.descriptions) == 396 and "wg_m=128" in f16.descriptions[0]
+
+
+def test_json_output_shape():
+    result = _run(str(LANDSCAPE), "--seeds", "3", "--n-trial", "16", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [p["problem"] for p in data["problems"]] == [
+        "matmul_4096x4096x4096_f16",
+        "matmul_4096x4096x4096_f32",
+    ]
+    for problem in data["problems"]:
+        assert problem["space"] in (396, 252)
+        assert set(problem["tuners"]) == {"grid", "random", "xgboost"}
+        for summary in problem["tuners"].values():
+            assert summary["trials_to_95"] >= 1
+            assert 0 < summary["best_fraction_at_n"] <= 1
+
+
+def test_table_output_and_tuner_choice():
+    result = _run(str(LANDSCAPE), "--seeds", "2", "--tuner", "random", "--tuner", "grid")
+    assert result.exit_code == 0, result.output
+    assert "random" in result.output and "grid" in result.output
+    assert "xgboost" not in result.output
+    assert "trials to 95%" in result.output.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,  # no file at all
+        "M,N,K\n1,2,3\n",  # not the landscape columns
+        LANDSCAPE.read_text().splitlines()[0] + "\n",  # header only: no problems
+        LANDSCAPE.read_text().splitlines()[0] + "\nx,4,4,f16,f32,TileAndFuse-mma" + "," * 9 + "1\n",
+        '{not json at all\n{"also": "bad"\n',  # a database with no readable record
+    ],
+)
+def test_bad_inputs_raise_user_error(tmp_path, content):
+    path = tmp_path / "landscape.csv"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UserError) as error:
+        load_landscapes(str(path))
+    assert "\n" not in str(error.value)
+    # Through click: one "Error: ..." line and exit code 2, no traceback.
+    result = _run(str(path))
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
+
+
+def _record(point: dict, gflops: float | None, status: str = "ok", **extra) -> str:
+    record = {
+        "problem": "matmul_64x64x64_f32",
+        "target": "cuda",
+        "arch": "sm_90",
+        "point": point,
+        "config": "_".join(f"{k}{v}" for k, v in point.items()),
+        "status": status,
+        "median_ms": None if gflops is None else 1.0,
+        "gflops": gflops,
+        "baseline": False,
+    }
+    record.update(extra)
+    return json.dumps(record)
+
+
+def test_tuning_database_is_read_tolerantly(tmp_path):
+    lines = [
+        _record({"tile_m": 16, "tile_n": 32}, 10.0),
+        _record({"tile_m": 32, "tile_n": 32}, 20.0, features={"log2_tile_m": 5.0, "x": 1.0}),
+        _record({"tile_m": 64, "tile_n": 64}, None, status="compile_error"),
+        _record({}, 5.0, baseline=True, config="default"),
+        '{"problem": "matmul_64x64x64_f32", "point": {"tile_m": 12',  # killed mid-write
+    ]
+    path = tmp_path / "tuning.jsonl"
+    path.write_text("\n".join(lines))
+    [landscape] = load_landscapes(str(path))
+    assert landscape.problem == "matmul_64x64x64_f32"
+    assert landscape.n_points == 3 and landscape.baseline == 5.0
+    assert landscape.scores[0] == 10.0 and math.isnan(landscape.scores[2])
+    names = landscape.feature_names
+    assert set(names) == {"log2_tile_m", "log2_tile_n", "x"}
+    first = dict(zip(names, landscape.features[0], strict=True))
+    assert first["log2_tile_m"] == 4.0 and first["log2_tile_n"] == 5.0
+    second = dict(zip(names, landscape.features[1], strict=True))
+    assert second == {"log2_tile_m": 5.0, "log2_tile_n": 0.0, "x": 1.0}
+
+
+def test_replay_with_failed_points_never_repeats():
+    rng = np.random.default_rng(3)
+    features = rng.integers(0, 4, size=(80, 3)).astype(float) + np.arange(80)[:, None] * 1e-3
+    scores = features.sum(axis=1) + 1.0
+    scores[rng.random(80) < 0.3] = np.nan  # failed points
+    landscape = Landscape("toy", features, scores, math.nan, [str(i) for i in range(80)])
+    for tuner in ("grid", "random", "xgboost"):
+        run = replay(landscape, tuner, seed=0, n_trial=80)
+        assert len(run.order) == len(set(run.order))
+        assert 1 <= run.trials_to_95 <= 81
+        assert run.best_fraction_at_n <= 1.0
+
+
+def test_a_run_that_never_reaches_95_counts_as_space_plus_one():
+    features = np.arange(20, dtype=float).reshape(-1, 1)
+    scores = np.ones(20)
+    scores[7] = 100.0  # only point 7 is good; a 4-point grid over 20 points misses it
+    landscape = Landscape("toy", features, scores, math.nan, [""] * 20)
+    result = simulate(landscape, ["grid"], n_trial=4, seeds=1)
+    assert result.tuners["grid"].trials_to_95 == 21
