@@ -1,0 +1,523 @@
+"""IREE's CUDA backend: TileAndFuse configurations, with tensor cores (mma) or without (SIMT).
+
+A point picks a workgroup tile (tile_m x tile_n, tile_k reduction elements per step) and how
+the workgroup's threads split it: by warps of 16x8 mma tiles (subgroup_m x subgroup_n) when
+the element types have a tensor-core intrinsic, by per-thread tiles (thread_m x thread_n)
+when they do not. The workgroup size follows from those, so block_dim_* are derived, not
+searched. Knobs that mean nothing for a point's kind hold the sentinel 0, so the space never
+holds two points that compile to the same kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from autosched.analysis import MatmulProblem
+from autosched.config import Knob, RunConfig
+from autosched.errors import UserError
+from autosched.targets.base import Constraint, KnobSpec, Point, Target, problem_candidates
+
+NONE = "none"  # mma_kind for SIMT code (no tensor cores)
+DERIVE = 0  # sentinel: a knob that is derived from the others, or unused by this point's kind
+MMA_M, MMA_N, MMA_K = 16, 8, 16  # shape of every NV_MMA_SYNC intrinsic offered here
+WARP = 32  # subgroup size on every NVIDIA GPU
+FALLBACK_ARCH = "sm_80"
+
+# Tensor-core intrinsic per (lhs/rhs element type, accumulator type).
+MMA_FOR_TYPES = {
+    ("f16", "f32"): "NV_MMA_SYNC_F32_16x8x16_F16",
+    ("f16", "f16"): "NV_MMA_SYNC_F16_16x8x16_F16",
+    ("bf16", "f32"): "NV_MMA_SYNC_F32_16x8x16_BF16",
+}
+MMA_KINDS = tuple(MMA_FOR_TYPES.values())
+PIPELINES = ("TileAndFuse", "VectorDistribute")
+
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+SHARED_ROW_PAD = 8  # bytes IREE adds to each row of a promoted tile
+
+# Past these, a warp's accumulators (4 f32 registers per 16x8 mma tile) or a thread's
+# accumulators spill out of the 255 registers a thread may hold: slow and slow to compile.
+MAX_MMA_TILES_PER_WARP = 32
+MAX_THREAD_TILE = 64
+MAX_DISPATCH_REPEAT = 256
+
+
+@dataclass(frozen=True)
+class ArchInfo:
+    """What iree-compile's target attribute says about one arch, plus its SM count."""
+
+    ptx: str  # the `features` IREE uses for the arch
+    shared_memory_bytes: int  # max_workgroup_memory_bytes
+    sm_count: int  # of the arch's flagship part; only the cost model's wave feature uses it
+    mma: tuple[str, ...]  # NV_MMA_SYNC intrinsics in the arch's `wgp`
+
+
+_MMA_ALL = MMA_KINDS
+_MMA_NO_BF16 = MMA_KINDS[:2]
+# From `iree-compile --compile-to=executable-configurations --iree-cuda-target=<arch>` (3.13).
+# IREE 3.13 knows no sm_90; its entry is the sm_89 target with Hopper's shared memory.
+ARCHS: dict[str, ArchInfo] = {
+    "sm_60": ArchInfo("+ptx76", 49152, 56, ()),
+    "sm_61": ArchInfo("+ptx76", 49152, 28, ()),
+    "sm_70": ArchInfo("+ptx76", 98304, 80, _MMA_NO_BF16),
+    "sm_75": ArchInfo("+ptx76", 65536, 68, _MMA_NO_BF16),
+    "sm_80": ArchInfo("+ptx76", 166912, 108, _MMA_ALL),
+    "sm_86": ArchInfo("+ptx76", 166912, 84, _MMA_ALL),
+    "sm_87": ArchInfo("+ptx76", 166912, 16, _MMA_ALL),
+    "sm_89": ArchInfo("+ptx84", 101376, 128, _MMA_ALL),
+    "sm_90": ArchInfo("+ptx84", 232448, 132, _MMA_ALL),
+    "sm_120": ArchInfo("+ptx87", 101376, 170, _MMA_ALL),
+}
+# Archs that iree-compile 3.13 cannot name with --iree-cuda-target; they get a full target
+# attribute in the module instead.
+ATTRIBUTE_ONLY_ARCHS = ("sm_90",)
+
+MMA_LIST_SM89 = (
+    "[<NV_MMA_SYNC_F32_16x8x16_F16>, <NV_MMA_SYNC_F16_16x8x16_F16>, "
+    "<NV_MMA_SYNC_F32_16x8x16_BF16>, <NV_MMA_SYNC_F32_16x8x32_F8E4M3FN>, "
+    "<NV_MMA_SYNC_F32_16x8x32_F8E5M2>, <NV_WMMA_F32_16x16x16_F16>, <NV_WMMA_F16_16x16x16_F16>]"
+)
+
+
+def _arch_number(arch: str) -> int:
+    return int(arch.removeprefix("sm_"))
+
+
+def detect_arch() -> str:
+    """The local GPU's arch (sm_XY), the nearest one this module knows, or sm_80 without a GPU."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return FALLBACK_ARCH
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+        major, minor = out.strip().splitlines()[0].strip().split(".")
+        number = int(major) * 10 + int(minor)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return FALLBACK_ARCH
+    # A newer GPU runs PTX built for an older arch (the driver JITs it).
+    known = [a for a in ARCHS if _arch_number(a) <= number]
+    return max(known, key=_arch_number) if known else FALLBACK_ARCH
+
+
+def _list(values: list[int]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _divides(part: int, whole: int) -> bool:
+    return part > 0 and whole % part == 0
+
+
+def _is_mma(point: Point) -> bool:
+    return point["mma_kind"] != NONE
+
+
+class CudaTarget(Target):
+    name = "cuda"
+    default_device = "cuda"
+    default_dispatch_repeat = 20
+    timing_overlaps_compile = True  # the GPU times one candidate while the CPUs compile others
+    knobs = (
+        KnobSpec("pipeline", "IREE codegen pipeline", choices=PIPELINES),
+        KnobSpec(
+            "mma_kind",
+            "tensor-core intrinsic, or none for plain (SIMT) code; must fit the element types",
+            choices=(NONE, *MMA_KINDS),
+        ),
+        KnobSpec("tile_m", "rows of C per workgroup"),
+        KnobSpec("tile_n", "columns of C per workgroup"),
+        KnobSpec("tile_k", "reduction elements per step (a multiple of 16 with tensor cores)"),
+        KnobSpec("subgroup_m", "16x8 mma tiles per warp along M (tensor cores; 0 otherwise)"),
+        KnobSpec("subgroup_n", "16x8 mma tiles per warp along N (tensor cores; 0 otherwise)"),
+        KnobSpec("thread_m", "rows of C per thread (SIMT; 0 with tensor cores)"),
+        KnobSpec("thread_n", "columns of C per thread (SIMT; 0 with tensor cores)"),
+        KnobSpec("block_dim_x", "workgroup size x; derived from the tiles, 0 = derive"),
+        KnobSpec("block_dim_y", "workgroup size y; derived from the tiles, 0 = derive"),
+        KnobSpec("block_dim_z", "workgroup size z; always 1, 0 = derive"),
+        KnobSpec(
+            "pipeline_depth",
+            "prefetch_num_stages; 0 = leave it out (IREE 3.13 CUDA emits the same PTX for all)",
+        ),
+        KnobSpec("promote_operands", "1: stage A and B tiles in shared memory, 0: do not"),
+    )
+
+    def __init__(self, config: RunConfig):
+        super().__init__(config)
+        if config.arch:
+            if config.arch not in ARCHS:
+                raise UserError(
+                    f"{config.source}: [Env] arch = {config.arch}: unknown CUDA arch "
+                    f"(known: {', '.join(ARCHS)})"
+                )
+            self.arch = config.arch
+        else:
+            self.arch = detect_arch()
+        info = ARCHS[self.arch]
+        # Limits the constraints and features read.
+        self.max_threads = 1024
+        self.shared_memory_bytes = info.shared_memory_bytes
+        self.sm_count = info.sm_count
+        self.mma_intrinsics = info.mma
+
+    def describe(self) -> str:
+        return f"{self.name} {self.arch} (device {self.device})"
+
+    def dispatch_repeat(self, problem: MatmulProblem) -> int:
+        """Dispatches per timed call: about 20 ms of work at an optimistic rate.
+
+        Each call costs about 0.3 ms of allocation and submission (DESIGN.md); spread over
+        R dispatches it stops hiding the kernel's own time.
+        """
+        rate = 20e12 if problem.lhs_type == "f32" else 100e12  # FLOP/s, above IREE's best
+        estimate_s = problem.flops / rate
+        return int(min(MAX_DISPATCH_REPEAT, max(1, math.ceil(0.02 / estimate_s))))
+
+    # ---- the space ----------------------------------------------------------------------
+
+    def default_mma_kind(self, problem: MatmulProblem) -> str:
+        """The intrinsic for the problem's types when the arch has it and the shape fits it."""
+        kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type))
+        fits = problem.m % MMA_M == 0 and problem.n % MMA_N == 0 and problem.k % MMA_K == 0
+        if problem.lhs_type != problem.rhs_type or kind not in self.mma_intrinsics or not fits:
+            return NONE
+        return kind
+
+    def _kinds(self, problem: MatmulProblem) -> list[Knob]:
+        """mma_kind values this problem's space will hold: the user's list, else the default."""
+        return list(self.config.search_space.get("mma_kind", [self.default_mma_kind(problem)]))
+
+    def candidates(self, knob: str, problem: MatmulProblem) -> list[Knob]:
+        kinds = self._kinds(problem)
+        simt = NONE in kinds
+        mma = any(k != NONE for k in kinds)
+        if knob == "pipeline":
+            # VectorDistribute compiled, verified and won at 4096^3 f16 on an H200 (0.75 ms
+            # against 0.77 ms for the best TileAndFuse point of the same run); it needs mma.
+            return ["TileAndFuse", "VectorDistribute"] if mma else ["TileAndFuse"]
+        if knob == "mma_kind":
+            return [self.default_mma_kind(problem)]
+        # Tiles under 32 only where the dimension itself is that small.
+        if knob == "tile_m":
+            return problem_candidates(problem.m, min(32, problem.m), 256)
+        if knob == "tile_n":
+            return problem_candidates(problem.n, min(32, problem.n), 256)
+        if knob == "tile_k":
+            return problem_candidates(problem.k, 8 if simt else 16, 128 if mma else 64)
+        if knob in ("subgroup_m", "subgroup_n"):
+            return ([DERIVE] if simt else []) + (powers_of_two_up_to(8) if mma else [])
+        if knob in ("thread_m", "thread_n"):
+            return ([DERIVE] if mma else []) + (powers_of_two_up_to(16) if simt else [])
+        if knob in ("block_dim_x", "block_dim_y", "block_dim_z"):
+            return [DERIVE]
+        if knob == "pipeline_depth":
+            # iree-compile 3.13 emits byte-identical PTX for stages 0..5 (TileAndFuse and
+            # VectorDistribute, mma and SIMT): searching it would only time duplicates.
+            return [DERIVE]
+        if knob == "promote_operands":
+            # Unpromoted operands were 9x slower at 4096^3 f32 on the H200: opt-in only.
+            return [1]
+        raise KeyError(knob)
+
+    def workgroup_size(self, point: Point) -> list[int]:
+        """The workgroup_size IREE needs for a point's tiles."""
+        if _is_mma(point):
+            warps = (point["tile_m"] // (MMA_M * point["subgroup_m"])) * (
+                point["tile_n"] // (MMA_N * point["subgroup_n"])
+            )
+            return [warps * WARP, 1, 1]
+        return [point["tile_n"] // point["thread_n"], point["tile_m"] // point["thread_m"], 1]
+
+    def threads(self, point: Point) -> int:
+        return math.prod(self.workgroup_size(point))
+
+    def shared_memory(self, problem: MatmulProblem, point: Point) -> int:
+        """Bytes of shared memory IREE allocates for a point (0 without promotion).
+
+        Measured on iree-compile 3.13 (`workgroup_local_memory` of the executable): one tile of
+        A and one of B, each row padded by 8 bytes against bank conflicts. prefetch_num_stages
+        does not multiply it (the prefetch goes through registers).
+        """
+        if not point["promote_operands"]:
+            return 0
+        element = ELEMENT_BYTES[problem.lhs_type]
+        tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
+        a_rows, a_row = (tk, tm) if problem.transpose_a else (tm, tk)
+        b_rows, b_row = (tn, tk) if problem.transpose_b else (tk, tn)
+        pad = SHARED_ROW_PAD
+        return a_rows * (a_row * element + pad) + b_rows * (b_row * element + pad)
+
+    def constraints(self, problem: MatmulProblem) -> list[Constraint]:
+        p_types = (problem.lhs_type, problem.acc_type)
+
+        def kind_ok(p: MatmulProblem, x: Point) -> bool:
+            kind = x["mma_kind"]
+            return kind == NONE or (
+                p.lhs_type == p.rhs_type
+                and MMA_FOR_TYPES.get(p_types) == kind
+                and kind in self.mma_intrinsics
+            )
+
+        def sentinel_rule(knob: str, used_by_mma: bool) -> Constraint:
+            kind = "tensor-core" if used_by_mma else "SIMT"
+            return Constraint(
+                f"{knob} is only for {kind} points (0 otherwise)",
+                ("mma_kind", knob),
+                lambda p, x: (x[knob] > 0) == (_is_mma(x) == used_by_mma),
+            )
+
+        def block_dim_rule(axis: int, knob: str) -> Constraint:
+            return Constraint(
+                f"{knob} differs from the derived workgroup size",
+                (
+                    "mma_kind",
+                    "tile_m",
+                    "tile_n",
+                    "subgroup_m",
+                    "subgroup_n",
+                    "thread_m",
+                    "thread_n",
+                    knob,
+                ),
+                lambda p, x: x[knob] in (DERIVE, self.workgroup_size(x)[axis]),
+            )
+
+        return [
+            Constraint(
+                "VectorDistribute needs tensor cores (an mma_kind)",
+                ("pipeline", "mma_kind"),
+                lambda p, x: x["pipeline"] == "TileAndFuse" or _is_mma(x),
+            ),
+            Constraint("mma_kind does not fit the element types or arch", ("mma_kind",), kind_ok),
+            Constraint(
+                "tile_m does not divide M", ("tile_m",), lambda p, x: _divides(x["tile_m"], p.m)
+            ),
+            Constraint(
+                "tile_n does not divide N", ("tile_n",), lambda p, x: _divides(x["tile_n"], p.n)
+            ),
+            Constraint(
+                "tile_k does not divide K",
+                ("tile_k",),
+                lambda p, x: _divides(x["tile_k"], p.k),
+            ),
+            Constraint(
+                "mma tile does not divide the workgroup tile",
+                ("mma_kind", "tile_m", "tile_n", "tile_k"),
+                lambda p, x: (
+                    not _is_mma(x)
+                    or (
+                        x["tile_m"] % MMA_M == 0
+                        and x["tile_n"] % MMA_N == 0
+                        and x["tile_k"] % MMA_K == 0
+                    )
+                ),
+            ),
+            sentinel_rule("subgroup_m", True),
+            sentinel_rule("subgroup_n", True),
+            Constraint(
+                "warp tile does not divide the workgroup tile",
+                ("mma_kind", "tile_m", "tile_n", "subgroup_m", "subgroup_n"),
+                lambda p, x: (
+                    not _is_mma(x)
+                    or (
+                        x["tile_m"] % (MMA_M * x["subgroup_m"]) == 0
+                        and x["tile_n"] % (MMA_N * x["subgroup_n"]) == 0
+                    )
+                ),
+            ),
+            Constraint(
+                f"warp tile over {MAX_MMA_TILES_PER_WARP} mma tiles (register spills)",
+                ("mma_kind", "subgroup_m", "subgroup_n"),
+                lambda p, x: (
+                    not _is_mma(x) or x["subgroup_m"] * x["subgroup_n"] <= MAX_MMA_TILES_PER_WARP
+                ),
+            ),
+            sentinel_rule("thread_m", False),
+            sentinel_rule("thread_n", False),
+            Constraint(
+                "thread tile does not divide the workgroup tile",
+                ("mma_kind", "tile_m", "tile_n", "thread_m", "thread_n"),
+                lambda p, x: (
+                    _is_mma(x)
+                    or (x["tile_m"] % x["thread_m"] == 0 and x["tile_n"] % x["thread_n"] == 0)
+                ),
+            ),
+            Constraint(
+                f"thread tile over {MAX_THREAD_TILE} elements (register spills)",
+                ("mma_kind", "thread_m", "thread_n"),
+                lambda p, x: _is_mma(x) or x["thread_m"] * x["thread_n"] <= MAX_THREAD_TILE,
+            ),
+            Constraint(
+                f"over {self.max_threads} threads per workgroup",
+                (
+                    "mma_kind",
+                    "tile_m",
+                    "tile_n",
+                    "subgroup_m",
+                    "subgroup_n",
+                    "thread_m",
+                    "thread_n",
+                ),
+                lambda p, x: self.threads(x) <= self.max_threads,
+            ),
+            Constraint(
+                "fewer than 32 threads per workgroup",
+                (
+                    "mma_kind",
+                    "tile_m",
+                    "tile_n",
+                    "subgroup_m",
+                    "subgroup_n",
+                    "thread_m",
+                    "thread_n",
+                ),
+                lambda p, x: self.threads(x) >= WARP,
+            ),
+            block_dim_rule(0, "block_dim_x"),
+            block_dim_rule(1, "block_dim_y"),
+            Constraint(
+                "block_dim_z must be 1 (or 0 to derive)",
+                ("block_dim_z",),
+                lambda p, x: x["block_dim_z"] in (DERIVE, 1),
+            ),
+            Constraint(
+                "promote_operands is 0 or 1",
+                ("promote_operands",),
+                lambda p, x: x["promote_operands"] in (0, 1),
+            ),
+            Constraint(
+                f"shared memory over the {self.arch} limit",
+                ("tile_m", "tile_n", "tile_k", "promote_operands"),
+                lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
+            ),
+        ]
+
+    # ---- attribute text -----------------------------------------------------------------
+
+    def lowering_config(self, problem: MatmulProblem, point: Point) -> str:
+        lead = [1] if problem.batch else []  # the batch loop: one batch per workgroup
+        zeros = [0] * len(lead)
+        entries: list[str] = []  # keys in alphabetical order, as IREE prints them
+        vector_distribute = point["pipeline"] == "VectorDistribute"
+        if _is_mma(point):
+            if not vector_distribute or not problem.zero_init:
+                # IREE sets convert_acc_gemm on every TileAndFuse mma matmul; an accumulating
+                # matmul needs it.
+                entries.append("convert_acc_gemm")
+            entries.append(f"mma_kind = #iree_gpu.mma_layout<{point['mma_kind']}>")
+        if point["promote_operands"]:
+            entries.append("promote_operands = [0, 1]")
+        if vector_distribute:
+            # Reduction in elements; warps given as a count per dim (m, n, k) and their order.
+            warps_m = point["tile_m"] // (MMA_M * point["subgroup_m"])
+            warps_n = point["tile_n"] // (MMA_N * point["subgroup_n"])
+            entries.append(f"reduction = {_list([*zeros, 0, 0, point['tile_k']])}")
+            counts = _list([*lead, warps_m, warps_n, 1])
+            order = _list(list(range(len(lead) + 3)))
+            entries.append(f"subgroup_basis = [{counts}, {order}]")
+        elif _is_mma(point):
+            # Reduction in mma K steps; subgroup = 16x8 mma tiles per warp.
+            steps = point["tile_k"] // MMA_K
+            entries.append(f"reduction = {_list([*zeros, 0, 0, steps])}")
+            entries.append(
+                f"subgroup = {_list([*zeros, point['subgroup_m'], point['subgroup_n'], 0])}"
+            )
+        else:
+            entries.append(f"reduction = {_list([*zeros, 0, 0, point['tile_k']])}")
+            entries.append(f"thread = {_list([*zeros, point['thread_m'], point['thread_n'], 0])}")
+        entries.append(f"workgroup = {_list([*lead, point['tile_m'], point['tile_n'], 0])}")
+        config = "#iree_gpu.lowering_config<{" + ", ".join(entries) + "}>"
+        options = ""
+        if point["pipeline_depth"] != DERIVE:
+            options = (
+                ", {gpu_pipeline_options = #iree_gpu.pipeline_options<"
+                f"prefetch_num_stages = {point['pipeline_depth']}>}}"
+            )
+        translation = (
+            f"#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<{point['pipeline']}> "
+            f"workgroup_size = {_list(self.workgroup_size(point))} subgroup_size = {WARP}"
+            f"{options}>"
+        )
+        return (
+            f"#iree_codegen.compilation_info<lowering_config = {config}, "
+            f"translation_info = {translation}>"
+        )
+
+    def compile_flags(self) -> list[str]:
+        if self.arch in ATTRIBUTE_ONLY_ARCHS:
+            return ["--iree-hal-target-device=cuda"]  # the target comes from the module
+        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
+
+    def module_attributes(self) -> str | None:
+        """For an arch iree-compile cannot name, the full device target, built like sm_89's."""
+        if self.arch not in ATTRIBUTE_ONLY_ARCHS:
+            return None
+        info = ARCHS[self.arch]
+        wgp = (
+            "compute = fp64|fp32|fp16|int64|int32|int16|int8, storage = b64|b32|b16|b8, "
+            "subgroup = shuffle|arithmetic, dot = dp4xi8toi32, "
+            f"mma = {MMA_LIST_SM89}, subgroup_size_choices = [32], "
+            "max_workgroup_sizes = [1024, 1024, 1024], "
+            f"max_thread_count_per_workgroup = {self.max_threads}, "
+            f"max_workgroup_memory_bytes = {info.shared_memory_bytes}, "
+            "max_workgroup_counts = [2147483647, 65535, 65535]"
+        )
+        target = (
+            f'#iree_gpu.target<arch = "{self.arch}", features = "{info.ptx}", wgp = <{wgp}>, '
+            f"chip = <wgp_count = {info.sm_count}>>"
+        )
+        return (
+            'hal.device.targets = [#hal.device.target<"cuda", [#hal.executable.target<"cuda", '
+            f'"cuda-nvptx-fb", {{iree_codegen.target_info = {target}}}>]> : !hal.device]'
+        )
+
+    # ---- names and features -------------------------------------------------------------
+
+    def config_name(self, point: Point) -> str:
+        prefix = {"TileAndFuse": "tf", "VectorDistribute": "vd"}[point["pipeline"]]
+        tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
+        if _is_mma(point):
+            kind = point["mma_kind"].removeprefix("NV_MMA_SYNC_").split("_16x8x16_")
+            inner = f"sg{point['subgroup_m']}x{point['subgroup_n']}_{kind[0]}{kind[1]}".lower()
+        else:
+            inner = f"th{point['thread_m']}x{point['thread_n']}_simt"
+        return f"{prefix}_{tiles}_{inner}_s{point['pipeline_depth']}_p{point['promote_operands']}"
+
+    def features(self, problem: MatmulProblem, point: Point) -> dict[str, float]:
+        tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
+        threads = self.threads(point)
+        workgroups = (problem.m // tm) * (problem.n // tn) * max(problem.batch, 1)
+        waves = workgroups / self.sm_count
+        shared = self.shared_memory(problem, point)
+        element = ELEMENT_BYTES[problem.lhs_type]
+        per_thread = tm * tn / threads  # accumulator elements each thread holds
+        numeric = [k.name for k in self.knobs if not k.choices]
+        return {
+            **{f"log2_{k}": math.log2(max(int(point[k]), 1)) for k in numeric},
+            "is_mma": float(_is_mma(point)),
+            "vector_distribute": float(point["pipeline"] == "VectorDistribute"),
+            "log2_threads": math.log2(threads),
+            "warps": threads / WARP,
+            "shared_memory_kib": shared / 1024,
+            "shared_memory_fraction": shared / self.shared_memory_bytes,
+            "log2_workgroups": math.log2(workgroups),
+            "waves": waves,
+            # Fraction of the SMs busy in the last wave: a half-empty last wave wastes time.
+            "wave_efficiency": waves / math.ceil(waves),
+            "k_steps": problem.k / tk,
+            "tile_intensity": tm * tn / (tm + tn),  # flops per byte loaded, up to a constant
+            "tile_bytes_per_step": (tm + tn) * tk * element,
+            "accumulators_per_thread": per_thread,
+            "aspect": math.log2(tm / tn),
+        }
+
+
+def powers_of_two_up_to(high: int) -> list[int]:
+    return [2**i for i in range(int(math.log2(high)) + 1)]

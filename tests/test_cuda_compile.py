@@ -1,0 +1,201 @@
+"""Every constraint-valid point of small CUDA spaces compiles, and IREE applies it as emitted.
+
+Runs the real iree-compile (no GPU needed: it only generates PTX) for sm_80, sm_89 and sm_90,
+the last through the full target attribute that CudaTarget puts in the module.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from iree.compiler import ir
+from iree.compiler.tools.binaries import find_tool
+
+from autosched.analysis import MatmulProblem, analyze_file
+from autosched.config import RunConfig
+from autosched.manifest import kernel_module_text, kernel_variant
+from autosched.space import build_space
+from autosched.targets.base import Point
+from autosched.targets.cuda import CudaTarget
+
+ARCHS = ("sm_80", "sm_89", "sm_90")
+IREE_COMPILE = find_tool("iree-compile")
+JOBS = 2
+
+# Both pipelines, 2 or 4 points each.
+F16_TILES = {"tile_m": [64, 128], "tile_n": [64], "tile_k": [32], "subgroup_m": [2, 4],
+             "subgroup_n": [2], "pipeline_depth": [2]}
+
+# name -> (module text, user lists that keep its space to a handful of points)
+PROBLEMS = {
+    "f32": (
+        "func.func @main(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>) -> tensor<256x256xf32> {\n"
+        "  %z = arith.constant 0.0 : f32\n"
+        "  %e = tensor.empty() : tensor<256x256xf32>\n"
+        "  %c = linalg.fill ins(%z : f32) outs(%e : tensor<256x256xf32>) -> tensor<256x256xf32>\n"
+        "  %r = linalg.matmul ins(%a, %b : tensor<256x256xf32>, tensor<256x256xf32>)\n"
+        "      outs(%c : tensor<256x256xf32>) -> tensor<256x256xf32>\n"
+        "  return %r : tensor<256x256xf32>\n}\n",
+        {"tile_m": [32, 64], "tile_n": [32, 64], "tile_k": [16], "thread_m": [4], "thread_n": [4]},
+    ),
+    "f16": (
+        "func.func @main(%a: tensor<256x256xf16>, %b: tensor<256x256xf16>) -> tensor<256x256xf32> {\n"
+        "  %z = arith.constant 0.0 : f32\n"
+        "  %e = tensor.empty() : tensor<256x256xf32>\n"
+        "  %c = linalg.fill ins(%z : f32) outs(%e : tensor<256x256xf32>) -> tensor<256x256xf32>\n"
+        "  %r = linalg.matmul ins(%a, %b : tensor<256x256xf16>, tensor<256x256xf16>)\n"
+        "      outs(%c : tensor<256x256xf32>) -> tensor<256x256xf32>\n"
+        "  return %r : tensor<256x256xf32>\n}\n",
+        F16_TILES,
+    ),
+    "f16_transpose_b_acc": (
+        "func.func @main(%a: tensor<256x256xf16>, %b: tensor<128x256xf16>,\n"
+        "                %c: tensor<256x128xf32>) -> tensor<256x128xf32> {\n"
+        "  %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>,\n"
+        "      affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>]\n"
+        "      ins(%a, %b : tensor<256x256xf16>, tensor<128x256xf16>)\n"
+        "      outs(%c : tensor<256x128xf32>) -> tensor<256x128xf32>\n"
+        "  return %r : tensor<256x128xf32>\n}\n",
+        {**F16_TILES, "tile_m": [64], "tile_n": [64, 128], "subgroup_m": [2]},
+    ),
+    "f16_batch": (
+        "func.func @main(%a: tensor<2x128x64xf16>, %b: tensor<2x64x128xf16>)"
+        " -> tensor<2x128x128xf32> {\n"
+        "  %z = arith.constant 0.0 : f32\n"
+        "  %e = tensor.empty() : tensor<2x128x128xf32>\n"
+        "  %c = linalg.fill ins(%z : f32) outs(%e : tensor<2x128x128xf32>)"
+        " -> tensor<2x128x128xf32>\n"
+        "  %r = linalg.batch_matmul ins(%a, %b : tensor<2x128x64xf16>, tensor<2x64x128xf16>)\n"
+        "      outs(%c : tensor<2x128x128xf32>) -> tensor<2x128x128xf32>\n"
+        "  return %r : tensor<2x128x128xf32>\n}\n",
+        {**F16_TILES, "tile_m": [64], "subgroup_m": [2], "subgroup_n": [4]},
+    ),
+}
+
+
+def _problem(tmp_path, name: str) -> MatmulProblem:
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(PROBLEMS[name][0])
+    (problem,) = analyze_file(str(path)).problems
+    return problem
+
+
+def _target(arch: str) -> CudaTarget:
+    return CudaTarget(RunConfig(target="cuda", arch=arch))
+
+
+def _lowering_config_text(compilation_info: str) -> str:
+    """The lowering_config part of a compilation_info, as IREE prints it."""
+    printed = str(ir.Attribute.parse(compilation_info, ir.Context()))
+    start = printed.index("lowering_config = ") + len("lowering_config = ")
+    return printed[start : printed.index(", translation_info")]
+
+
+def _compile(args: tuple[str, str, list[str]]) -> tuple[int, str, str]:
+    """Compiles to a vmfb, keeping the executable-configurations phase to check the config."""
+    source, work, flags = args
+    phases = work + ".phases"
+    result = subprocess.run(
+        [IREE_COMPILE, source, "-o", work + ".vmfb", f"--dump-compilation-phases-to={phases}",
+         *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    configured = ""
+    if result.returncode == 0:
+        (name,) = [f for f in os.listdir(phases) if f.endswith(".executable-configurations.mlir")]
+        with open(os.path.join(phases, name), encoding="utf-8") as handle:
+            configured = handle.read()
+    return result.returncode, result.stderr, configured
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_every_valid_point_compiles_as_emitted(tmp_path, arch: str, name: str) -> None:
+    problem = _problem(tmp_path, name)
+    target = _target(arch)
+    space = build_space(problem, target, PROBLEMS[name][1])
+    assert 1 <= len(space.points) <= 12, (len(space.points), space.rejected)
+    jobs: list[tuple[str, str, list[str]]] = []
+    for point in space.points:
+        work = str(tmp_path / target.config_name(point))
+        with open(work + ".mlir", "w", encoding="utf-8") as handle:
+            handle.write(kernel_variant(problem, target, point))
+        jobs.append((work + ".mlir", work, target.compile_flags()))
+    with ThreadPoolExecutor(JOBS) as pool:
+        results = list(pool.map(_compile, jobs))
+    for point, (code, stderr, configured) in zip(space.points, results, strict=True):
+        label = f"{arch} {problem.name} {target.config_name(point)}"
+        assert code == 0, f"{label}: {stderr[-2000:]}"
+        expected = _lowering_config_text(target.lowering_config(problem, point))
+        assert expected in configured, f"{label}: IREE did not apply {expected}"
+        size = ", ".join(str(v) for v in target.workgroup_size(point))
+        assert f"workgroup_size = [{size}]" in configured, label
+
+
+def test_sm_90_target_attribute_compiles(tmp_path) -> None:
+    """sm_90 is unknown to --iree-cuda-target in 3.13; the module carries the whole target."""
+    target = _target("sm_90")
+    assert not any(f.startswith("--iree-cuda-target") for f in target.compile_flags())
+    attributes = target.module_attributes()
+    assert attributes is not None and 'arch = "sm_90"' in attributes
+    source = tmp_path / "sm90.mlir"
+    source.write_text(kernel_module_text(_problem(tmp_path, "f16"), attributes))
+    result = subprocess.run(
+        [IREE_COMPILE, str(source), "-o", str(tmp_path / "sm90.vmfb"), *target.compile_flags()],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_other_archs_use_the_flag() -> None:
+    target = _target("sm_89")
+    assert target.module_attributes() is None
+    assert "--iree-cuda-target=sm_89" in target.compile_flags()
+    assert target.shared_memory_bytes == 101376 and target.max_threads == 1024
+
+
+def _rejections(tmp_path, name: str, lists: dict) -> tuple[list[Point], dict[str, int]]:
+    space = build_space(_problem(tmp_path, name), _target("sm_89"), lists)
+    return space.points, dict(space.rejected)
+
+
+def test_too_many_threads_is_rejected(tmp_path) -> None:
+    # 64x64 tile, one element per thread: 4096 threads.
+    points, rejected = _rejections(
+        tmp_path, "f32", {"tile_m": [64], "tile_n": [64], "thread_m": [1], "thread_n": [1]}
+    )
+    assert points == []
+    assert rejected.get("over 1024 threads per workgroup")
+
+
+def test_wrong_block_dim_is_rejected(tmp_path) -> None:
+    lists = {**PROBLEMS["f16"][1], "tile_m": [64], "subgroup_m": [2], "pipeline": ["TileAndFuse"]}
+    # 64x64 tile of 2x2 mma tiles per warp: 2*4 warps = 256 threads.
+    points, _ = _rejections(tmp_path, "f16", {**lists, "block_dim_x": [256]})
+    assert [p["block_dim_x"] for p in points] == [256]
+    points, rejected = _rejections(tmp_path, "f16", {**lists, "block_dim_x": [128]})
+    assert points == []
+    assert rejected.get("block_dim_x differs from the derived workgroup size")
+
+
+def test_knobs_of_the_other_kind_are_rejected(tmp_path) -> None:
+    points, rejected = _rejections(tmp_path, "f16", {**PROBLEMS["f16"][1], "thread_m": [4]})
+    assert points == []
+    assert rejected.get("thread_m is only for SIMT points (0 otherwise)")
+
+
+def test_shared_memory_over_the_limit_is_rejected(tmp_path) -> None:
+    # f32 256x256 tiles with 64-deep k: 2 * 256 * 64 * 4 bytes = 128 KiB > sm_89's 99 KiB.
+    points, rejected = _rejections(
+        tmp_path, "f32",
+        {"tile_m": [256], "tile_n": [256], "tile_k": [64], "thread_m": [8], "thread_n": [8]},
+    )
+    assert points == []
+    assert rejected.get("shared memory over the sm_89 limit")
