@@ -102,11 +102,11 @@ def main() -> None:
     from autosched.targets import make_target
 
     os.makedirs(args.work_dir, exist_ok=True)
-    suite = [
-        p
-        for p in SUITE
-        if not args.only or any(s in "x".join(map(str, p)) for s in args.only.split(","))
-    ]
+    suite = SUITE
+    if args.only:  # in the order given; names are x-joined, e.g. 4096x4096x4096xf16xf32
+        wanted = args.only.split(",")
+        suite = [p for w in wanted for p in SUITE if w in "x".join(map(str, p))]
+        suite = list(dict.fromkeys(suite))
     path = os.path.join(args.work_dir, "suite.mlir")
     with open(path, "w") as handle:
         handle.write("".join(module_text(*p) for p in suite))
