@@ -232,6 +232,11 @@ class Tuning:
         if not baseline.ok:
             log.write("the default configuration failed: speedups are not available")
 
+        if not space.points:
+            log.write("no point of the space passes the constraints (see the rejections above)")
+            result.baseline_ms = baseline.median_ms
+            result.search_s = time.perf_counter() - start
+            return result
         names = [target.config_name(p) for p in space.points]
         features = _feature_matrix(problem, target, space.points)
         tuner = make_tuner(

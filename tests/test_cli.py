@@ -104,6 +104,19 @@ def test_module_with_several_matmuls_is_tuned_problem_by_problem(workdir):
     assert all(r["verification"] == "correct" for r in table if r["compile_status"] == "ok")
 
 
+def test_space_with_no_valid_point_keeps_the_default(workdir):
+    (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--config", "empty.cfg"])
+    assert result.exit_code == 2  # the file does not exist yet: a clear error first
+    (workdir / "empty.cfg").write_text("[SearchSpace]\ntile_m = [48]\n")
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--config", "empty.cfg"])
+    assert result.exit_code == 0, result.output
+    assert [r["config"] for r in rows()] == ["iree_default"]
+    assert "none faster" in result.output
+    log = (workdir / "generated/run.log").read_text()
+    assert "tile_m does not divide M" in log and "no point of the space passes" in log
+
+
 def test_dry_run_writes_variants_and_compiles_nothing(workdir):
     (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--dry-run", "--n-trial", "5"])
@@ -196,3 +209,15 @@ def test_subprocess_run_end_to_end(workdir):
     assert finished.returncode == 0, finished.stderr
     assert len(rows("out/r.csv")) == 3
     assert (workdir / "out/r.best.mlir").is_file()
+
+
+def test_early_stopping_ends_a_problem_without_improvement(workdir):
+    workdir.configure(tuner="random", n_trial=8, extra="")
+    cfg = (workdir / "auto-scheduler.cfg").read_text().replace("batch_size = 2", "batch_size = 1")
+    (workdir / "auto-scheduler.cfg").write_text(cfg)
+    (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--early-stopping", "1"])
+    assert result.exit_code == 0, result.output
+    # Eight trials in a row would each have to beat all before them (1 chance in 40320).
+    assert len(rows()) < 9
+    assert "early stop: 1 trials without improvement" in (workdir / "generated/run.log").read_text()

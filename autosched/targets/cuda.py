@@ -43,6 +43,16 @@ SHARED_ROW_PAD = 8  # bytes IREE adds to each row of a promoted tile
 MAX_MMA_TILES_PER_WARP = 32
 MAX_THREAD_TILE = 64
 MAX_DISPATCH_REPEAT = 256
+# The knobs the derived workgroup size reads.
+WORKGROUP_SIZE_KNOBS = (
+    "mma_kind",
+    "tile_m",
+    "tile_n",
+    "subgroup_m",
+    "subgroup_n",
+    "thread_m",
+    "thread_n",
+)
 
 
 @dataclass(frozen=True)
@@ -277,16 +287,7 @@ class CudaTarget(Target):
         def block_dim_rule(axis: int, knob: str) -> Constraint:
             return Constraint(
                 f"{knob} differs from the derived workgroup size",
-                (
-                    "mma_kind",
-                    "tile_m",
-                    "tile_n",
-                    "subgroup_m",
-                    "subgroup_n",
-                    "thread_m",
-                    "thread_n",
-                    knob,
-                ),
+                (*WORKGROUP_SIZE_KNOBS, knob),
                 lambda p, x: x[knob] in (DERIVE, self.workgroup_size(x)[axis]),
             )
 
@@ -357,28 +358,12 @@ class CudaTarget(Target):
             ),
             Constraint(
                 f"over {self.max_threads} threads per workgroup",
-                (
-                    "mma_kind",
-                    "tile_m",
-                    "tile_n",
-                    "subgroup_m",
-                    "subgroup_n",
-                    "thread_m",
-                    "thread_n",
-                ),
+                WORKGROUP_SIZE_KNOBS,
                 lambda p, x: self.threads(x) <= self.max_threads,
             ),
             Constraint(
                 "fewer than 32 threads per workgroup",
-                (
-                    "mma_kind",
-                    "tile_m",
-                    "tile_n",
-                    "subgroup_m",
-                    "subgroup_n",
-                    "thread_m",
-                    "thread_n",
-                ),
+                WORKGROUP_SIZE_KNOBS,
                 lambda p, x: self.threads(x) >= WARP,
             ),
             block_dim_rule(0, "block_dim_x"),
