@@ -11,6 +11,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from conftest import matmul_function
 from iree.compiler import ir
 from iree.compiler.tools.binaries import find_tool
 
@@ -26,8 +27,14 @@ IREE_COMPILE = find_tool("iree-compile")
 JOBS = 2
 
 # Both pipelines, 2 or 4 points each.
-F16_TILES = {"tile_m": [64, 128], "tile_n": [64], "tile_k": [32], "subgroup_m": [2, 4],
-             "subgroup_n": [2], "pipeline_depth": [2]}
+F16_TILES = {
+    "tile_m": [64, 128],
+    "tile_n": [64],
+    "tile_k": [32],
+    "subgroup_m": [2, 4],
+    "subgroup_n": [2],
+    "pipeline_depth": [2],
+}
 
 # name -> (module text, user lists that keep its space to a handful of points)
 PROBLEMS = {
@@ -99,8 +106,14 @@ def _compile(args: tuple[str, str, list[str]]) -> tuple[int, str, str]:
     source, work, flags = args
     phases = work + ".phases"
     result = subprocess.run(
-        [IREE_COMPILE, source, "-o", work + ".vmfb", f"--dump-compilation-phases-to={phases}",
-         *flags],
+        [
+            IREE_COMPILE,
+            source,
+            "-o",
+            work + ".vmfb",
+            f"--dump-compilation-phases-to={phases}",
+            *flags,
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -113,6 +126,25 @@ def _compile(args: tuple[str, str, list[str]]) -> tuple[int, str, str]:
     return result.returncode, result.stderr, configured
 
 
+def _assert_all_compile_as_emitted(tmp_path, problem, target: CudaTarget, points) -> None:
+    """Every point compiles, and IREE applies its lowering config and workgroup size."""
+    jobs: list[tuple[str, str, list[str]]] = []
+    for point in points:
+        work = str(tmp_path / target.config_name(point))
+        with open(work + ".mlir", "w", encoding="utf-8") as handle:
+            handle.write(kernel_variant(problem, target, point))
+        jobs.append((work + ".mlir", work, target.compile_flags()))
+    with ThreadPoolExecutor(JOBS) as pool:
+        results = list(pool.map(_compile, jobs))
+    for point, (code, stderr, configured) in zip(points, results, strict=True):
+        label = f"{target.arch} {problem.name} {target.config_name(point)}"
+        assert code == 0, f"{label}: {stderr[-2000:]}"
+        expected = _lowering_config_text(target.lowering_config(problem, point))
+        assert expected in configured, f"{label}: IREE did not apply {expected}"
+        size = ", ".join(str(v) for v in target.workgroup_size(point))
+        assert f"workgroup_size = [{size}]" in configured, label
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_every_valid_point_compiles_as_emitted(tmp_path, arch: str, name: str) -> None:
@@ -120,21 +152,22 @@ def test_every_valid_point_compiles_as_emitted(tmp_path, arch: str, name: str) -
     target = _target(arch)
     space = build_space(problem, target, PROBLEMS[name][1])
     assert 1 <= len(space.points) <= 12, (len(space.points), space.rejected)
-    jobs: list[tuple[str, str, list[str]]] = []
-    for point in space.points:
-        work = str(tmp_path / target.config_name(point))
-        with open(work + ".mlir", "w", encoding="utf-8") as handle:
-            handle.write(kernel_variant(problem, target, point))
-        jobs.append((work + ".mlir", work, target.compile_flags()))
-    with ThreadPoolExecutor(JOBS) as pool:
-        results = list(pool.map(_compile, jobs))
-    for point, (code, stderr, configured) in zip(space.points, results, strict=True):
-        label = f"{arch} {problem.name} {target.config_name(point)}"
-        assert code == 0, f"{label}: {stderr[-2000:]}"
-        expected = _lowering_config_text(target.lowering_config(problem, point))
-        assert expected in configured, f"{label}: IREE did not apply {expected}"
-        size = ", ".join(str(v) for v in target.workgroup_size(point))
-        assert f"workgroup_size = [{size}]" in configured, label
+    _assert_all_compile_as_emitted(tmp_path, problem, target, space.points)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("shape", [(32, 32, 32, "f32"), (32, 32, 32, "f16"), (16, 64, 64, "f16")])
+def test_every_point_of_a_default_space_compiles(tmp_path, arch: str, shape) -> None:
+    """No [SearchSpace] at all: the space a user gets from the problem alone."""
+    m, n, k, element = shape
+    path = tmp_path / "mm.mlir"
+    path.write_text(matmul_function("mm", m, n, k, element, "f32"))
+    (problem,) = analyze_file(str(path)).problems
+    target = _target(arch)
+    space = build_space(problem, target, {})
+    assert set(space.generated) == set(target.knob_names)
+    assert 10 <= len(space.points) <= 80, len(space.points)
+    _assert_all_compile_as_emitted(tmp_path, problem, target, space.points)
 
 
 def test_sm_90_target_attribute_compiles(tmp_path) -> None:
@@ -194,7 +227,8 @@ def test_knobs_of_the_other_kind_are_rejected(tmp_path) -> None:
 def test_shared_memory_over_the_limit_is_rejected(tmp_path) -> None:
     # f32 256x256 tiles with 64-deep k: 2 * 256 * 64 * 4 bytes = 128 KiB > sm_89's 99 KiB.
     points, rejected = _rejections(
-        tmp_path, "f32",
+        tmp_path,
+        "f32",
         {"tile_m": [256], "tile_n": [256], "tile_k": [64], "thread_m": [8], "thread_n": [8]},
     )
     assert points == []
