@@ -23,7 +23,7 @@ from autosched.report import CsvReport, RunLog, table
 from autosched.space import SearchSpace, build_space
 from autosched.targets.base import Point, Target
 from autosched.tuners import make_tuner
-from autosched.verify import ProblemData, make_problem_data, verify_module
+from autosched.verify import ProblemData, Verifier, make_problem_data
 
 BASELINE = "iree_default"
 DRIFT_WARNING = 0.10  # flag a baseline that moved more than this between start and end
@@ -76,6 +76,7 @@ class Tuning:
         self.csv = CsvReport(config.output_file, target.knob_names)
         self.version = iree_version()
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
+        self.verifier = Verifier(target.device)
 
     # ----- one candidate -------------------------------------------------------------
 
@@ -149,9 +150,7 @@ class Tuning:
             trial.status, trial.message = check_build.status, check_build.message
             return trial
         started = time.perf_counter()
-        check = verify_module(
-            check_build.job.output, self.target.device, data, problem, self.config.run_timeout
-        )
+        check = self.verifier.check(check_build.job.output, data, problem, self.config.run_timeout)
         trial.verify_s = round(time.perf_counter() - started, 3)
         trial.verification, trial.max_error = check.status, check.max_error
         if check.status != "correct":
@@ -347,7 +346,12 @@ class Tuning:
         finally:
             chosen = {(r.problem.name, r.best.config if r.best else BASELINE) for r in results}
             self.csv.finish(self.retimed, chosen)
+            self.close()
         return results
+
+    def close(self) -> None:
+        """Stops the verifier's worker process."""
+        self.verifier.close()
 
 
 def _describe(trial: Trial) -> str:

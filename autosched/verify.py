@@ -54,6 +54,8 @@ class ProblemData:
 
     inputs: list[str]  # --input flag values
     reference: np.ndarray
+    input_paths: list[str]  # the .npy files, for the in-process verifier (none for bf16)
+    reference_path: str  # the reference as .npy (float32), read once by the verifier
 
 
 def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> ProblemData:
@@ -79,7 +81,10 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
     reference = np.matmul(lhs, rhs)
     if not problem.zero_init:
         reference = reference + values["acc"]
-    return ProblemData(flags, reference)
+    reference_path = os.path.join(directory, "reference.npy")
+    np.save(reference_path, reference.astype(np.float32))
+    paths = [flag.removeprefix("@") for flag in flags if flag.startswith("@")]
+    return ProblemData(flags, reference, paths, reference_path)
 
 
 def _read_output(path: str, problem: MatmulProblem) -> np.ndarray:
@@ -102,17 +107,16 @@ def run_tool() -> str:
     return os.path.join(_runtime_libs.__path__[0], "iree-run-module")
 
 
-def compare(output: np.ndarray, data: ProblemData, problem: MatmulProblem) -> Verification:
-    if output.shape != data.reference.shape:
+def compare(output: np.ndarray, reference: np.ndarray, allowed: float) -> Verification:
+    """Largest error relative to the reference's largest magnitude, against `allowed`."""
+    if output.shape != reference.shape:
         return Verification(
-            "wrong_answer", None, f"shape {output.shape}, expected {data.reference.shape}"
+            "wrong_answer", None, f"shape {output.shape}, expected {reference.shape}"
         )
-    scale = float(np.max(np.abs(data.reference))) or 1.0
-    error = float(np.max(np.abs(output - data.reference))) / scale
-    if not np.isfinite(error) or error > tolerance(problem):
-        return Verification(
-            "wrong_answer", error, f"relative error {error:.3g} > {tolerance(problem):g}"
-        )
+    scale = float(np.max(np.abs(reference))) or 1.0
+    error = float(np.max(np.abs(output.astype(np.float64) - reference))) / scale
+    if not np.isfinite(error) or error > allowed:
+        return Verification("wrong_answer", error, f"relative error {error:.3g} > {allowed:g}")
     return Verification("correct", error)
 
 
@@ -142,4 +146,112 @@ def verify_module(
     finally:
         if os.path.exists(output_path):
             os.remove(output_path)
-    return compare(output, data, problem)
+    return compare(output, data.reference, tolerance(problem))
+
+
+UNAVAILABLE = "unavailable: "  # the worker's answer when it cannot open the device
+
+
+def _serve(connection, device: str) -> None:
+    """The verifier process: one IREE device for its whole life, inputs cached per problem."""
+    import iree.runtime as runtime
+
+    try:
+        config = runtime.Config(device=runtime.get_device(device))  # a URI: cuda, cuda://1, ...
+    except Exception as error:  # noqa: BLE001 - reported to the parent, which falls back
+        connection.recv()
+        connection.send(UNAVAILABLE + str(error).splitlines()[0][:200])
+        return
+    arrays: dict[str, np.ndarray] = {}
+
+    def load(path: str) -> np.ndarray:
+        if path not in arrays:
+            arrays[path] = np.load(path)
+        return arrays[path]
+
+    while True:
+        request = connection.recv()
+        if request is None:
+            return
+        vmfb, input_paths, reference_path, allowed = request
+        try:
+            context = runtime.SystemContext(config=config)
+            module = runtime.VmModule.mmap(config.vm_instance, vmfb)
+            context.add_vm_module(module)
+            result = context.modules[module.name][KERNEL_FUNCTION](*[load(p) for p in input_paths])
+            output = result.to_host()
+            del result, context, module
+            answer = compare(output, load(reference_path).astype(np.float64), allowed)
+        except Exception as error:  # noqa: BLE001 - any failure of a candidate is its outcome
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            answer = Verification(
+                "runtime_error", message=(lines[0] if lines else repr(error))[:300]
+            )
+        connection.send(answer)
+
+
+class Verifier:
+    """Checks answers in one long-lived worker process that keeps the device open.
+
+    A fresh iree-run-module per candidate spent about 0.5 s on the H200 creating a CUDA
+    context and reading the inputs; the worker pays that once per run. The worker is a
+    separate process, so a candidate that crashes it is a runtime_error, not the end of the
+    run: the worker is started again for the next one. bf16 problems, which numpy cannot
+    hold, go through iree-run-module.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self.unavailable = ""  # why the worker could not open the device, if it could not
+        self.process = None
+        self.connection = None
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # no forked copy of a live device
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, self.device), daemon=True)
+        self.process.start()
+        child.close()
+
+    def _stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.join()
+        self.process = self.connection = None
+
+    def check(
+        self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
+    ) -> Verification:
+        if self.unavailable or len(data.input_paths) != len(data.inputs):
+            return verify_module(vmfb, self.device, data, problem, timeout)
+        startup = 0.0
+        if self.process is None or not self.process.is_alive():
+            self._start()
+            startup = 60.0  # importing IREE and opening the device, once
+        request = (os.path.abspath(vmfb), data.input_paths, data.reference_path, tolerance(problem))
+        try:
+            self.connection.send(request)
+            if self.connection.poll(timeout + startup):
+                answer = self.connection.recv()
+                if isinstance(answer, str) and answer.startswith(UNAVAILABLE):
+                    self.unavailable = answer  # checks go through iree-run-module from now on
+                    self._stop()
+                    return verify_module(vmfb, self.device, data, problem, timeout)
+                return answer
+        except (EOFError, OSError, BrokenPipeError):
+            code = self.process.exitcode if self.process else None
+            self._stop()
+            return Verification("runtime_error", message=f"the run crashed (exit {code})")
+        self._stop()
+        return Verification("timeout", message=f"over {timeout:g} s")
+
+    def close(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            try:
+                self.connection.send(None)
+                self.process.join(5)
+            except (OSError, BrokenPipeError):
+                pass
+        self._stop()

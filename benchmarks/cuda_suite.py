@@ -166,6 +166,7 @@ def main() -> None:
         print(row, flush=True)
         write_table(args, rows, target)  # after every problem: a cut-off run keeps its rows
     tuning.csv.finish(tuning.retimed, set())
+    tuning.close()
     with open(args.out) as handle:
         print(handle.read())
 

@@ -9,7 +9,7 @@ from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.manifest import kernel_module_text, kernel_variant
 from autosched.targets.cpu import CpuTarget
-from autosched.verify import make_problem_data, verify_module
+from autosched.verify import Verifier, make_problem_data, verify_module
 
 TARGET = CpuTarget(RunConfig())
 
@@ -60,3 +60,42 @@ def test_runtime_failure_is_recorded(write_module, tmp_path):
     broken.write_bytes(b"not a module")
     result = verify_module(str(broken), "local-task", data, problem, timeout=60)
     assert result.status == "runtime_error" and result.message
+
+
+def test_the_long_lived_verifier_checks_and_survives_a_crash(write_module, tmp_path):
+    problem = analyze_file(write_module(matmul_function("f", 32, 32, 32))).problems[0]
+    data = make_problem_data(problem, str(tmp_path / "data"))
+    point = {"tile_m": 16, "tile_n": 16, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+    good = compile_text(kernel_variant(problem, TARGET, point), tmp_path, "good")
+    wrong_text = kernel_module_text(problem).replace("arith.constant 0.0", "arith.constant 1.0")
+    wrong = compile_text(wrong_text, tmp_path, "wrong")
+    broken = tmp_path / "broken.vmfb"
+    broken.write_bytes(b"not a module")
+    verifier = Verifier("local-task")
+    try:
+        assert verifier.check(good, data, problem, 60).status == "correct"
+        assert verifier.check(wrong, data, problem, 60).status == "wrong_answer"
+        assert verifier.check(str(broken), data, problem, 60).status == "runtime_error"
+        worker = verifier.process
+        assert verifier.check(good, data, problem, 60).status == "correct"
+        assert verifier.process is worker  # a failing module is not a reason to restart
+        worker.kill()  # as if a candidate had crashed the process
+        worker.join()
+        assert verifier.check(good, data, problem, 60).status == "correct"
+        assert verifier.process is not worker
+    finally:
+        verifier.close()
+    assert verifier.process is None
+
+
+def test_verifier_falls_back_to_iree_run_module_when_the_device_will_not_open(write_module, tmp_path):
+    problem = analyze_file(write_module(matmul_function("f", 32, 32, 32))).problems[0]
+    data = make_problem_data(problem, str(tmp_path / "data"))
+    good = compile_text(kernel_module_text(problem), tmp_path, "good")
+    verifier = Verifier("no-such-driver")
+    try:
+        result = verifier.check(good, data, problem, 60)
+    finally:
+        verifier.close()
+    assert verifier.unavailable.startswith("unavailable")
+    assert result.status == "runtime_error"  # iree-run-module cannot open it either
