@@ -29,8 +29,13 @@ def compile_text(text: str, tmp_path, name: str, repeat: int = 1) -> str:
 
 def test_correct_kernels_pass(write_module, tmp_path):
     analysis = analyze_file(
-        write_module(matmul_function("f", 64, 32, 48, "f16", "f32") + TRANSPOSED_B)
+        write_module(
+            matmul_function("f", 64, 32, 48, "f16", "f32")
+            + matmul_function("b", 32, 32, 32, "bf16", "f32")  # raw .bin inputs, no numpy bf16
+            + TRANSPOSED_B
+        )
     )
+    assert len(analysis.problems) == 3
     for problem in analysis.problems:
         data = make_problem_data(problem, str(tmp_path / problem.name))
         point = {"tile_m": 16, "tile_n": 16, "vec_m": 4, "vec_n": 8, "vec_k": 4}
