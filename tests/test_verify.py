@@ -93,7 +93,9 @@ def test_the_long_lived_verifier_checks_and_survives_a_crash(write_module, tmp_p
     assert verifier.process is None
 
 
-def test_verifier_falls_back_to_iree_run_module_when_the_device_will_not_open(write_module, tmp_path):
+def test_verifier_falls_back_to_iree_run_module_when_the_device_will_not_open(
+    write_module, tmp_path
+):
     problem = analyze_file(write_module(matmul_function("f", 32, 32, 32))).problems[0]
     data = make_problem_data(problem, str(tmp_path / "data"))
     good = compile_text(kernel_module_text(problem), tmp_path, "good")
