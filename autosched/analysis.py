@@ -138,13 +138,16 @@ def _dims_of(map_attr: ir.Attribute) -> list[int]:
 
 def _describe(function: str, index: int, op: ir.Operation) -> MatmulProblem | SkippedOp:
     site = OpSite(function=function, index=index, location=_format_location(op.location))
-    lhs, rhs, acc = (ir.RankedTensorType(v.type) for v in op.operands[:3])
-    if any(t.has_rank is False for t in (lhs, rhs, acc)):
-        return SkippedOp(site, "unranked operand")
+    try:
+        lhs, rhs, acc = (ir.RankedTensorType(v.type) for v in op.operands[:3])
+    except ValueError:
+        return SkippedOp(site, "operands are not ranked tensors (memrefs are not supported)")
     for name, tensor in (("lhs", lhs), ("rhs", rhs), ("acc", acc)):
         if not tensor.has_static_shape:
             return SkippedOp(site, f"dynamic shape: {name} is {tensor}")
     batched = op.name == "linalg.batch_matmul"
+    if "indexing_maps" not in op.attributes:
+        return SkippedOp(site, "no indexing_maps attribute")
     maps = ir.ArrayAttr(op.attributes["indexing_maps"])
     try:
         lhs_dims, rhs_dims, acc_dims = (_dims_of(m) for m in maps)
@@ -165,8 +168,8 @@ def _describe(function: str, index: int, op: ir.Operation) -> MatmulProblem | Sk
     for dims, tensor in ((lhs_dims, lhs), (rhs_dims, rhs), (acc_dims, acc)):
         for dim, size in zip(dims, tensor.shape, strict=True):
             sizes[dim] = size
-    owner = op.operands[2].owner
-    zero_init = isinstance(owner, ir.OpView) and owner.operation.name == "linalg.fill"
+    owner = getattr(op.operands[2].owner, "operation", op.operands[2].owner)  # op or block
+    zero_init = isinstance(owner, ir.Operation) and owner.name == "linalg.fill"
     return MatmulProblem(
         op_name=op.name,
         m=sizes[m],

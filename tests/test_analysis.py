@@ -76,3 +76,26 @@ def test_parse_error_names_line_and_column(write_module):
 def test_missing_file_is_an_error(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         analyze_file(str(tmp_path / "absent.mlir"))
+
+
+def test_matmul_on_buffers_is_skipped_not_a_crash(write_module):
+    memref = """
+func.func @buffers(%a: memref<16x16xf32>, %b: memref<16x16xf32>, %c: memref<16x16xf32>) {
+  linalg.matmul ins(%a, %b : memref<16x16xf32>, memref<16x16xf32>) outs(%c : memref<16x16xf32>)
+  return
+}
+"""
+    analysis = analyze_file(write_module(memref + matmul_function("t", 16, 16, 16)))
+    assert [p.sites[0].function for p in analysis.problems] == ["t"]
+    assert "not ranked tensors" in analysis.skipped[0].reason
+
+
+def test_integer_matmul_is_skipped_with_its_type(write_module):
+    analysis = analyze_file(
+        write_module(
+            matmul_function("i", 16, 16, 16, "i8", "i32").replace("0.0", "0")
+            + matmul_function("t", 16, 16, 16)
+        )
+    )
+    assert len(analysis.problems) == 1
+    assert "i8" in analysis.skipped[0].reason
