@@ -154,6 +154,7 @@ def run(input_file, config_path, fresh, dry_run, **overrides) -> None:
     if dry_run:
         _dry_run(config, target, analysis)
         return
+    target.check_device()
     tuning = Tuning(config, target, resume=not fresh)
     _log_analysis(tuning, config, analysis)
     for skipped in analysis.skipped:

@@ -68,23 +68,11 @@ def write_module(tmp_path):
     return write
 
 
-def _has_nvidia_gpu() -> bool:
-    import shutil
-    import subprocess
-
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
-    try:
-        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return listed.returncode == 0 and "GPU" in listed.stdout
-
-
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` run only where an NVIDIA GPU answers."""
-    if _has_nvidia_gpu():
+    from autosched.targets.cuda import has_local_gpu
+
+    if has_local_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi finds none)")
     for item in items:

@@ -177,6 +177,19 @@ def test_bad_input_is_one_line_and_exit_2(workdir, text, args, expected):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.skipif(__import__("shutil").which("nvidia-smi") is not None, reason="has a GPU")
+def test_cuda_without_a_gpu_is_a_clear_error_but_dry_run_works(workdir):
+    (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64, "f16", "f32"))
+    (workdir / "cuda.cfg").write_text("[Env]\ntarget = cuda\n")
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--config", "cuda.cfg"])
+    assert result.exit_code == 2 and "nvidia-smi finds none" in result.output
+    dry = CliRunner().invoke(
+        cli, ["run", "mm.mlir", "--config", "cuda.cfg", "--arch", "sm_90", "--dry-run"]
+    )
+    assert dry.exit_code == 0, dry.output
+    assert list(workdir.glob("generated/linalg/matmul/*/*.mlir"))
+
+
 def test_bad_cfg_key_through_the_installed_command(workdir):
     (workdir / "mm.mlir").write_text(matmul_function("mm", 16, 16, 16))
     (workdir / "auto-scheduler.cfg").write_text("[SearchSpace]\ntile_q = [4]\n")

@@ -85,6 +85,9 @@ class Target(ABC):
                 if not spec.choices and (not isinstance(value, int) or value < 0):
                     raise UserError(f"{where}: {value!r} is not a non-negative integer")
 
+    def check_device(self) -> None:  # noqa: B027 - most targets need no check
+        """Raises UserError when this machine cannot run the target's code."""
+
     def dispatch_repeat(self, problem: MatmulProblem) -> int:
         """Dispatches per timed call when the cfg leaves dispatch_repeat at 0."""
         return self.default_dispatch_repeat

@@ -96,6 +96,18 @@ def _arch_number(arch: str) -> int:
     return int(arch.removeprefix("sm_"))
 
 
+def has_local_gpu() -> bool:
+    """Whether nvidia-smi lists a GPU here (the timing and checking need one)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listed.returncode == 0 and "GPU" in listed.stdout
+
+
 def detect_arch() -> str:
     """The local GPU's arch (sm_XY), the nearest one this module knows, or sm_80 without a GPU."""
     smi = shutil.which("nvidia-smi")
@@ -179,6 +191,13 @@ class CudaTarget(Target):
 
     def describe(self) -> str:
         return f"{self.name} {self.arch} (device {self.device})"
+
+    def check_device(self) -> None:
+        if not has_local_gpu():
+            raise UserError(
+                "--target cuda times and checks candidates on an NVIDIA GPU, and nvidia-smi "
+                "finds none here (--dry-run writes the variants without one)"
+            )
 
     def dispatch_repeat(self, problem: MatmulProblem) -> int:
         """Dispatches per timed call: about 50 ms of work at an optimistic rate.
