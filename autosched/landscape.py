@@ -11,11 +11,13 @@ A landscape lets tuners be replayed and compared without a compiler or a device
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
 from dataclasses import dataclass, field
 
+import click
 import numpy as np
 
 from autosched.errors import UserError
@@ -180,8 +182,50 @@ def _from_csv(text: str, path: str) -> list[Landscape]:
 # --- JSON lines (the tuning database) ---------------------------------------------------
 
 
+@functools.cache
+def _target_for(name: str, arch: str):
+    from autosched.config import RunConfig
+    from autosched.targets import make_target
+
+    return make_target(RunConfig(target=name, arch=arch))
+
+
+def _target_features(record: dict) -> dict[str, float] | None:
+    """The features today's target computes for the record's point, when it can.
+
+    Features are a function of the point, so replaying with the current code's features
+    measures the current cost model, whatever features the record was written with.
+    """
+    from autosched.analysis import MatmulProblem
+
+    shape, point = record.get("shape") or {}, record.get("point") or {}
+    if record.get("target") not in ("cpu", "cuda") or not shape or not point:
+        return None
+    try:
+        problem = MatmulProblem(
+            op_name=shape["op"],
+            m=shape["m"],
+            n=shape["n"],
+            k=shape["k"],
+            batch=shape["batch"],
+            lhs_type=shape["lhs_type"],
+            rhs_type=shape["rhs_type"],
+            acc_type=shape["acc_type"],
+            transpose_a=shape["transpose_a"],
+            transpose_b=shape["transpose_b"],
+            zero_init=shape["zero_init"],
+            indexing_maps="",
+        )
+        return _target_for(record["target"], record.get("arch") or "").features(problem, point)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, click.ClickException):
+        return None
+
+
 def _record_features(record: dict) -> dict[str, float]:
-    """The record's own `features`, else log2 of the numeric point values."""
+    """Today's target features, else the record's own `features`, else log2 of the point."""
+    computed = _target_features(record)
+    if computed is not None:
+        return computed
     given = record.get("features")
     if isinstance(given, dict) and given:
         return {str(k): float(v) for k, v in given.items() if _is_number(v)}

@@ -113,12 +113,18 @@ class CpuTarget(Target):
         )
 
     def features(self, problem: MatmulProblem, point: Point) -> dict[str, float]:
+        """Knobs (log2) and what they imply for caches, registers and the cores' share."""
         tm, tn, vm, vn, vk = (point[k] for k in self.knob_names)
         workgroups = (problem.m // tm) * (problem.n // tn) * max(problem.batch, 1)
+        element = _widest(problem)
         return {
             **{f"log2_{k}": math.log2(point[k]) for k in self.knob_names},
             "log2_workgroups": math.log2(workgroups),
-            "vector_elements": vm * vn,
-            "vector_k_elements": vm * vn * vk,
+            "even_workgroups": float(workgroups % 2 == 0),
+            "accumulator_vectors": vm * vn * element / 32,  # 32-byte (AVX2) registers
+            "full_vector_width": float(vn * element % 32 == 0),
+            "log2_contraction": math.log2(vm * vn * vk),
+            "log2_panel_bytes": math.log2((tm + tn) * problem.k * element),  # A and B panels
+            "log2_tile_bytes": math.log2(tm * tn * element),
             "tile_intensity": tm * tn / (tm + tn),
         }
