@@ -156,12 +156,22 @@ def test_every_valid_point_compiles_as_emitted(tmp_path, arch: str, name: str) -
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("shape", [(32, 32, 32, "f32"), (32, 32, 32, "f16"), (16, 64, 64, "f16")])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (32, 32, 32, "f32", "f32"),
+        (32, 32, 32, "f16", "f32"),
+        (16, 64, 64, "f16", "f32"),
+        (32, 32, 32, "bf16", "f32"),
+        (32, 32, 32, "f16", "f16"),
+    ],
+    ids=lambda shape: "x".join(map(str, shape)),
+)
 def test_every_point_of_a_default_space_compiles(tmp_path, arch: str, shape) -> None:
     """No [SearchSpace] at all: the space a user gets from the problem alone."""
-    m, n, k, element = shape
+    m, n, k, element, accumulator = shape
     path = tmp_path / "mm.mlir"
-    path.write_text(matmul_function("mm", m, n, k, element, "f32"))
+    path.write_text(matmul_function("mm", m, n, k, element, accumulator))
     (problem,) = analyze_file(str(path)).problems
     target = _target(arch)
     space = build_space(problem, target, {})
