@@ -237,7 +237,7 @@ class Tuning:
             result.search_s = time.perf_counter() - start
             return result
         names = [target.config_name(p) for p in space.points]
-        features = _feature_matrix(problem, target, space.points)
+        features = feature_matrix(problem, target, space.points)
         tuner = make_tuner(
             config.tuner, len(space.points), config.seed, features, budget=config.n_trial
         )
@@ -367,7 +367,7 @@ def _best_so_far(trials: list[Trial]) -> float:
     return max((t.gflops for t in trials if t.ok), default=0.0)
 
 
-def _feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) -> np.ndarray:
+def feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) -> np.ndarray:
     if not points:
         return np.zeros((0, 0))
     rows = [target.features(problem, p) for p in points]
