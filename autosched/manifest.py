@@ -21,7 +21,9 @@ def _tensor(shape: list[int], element: str) -> str:
     return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
 
 
-def kernel_module_text(problem: MatmulProblem, module_attributes: str | None = None) -> str:
+def kernel_module_text(
+    problem: MatmulProblem, module_attributes: dict[str, str] | None = None
+) -> str:
     """The problem's matmul alone in `@main`, zero-filled or accumulating as in the source."""
     lhs = _tensor(problem.lhs_shape, problem.lhs_type)
     rhs = _tensor(problem.rhs_shape, problem.rhs_type)
@@ -36,7 +38,8 @@ def kernel_module_text(problem: MatmulProblem, module_attributes: str | None = N
     else:
         args += f", %acc: {acc}"
         init = ""
-    attributes = f" attributes {{{module_attributes}}}" if module_attributes else ""
+    listed = ", ".join(f"{name} = {text}" for name, text in (module_attributes or {}).items())
+    attributes = f" attributes {{{listed}}}" if listed else ""
     return (
         f"module{attributes} {{\n"
         f"func.func @{KERNEL_FUNCTION}({args}) -> {acc} {{\n"
@@ -83,4 +86,9 @@ def tuned_input_module(input_file: str, best: list[tuple[MatmulProblem, Target, 
     for problem, target, point in best:
         for site in problem.sites:
             _attach(ops[site.index], target.lowering_config(problem, point), context)
+        # The configs were tuned for this target (Hopper's has no iree-compile flag): keep
+        # any target the user's module names, else add the one the kernels were built with.
+        for name, text in target.module_attributes().items():
+            if name not in module.operation.attributes:
+                module.operation.attributes[name] = ir.Attribute.parse(text, context)
     return str(module)

@@ -17,7 +17,7 @@ from iree.compiler.tools.binaries import find_tool
 
 from autosched.analysis import MatmulProblem, analyze_file
 from autosched.config import RunConfig
-from autosched.manifest import kernel_module_text, kernel_variant
+from autosched.manifest import kernel_module_text, kernel_variant, tuned_input_module
 from autosched.space import build_space
 from autosched.targets.base import Point
 from autosched.targets.cuda import CudaTarget
@@ -185,7 +185,7 @@ def test_sm_90_target_attribute_compiles(tmp_path) -> None:
     target = _target("sm_90")
     assert not any(f.startswith("--iree-cuda-target") for f in target.compile_flags())
     attributes = target.module_attributes()
-    assert attributes is not None and 'arch = "sm_90"' in attributes
+    assert 'arch = "sm_90"' in attributes["hal.device.targets"]
     source = tmp_path / "sm90.mlir"
     source.write_text(kernel_module_text(_problem(tmp_path, "f16"), attributes))
     result = subprocess.run(
@@ -197,9 +197,25 @@ def test_sm_90_target_attribute_compiles(tmp_path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_tuned_module_for_sm_90_carries_the_target_and_compiles(tmp_path) -> None:
+    """The user's module with the winners attached compiles with the printed flags alone."""
+    target = _target("sm_90")
+    problem = _problem(tmp_path, "f16")
+    point = build_space(problem, target, PROBLEMS["f16"][1]).points[0]
+    source = tmp_path / "f16.mlir"  # written by _problem: the user's module
+    tuned = tmp_path / "tuned.mlir"
+    tuned.write_text(tuned_input_module(str(source), [(problem, target, point)]))
+    assert 'arch = "sm_90"' in tuned.read_text()
+    code, stderr, configured = _compile(
+        (str(tuned), str(tmp_path / "tuned"), target.compile_flags())
+    )
+    assert code == 0, stderr[-2000:]
+    assert _lowering_config_text(target.lowering_config(problem, point)) in configured
+
+
 def test_other_archs_use_the_flag() -> None:
     target = _target("sm_89")
-    assert target.module_attributes() is None
+    assert target.module_attributes() == {}
     assert "--iree-cuda-target=sm_89" in target.compile_flags()
     assert target.shared_memory_bytes == 101376 and target.max_threads == 1024
 

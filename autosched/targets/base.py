@@ -112,9 +112,9 @@ class Target(ABC):
     def compile_flags(self) -> list[str]:
         """iree-compile flags that select this backend."""
 
-    def module_attributes(self) -> str | None:
-        """Attributes the kernel module needs (a full GPU target, say); None for none."""
-        return None
+    def module_attributes(self) -> dict[str, str]:
+        """Attributes the module needs (name -> MLIR text), e.g. a full GPU target; often none."""
+        return {}
 
     @abstractmethod
     def config_name(self, point: Point) -> str:

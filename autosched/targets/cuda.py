@@ -460,10 +460,10 @@ class CudaTarget(Target):
             return ["--iree-hal-target-device=cuda"]  # the target comes from the module
         return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
 
-    def module_attributes(self) -> str | None:
+    def module_attributes(self) -> dict[str, str]:
         """For an arch iree-compile cannot name, the full device target, built like sm_89's."""
         if self.arch not in ATTRIBUTE_ONLY_ARCHS:
-            return None
+            return {}
         info = ARCHS[self.arch]
         wgp = (
             "compute = fp64|fp32|fp16|int64|int32|int16|int8, storage = b64|b32|b16|b8, "
@@ -478,10 +478,11 @@ class CudaTarget(Target):
             f'#iree_gpu.target<arch = "{self.arch}", features = "{info.ptx}", wgp = <{wgp}>, '
             f"chip = <wgp_count = {info.sm_count}>>"
         )
-        return (
-            'hal.device.targets = [#hal.device.target<"cuda", [#hal.executable.target<"cuda", '
+        device = (
+            '[#hal.device.target<"cuda", [#hal.executable.target<"cuda", '
             f'"cuda-nvptx-fb", {{iree_codegen.target_info = {target}}}>]> : !hal.device]'
         )
+        return {"hal.device.targets": device}
 
     # ---- names and features -------------------------------------------------------------
 
