@@ -111,14 +111,19 @@ def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
     click.echo(f"variants under {os.path.join(config.work_dir, 'linalg')}")
 
 
-def _export_best(config: RunConfig, target, results: list[ProblemResult]) -> str | None:
+def _export_best(config: RunConfig, target, results: list[ProblemResult]) -> tuple[str, str | None]:
+    """The input module with the winners attached, and the same winners as a tuning spec."""
     from autosched.manifest import tuned_input_module, write_text
+    from autosched.spec import tuning_spec
 
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
     stem = os.path.splitext(config.output_file)[0]
-    path = stem + ".best.mlir"
-    write_text(path, tuned_input_module(config.input_file, best))
-    return path
+    module = write_text(stem + ".best.mlir", tuned_input_module(config.input_file, best))
+    spec_path = stem + ".spec.mlir"
+    if os.path.exists(spec_path):
+        os.remove(spec_path)  # a spec from an earlier run must not outlive its results
+    spec = tuning_spec(best)
+    return module, write_text(spec_path, spec) if spec else None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -177,13 +182,21 @@ def run(input_file, config_path, fresh, dry_run, **overrides) -> None:
             err=True,
         )
         sys.exit(EXIT_INTERRUPTED)
-    best_path = _export_best(config, target, results)
+    best_path, spec_path = _export_best(config, target, results)
     summary = summary_rows(results)
     tuning.log.section("result")
     tuning.log.write(summary)
-    tuning.log.write(f"search time: {time.perf_counter() - start:.1f} s; best module: {best_path}")
+    tuning.log.write(f"search time: {time.perf_counter() - start:.1f} s")
+    tuning.log.write(f"tuned module: {best_path}; tuning spec: {spec_path}")
     click.echo(summary)
     click.echo(f"\nCSV: {config.output_file}  log: {config.log_file}  tuned module: {best_path}")
+    if spec_path:
+        click.echo(
+            f"tuning spec for any model: iree-compile MODEL.mlir "
+            f"{' '.join(target.compile_flags())} {target.tuning_spec_flag}={spec_path}"
+        )
+    else:
+        click.echo("no tuning spec: nothing beat IREE's default configurations")
 
 
 try:

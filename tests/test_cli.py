@@ -85,6 +85,10 @@ def test_run_tunes_and_leaves_csv_log_and_tuned_module(workdir):
     assert "matmul_64x64x64_f32_f32_f32" in result.output  # the summary table
     tuned = ir.Module.parse((workdir / "generated/results.best.mlir").read_text(), ir.Context())
     assert len(list(walk_matmuls(tuned))) == 1
+    chosen = next(r for r in table if r["chosen"] == "yes")
+    spec = workdir / "generated/results.spec.mlir"
+    assert spec.exists() == (chosen["config"] != "iree_default")
+    assert ("iree-codegen-tuning-spec-path" in result.output) == spec.exists()
 
 
 def test_module_with_several_matmuls_is_tuned_problem_by_problem(workdir):

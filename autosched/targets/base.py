@@ -60,6 +60,7 @@ class Target(ABC):
     default_dispatch_repeat: int  # dispatches per timed call (DESIGN.md: time dispatches)
     timing_overlaps_compile = False  # time a candidate while others compile (GPU targets)
     arch = ""  # the chip the code is built for, where the backend has such a notion
+    tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
 
     def __init__(self, config: RunConfig):
         self.config = config

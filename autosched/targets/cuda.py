@@ -147,6 +147,9 @@ class CudaTarget(Target):
     default_device = "cuda"
     default_dispatch_repeat = 20
     timing_overlaps_compile = True  # the GPU times one candidate while the CPUs compile others
+    # iree-compile 3.13 ignores --iree-codegen-tuning-spec-path for CUDA (checked with
+    # --compile-to=executable-configurations); the transform library applies the same file.
+    tuning_spec_flag = "--iree-codegen-transform-dialect-library"
     knobs = (
         KnobSpec("pipeline", "IREE codegen pipeline", choices=PIPELINES),
         KnobSpec(
