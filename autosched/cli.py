@@ -86,16 +86,12 @@ def _prepare(config: RunConfig, input_file: str | None):
 def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
     """Analysis, spaces and variant files, with no compiler run."""
     from autosched.manifest import kernel_variant, variant_path, write_text
-    from autosched.runner import feature_matrix
+    from autosched.runner import space_tuner
     from autosched.space import build_space
-    from autosched.tuners import make_tuner
 
     for problem in analysis.problems:
         space = build_space(problem, target, config.search_space)
-        features = feature_matrix(problem, target, space.points)
-        tuner = make_tuner(
-            config.tuner, len(space.points), config.seed, features, budget=config.n_trial
-        )
+        tuner = space_tuner(config, target, space)
         chosen = tuner.next_batch(config.n_trial) if space.points else []
         for index in chosen:
             point = space.points[index]

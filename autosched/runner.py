@@ -237,10 +237,7 @@ class Tuning:
             result.search_s = time.perf_counter() - start
             return result
         names = [target.config_name(p) for p in space.points]
-        features = feature_matrix(problem, target, space.points)
-        tuner = make_tuner(
-            config.tuner, len(space.points), config.seed, features, budget=config.n_trial
-        )
+        tuner = space_tuner(config, target, space)
         index_of = {name: i for i, name in enumerate(names)}
         resumed = [(index_of[n], t) for n, t in earlier_by_name.items() if n in index_of]
         resumed.sort(key=lambda item: item[1].time)
@@ -365,6 +362,12 @@ def _describe(trial: Trial) -> str:
 
 def _best_so_far(trials: list[Trial]) -> float:
     return max((t.gflops for t in trials if t.ok), default=0.0)
+
+
+def space_tuner(config: RunConfig, target: Target, space: SearchSpace):
+    """The cfg's tuner over one problem's space, with the target's features of its points."""
+    features = feature_matrix(space.problem, target, space.points)
+    return make_tuner(config.tuner, len(space.points), config.seed, features, budget=config.n_trial)
 
 
 def feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) -> np.ndarray:
