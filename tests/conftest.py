@@ -21,6 +21,16 @@ func.func @{name}(%a: tensor<{m}x{k}x{element}>, %b: tensor<{k}x{n}x{element}>) 
 """
 
 
+# CUDA knob lists that leave exactly one TileAndFuse tensor-core point for a 256^3 f16 matmul.
+ONE_F16_TILE_AND_FUSE_POINT = {
+    "pipeline": ["TileAndFuse"],
+    "tile_m": [64],
+    "tile_n": [64],
+    "tile_k": [32],
+    "subgroup_m": [2],
+    "subgroup_n": [2],
+}
+
 TRANSPOSED_B = """
 func.func @transposed(%a: tensor<32x64xf32>, %b: tensor<16x64xf32>, %c: tensor<32x16xf32>) -> tensor<32x16xf32> {
   %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>,

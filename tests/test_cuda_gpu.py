@@ -9,7 +9,7 @@ import csv
 
 import pytest
 from click.testing import CliRunner
-from conftest import matmul_function
+from conftest import ONE_F16_TILE_AND_FUSE_POINT, matmul_function
 
 from autosched.analysis import analyze_file
 from autosched.cli import cli
@@ -50,14 +50,7 @@ def test_wrong_answer_is_caught_on_the_gpu(tmp_path):
     path.write_text(matmul_function("mm", 256, 256, 256, "f16", "f32"))
     problem = analyze_file(str(path)).problems[0]
     target = CudaTarget(RunConfig(target="cuda"))
-    lists = {
-        "pipeline": ["TileAndFuse"],
-        "tile_m": [64],
-        "tile_n": [64],
-        "tile_k": [32],
-        "subgroup_m": [2],
-        "subgroup_n": [2],
-    }
+    lists = ONE_F16_TILE_AND_FUSE_POINT
     point = build_space(problem, target, lists).points[0]
     good = kernel_variant(problem, target, point)
     wrong = good.replace("arith.constant 0.000000e+00", "arith.constant 1.000000e+00")

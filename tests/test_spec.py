@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import TRANSPOSED_B, matmul_function
+from conftest import ONE_F16_TILE_AND_FUSE_POINT, TRANSPOSED_B, matmul_function
 from iree.compiler.tools.binaries import find_tool
 
 from autosched.analysis import analyze_file
@@ -68,14 +68,7 @@ def test_cuda_spec_is_applied_through_the_transform_library(write_module, tmp_pa
     path = write_module(matmul_function("h", 256, 256, 256, "f16", "f32"))
     (problem,) = analyze_file(path).problems
     target = CudaTarget(RunConfig(target="cuda", arch="sm_89"))
-    lists = {
-        "pipeline": ["TileAndFuse"],
-        "tile_m": [64],
-        "tile_n": [64],
-        "tile_k": [32],
-        "subgroup_m": [2],
-        "subgroup_n": [2],
-    }
+    lists = ONE_F16_TILE_AND_FUSE_POINT
     (point,) = build_space(problem, target, lists).points
     spec = tmp_path / "spec.mlir"
     spec.write_text(tuning_spec([(problem, target, point)]))
