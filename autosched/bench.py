@@ -33,12 +33,13 @@ def time_module(
     repetitions: int,
     min_time: float,
     timeout: float,
+    function: str = KERNEL_FUNCTION,
 ) -> Timing:
     """Median time of one dispatch; the tool's own warm-up run is not counted."""
     try:
         rows = benchmark_module(
             vmfb,
-            entry_function=KERNEL_FUNCTION,
+            entry_function=function,
             inputs=inputs,
             timeout=timeout,
             device=device,

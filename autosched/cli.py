@@ -50,10 +50,10 @@ def _log_analysis(tuning: Tuning, config: RunConfig, analysis: Analysis) -> None
     log.section("configuration")
     log.write(f"config file: {config.source}")
     for key, value in vars(config).items():
-        if key != "search_space":
+        if key not in ("search_space", "target_search_spaces"):
             log.write(f"  {key} = {value}")
-    for key, values in config.search_space.items():
-        log.write(f"  [SearchSpace] {key} = {values}")
+    for key, values in config.knob_space.items():
+        log.write(f"  [{config.knob_section(key)}] {key} = {values}")
     log.write(f"target: {tuning.target.describe()}; IREE {tuning.version}")
     log.section("analysis")
     for problem in analysis.problems:
@@ -90,7 +90,7 @@ def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
     from autosched.space import build_space
 
     for problem in analysis.problems:
-        space = build_space(problem, target, config.search_space)
+        space = build_space(problem, target, config.knob_space)
         tuner = space_tuner(config, target, space)
         chosen = tuner.next_batch(config.n_trial) if space.points else []
         for index in chosen:

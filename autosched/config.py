@@ -11,6 +11,7 @@ from autosched.errors import UserError
 DEFAULT_CONFIG_FILE = "auto-scheduler.cfg"
 TUNERS = ("grid", "random", "xgboost")
 TARGETS = ("cpu", "cuda")
+SEARCH_SPACE = "SearchSpace"
 
 Knob = int | str
 
@@ -44,7 +45,23 @@ class RunConfig:
     retime_top: int = 3
     # [SearchSpace]: knob name -> candidate values, as the user wrote them
     search_space: dict[str, list[Knob]] = field(default_factory=dict)
+    # [SearchSpace.<target>]: the same, used only when that target runs
+    target_search_spaces: dict[str, dict[str, list[Knob]]] = field(default_factory=dict)
     source: str = "built-in defaults"  # the cfg file these came from, for messages
+
+    @property
+    def knob_space(self) -> dict[str, list[Knob]]:
+        """The knobs for this run's target: [SearchSpace.<target>] over [SearchSpace].
+
+        So that one cfg can hold a space per target and `--target` switches between them.
+        """
+        return {**self.search_space, **self.target_search_spaces.get(self.target, {})}
+
+    def knob_section(self, knob: str) -> str:
+        """The cfg section a knob of `knob_space` came from, for error messages."""
+        if knob in self.target_search_spaces.get(self.target, {}):
+            return f"{SEARCH_SPACE}.{self.target}"
+        return SEARCH_SPACE
 
 
 # Which section holds each scalar field, and how to read it.
@@ -144,18 +161,23 @@ def load_config(path: str | None) -> RunConfig:
         message = " ".join(str(error).split())
         raise UserError(f"{path}: not a valid cfg file: {message}") from None
     values: dict[str, object] = {"source": path}
+    space_sections = {SEARCH_SPACE: "", **{f"{SEARCH_SPACE}.{t}": t for t in TARGETS}}
+    target_spaces: dict[str, dict[str, list[Knob]]] = {}
     for section in parser.sections():
-        if section == "SearchSpace":
+        if section in space_sections:
             space = {}
             for key, raw in parser.items(section):
                 try:
                     space[key] = parse_knob_list(raw)
                 except ValueError as error:
-                    raise UserError(f"{path}: [SearchSpace] {key} = {raw!r}: {error}") from None
-            values["search_space"] = space
+                    raise UserError(f"{path}: [{section}] {key} = {raw!r}: {error}") from None
+            if space_sections[section]:
+                target_spaces[space_sections[section]] = space
+            else:
+                values["search_space"] = space
             continue
         if section not in _SECTIONS:
-            known = ", ".join(f"[{s}]" for s in [*_SECTIONS, "SearchSpace"])
+            known = ", ".join(f"[{s}]" for s in [*_SECTIONS, *space_sections])
             raise UserError(f"{path}: unknown section [{section}] (known: {known})")
         for key, raw in parser.items(section):
             if key not in _SECTIONS[section]:
@@ -165,7 +187,7 @@ def load_config(path: str | None) -> RunConfig:
             if raw.strip() == "" and kind is str:
                 continue  # an empty string key means "use the default"
             values[key] = _convert(f"{path}: [{section}]", key, raw.strip(), kind)
-    return RunConfig(**values)
+    return RunConfig(**values, target_search_spaces=target_spaces)
 
 
 def with_overrides(config: RunConfig, **overrides) -> RunConfig:

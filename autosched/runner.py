@@ -199,7 +199,7 @@ class Tuning:
     def tune_problem(self, problem: MatmulProblem, progress: Progress) -> ProblemResult:
         log, config, target = self.log, self.config, self.target
         start = time.perf_counter()
-        space = build_space(problem, target, config.search_space)
+        space = build_space(problem, target, config.knob_space)
         result = ProblemResult(problem, space)
         self.repeat = config.dispatch_repeat or target.dispatch_repeat(problem)
         log.section(f"problem {problem.name}")

@@ -94,3 +94,35 @@ def test_knob_list_syntax():
     assert parse_knob_list("[64, 128]") == [64, 128]
     assert parse_knob_list("32") == [32]
     assert parse_knob_list("[TileAndFuse, VectorDistribute]") == ["TileAndFuse", "VectorDistribute"]
+
+
+def test_target_sections_switch_with_the_target(tmp_path):
+    """One cfg holds a space per target; --target picks which one a run uses."""
+    path = write_cfg(
+        tmp_path,
+        "[Env]\ntarget = cpu\n[SearchSpace]\ntile_m = [64]\n"
+        "[SearchSpace.cpu]\nvec_m = [4, 8]\n[SearchSpace.cuda]\ntile_m = [128]\nthread_m = [4]\n",
+    )
+    cpu = load_config(path)
+    assert cpu.knob_space == {"tile_m": [64], "vec_m": [4, 8]}
+    make_target(cpu).check_search_space(cpu)
+    cuda = with_overrides(cpu, target="cuda", arch="sm_80")
+    assert cuda.knob_space == {"tile_m": [128], "thread_m": [4]}  # the target's section wins
+    assert cuda.knob_section("thread_m") == "SearchSpace.cuda"
+    make_target(cuda).check_search_space(cuda)
+
+
+def test_knob_of_the_wrong_target_section_names_it(tmp_path):
+    path = write_cfg(
+        tmp_path, "[Env]\ntarget = cuda\narch = sm_80\n[SearchSpace.cuda]\nvec_m = [4]\n"
+    )
+    config = load_config(path)
+    with pytest.raises(
+        UserError, match=r"\[SearchSpace.cuda\] unknown key 'vec_m' for target cuda"
+    ):
+        make_target(config).check_search_space(config)
+
+
+def test_unknown_target_section(tmp_path):
+    with pytest.raises(UserError, match=r"unknown section \[SearchSpace.tpu\]"):
+        load_config(write_cfg(tmp_path, "[SearchSpace.tpu]\ntile_m = [1]\n"))

@@ -71,14 +71,16 @@ class Target(ABC):
         return tuple(k.name for k in self.knobs)
 
     def check_search_space(self, config: RunConfig) -> None:
-        """Every [SearchSpace] key must be a knob of this target, with values of its type."""
-        for key, values in config.search_space.items():
+        """Every knob the cfg sets must be a knob of this target, with values of its type."""
+        for key, values in config.knob_space.items():
             spec = next((k for k in self.knobs if k.name == key), None)
-            where = f"{config.source}: [SearchSpace] {key} = {values}"
+            section = f"{config.source}: [{config.knob_section(key)}]"
+            where = f"{section} {key} = {values}"
             if spec is None:
                 raise UserError(
-                    f"{config.source}: [SearchSpace] unknown key {key!r} for target "
-                    f"{self.name} (knobs: {', '.join(self.knob_names)})"
+                    f"{section} unknown key {key!r} for target {self.name} "
+                    f"(knobs: {', '.join(self.knob_names)}; a section [SearchSpace.<target>] "
+                    "holds knobs used only with that target)"
                 )
             for value in values:
                 if spec.choices and value not in spec.choices:

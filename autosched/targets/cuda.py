@@ -225,7 +225,7 @@ class CudaTarget(Target):
 
     def _kinds(self, problem: MatmulProblem) -> list[Knob]:
         """mma_kind values this problem's space will hold: the user's list, else the default."""
-        return list(self.config.search_space.get("mma_kind", [self.default_mma_kind(problem)]))
+        return list(self.config.knob_space.get("mma_kind", [self.default_mma_kind(problem)]))
 
     def candidates(self, knob: str, problem: MatmulProblem) -> list[Knob]:
         kinds = self._kinds(problem)
