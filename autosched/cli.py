@@ -191,6 +191,11 @@ def run(input_file, config_path, fresh, dry_run, **overrides) -> None:
             f"tuning spec for any model: iree-compile MODEL.mlir "
             f"{' '.join(target.compile_flags())} {target.tuning_spec_flag}={spec_path}"
         )
+        if target.module_attributes():  # sm_90: iree-compile has no flag naming this target
+            click.echo(
+                f"  (MODEL.mlir must carry the {target.arch} target: copy the module attributes "
+                f"of {best_path} onto it, or compile {best_path} itself)"
+            )
     else:
         click.echo("no tuning spec: nothing beat IREE's default configurations")
 

@@ -106,3 +106,28 @@ def test_verifier_falls_back_to_iree_run_module_when_the_device_will_not_open(
         verifier.close()
     assert verifier.unavailable.startswith("unavailable")
     assert result.status == "runtime_error"  # iree-run-module cannot open it either
+
+
+ACCUMULATING = """
+func.func @acc(%a: tensor<32x16xf32>, %b: tensor<16x32xf32>, %c: tensor<32x32xf32>) -> tensor<32x32xf32> {
+  %r = linalg.matmul ins(%a, %b : tensor<32x16xf32>, tensor<16x32xf32>) outs(%c : tensor<32x32xf32>) -> tensor<32x32xf32>
+  return %r : tensor<32x32xf32>
+}
+"""
+
+
+def test_the_verifier_keeps_inputs_on_the_device_unchanged_across_checks(write_module, tmp_path):
+    """Cached device inputs must not be written by a kernel that accumulates into one."""
+    analysis = analyze_file(write_module(matmul_function("f", 32, 32, 32) + ACCUMULATING))
+    zero_filled, accumulating = sorted(analysis.problems, key=lambda p: p.zero_init)[::-1]
+    assert not accumulating.zero_init
+    verifier = Verifier("local-task")
+    try:
+        for problem in (accumulating, zero_filled, accumulating):  # switching problems too
+            data = make_problem_data(problem, str(tmp_path / problem.name))
+            vmfb = compile_text(kernel_module_text(problem), tmp_path, problem.name)
+            for _ in range(3):
+                result = verifier.check(vmfb, data, problem, 60)
+                assert result.status == "correct", result.message
+    finally:
+        verifier.close()
