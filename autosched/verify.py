@@ -107,18 +107,40 @@ def run_tool() -> str:
     return os.path.join(_runtime_libs.__path__[0], "iree-run-module")
 
 
-def compare(output: np.ndarray, reference: np.ndarray, allowed: float) -> Verification:
-    """Largest error relative to the reference's largest magnitude, against `allowed`.
+CHUNK = 1 << 20  # elements per step of the error scan: temporaries stay in cache
+
+
+def max_abs_difference(output: np.ndarray, reference: np.ndarray | None = None) -> float:
+    """max |output - reference| (or max |output|), in chunks: 5x faster at 4096x11008."""
+    flat = output.reshape(-1)
+    other = None if reference is None else reference.reshape(-1)
+    largest = 0.0
+    for start in range(0, flat.size, CHUNK):
+        part = flat[start : start + CHUNK].astype(np.float64 if other is None else other.dtype)
+        if other is not None:
+            np.subtract(part, other[start : start + CHUNK], out=part)
+        np.abs(part, out=part)
+        value = float(part.max())
+        if value != value:  # NaN: the builtin max below would drop it
+            return value
+        largest = max(largest, value)
+    return largest
+
+
+def compare(
+    output: np.ndarray, reference: np.ndarray, allowed: float, scale: float | None = None
+) -> Verification:
+    """Largest error relative to the reference's largest magnitude (`scale`), against `allowed`.
 
     Computed in the reference's precision: float32 differences of values this close are
-    exact enough for tolerances of 1e-4 and up, and a 4096x4096 check stays fast.
+    exact enough for tolerances of 1e-4 and up.
     """
     if output.shape != reference.shape:
         return Verification(
             "wrong_answer", None, f"shape {output.shape}, expected {reference.shape}"
         )
-    scale = float(np.max(np.abs(reference))) or 1.0
-    error = float(np.max(np.abs(output.astype(reference.dtype, copy=False) - reference))) / scale
+    scale = scale or max_abs_difference(reference) or 1.0
+    error = max_abs_difference(output, reference) / scale
     if not np.isfinite(error) or error > allowed:
         return Verification("wrong_answer", error, f"relative error {error:.3g} > {allowed:g}")
     return Verification("correct", error)
@@ -198,7 +220,9 @@ def _serve(connection, device: str) -> None:
             result = function(*lhs_rhs, *[on_host(p) for p in input_paths[2:]])
             output = result.to_host()
             del result, function, context, module
-            answer = compare(output, on_host(reference_path), allowed)
+            if "scale" not in cached:
+                cached["scale"] = max_abs_difference(on_host(reference_path))
+            answer = compare(output, on_host(reference_path), allowed, cached["scale"])
         except Exception as error:  # noqa: BLE001 - any failure of a candidate is its outcome
             lines = [line for line in str(error).splitlines() if line.strip()]
             answer = Verification(
