@@ -32,6 +32,7 @@ class RunConfig:
     jobs: int = 0  # parallel compiles; 0: all cores
     compile_timeout: float = 120.0
     run_timeout: float = 60.0
+    ptxas: str = ""  # cuda: ptxas to assemble kernels at compile time; empty: look for one
     # [SearchStrategy]
     tuner: str = "grid"
     n_trial: int = 32
@@ -78,6 +79,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "jobs": int,
         "compile_timeout": float,
         "run_timeout": float,
+        "ptxas": str,
     },
     "SearchStrategy": {
         "tuner": str,

@@ -196,26 +196,13 @@ def _target_features(record: dict) -> dict[str, float] | None:
     Features are a function of the point, so replaying with the current code's features
     measures the current cost model, whatever features the record was written with.
     """
-    from autosched.analysis import MatmulProblem
+    from autosched.records import problem_from_shape
 
     shape, point = record.get("shape") or {}, record.get("point") or {}
     if record.get("target") not in ("cpu", "cuda") or not shape or not point:
         return None
     try:
-        problem = MatmulProblem(
-            op_name=shape["op"],
-            m=shape["m"],
-            n=shape["n"],
-            k=shape["k"],
-            batch=shape["batch"],
-            lhs_type=shape["lhs_type"],
-            rhs_type=shape["rhs_type"],
-            acc_type=shape["acc_type"],
-            transpose_a=shape["transpose_a"],
-            transpose_b=shape["transpose_b"],
-            zero_init=shape["zero_init"],
-            indexing_maps="",
-        )
+        problem = problem_from_shape(shape)
         return _target_for(record["target"], record.get("arch") or "").features(problem, point)
     except (KeyError, TypeError, ValueError, ZeroDivisionError, click.ClickException):
         return None

@@ -64,6 +64,36 @@ def problem_shape(problem: MatmulProblem) -> dict:
     }
 
 
+def _indexing_maps(batched: bool, transpose_a: bool, transpose_b: bool) -> str:
+    """The op's maps for a layout, as the bindings print them."""
+    b, m, n, k = ("d0, ", "d1", "d2", "d3") if batched else ("", "d0", "d1", "d2")
+    dims = f"({b}{m}, {n}, {k})" if batched else f"({m}, {n}, {k})"
+    lhs = f"{k}, {m}" if transpose_a else f"{m}, {k}"
+    rhs = f"{n}, {k}" if transpose_b else f"{k}, {n}"
+    maps = [f"affine_map<{dims} -> ({b}{x})>" for x in (lhs, rhs, f"{m}, {n}")]
+    return f"[{', '.join(maps)}]"
+
+
+def problem_from_shape(shape: dict) -> MatmulProblem:
+    """The problem a record was measured on (no op sites: it is not in any module here)."""
+    return MatmulProblem(
+        op_name=shape["op"],
+        m=shape["m"],
+        n=shape["n"],
+        k=shape["k"],
+        batch=shape["batch"],
+        lhs_type=shape["lhs_type"],
+        rhs_type=shape["rhs_type"],
+        acc_type=shape["acc_type"],
+        transpose_a=shape["transpose_a"],
+        transpose_b=shape["transpose_b"],
+        zero_init=shape["zero_init"],
+        indexing_maps=_indexing_maps(
+            bool(shape["batch"]), shape["transpose_a"], shape["transpose_b"]
+        ),
+    )
+
+
 def iree_version() -> str:
     try:
         from importlib.metadata import version

@@ -108,7 +108,7 @@ class Tuning:
             self._compile_job(problem, name, point, repeat=1), self.config.compile_timeout
         )
 
-    def _time(self, vmfb: str, data: ProblemData, repetitions: int):
+    def time_candidate(self, vmfb: str, data: ProblemData, repetitions: int):
         return time_module(
             vmfb,
             self.target.device,
@@ -157,7 +157,7 @@ class Tuning:
             trial.status, trial.message = check.status, check.message
             return trial
         started = time.perf_counter()
-        timing = self._time(compiled.job.output, data, self.config.repetitions)
+        timing = self.time_candidate(compiled.job.output, data, self.config.repetitions)
         trial.timing_s = round(time.perf_counter() - started, 3)
         if timing.status != "ok":
             trial.status, trial.message = timing.status, timing.message
@@ -290,14 +290,16 @@ class Tuning:
             log.write("no candidate compiled, ran and gave the right answer")
             return
         entries = ([result.baseline] if result.baseline.ok else []) + contenders
+        modules = self.modules_for(problem, entries)
         samples: dict[str, list[float]] = {t.config: [] for t in entries}
         for _ in range(RETIME_ROUNDS):
             for trial in entries:
-                vmfb = self._ensure_vmfb(problem, trial)
-                timing = (
-                    self._time(vmfb, data, max(1, self.config.repetitions // 2)) if vmfb else None
+                if trial.config not in modules:
+                    continue
+                timing = self.time_candidate(
+                    modules[trial.config], data, max(1, self.config.repetitions // 2)
                 )
-                if timing and timing.status == "ok":
+                if timing.status == "ok":
                     samples[trial.config].append(timing.median_ms)
         final = {name: statistics.median(v) for name, v in samples.items() if v}
         result.baseline_ms = final.get(BASELINE)
@@ -324,14 +326,16 @@ class Tuning:
         else:
             log.write("no candidate beat IREE's default configuration: the default stays")
 
-    def _ensure_vmfb(self, problem: MatmulProblem, trial: Trial) -> str | None:
-        """The candidate's module, compiled again if a resumed run no longer has it."""
-        point = None if trial.baseline else trial.point
-        job = self._compile_job(problem, trial.config, point)
-        if os.path.isfile(job.output):
-            return job.output
-        compiled = compile_one(job, self.config.compile_timeout)
-        return job.output if compiled.status == "ok" else None
+    def modules_for(self, problem: MatmulProblem, trials: list[Trial]) -> dict[str, str]:
+        """Each trial's timed module by config name; those a resumed run lacks are rebuilt."""
+        jobs = {
+            t.config: self._compile_job(problem, t.config, None if t.baseline else t.point)
+            for t in trials
+        }
+        missing = [job for job in jobs.values() if not os.path.isfile(job.output)]
+        results = compile_all(missing, self.config.compile_timeout, self.jobs)
+        failed = {r.job.output for r in results if r.status != "ok"}
+        return {name: job.output for name, job in jobs.items() if job.output not in failed}
 
     def run(self, analysis: Analysis, progress: Progress) -> list[ProblemResult]:
         """Tunes every problem; the CSV gets its ranks even when the run is interrupted."""

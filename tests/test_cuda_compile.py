@@ -17,6 +17,7 @@ from iree.compiler.tools.binaries import find_tool
 
 from autosched.analysis import MatmulProblem, analyze_file
 from autosched.config import RunConfig
+from autosched.errors import UserError
 from autosched.manifest import kernel_module_text, kernel_variant, tuned_input_module
 from autosched.space import build_space
 from autosched.targets.base import Point
@@ -218,6 +219,20 @@ def test_other_archs_use_the_flag() -> None:
     assert target.module_attributes() == {}
     assert "--iree-cuda-target=sm_89" in target.compile_flags()
     assert target.shared_memory_bytes == 101376 and target.max_threads == 1024
+
+
+def test_ptxas_setting(tmp_path) -> None:
+    """none embeds PTX; a path assembles with it; a bad path is one clear error."""
+    assert not any(
+        "ptxas" in f for f in CudaTarget(RunConfig(arch="sm_80", ptxas="none")).compile_flags()
+    )
+    tool = tmp_path / "ptxas"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    flags = CudaTarget(RunConfig(arch="sm_80", ptxas=str(tool))).compile_flags()
+    assert "--iree-cuda-use-ptxas" in flags and f"--iree-cuda-use-ptxas-from={tool}" in flags
+    with pytest.raises(UserError, match="ptxas = /no/such/ptxas: not an executable file"):
+        CudaTarget(RunConfig(arch="sm_80", ptxas="/no/such/ptxas"))
 
 
 def _rejections(tmp_path, name: str, lists: dict) -> tuple[list[Point], dict[str, int]]:

@@ -1,0 +1,95 @@
+"""Re-times every point of a recorded landscape in interleaved rounds: a noise-aware landscape.
+
+On a noisy machine one first measurement per point lets a lucky outlier become "the best
+point", which no tuner can find on purpose. This takes a tuning database, times every
+correct point (and the default) again in `--rounds` rounds, each round over all points in
+a fresh random order so that drift and bursts of load spread over all of them, and writes
+a new database whose `median_ms` is the median of the rounds (the first pass is kept as
+`first_median_ms`). Replay it with `autosched simulate` or benchmarks/search_efficiency.py.
+
+    python benchmarks/remeasure_landscape.py LANDSCAPE.jsonl --out NEW.jsonl [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autosched.config import load_config, with_overrides  # noqa: E402
+from autosched.records import Trial, problem_from_shape  # noqa: E402
+from autosched.runner import Tuning  # noqa: E402
+from autosched.targets import make_target  # noqa: E402
+from autosched.verify import make_problem_data  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("landscape", help="a tuning database (JSON lines) of a full space")
+    parser.add_argument("--out", required=True, help="the re-timed database to write")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--config", default="auto-scheduler.cfg", help="timing settings")
+    parser.add_argument("--work-dir", default="generated/remeasure")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    with open(args.landscape, encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    by_problem: dict[str, dict[str, dict]] = {}
+    for record in records:  # the newest record of a config wins, as in the loader
+        by_problem.setdefault(record["problem"], {})[record["config"]] = record
+    order = random.Random(args.seed)
+    if os.path.exists(args.out):
+        os.remove(args.out)
+    for name, by_config in by_problem.items():
+        first = next(iter(by_config.values()))
+        config = with_overrides(
+            load_config(args.config),
+            target=first["target"],
+            arch=first.get("arch") or None,
+            work_dir=args.work_dir,
+            output_file=os.path.join(args.work_dir, "unused.csv"),
+            log_file=os.path.join(args.work_dir, "run.log"),
+            database=os.path.join(args.work_dir, "unused.jsonl"),
+        )
+        problem = problem_from_shape(first["shape"])
+        tuning = Tuning(config, make_target(config))
+        tuning.repeat = config.dispatch_repeat or tuning.target.dispatch_repeat(problem)
+        data = make_problem_data(problem, os.path.join(args.work_dir, "inputs", name), config.seed)
+        ok = [Trial(**r) for r in by_config.values() if r["status"] == "ok"]
+        started = time.perf_counter()
+        modules = tuning.modules_for(problem, ok)
+        print(f"{name}: {len(modules)} modules ready in {time.perf_counter() - started:.0f} s")
+        samples: dict[str, list[float]] = {t.config: [] for t in ok}
+        for round_index in range(args.rounds):
+            trials = [t for t in ok if t.config in modules]
+            order.shuffle(trials)
+            for trial in trials:
+                timing = tuning.time_candidate(modules[trial.config], data, config.repetitions)
+                if timing.status == "ok":
+                    samples[trial.config].append(timing.median_ms)
+            print(f"  round {round_index + 1}/{args.rounds} done", flush=True)
+        tuning.close()
+        with open(args.out, "a", encoding="utf-8") as handle:
+            for config_name, record in by_config.items():
+                record = dict(record)
+                times = samples.get(config_name)
+                if times:
+                    record["first_median_ms"] = record["median_ms"]
+                    record["median_ms"] = statistics.median(times)
+                    record["cv"] = statistics.pstdev(times) / statistics.fmean(times)
+                    record["samples_ms"] = times
+                    record["gflops"] = problem.flops / (record["median_ms"] * 1e6)
+                handle.write(json.dumps(record, sort_keys=True) + "\n")
+        print(f"{name}: written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
