@@ -76,6 +76,7 @@ class Tuning:
         self.csv = CsvReport(config.output_file, target.knob_names)
         self.version = iree_version()
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
+        self.built: set[str] = set()  # modules compiled by this run (not left by another)
         self.verifier = Verifier(target.device)
 
     # ----- one candidate -------------------------------------------------------------
@@ -187,6 +188,8 @@ class Tuning:
             results = list(results)
         trials = []
         for compiled in results:
+            if compiled.status == "ok":
+                self.built.add(compiled.job.output)
             name = names[compiled.job.output]
             trial = self._finish_trial(problem, name, points[name], compiled, data)
             self.database.append(trial)
@@ -327,15 +330,20 @@ class Tuning:
             log.write("no candidate beat IREE's default configuration: the default stays")
 
     def modules_for(self, problem: MatmulProblem, trials: list[Trial]) -> dict[str, str]:
-        """Each trial's timed module by config name; those a resumed run lacks are rebuilt."""
+        """Each trial's timed module by config name, built by this run.
+
+        Resumed trials are compiled again: a module left on disk may come from another arch
+        or other flags under the same name.
+        """
         jobs = {
             t.config: self._compile_job(problem, t.config, None if t.baseline else t.point)
             for t in trials
         }
-        missing = [job for job in jobs.values() if not os.path.isfile(job.output)]
-        results = compile_all(missing, self.config.compile_timeout, self.jobs)
-        failed = {r.job.output for r in results if r.status != "ok"}
-        return {name: job.output for name, job in jobs.items() if job.output not in failed}
+        missing = [job for job in jobs.values() if job.output not in self.built]
+        for result in compile_all(missing, self.config.compile_timeout, self.jobs):
+            if result.status == "ok":
+                self.built.add(result.job.output)
+        return {name: job.output for name, job in jobs.items() if job.output in self.built}
 
     def run(self, analysis: Analysis, progress: Progress) -> list[ProblemResult]:
         """Tunes every problem; the CSV gets its ranks even when the run is interrupted."""
