@@ -80,12 +80,13 @@ def main() -> None:
         with open(args.out, "a", encoding="utf-8") as handle:
             for config_name, record in by_config.items():
                 record = dict(record)
+                record.pop("features", None)  # replays compute them from the point
                 times = samples.get(config_name)
                 if times:
                     record["first_median_ms"] = record["median_ms"]
                     record["median_ms"] = statistics.median(times)
                     record["cv"] = statistics.pstdev(times) / statistics.fmean(times)
-                    record["samples_ms"] = times
+                    record["samples_ms"] = [float(f"{t:.4g}") for t in times]
                     record["gflops"] = problem.flops / (record["median_ms"] * 1e6)
                 handle.write(json.dumps(record, sort_keys=True) + "\n")
         print(f"{name}: written to {args.out}")
