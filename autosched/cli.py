@@ -142,11 +142,16 @@ def cli() -> None:
 @click.option(
     "--early-stopping", type=int, help="stop a problem after N trials without improvement"
 )
-@click.option("--fresh", is_flag=True, help="ignore earlier measurements in the tuning database")
+@click.option(
+    "--resume/--fresh",
+    default=True,
+    help="skip points the tuning database already holds and seed the tuner with them "
+    "(default), or ignore the database",
+)
 @click.option(
     "--dry-run", is_flag=True, help="analyze, build the space, write variants; compile nothing"
 )
-def run(input_file, config_path, fresh, dry_run, **overrides) -> None:
+def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     """Tune every linalg.matmul in FILE.mlir and report the best configurations."""
     config = with_overrides(load_config(config_path), **overrides)
     config, target, analysis = _prepare(config, input_file)
@@ -154,7 +159,7 @@ def run(input_file, config_path, fresh, dry_run, **overrides) -> None:
         _dry_run(config, target, analysis)
         return
     target.check_device()
-    tuning = Tuning(config, target, resume=not fresh)
+    tuning = Tuning(config, target, resume=resume)
     _log_analysis(tuning, config, analysis)
     for skipped in analysis.skipped:
         click.echo(

@@ -148,8 +148,13 @@ def test_rerun_resumes_and_measures_only_new_points(workdir):
     assert len(second) == 2  # two new points; the default and three old points are reused
     assert not {r["config"] for r in second} & {r["config"] for r in first}
     assert len(rows()) == 6
+    resumed = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert len(database.read_text().splitlines()) == 6  # nothing new to measure
     fresh = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--fresh"])
-    assert fresh.exit_code == 0
+    assert fresh.exit_code == 0, fresh.output
+    third = [json.loads(line) for line in database.read_text().splitlines()][6:]
+    assert len(third) == 2 and sum(r["baseline"] for r in third) == 1  # the default re-measured
 
 
 @pytest.mark.parametrize(
