@@ -67,7 +67,7 @@ def problem_shape(problem: MatmulProblem) -> dict:
 def _indexing_maps(batched: bool, transpose_a: bool, transpose_b: bool) -> str:
     """The op's maps for a layout, as the bindings print them."""
     b, m, n, k = ("d0, ", "d1", "d2", "d3") if batched else ("", "d0", "d1", "d2")
-    dims = f"({b}{m}, {n}, {k})" if batched else f"({m}, {n}, {k})"
+    dims = f"({b}{m}, {n}, {k})"
     lhs = f"{k}, {m}" if transpose_a else f"{m}, {k}"
     rhs = f"{n}, {k}" if transpose_b else f"{k}, {n}"
     maps = [f"affine_map<{dims} -> ({b}{x})>" for x in (lhs, rhs, f"{m}, {n}")]
