@@ -190,6 +190,7 @@ def _serve(connection, device: str) -> None:
         return
     cached: dict[str, object] = {}  # the current problem's inputs on the device, its reference
     current = ""
+    scale = 0.0  # the current reference's largest magnitude, computed once
 
     def on_device(path: str):
         if path not in cached:
@@ -208,7 +209,7 @@ def _serve(connection, device: str) -> None:
         vmfb, input_paths, reference_path, allowed = request
         if reference_path != current:  # a new problem: free the last one's arrays
             cached.clear()
-            current = reference_path
+            current, scale = reference_path, 0.0
         try:
             context = runtime.SystemContext(config=config)
             module = runtime.VmModule.mmap(config.vm_instance, vmfb)
@@ -220,9 +221,8 @@ def _serve(connection, device: str) -> None:
             result = function(*lhs_rhs, *[on_host(p) for p in input_paths[2:]])
             output = result.to_host()
             del result, function, context, module
-            if "scale" not in cached:
-                cached["scale"] = max_abs_difference(on_host(reference_path))
-            answer = compare(output, on_host(reference_path), allowed, cached["scale"])
+            scale = scale or max_abs_difference(on_host(reference_path))
+            answer = compare(output, on_host(reference_path), allowed, scale)
         except Exception as error:  # noqa: BLE001 - any failure of a candidate is its outcome
             lines = [line for line in str(error).splitlines() if line.strip()]
             answer = Verification(

@@ -17,6 +17,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from cuda_suite import module_text  # noqa: E402
+
 from autosched.analysis import analyze_file  # noqa: E402
 from autosched.bench import time_module  # noqa: E402
 from autosched.compile import CompileJob, compile_all  # noqa: E402
@@ -33,8 +35,6 @@ def main() -> None:
     print("ptxas:", ptxas or "none found", flush=True)
     work = "generated/ptxas_probe"
     for element in ("f32", "f16"):
-        from cuda_suite import module_text
-
         text = module_text(4096, 4096, 4096, element, "f32")
         path = write_text(os.path.join(work, f"m_{element}.mlir"), text)
         base = with_overrides(load_config("configs/cuda_suite.cfg"), input_file=path)
