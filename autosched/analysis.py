@@ -122,7 +122,7 @@ def walk_matmuls(module: ir.Module):
                 for child in block.operations:
                     child = child.operation
                     name = function
-                    if child.name == "func.func":
+                    if child.name in ("func.func", "util.func"):
                         name = ir.StringAttr(child.attributes["sym_name"]).value
                     if child.name in MATMUL_OPS:
                         yield name, child
@@ -137,6 +137,7 @@ def _dims_of(map_attr: ir.Attribute) -> list[int]:
 
 
 def _describe(function: str, index: int, op: ir.Operation) -> MatmulProblem | SkippedOp:
+    """The op's problem, or why it cannot be tuned."""
     site = OpSite(function=function, index=index, location=_format_location(op.location))
     try:
         lhs, rhs, acc = (ir.RankedTensorType(v.type) for v in op.operands[:3])
@@ -168,6 +169,13 @@ def _describe(function: str, index: int, op: ir.Operation) -> MatmulProblem | Sk
     for dims, tensor in ((lhs_dims, lhs), (rhs_dims, rhs), (acc_dims, acc)):
         for dim, size in zip(dims, tensor.shape, strict=True):
             sizes[dim] = size
+    empty = [
+        name for name, size in (("M", sizes[m]), ("N", sizes[n]), ("K", sizes[k])) if size == 0
+    ]
+    if empty or (batched and sizes[b] == 0):
+        return SkippedOp(
+            site, f"zero-sized dimension {', '.join(empty) or 'batch'}: nothing to tune"
+        )
     owner = getattr(op.operands[2].owner, "operation", op.operands[2].owner)  # op or block
     zero_init = isinstance(owner, ir.Operation) and owner.name == "linalg.fill"
     return MatmulProblem(

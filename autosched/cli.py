@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
 import click
 
+from autosched import interrupts
 from autosched.analysis import Analysis, analyze_file
 from autosched.config import TARGETS, TUNERS, RunConfig, load_config, with_overrides
 from autosched.errors import UserError
+from autosched.host import device_problem
 from autosched.records import Trial
+from autosched.run_paths import RunPaths, check_paths
+from autosched.runlock import RunLock, lock_paths
 from autosched.runner import ProblemResult, Progress, Tuning, summary_rows
 
 EXIT_INTERRUPTED = 130
@@ -44,6 +49,9 @@ class BarProgress(Progress):
             self.bar.render_finish()
             self.bar = None
 
+    def note(self, message: str) -> None:
+        click.echo(f"\nwarning: {message}", err=True)
+
 
 def _log_analysis(tuning: Tuning, config: RunConfig, analysis: Analysis) -> None:
     log = tuning.log
@@ -74,13 +82,27 @@ def _prepare(config: RunConfig, input_file: str | None):
     target.check_search_space(config)
     analysis = analyze_file(path)
     for problem in list(analysis.problems):
-        reason = target.supports(problem)
+        reason = target.supports(problem) or _too_big(problem)
         if reason:
             analysis.problems.remove(problem)
             click.echo(f"skipping {problem.name}: {reason}", err=True)
     if not analysis.problems:
         raise UserError(f"{path}: no matmul in the module can be tuned for target {target.name}")
     return config, target, analysis
+
+
+def _too_big(problem) -> str | None:
+    """Why a problem's random inputs and reference will not fit in memory, if they will not."""
+    from autosched.host import physical_memory
+    from autosched.verify import data_bytes
+
+    needed, memory = data_bytes(problem), physical_memory()
+    if memory and needed > memory // 2:
+        return (
+            f"its inputs and reference need {needed / 1e9:.1f} GB, more than half of this "
+            f"machine's {memory / 1e9:.1f} GB"
+        )
+    return None
 
 
 def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
@@ -107,15 +129,14 @@ def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
     click.echo(f"variants under {os.path.join(config.work_dir, 'linalg')}")
 
 
-def _export_best(config: RunConfig, target, results: list[ProblemResult]) -> tuple[str, str | None]:
+def _export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple[str, str | None]:
     """The input module with the winners attached, and the same winners as a tuning spec."""
     from autosched.manifest import tuned_input_module, write_text
     from autosched.spec import tuning_spec
 
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
-    stem = os.path.splitext(config.output_file)[0]
-    module = write_text(stem + ".best.mlir", tuned_input_module(config.input_file, best))
-    spec_path = stem + ".spec.mlir"
+    module = write_text(paths.best_module, tuned_input_module(paths.input_file, best))
+    spec_path = paths.spec
     if os.path.exists(spec_path):
         os.remove(spec_path)  # a spec from an earlier run must not outlive its results
     spec = tuning_spec(best)
@@ -158,7 +179,28 @@ def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     if dry_run:
         _dry_run(config, target, analysis)
         return
+    paths = RunPaths.of(config)
+    check_paths(paths)
     target.check_device()
+    lock = RunLock(lock_paths(config.work_dir, config.database))
+    problem = device_problem(target.device)
+    if problem:
+        raise UserError(f"device {target.device!r} cannot be opened here: {problem}")
+    interrupts.install()
+    try:
+        _tune(config, target, analysis, paths, resume)
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        raise UserError(
+            f"{where}{error.strerror or error}; every measurement made so far is in "
+            f"{config.database}"
+        ) from None
+    finally:
+        interrupts.restore()
+        lock.release()
+
+
+def _tune(config: RunConfig, target, analysis: Analysis, paths: RunPaths, resume: bool) -> None:
     tuning = Tuning(config, target, resume=resume)
     _log_analysis(tuning, config, analysis)
     for skipped in analysis.skipped:
@@ -174,16 +216,17 @@ def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     progress = BarProgress()
     try:
         results = tuning.run(analysis, progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         progress.finish()
-        tuning.log.write("interrupted: every trial measured so far is in the CSV and the database")
+        name = "SIGTERM" if getattr(interrupt, "signum", 0) == signal.SIGTERM else "interrupted"
+        tuning.log.write(f"{name}: every trial measured so far is in the CSV and the database")
         click.echo(
-            f"\ninterrupted: measurements kept in {config.output_file} and {config.database}; "
+            f"\n{name}: measurements kept in {config.output_file} and {config.database}; "
             "run the same command again to resume",
             err=True,
         )
-        sys.exit(EXIT_INTERRUPTED)
-    best_path, spec_path = _export_best(config, target, results)
+        sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
+    best_path, spec_path = _export_best(paths, target, results)
     summary = summary_rows(results)
     tuning.log.section("result")
     tuning.log.write(summary)
@@ -214,4 +257,24 @@ except ImportError:  # pragma: no cover - simulate lands with the xgboost tuner
 
 
 def main() -> None:
-    cli(prog_name="autosched")
+    """The installed command: any error that escapes is still one line, never a traceback."""
+    try:
+        cli(prog_name="autosched", standalone_mode=False)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as error:
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(2)
+    except Exception as error:  # noqa: BLE001 - the last line of defence against tracebacks
+        click.echo(
+            f"Error: internal error ({type(error).__name__}: {error}); please report it. "
+            "Measurements already made are kept in the tuning database.",
+            err=True,
+        )
+        sys.exit(1)

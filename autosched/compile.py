@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from iree.compiler.tools.binaries import find_tool
+
+from autosched import processes
 
 
 @dataclass
@@ -35,18 +35,23 @@ def _first_error_line(stderr: str) -> str:
     return lines[0][:300] if lines else "iree-compile failed without a message"
 
 
+def compiler_path() -> str:
+    return processes.tool_path("iree-compile", find_tool("iree-compile"))
+
+
 def compile_one(job: CompileJob, timeout: float) -> CompileResult:
-    command = [find_tool("iree-compile"), job.source, "-o", job.output, *job.flags]
+    command = [compiler_path(), job.source, "-o", job.output, *job.flags]
     os.makedirs(os.path.dirname(job.output) or ".", exist_ok=True)
-    start = time.perf_counter()
-    try:
-        finished = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return CompileResult(job, "timeout", time.perf_counter() - start, f"over {timeout:g} s")
-    seconds = time.perf_counter() - start
+    finished = processes.run(command, timeout)
+    if finished.timed_out:
+        return CompileResult(job, "timeout", finished.seconds, f"over {timeout:g} s")
     if finished.returncode != 0:
-        return CompileResult(job, "compile_error", seconds, _first_error_line(finished.stderr))
-    return CompileResult(job, "ok", seconds)
+        if finished.returncode < 0:
+            message = processes.describe_failure(finished, "iree-compile")
+        else:
+            message = _first_error_line(finished.stderr)
+        return CompileResult(job, "compile_error", finished.seconds, message)
+    return CompileResult(job, "ok", finished.seconds)
 
 
 def compile_all(
@@ -55,11 +60,18 @@ def compile_all(
     workers: int,
     on_done: Callable[[CompileResult], None] | None = None,
 ) -> Iterator[CompileResult]:
-    """Yields results as they finish; a failure is a result, never an exception."""
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    """Yields results as they finish; a failure is a result, never an exception.
+
+    When the caller stops early (an interrupt), compiles not yet started are cancelled and
+    running ones are killed by `processes.stop_all`, so leaving the pool does not wait.
+    """
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
         futures = [pool.submit(compile_one, job, timeout) for job in jobs]
         for future in as_completed(futures):
             result = future.result()
             if on_done:
                 on_done(result)
             yield result
+    finally:
+        pool.shutdown(wait=not processes.stopping(), cancel_futures=True)

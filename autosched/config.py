@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 
@@ -135,16 +136,57 @@ def parse_knob_list(text: str) -> list[Knob]:
     return values
 
 
+# Upper limits: a value past these is a typo, and some (inf, 1e308) break the tools.
+_MAXIMUM = {
+    "compile_timeout": 86400.0,
+    "run_timeout": 86400.0,
+    "min_time": 60.0,
+    "jobs": 4096,
+    "n_trial": 10_000_000,
+    "batch_size": 100_000,
+    "repetitions": 1000,
+    "dispatch_repeat": 100_000,
+    "retime_top": 1000,
+    "seed": 2**32 - 1,
+}
+MAX_TEXT = 4096  # longest path or name a cfg value may hold
+MAX_DEVICE = 256
+
+
+def _shown(raw: str) -> str:
+    """A value as quoted in an error message, cut short when it is huge."""
+    return repr(raw if len(raw) <= 60 else raw[:57] + "...")
+
+
+def check_value(where: str, key: str, value, option: str = ""):
+    """Raises UserError when a typed value is outside what its key allows.
+
+    `where` names the cfg file and section; a command-line `option` replaces both.
+    """
+    shown = _shown(str(value))
+    where = f"{option} {str(value)[:60]}" if option else f"{where}: {key} = {shown}"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{where}: must be a finite number")
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise UserError(f"{where}: expected one of {', '.join(_CHOICES[key])}")
+    if key in _MINIMUM and value < _MINIMUM[key]:
+        raise UserError(f"{where}: must be at least {_MINIMUM[key]}")
+    if key in _MAXIMUM and value > _MAXIMUM[key]:
+        raise UserError(f"{where}: must be at most {_MAXIMUM[key]:g}")
+    if isinstance(value, str):
+        if len(value) > (MAX_DEVICE if key == "device" else MAX_TEXT):
+            raise UserError(f"{where}: {len(value)} characters is too long")
+        if "\0" in value:
+            raise UserError(f"{where}: holds a NUL character")
+    return value
+
+
 def _convert(where: str, key: str, raw: str, kind: type):
     try:
         value = kind(raw)
-    except ValueError:
-        raise UserError(f"{where}: {key} = {raw!r}: expected {kind.__name__}") from None
-    if key in _CHOICES and value not in _CHOICES[key]:
-        raise UserError(f"{where}: {key} = {raw!r}: expected one of {', '.join(_CHOICES[key])}")
-    if key in _MINIMUM and value < _MINIMUM[key]:
-        raise UserError(f"{where}: {key} = {raw!r}: must be at least {_MINIMUM[key]}")
-    return value
+    except (ValueError, OverflowError):
+        raise UserError(f"{where}: {key} = {_shown(raw)}: expected {kind.__name__}") from None
+    return check_value(where, key, value)
 
 
 def load_config(path: str | None) -> RunConfig:
@@ -160,8 +202,12 @@ def load_config(path: str | None) -> RunConfig:
     try:
         parser.read(path, encoding="utf-8")
     except configparser.Error as error:
-        message = " ".join(str(error).split())
+        message = " ".join(str(error).split())[:300]
         raise UserError(f"{path}: not a valid cfg file: {message}") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not a UTF-8 text file (byte {error.start})") from None
+    except OSError as error:
+        raise UserError(f"{path}: cannot read the cfg file: {error.strerror}") from None
     values: dict[str, object] = {"source": path}
     space_sections = {SEARCH_SPACE: "", **{f"{SEARCH_SPACE}.{t}": t for t in TARGETS}}
     target_spaces: dict[str, dict[str, list[Knob]]] = {}
@@ -200,6 +246,5 @@ def with_overrides(config: RunConfig, **overrides) -> RunConfig:
     if unknown:
         raise ValueError(f"not RunConfig fields: {sorted(unknown)}")
     for key, value in given.items():
-        if key in _MINIMUM and value < _MINIMUM[key]:
-            raise UserError(f"--{key.replace('_', '-')} {value}: must be at least {_MINIMUM[key]}")
+        check_value("", key, value, option=f"--{key.replace('_', '-')}")
     return replace(config, **given)

@@ -6,10 +6,13 @@ and re-measures nothing it holds; `autosched simulate` replays it as a landscape
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
 
 from autosched.analysis import MatmulProblem
 
@@ -39,6 +42,8 @@ class Trial:
     timing_s: float | None = None  # wall seconds spent in iree-benchmark-module
     message: str = ""
     iree_version: str = ""
+    device: str = ""  # the IREE device URI it ran on (empty in records written before 0.2)
+    flags: str = ""  # the target's iree-compile flags, space-separated
     shape: dict = field(default_factory=dict)  # m, n, k, batch, types, transposes
     features: dict = field(default_factory=dict)
     time: float = field(default_factory=time.time)
@@ -103,31 +108,122 @@ def iree_version() -> str:
         return "unknown"
 
 
+@dataclass(frozen=True)
+class MeasureContext:
+    """What a measurement depends on besides its point: a record made under another
+    context (IREE version, device, compile flags) is measured again, not resumed."""
+
+    iree_version: str
+    device: str
+    flags: str
+
+    def resumes(self, trial: Trial) -> bool:
+        if trial.iree_version != self.iree_version:
+            return False
+        if not trial.device:  # written before records named their device: trust successes
+            return trial.ok
+        return (trial.device, trial.flags) == (self.device, self.flags)
+
+
+_FIELDS = {f.name: f for f in fields(Trial)}
+_TEXT = ("problem", "target", "arch", "config", "status")
+_NUMBERS = ("compile_s", "max_error", "median_ms", "cv", "gflops", "verify_s", "timing_s")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def trial_from_record(raw: object) -> Trial:
+    """A Trial from one decoded JSON line; ValueError says why the line cannot be one."""
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    for key in _TEXT:
+        if not isinstance(raw.get(key), str):
+            raise ValueError(f"{key} is not a string")
+    if raw["status"] not in ("ok", *FAILED):
+        raise ValueError(f"unknown status {raw['status']!r}")
+    if not isinstance(raw.get("point"), dict):
+        raise ValueError("point is not an object")
+    if not isinstance(raw.get("baseline"), bool):
+        raise ValueError("baseline is not true or false")
+    for key in _NUMBERS:
+        if raw.get(key) is not None and not _is_number(raw[key]):
+            raise ValueError(f"{key} is not a number")
+    if raw["status"] == "ok":
+        for key in ("median_ms", "gflops"):
+            value = raw.get(key)
+            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"status ok with {key} = {value!r}")
+    known = {k: v for k, v in raw.items() if k in _FIELDS}  # newer fields are ignored
+    for key in ("shape", "features"):
+        if not isinstance(known.get(key, {}), dict):
+            raise ValueError(f"{key} is not an object")
+    for key in ("compile_status", "verification", "message", "iree_version", "device", "flags"):
+        if not isinstance(known.get(key, ""), str):
+            raise ValueError(f"{key} is not a string")
+    return Trial(**known)
+
+
 class TuningDatabase:
-    """Append-only JSON-lines file; every write is flushed and synced before returning."""
+    """Append-only JSON-lines file; every record is one write, synced before returning.
+
+    A line torn by a full disk or a kill is never glued to the next record: an append
+    first ends an unterminated last line. Lines that cannot be read (torn, not UTF-8,
+    fields of the wrong type) are skipped and counted in `skipped`, never fatal.
+    """
 
     def __init__(self, path: str):
         self.path = path
+        self.skipped: Counter[str] = Counter()  # reason -> unreadable lines, from the last load
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
     def append(self, trial: Trial) -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(asdict(trial), sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        data = (json.dumps(asdict(trial), sort_keys=True) + "\n").encode("utf-8")
+        descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(descriptor).st_size
+            if size and os.pread(descriptor, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            if os.write(descriptor, data) != len(data):
+                raise OSError(errno.ENOSPC, "short write: the disk is full", self.path)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
-    def load(self, problem: str, target: str, arch: str) -> list[Trial]:
-        """Earlier trials of this problem on this target; a torn last line is skipped."""
+    def records(self) -> list[Trial]:
+        """Every readable record, in file order; unreadable lines are counted in `skipped`."""
+        self.skipped = Counter()
         if not os.path.isfile(self.path):
             return []
-        found: dict[tuple[str, bool], Trial] = {}
-        with open(self.path, encoding="utf-8") as handle:
+        trials = []
+        with open(self.path, "rb") as handle:
             for line in handle:
-                try:
-                    raw = json.loads(line)
-                    trial = Trial(**raw)
-                except (json.JSONDecodeError, TypeError):
+                if not line.strip():
                     continue
-                if (trial.problem, trial.target, trial.arch) == (problem, target, arch):
-                    found[(trial.config, trial.baseline)] = trial  # the newest wins
+                try:
+                    trials.append(trial_from_record(json.loads(line.decode("utf-8"))))
+                except UnicodeDecodeError:
+                    self.skipped["not UTF-8"] += 1
+                except json.JSONDecodeError:
+                    self.skipped["not JSON (a torn line?)"] += 1
+                except (ValueError, TypeError) as error:
+                    self.skipped[str(error)] += 1
+        return trials
+
+    def load(
+        self, problem: str, target: str, arch: str, context: MeasureContext | None = None
+    ) -> list[Trial]:
+        """Earlier trials of this problem on this target, measured under `context`.
+
+        The newest record of a point wins; records from another IREE version, device or
+        flag set are left out, so they are measured again.
+        """
+        found: dict[tuple[str, bool], Trial] = {}
+        for trial in self.records():
+            if (trial.problem, trial.target, trial.arch) != (problem, target, arch):
+                continue
+            if context is not None and not context.resumes(trial):
+                continue
+            found[(trial.config, trial.baseline)] = trial
         return list(found.values())

@@ -48,10 +48,11 @@ def _fmt(value, digits: int = 4) -> str:
 
 
 class CsvReport:
-    """One row per trial, written and flushed as measured; ranks are filled in at the end.
+    """One row per trial, written as measured; ranks are filled in at the end.
 
-    An interrupted run keeps every row it measured; `finish` rewrites the file once, with
-    ranks, through a temporary file so that it is never half written.
+    Every write replaces the whole file through a temporary one, so the CSV is never half
+    written, and the last run's CSV stays until this run has a row of its own: a run that
+    fails early (a bad database, a full disk) does not cut it to its header.
     """
 
     def __init__(self, path: str, knob_names: tuple[str, ...]):
@@ -60,8 +61,19 @@ class CsvReport:
         self.knob_names = knob_names
         self.rows: list[dict[str, str]] = []
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            csv.writer(handle).writerow(self.columns)
+
+    def _write(self) -> None:
+        temporary = self.path + ".tmp"
+        try:
+            with open(temporary, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, self.columns)
+                writer.writeheader()
+                writer.writerows(self.rows)
+            os.replace(temporary, self.path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
 
     def row_for(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
         speedup = (
@@ -99,9 +111,7 @@ class CsvReport:
     def add(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
         row = self.row_for(problem, trial, baseline_ms)
         self.rows.append(row)
-        with open(self.path, "a", newline="", encoding="utf-8") as handle:
-            csv.DictWriter(handle, self.columns).writerow(row)
-            handle.flush()
+        self._write()
         return row
 
     def finish(self, retimed: dict[tuple[str, str], float], chosen: set[tuple[str, str]]) -> None:
@@ -123,12 +133,8 @@ class CsvReport:
             rows.sort(key=lambda r: float(r["median_ms"]))
             for rank, row in enumerate(rows, start=1):
                 row["rank"] = str(rank)
-        temporary = self.path + ".tmp"
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, self.columns)
-            writer.writeheader()
-            writer.writerows(self.rows)
-        os.replace(temporary, self.path)
+        if self.rows:
+            self._write()
 
 
 class RunLog:

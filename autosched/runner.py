@@ -17,8 +17,15 @@ from autosched.analysis import Analysis, MatmulProblem
 from autosched.bench import time_module
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
+from autosched.interrupts import critical
 from autosched.manifest import kernel_variant, variant_path, write_text
-from autosched.records import Trial, TuningDatabase, iree_version, problem_shape
+from autosched.records import (
+    MeasureContext,
+    Trial,
+    TuningDatabase,
+    iree_version,
+    problem_shape,
+)
 from autosched.report import CsvReport, RunLog, table
 from autosched.space import SearchSpace, build_space
 from autosched.targets.base import Point, Target
@@ -61,6 +68,9 @@ class Progress:
     def finish(self) -> None:
         pass
 
+    def note(self, message: str) -> None:
+        """A warning the user should see (it is also in run.log)."""
+
 
 class Tuning:
     """One `autosched run`: shared state for all problems of the module."""
@@ -75,6 +85,8 @@ class Tuning:
         self.database = TuningDatabase(config.database)
         self.csv = CsvReport(config.output_file, target.knob_names)
         self.version = iree_version()
+        self.context = MeasureContext(self.version, target.device, " ".join(target.compile_flags()))
+        self.baseline_ms: float | None = None  # the current problem's default, for the CSV
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.built: set[str] = set()  # modules compiled by this run (not left by another)
         self.verifier = Verifier(target.device)
@@ -141,6 +153,8 @@ class Tuning:
             compile_s=round(compiled.seconds, 3),
             message=compiled.message,
             iree_version=self.version,
+            device=self.context.device,
+            flags=self.context.flags,
             shape=problem_shape(problem),
             features=self.target.features(problem, point) if point else {},
         )
@@ -192,9 +206,10 @@ class Tuning:
                 self.built.add(compiled.job.output)
             name = names[compiled.job.output]
             trial = self._finish_trial(problem, name, points[name], compiled, data)
-            self.database.append(trial)
+            with critical():  # an interrupt waits until the database and the CSV agree
+                self.database.append(trial)
+                self._record(problem, trial, progress)
             trials.append(trial)
-            progress.advance(trial)
         return trials
 
     # ----- one problem ---------------------------------------------------------------
@@ -221,15 +236,15 @@ class Tuning:
             problem, os.path.join(config.work_dir, "inputs", problem.name), seed=config.seed
         )
 
-        earlier = self.database.load(problem.name, target.name, target.arch) if self.resume else []
+        earlier = self._earlier(problem, progress) if self.resume else []
         earlier_by_name = {t.config: t for t in earlier if not t.baseline}
         baseline = next((t for t in earlier if t.baseline and t.ok), None)
+        self.baseline_ms = baseline.median_ms if baseline else None
         if baseline is None:
             (baseline,) = self.measure(problem, [(BASELINE, None)], data, progress)
         else:
-            progress.advance(baseline)
+            self._record(problem, baseline, progress)
         result.baseline = baseline
-        self._record(problem, baseline, baseline)
         log.write(f"IREE default: {_describe(baseline)}")
         if not baseline.ok:
             log.write("the default configuration failed: speedups are not available")
@@ -247,8 +262,7 @@ class Tuning:
         for index, trial in resumed[: config.n_trial]:
             tuner.update([(index, trial.gflops if trial.ok else None)])
             result.trials.append(trial)
-            self._record(problem, trial, baseline)
-            progress.advance(trial)
+            self._record(problem, trial, progress)
         result.resumed = len(result.trials)
         if result.resumed:
             log.write(f"resumed {result.resumed} trials from {config.database}")
@@ -267,7 +281,6 @@ class Tuning:
             )
             for trial in trials:
                 result.trials.append(trial)
-                self._record(problem, trial, baseline)
                 if trial.ok and trial.gflops > best_gflops:
                     best_gflops, since_best = trial.gflops, 0
                 else:
@@ -279,10 +292,37 @@ class Tuning:
         self._retime(problem, result, data)
         return result
 
-    def _record(self, problem: MatmulProblem, trial: Trial, baseline: Trial) -> None:
-        self.csv.add(problem, trial, baseline.median_ms if baseline.ok else None)
+    def _earlier(self, problem: MatmulProblem, progress: Progress) -> list[Trial]:
+        """This problem's records that can be resumed; unreadable lines are a warning."""
+        earlier = self.database.load(problem.name, self.target.name, self.target.arch)
+        if self.database.skipped:
+            reasons = ", ".join(f"{n} {r}" for r, n in self.database.skipped.most_common(3))
+            self._warn(
+                f"skipped {self.database.skipped.total()} unreadable line(s) of "
+                f"{self.config.database} ({reasons})",
+                progress,
+            )
+        kept = [t for t in earlier if self.context.resumes(t)]
+        if len(kept) < len(earlier):
+            self.log.write(
+                f"{len(earlier) - len(kept)} earlier record(s) of {problem.name} were made with "
+                "another IREE version, device or flags (or failed before records named their "
+                "device): measured again"
+            )
+        return kept
+
+    def _warn(self, message: str, progress: Progress) -> None:
+        self.log.write(f"warning: {message}")
+        progress.note(message)
+
+    def _record(self, problem: MatmulProblem, trial: Trial, progress: Progress) -> None:
+        """The recorders of one trial: the CSV, run.log and the progress display."""
+        if trial.baseline and trial.ok:
+            self.baseline_ms = trial.median_ms
+        self.csv.add(problem, trial, self.baseline_ms)
         if not trial.baseline:
             self.log.write(f"  {trial.config}: {_describe(trial)}")
+        progress.advance(trial)
 
     def _retime(self, problem: MatmulProblem, result: ProblemResult, data: ProblemData) -> None:
         """Times the top few again, interleaved with the default, before naming a winner."""

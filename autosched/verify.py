@@ -7,11 +7,13 @@ recorded outcome rather than the end of the run.
 from __future__ import annotations
 
 import os
-import subprocess
+import signal
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from autosched import processes
 from autosched.analysis import MatmulProblem
 from autosched.manifest import KERNEL_FUNCTION
 
@@ -56,6 +58,14 @@ class ProblemData:
     reference: np.ndarray
     input_paths: list[str]  # the .npy files, for the in-process verifier (none for bf16)
     reference_path: str  # the reference as .npy (float32), read once by the verifier
+
+
+def data_bytes(problem: MatmulProblem) -> int:
+    """Peak host memory to make a problem's inputs and float64 reference, roughly."""
+    elements = [problem.lhs_shape, problem.rhs_shape, problem.acc_shape, problem.acc_shape]
+    if not problem.zero_init:
+        elements.append(problem.acc_shape)
+    return 8 * sum(int(np.prod(shape, dtype=np.float64)) for shape in elements) * 2
 
 
 def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> ProblemData:
@@ -104,7 +114,9 @@ class Verification:
 def run_tool() -> str:
     from iree import _runtime_libs
 
-    return os.path.join(_runtime_libs.__path__[0], "iree-run-module")
+    return processes.tool_path(
+        "iree-run-module", os.path.join(_runtime_libs.__path__[0], "iree-run-module")
+    )
 
 
 CHUNK = 1 << 20  # elements per step of the error scan: temporaries stay in cache
@@ -158,17 +170,17 @@ def verify_module(
         *[f"--input={flag}" for flag in data.inputs],
         f"--output=@{output_path}",
     ]
-    try:
-        finished = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    finished = processes.run(command, timeout)
+    if finished.timed_out:
         return Verification("timeout", message=f"over {timeout:g} s")
     if finished.returncode != 0:
-        lines = [line for line in (finished.stderr or finished.stdout).splitlines() if line.strip()]
         return Verification(
-            "runtime_error", message=(lines[0] if lines else f"exit {finished.returncode}")[:300]
+            "runtime_error", message=processes.describe_failure(finished, "iree-run-module")
         )
     try:
         output = _read_output(output_path, problem)
+    except (OSError, ValueError) as error:
+        return Verification("runtime_error", message=f"unreadable output: {error}"[:300])
     finally:
         if os.path.exists(output_path):
             os.remove(output_path)
@@ -176,18 +188,42 @@ def verify_module(
 
 
 UNAVAILABLE = "unavailable: "  # the worker's answer when it cannot open the device
+READY = "ready"  # the worker's first message once the device is open
+STARTUP_TIMEOUT = 60.0  # importing IREE and opening the device, once per worker
+# Tests inject a hung or crashing verification through the environment (never in IREE):
+FAULT_VARIABLE = "AUTOSCHED_VERIFY_FAULT"  # "hang" or "crash"
+
+
+def _injected_fault() -> None:
+    fault = os.environ.get(FAULT_VARIABLE, "")
+    if fault == "hang":
+        time.sleep(3600)
+    elif fault == "crash":
+        os.abort()
 
 
 def _serve(connection, device: str) -> None:
-    """The verifier process: one IREE device for its whole life, inputs cached per problem."""
+    """The verifier process: one IREE device for its whole life, inputs cached per problem.
+
+    It ignores Ctrl-C (the parent decides when it ends) and leaves quietly when the parent
+    goes away, so an interrupted run prints no traceback from here.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _serve_requests(connection, device)
+    except (EOFError, OSError, KeyboardInterrupt):
+        return
+
+
+def _serve_requests(connection, device: str) -> None:
     import iree.runtime as runtime
 
     try:
         config = runtime.Config(device=runtime.get_device(device))  # a URI: cuda, cuda://1, ...
     except Exception as error:  # noqa: BLE001 - reported to the parent, which falls back
-        connection.recv()
         connection.send(UNAVAILABLE + str(error).splitlines()[0][:200])
         return
+    connection.send(READY)
     cached: dict[str, object] = {}  # the current problem's inputs on the device, its reference
     current = ""
     scale = 0.0  # the current reference's largest magnitude, computed once
@@ -211,6 +247,7 @@ def _serve(connection, device: str) -> None:
             cached.clear()
             current, scale = reference_path, 0.0
         try:
+            _injected_fault()
             context = runtime.SystemContext(config=config)
             module = runtime.VmModule.mmap(config.vm_instance, vmfb)
             context.add_vm_module(module)
@@ -237,8 +274,9 @@ class Verifier:
     A fresh iree-run-module per candidate spent about 0.5 s on the H200 creating a CUDA
     context and reading the inputs; the worker pays that once per run. The worker is a
     separate process, so a candidate that crashes it is a runtime_error, not the end of the
-    run: the worker is started again for the next one. bf16 problems, which numpy cannot
-    hold, go through iree-run-module.
+    run: the worker is started again for the next one. It says when its device is open, so
+    a check waits `run_timeout` for the candidate alone, never for the start-up. bf16
+    problems, which numpy cannot hold, go through iree-run-module.
     """
 
     def __init__(self, device: str):
@@ -248,41 +286,49 @@ class Verifier:
         self.connection = None
 
     def _start(self) -> None:
+        """Starts the worker and waits until its device is open (or it says it cannot)."""
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")  # no forked copy of a live device
         self.connection, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, self.device), daemon=True)
         self.process.start()
+        processes.track(self.process.pid)
         child.close()
+        try:
+            ready = self.connection.recv() if self.connection.poll(STARTUP_TIMEOUT) else None
+        except (EOFError, OSError):
+            ready = None
+        if ready != READY:
+            self.unavailable = (
+                ready
+                if isinstance(ready, str)
+                else f"{UNAVAILABLE}the worker did not start in {STARTUP_TIMEOUT:g} s"
+            )
+            self._stop()
 
     def _stop(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.join()
+            processes.untrack(self.process.pid)
         self.process = self.connection = None
 
     def check(
         self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
     ) -> Verification:
+        if not self.unavailable and (self.process is None or not self.process.is_alive()):
+            self._start()
         if self.unavailable or len(data.input_paths) != len(data.inputs):
             return verify_module(vmfb, self.device, data, problem, timeout)
-        startup = 0.0
-        if self.process is None or not self.process.is_alive():
-            self._start()
-            startup = 60.0  # importing IREE and opening the device, once
         request = (os.path.abspath(vmfb), data.input_paths, data.reference_path, tolerance(problem))
         try:
             self.connection.send(request)
-            if self.connection.poll(timeout + startup):
-                answer = self.connection.recv()
-                if isinstance(answer, str) and answer.startswith(UNAVAILABLE):
-                    self.unavailable = answer  # checks go through iree-run-module from now on
-                    self._stop()
-                    return verify_module(vmfb, self.device, data, problem, timeout)
-                return answer
-        except (EOFError, OSError, BrokenPipeError):
-            code = self.process.exitcode if self.process else None
+            if self.connection.poll(timeout):
+                return self.connection.recv()
+        except (EOFError, OSError):
+            self.process.join(1)
+            code = self.process.exitcode
             self._stop()
             return Verification("runtime_error", message=f"the run crashed (exit {code})")
         self._stop()
@@ -292,7 +338,7 @@ class Verifier:
         if self.process is not None and self.process.is_alive():
             try:
                 self.connection.send(None)
-                self.process.join(5)
-            except (OSError, BrokenPipeError):
+                self.process.join(2)
+            except OSError:
                 pass
         self._stop()

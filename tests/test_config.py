@@ -74,7 +74,7 @@ def test_unknown_knob_for_target(tmp_path):
 
 def test_knob_value_of_wrong_kind(tmp_path):
     config = load_config(write_cfg(tmp_path, "[SearchSpace]\ntile_m = [big]\n"))
-    with pytest.raises(UserError, match="'big' is not a non-negative integer"):
+    with pytest.raises(UserError, match="'big' is not an integer from 1 to"):
         make_target(config).check_search_space(config)
 
 

@@ -11,6 +11,7 @@ from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
 
 Point = dict[str, Knob]
+MAX_KNOB = 1 << 20  # no tile, vector or thread count of a real kernel comes near this
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class KnobSpec:
     name: str
     help: str
     choices: tuple[str, ...] = ()  # for named knobs; empty for integer knobs
+    minimum: int = 1  # smallest integer value; 0 where 0 means "derive" or "off"
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,12 @@ class Target(ABC):
             for value in values:
                 if spec.choices and value not in spec.choices:
                     raise UserError(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
-                if not spec.choices and (not isinstance(value, int) or value < 0):
-                    raise UserError(f"{where}: {value!r} is not a non-negative integer")
+                if not spec.choices and (
+                    not isinstance(value, int) or not spec.minimum <= value <= MAX_KNOB
+                ):
+                    raise UserError(
+                        f"{where}: {value!r} is not an integer from {spec.minimum} to {MAX_KNOB}"
+                    )
 
     def check_device(self) -> None:  # noqa: B027 - most targets need no check
         """Raises UserError when this machine cannot run the target's code."""

@@ -187,18 +187,25 @@ class CudaTarget(Target):
         KnobSpec("tile_m", "rows of C per workgroup"),
         KnobSpec("tile_n", "columns of C per workgroup"),
         KnobSpec("tile_k", "reduction elements per step (a multiple of 16 with tensor cores)"),
-        KnobSpec("subgroup_m", "16x8 mma tiles per warp along M (tensor cores; 0 otherwise)"),
-        KnobSpec("subgroup_n", "16x8 mma tiles per warp along N (tensor cores; 0 otherwise)"),
-        KnobSpec("thread_m", "rows of C per thread (SIMT; 0 with tensor cores)"),
-        KnobSpec("thread_n", "columns of C per thread (SIMT; 0 with tensor cores)"),
-        KnobSpec("block_dim_x", "workgroup size x; derived from the tiles, 0 = derive"),
-        KnobSpec("block_dim_y", "workgroup size y; derived from the tiles, 0 = derive"),
-        KnobSpec("block_dim_z", "workgroup size z; always 1, 0 = derive"),
+        KnobSpec(
+            "subgroup_m", "16x8 mma tiles per warp along M (tensor cores; 0 otherwise)", minimum=0
+        ),
+        KnobSpec(
+            "subgroup_n", "16x8 mma tiles per warp along N (tensor cores; 0 otherwise)", minimum=0
+        ),
+        KnobSpec("thread_m", "rows of C per thread (SIMT; 0 with tensor cores)", minimum=0),
+        KnobSpec("thread_n", "columns of C per thread (SIMT; 0 with tensor cores)", minimum=0),
+        KnobSpec("block_dim_x", "workgroup size x; derived from the tiles, 0 = derive", minimum=0),
+        KnobSpec("block_dim_y", "workgroup size y; derived from the tiles, 0 = derive", minimum=0),
+        KnobSpec("block_dim_z", "workgroup size z; always 1, 0 = derive", minimum=0),
         KnobSpec(
             "pipeline_depth",
             "prefetch_num_stages; 0 = leave it out (IREE 3.13 CUDA emits the same PTX for all)",
+            minimum=0,
         ),
-        KnobSpec("promote_operands", "1: stage A and B tiles in shared memory, 0: do not"),
+        KnobSpec(
+            "promote_operands", "1: stage A and B tiles in shared memory, 0: do not", minimum=0
+        ),
     )
 
     def __init__(self, config: RunConfig):

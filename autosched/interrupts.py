@@ -1,0 +1,79 @@
+"""Ctrl-C and SIGTERM: stop within a moment, kill every child, keep the records consistent.
+
+On either signal every tool's process group is killed at once (so no compile is waited
+out and nothing is orphaned) and the main thread gets `Interrupted`. While a trial is
+being recorded (database line, CSV row) the exception waits for the end of that section,
+so the database and the CSV never disagree by a row.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from autosched import processes
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was asked to stop by a signal; `signum` says which."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+_state = threading.local()
+_pending: list[int] = []
+
+
+def _in_critical() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+def _handler(signum, frame) -> None:
+    processes.stop_all()
+    if _in_critical():
+        _pending.append(signum)
+        return
+    _quiet()
+    raise Interrupted(signum)
+
+
+def _quiet() -> None:
+    """After the first signal, more of them must not cut the clean-up short."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def install() -> None:
+    """Routes SIGINT and SIGTERM through `_handler` (call from the main thread)."""
+    _pending.clear()
+    processes.reset()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _handler)
+
+
+def restore() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def critical() -> Iterator[None]:
+    """A section a signal must not cut in half; the interrupt is raised at its end."""
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+    if _pending and not _in_critical():
+        signum = _pending.pop()
+        _pending.clear()
+        _quiet()
+        raise Interrupted(signum)

@@ -1,0 +1,148 @@
+"""Child processes the run can always take down: IREE's tools, each in its own process group.
+
+Every tool (iree-compile, iree-benchmark-module, iree-run-module, device probes) starts in a
+new session, so that a timeout or an interrupt kills the tool *and* what it started itself
+(iree-compile runs iree-lld, for example). `stop_all` is what Ctrl-C and SIGTERM call: it
+kills every live group and refuses new starts, so worker threads return at once instead of
+waiting out their compiles.
+
+Tools can be swapped for wrappers through the environment (`AUTOSCHED_IREE_COMPILE`,
+`AUTOSCHED_IREE_BENCHMARK_MODULE`, `AUTOSCHED_IREE_RUN_MODULE`): a custom IREE build, or a
+fault injected by a test, without editing IREE.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+_lock = threading.Lock()
+_live: dict[int, subprocess.Popen] = {}  # pid -> process (each the leader of its own group)
+_extra: set[int] = set()  # other children to kill on stop (the verifier's worker)
+_stopping = threading.Event()
+
+
+class Stopped(Exception):
+    """A tool was not started, or was killed, because the run is being interrupted."""
+
+
+@dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+
+
+def tool_path(name: str, default: str) -> str:
+    """The tool to run: `AUTOSCHED_<NAME>` from the environment when set, else `default`."""
+    return os.environ.get("AUTOSCHED_" + name.upper().replace("-", "_")) or default
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(command: list[str], timeout: float, input_bytes: bytes | None = None) -> Finished:
+    """Runs a tool to its end, or kills its whole process group after `timeout` seconds.
+
+    Raises Stopped when the run is being interrupted; a timeout is a result, not an error.
+    """
+    if _stopping.is_set():
+        raise Stopped()
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    with _lock:
+        _live[process.pid] = process
+    if _stopping.is_set():  # stop_all ran between the check above and the registration
+        _kill_group(process)
+    timed_out = False
+    try:
+        stdout, stderr = process.communicate(input_bytes, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(process)
+        stdout, stderr = process.communicate()
+    except BaseException:  # an interrupt while waiting: the tool's whole group goes too
+        _kill_group(process)
+        raise
+    finally:
+        with _lock:
+            _live.pop(process.pid, None)
+    if _stopping.is_set():
+        raise Stopped()
+    return Finished(
+        process.returncode,
+        stdout.decode("utf-8", "replace"),
+        stderr.decode("utf-8", "replace"),
+        time.perf_counter() - start,
+        timed_out,
+    )
+
+
+def track(pid: int) -> None:
+    """Kill this child too when the run stops (a helper process that is not a tool)."""
+    with _lock:
+        _extra.add(pid)
+
+
+def untrack(pid: int) -> None:
+    with _lock:
+        _extra.discard(pid)
+
+
+def stop_all() -> None:
+    """Kills every running tool's process group and every tracked child; no new starts."""
+    _stopping.set()
+    with _lock:
+        processes = list(_live.values())
+        extra = list(_extra)
+    for process in processes:
+        _kill_group(process)
+    for pid in extra:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stopping() -> bool:
+    return _stopping.is_set()
+
+
+def reset() -> None:
+    """Allows starts again (for a second run in the same process, as tests do)."""
+    _stopping.clear()
+
+
+def describe_failure(finished: Finished, tool: str) -> str:
+    """The most useful line of a failed tool's output: an error line, else the last line."""
+    lines = [line.strip() for line in (finished.stderr + "\n" + finished.stdout).splitlines()]
+    lines = [line for line in lines if line and line not in ("stdout:", "stderr:")]
+    for line in lines:
+        lowered = line.lower()
+        if "error" in lowered or "abort" in lowered or "fault" in lowered:
+            return line[:300]
+    if finished.returncode < 0:
+        try:
+            name = signal.Signals(-finished.returncode).name
+        except ValueError:
+            name = f"signal {-finished.returncode}"
+        return f"{tool} was killed by {name}" + (f": {lines[-1][:200]}" if lines else "")
+    if lines:
+        return lines[-1][:300]
+    return f"{tool} exited with code {finished.returncode} and no message"

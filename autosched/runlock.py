@@ -1,0 +1,54 @@
+"""One run at a time per work folder and per tuning database.
+
+Two runs on the same files measured points twice and deleted each other's outputs, so a
+second run exits with a clear message instead. The lock is an advisory `flock` on a small
+file: the kernel drops it when the holder dies, even by SIGKILL, so it never goes stale.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+from autosched.errors import UserError
+
+
+class RunLock:
+    """Held for the life of a run; `release` (or process exit) frees it."""
+
+    def __init__(self, paths: list[str]):
+        self.handles = []
+        try:
+            for path in dict.fromkeys(os.path.abspath(p) for p in paths):
+                self._take(path)
+        except BaseException:
+            self.release()
+            raise
+
+    def _take(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise UserError(
+                f"another autosched run (pid {holder}) is using {path.removesuffix('.lock')}; "
+                "wait for it to finish, or give this run its own [Env] work_dir and database"
+            ) from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self.handles.append(handle)
+
+    def release(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        self.handles = []
+
+
+def lock_paths(work_dir: str, database: str) -> list[str]:
+    """The lock files of a run: one in the work folder, one beside the database."""
+    return [os.path.join(work_dir, ".autosched.lock"), database + ".lock"]
