@@ -249,7 +249,9 @@ def _from_jsonl(text: str, path: str) -> list[Landscape]:
                 group["baseline"] = score
             continue
         point = record.get("point") or {}
-        name = record.get("config") or json.dumps(point, sort_keys=True)
+        if not isinstance(point, dict):
+            continue  # not a record this tool wrote
+        name = str(record.get("config") or json.dumps(point, sort_keys=True))
         previous = group["points"].get(name)
         score = _record_score(record)
         # A point measured twice keeps its successful measurement, the later one if both are.

@@ -129,20 +129,41 @@ def reset() -> None:
     _stopping.clear()
 
 
-def describe_failure(finished: Finished, tool: str) -> str:
-    """The most useful line of a failed tool's output: an error line, else the last line."""
-    lines = [line.strip() for line in (finished.stderr + "\n" + finished.stdout).splitlines()]
+# Words that mark the line worth showing: plain errors and IREE's status codes.
+_TELLING = (
+    "error",
+    "abort",
+    "fault",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "INVALID_ARGUMENT",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "NOT_FOUND",
+    "UNIMPLEMENTED",
+    "OUT_OF_RANGE",
+    "DEADLINE_EXCEEDED",
+)
+
+
+def _telling_line(text: str) -> str:
+    """The first line with an error word, else the last non-empty line, else ""."""
+    lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line and line not in ("stdout:", "stderr:")]
     for line in lines:
-        lowered = line.lower()
-        if "error" in lowered or "abort" in lowered or "fault" in lowered:
+        if any(word in line if word.isupper() else word in line.lower() for word in _TELLING):
             return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def describe_failure(finished: Finished, tool: str) -> str:
+    """One useful line for a failed tool: what it said on stderr (else stdout), and the
+    signal that killed it, if one did."""
+    line = _telling_line(finished.stderr) or _telling_line(finished.stdout)
     if finished.returncode < 0:
         try:
             name = signal.Signals(-finished.returncode).name
         except ValueError:
             name = f"signal {-finished.returncode}"
-        return f"{tool} was killed by {name}" + (f": {lines[-1][:200]}" if lines else "")
-    if lines:
-        return lines[-1][:300]
-    return f"{tool} exited with code {finished.returncode} and no message"
+        return f"{tool} was killed by {name}" + (f": {line}" if line else "")
+    return line or f"{tool} exited with code {finished.returncode} and no message"

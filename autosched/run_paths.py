@@ -77,7 +77,7 @@ def check_paths(paths: RunPaths) -> None:
         real = os.path.realpath(path)
         if real in seen:
             raise UserError(
-                f"{what} {path} is also {seen[real]}: give --output (or the cfg's paths) "
-                "a file of its own"
+                f"{seen[real]} and {what} are the same file, {path}: give each its own "
+                "(--output, and the cfg's database and log_file)"
             )
         seen[real] = what

@@ -1,0 +1,220 @@
+"""Hostile input, in-process and fast: every case is one `Error:` line, exit 2, no traceback,
+and nothing the user already has (the input module, the database, the CSV) is touched."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from click.testing import CliRunner
+from conftest import matmul_function
+
+from autosched.cli import cli
+
+GOOD_CFG = """
+[Env]
+target = cpu
+jobs = 1
+[SearchSpace]
+tile_m = [16, 32]
+tile_n = [16]
+vec_m = [4]
+vec_n = [8]
+vec_k = [1]
+[SearchStrategy]
+tuner = grid
+n_trial = 2
+[Benchmark]
+repetitions = 1
+min_time = 0.005
+retime_top = 1
+"""
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.mlir").write_text(matmul_function("mm", 32, 32, 32))
+    return tmp_path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def assert_one_error(result, expected: str = "") -> None:
+    """Exit 2 with exactly one line, starting `Error:`, and no traceback."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert "Traceback" not in result.output
+    assert expected in result.output, result.output
+
+
+def with_env(line: str, section: str = "Env") -> str:
+    """GOOD_CFG with one key replaced (or added) in a section."""
+    key = line.split("=")[0].strip()
+    out, current = [], ""
+    for existing in GOOD_CFG.splitlines():
+        if existing.startswith("["):
+            current = existing.strip("[]")
+        if current == section and existing.split("=")[0].strip() == key:
+            continue
+        out.append(existing)
+        if existing == f"[{section}]":
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(
+    "cfg, expected",
+    [
+        (with_env("compile_timeout = inf"), "must be a finite number"),
+        (with_env("compile_timeout = 1e308"), "must be at most"),
+        (with_env("compile_timeout = nan"), "must be a finite number"),
+        (with_env("run_timeout = nan"), "must be a finite number"),
+        (with_env("min_time = nan", "Benchmark"), "must be a finite number"),
+        (with_env("min_time = inf", "Benchmark"), "must be a finite number"),
+        (with_env("min_time = 1e308", "Benchmark"), "must be at most"),
+        (with_env("repetitions = 99999999999999999999", "Benchmark"), "must be at most"),
+        (with_env("n_trial = -1", "SearchStrategy"), "must be at least 1"),
+        (with_env("n_trial = 1.5", "SearchStrategy"), "expected int"),
+        (with_env("tuner = annealing", "SearchStrategy"), "expected one of"),
+        (with_env("seed = 99999999999999999999999", "SearchStrategy"), "must be at most"),
+        (with_env("jobs = ten"), "expected int"),
+        (with_env("target = tpu"), "expected one of"),
+        (with_env("device = " + "x" * 10_000_000), "characters is too long"),
+        (with_env("tile_m = [0, 32]", "SearchSpace"), "is not an integer from 1"),
+        (with_env("tile_m = [-16]", "SearchSpace"), "is not an integer from 1"),
+        (with_env("tile_m = [16, 16]", "SearchSpace"), "repeated values"),
+        (with_env("tile_m = [16", "SearchSpace"), "unbalanced brackets"),
+        (with_env("tile_m = []", "SearchSpace"), "empty list"),
+        (with_env("tile_m = [99999999999]", "SearchSpace"), "is not an integer from 1"),
+        (with_env("warp = [4]", "SearchSpace"), "unknown key 'warp'"),
+        (with_env("colour = blue"), "unknown key 'colour'"),
+        (GOOD_CFG + "[Tuning]\nx = 1\n", "unknown section [Tuning]"),
+        ("[Env\ntarget = cpu\n", "not a valid cfg file"),
+        ("target = cpu\n", "not a valid cfg file"),
+        (GOOD_CFG + "[Env]\njobs = 2\n", "not a valid cfg file"),
+    ],
+)
+def test_bad_cfg_values(folder, cfg, expected):
+    (folder / "bad.cfg").write_text(cfg)
+    assert_one_error(invoke("run", "mm.mlir", "--config", "bad.cfg"), expected)
+    assert not (folder / "generated").exists()  # nothing ran
+
+
+def test_cfg_that_is_not_utf8(folder):
+    (folder / "bad.cfg").write_bytes(GOOD_CFG.replace("grid", "gr\xefd").encode("latin-1"))
+    assert_one_error(invoke("run", "mm.mlir", "--config", "bad.cfg"), "not a UTF-8 text file")
+
+
+def test_random_byte_mutations_of_the_cfg_never_escape(folder):
+    """Fuzz: flipped and inserted bytes give a run or one Error line, never a traceback."""
+    rng = random.Random(7)
+    source = GOOD_CFG.encode()
+    for _ in range(60):
+        data = bytearray(source)
+        for _ in range(rng.randint(1, 4)):
+            position = rng.randrange(len(data))
+            data[position : position + 1] = bytes([rng.randrange(256)])
+        (folder / "fuzz.cfg").write_bytes(bytes(data))
+        result = invoke("run", "mm.mlir", "--config", "fuzz.cfg", "--dry-run")
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            bytes(data),
+            repr(result.exception),
+        )
+        if result.exit_code != 0:
+            assert_one_error(result)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\x00\x01\x02\xff\xfe binary",
+        b"\x80\x81 not utf-8",
+        matmul_function("mm", 32, 32, 32).encode()[:150],  # truncated
+        b"module {",
+        b"func.func @f() { return }",
+        matmul_function("mm", 0, 32, 32).encode(),  # an empty dimension
+        matmul_function("mm", 32, 32, 0).encode(),
+        matmul_function("mm", 100000, 100000, 64).encode(),  # inputs far bigger than memory
+        matmul_function("mm", 1000000, 1000000, 1000000).encode(),
+    ],
+)
+def test_odd_modules(folder, content):
+    (folder / "odd.mlir").write_bytes(content)
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
+    result = invoke("run", "odd.mlir")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: ")
+
+
+def test_huge_problem_is_skipped_with_its_size(folder):
+    (folder / "big.mlir").write_text(
+        matmul_function("big", 100000, 100000, 64) + matmul_function("small", 32, 32, 32)
+    )
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
+    result = invoke("run", "big.mlir", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "skipping matmul_100000x100000x64" in result.output and " GB" in result.output
+
+
+def test_zero_dimension_is_skipped_with_a_reason(folder):
+    (folder / "zero.mlir").write_text(matmul_function("z", 0, 32, 32))
+    assert_one_error(invoke("run", "zero.mlir"), "zero-sized dimension M")
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("mm.mlir", "the input module and --output (the CSV) are the same file"),
+        ("generated/tuning.jsonl", "(the CSV) and the tuning database are the same"),
+        ("generated/run.log", "(the CSV) and the run log are the same file"),
+        ("", "empty path"),
+        ("a_folder", "is a folder"),
+        ("a_file/results.csv", "is a file, not a folder"),
+        ("mm.csv", "the input module and the tuned module are the same file"),  # its tuned module, mm.best.mlir, is the input
+    ],
+)
+def test_output_collisions_are_refused(folder, output, expected):
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
+    (folder / "a_folder").mkdir()
+    (folder / "a_file").write_text("x")
+    (folder / "generated").mkdir()
+    database = folder / "generated/tuning.jsonl"
+    database.write_text('{"kept": true}\n')
+    source = "mm.mlir"
+    if output == "mm.csv":  # the tuned module of --output mm.csv is mm.best.mlir
+        (folder / "mm.best.mlir").write_text(matmul_function("mm", 32, 32, 32))
+        source = "mm.best.mlir"
+    before = (folder / source).read_bytes()
+    assert_one_error(invoke("run", source, "--output", output), expected)
+    assert (folder / source).read_bytes() == before
+    assert database.read_text() == '{"kept": true}\n'
+
+
+def test_invalid_device_is_an_error_before_any_measurement(folder):
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
+    assert_one_error(invoke("run", "mm.mlir", "--device", "bogus://7"), "cannot be opened")
+    assert not (folder / "generated/tuning.jsonl").exists()
+
+
+def test_simulate_on_records_it_did_not_write(folder):
+    lines = [
+        {"problem": "p", "point": [1, 2], "status": "ok", "gflops": 3.0},
+        {"problem": "p", "point": "tile", "status": "ok", "gflops": "fast"},
+        {"problem": 5},
+        [1, 2, 3],
+    ]
+    (folder / "odd.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n\x80\n")
+    result = invoke("simulate", "odd.jsonl")
+    assert "Traceback" not in result.output
+    assert result.exit_code in (0, 2), result.output
+    if result.exit_code == 2:
+        assert result.output.strip().splitlines()[-1].startswith("Error: ")

@@ -1,0 +1,474 @@
+"""Faults, signals, neighbours and full disks, on real runs of the installed command.
+
+Tools are swapped for failing wrappers through the environment (AUTOSCHED_IREE_COMPILE,
+AUTOSCHED_IREE_BENCHMARK_MODULE) and the verifier's worker is told to hang or crash
+(AUTOSCHED_VERIFY_FAULT); IREE itself is never edited. Every case checks the exit code,
+the message, that no child process outlives the run, and that the database and the CSV
+hold every measured record exactly once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import matmul_function
+
+from autosched.records import trial_from_record
+
+CFG = """
+[Env]
+target = cpu
+jobs = 2
+compile_timeout = {compile_timeout}
+run_timeout = {run_timeout}
+{env}
+[SearchSpace]
+tile_m = [8, 16, 32, 64]
+tile_n = [16, 32]
+vec_m = [4]
+vec_n = [8]
+vec_k = [1]
+[SearchStrategy]
+tuner = grid
+n_trial = {n_trial}
+batch_size = 2
+[Benchmark]
+repetitions = 1
+min_time = 0.005
+retime_top = 1
+"""
+
+# Wrappers: the real tool for IREE's default, a fault for every tuned variant.
+HANG_COMPILE = """#!/bin/sh
+case "$*" in *iree_default*) exec "{real}" "$@";; esac
+sh -c 'sleep 1000; :' "$0" &
+sleep 1000
+"""  # the child, like iree-lld under iree-compile, names the wrapper so a test can find it
+CRASH_COMPILE = """#!/bin/sh
+case "$*" in *iree_default*) exec "{real}" "$@";; esac
+echo "about to crash" >&2
+kill -SEGV $$
+"""
+TRUNCATED_REPORT = """#!/bin/sh
+"{real}" "$@" || exit $?
+case "$*" in *iree_default*) exit 0;; esac
+for arg in "$@"; do
+  case "$arg" in --benchmark_out=*) out="${{arg#--benchmark_out=}}";; esac
+done
+head -c 100 "$out" > "$out.cut" && mv "$out.cut" "$out"
+exit 0
+"""
+CRASH_BENCHMARK = """#!/bin/sh
+case "$*" in *iree_default*) exec "{real}" "$@";; esac
+echo "Running iree-benchmark-module"
+echo "INTERNAL; device lost while dispatching" >&2
+kill -ABRT $$
+"""
+HANG_BENCHMARK = """#!/bin/sh
+case "$*" in *iree_default*) exec "{real}" "$@";; esac
+sleep 1000
+"""
+
+
+def real_compiler() -> str:
+    from iree.compiler.tools.binaries import find_tool
+
+    return find_tool("iree-compile")
+
+
+def real_benchmark() -> str:
+    from iree.runtime.benchmark import benchmark_exe
+
+    return os.path.normpath(benchmark_exe())
+
+
+class Run:
+    """A folder with a module and a cfg, and helpers to run autosched there."""
+
+    def __init__(self, folder, **cfg):
+        self.folder = folder
+        (folder / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
+        self.configure(**cfg)
+        self.env = dict(os.environ)
+
+    def configure(self, n_trial=4, compile_timeout=60, run_timeout=30, env=""):
+        (self.folder / "auto-scheduler.cfg").write_text(
+            CFG.format(
+                n_trial=n_trial, compile_timeout=compile_timeout, run_timeout=run_timeout, env=env
+            )
+        )
+
+    def wrap(self, variable: str, script: str, real: str) -> None:
+        path = self.folder / f"{variable.lower()}.sh"
+        path.write_text(script.format(real=real))
+        path.chmod(0o755)
+        self.env[variable] = str(path)
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "autosched", "run", "mm.mlir", *args],
+            cwd=self.folder,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own group: a terminal's Ctrl-C goes to the group
+        )
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        process = self.start(*args)
+        stdout, stderr = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+    def path(self, name: str):
+        return self.folder / name
+
+    def records(self, database="generated/tuning.jsonl") -> list[dict]:
+        """Readable records; torn and foreign lines are left out, as the tool does."""
+        path = self.path(database)
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_bytes().splitlines():
+            try:
+                record = json.loads(line)
+                trial_from_record(record)
+            except (UnicodeDecodeError, ValueError, TypeError):
+                continue
+            out.append(record)
+        return out
+
+    def rows(self, output="generated/results.csv") -> list[dict]:
+        path = self.path(output)
+        if not path.exists():
+            return []
+        with open(path, newline="") as handle:
+            return list(csv.DictReader(handle))
+
+    def wait_for_records(self, process, count: int, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while len(self.records()) < count and time.time() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        assert len(self.records()) >= count, "the run never got that far"
+
+    def leftovers(self) -> list[str]:
+        """Processes still running whose command line names this test's folder."""
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    command = handle.read().replace(b"\0", b" ").decode(errors="replace")
+                with open(f"/proc/{pid}/stat") as handle:
+                    state = handle.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if str(self.folder) in command and state != "Z":
+                found.append(f"{pid}: {command[:200]}")
+        return found
+
+    def assert_no_leftovers(self) -> None:
+        deadline = time.time() + 3
+        while self.leftovers() and time.time() < deadline:
+            time.sleep(0.1)
+        assert not self.leftovers()
+
+
+def assert_once_each(run: Run, complete: bool = True, **paths) -> None:
+    """Every measured record is in the database once, and in the CSV once.
+
+    `complete=False` (after SIGKILL) allows the CSV to miss the row being written when the
+    process died; it never holds a row the database lacks.
+    """
+    records = run.records(**{k: v for k, v in paths.items() if k == "database"})
+    configs = [r["config"] for r in records]
+    assert len(configs) == len(set(configs)), f"measured twice: {configs}"
+    rows = [r["config"] for r in run.rows(**{k: v for k, v in paths.items() if k == "output"})]
+    assert len(rows) == len(set(rows)), f"CSV rows twice: {rows}"
+    if complete:
+        assert set(rows) == set(configs), (rows, configs)
+    else:
+        assert set(rows) <= set(configs) and len(configs) - len(rows) <= 1, (rows, configs)
+
+
+def assert_clean_stderr(stderr: str) -> None:
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "EOFError" not in stderr, stderr
+
+
+@pytest.fixture
+def tuning(tmp_path):
+    run = Run(tmp_path)
+    yield run
+    for line in run.leftovers():  # never leave a test's processes behind
+        os.kill(int(line.split(":")[0]), signal.SIGKILL)
+
+
+# ----- signals ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_a_hung_compile_stops_at_once_and_kills_the_children(tuning, signum):
+    """Ctrl-C (to the process group, as a terminal sends it) or SIGTERM (to the process):
+    within 2 s, one line, every child gone, the CSV equal to the database."""
+    tuning.wrap("AUTOSCHED_IREE_COMPILE", HANG_COMPILE, real_compiler())
+    process = tuning.start()
+    tuning.wait_for_records(process, 1)  # the default is measured; the variants now hang
+    time.sleep(0.5)
+    assert len(tuning.leftovers()) >= 3  # the wrappers and their children
+    started = time.time()
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert time.time() - started < 2.0
+    assert process.returncode == 128 + signum
+    assert_clean_stderr(stderr)
+    name = "interrupted" if signum == signal.SIGINT else "SIGTERM"
+    assert stderr.strip().splitlines()[-1].startswith(f"{name}: measurements kept in")
+    tuning.assert_no_leftovers()
+    assert_once_each(tuning)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_signal_at_a_random_moment_loses_and_duplicates_nothing(tuning, signum, seed):
+    tuning.configure(n_trial=8)
+    process = tuning.start()
+    time.sleep(random.Random(seed * 31 + signum).uniform(1.0, 6.0))
+    if process.poll() is None:
+        if signum == signal.SIGINT:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    if signum != signal.SIGKILL:
+        assert_clean_stderr(stderr)
+        assert process.returncode in (0, 128 + signum), stderr
+    tuning.assert_no_leftovers() if signum != signal.SIGKILL else None
+    assert_once_each(tuning, complete=signum != signal.SIGKILL)
+    before = {r["config"] for r in tuning.records()}
+    rerun = tuning.run()
+    assert rerun.returncode == 0, rerun.stderr
+    after = tuning.records()
+    assert before <= {r["config"] for r in after}
+    assert_once_each(tuning)  # the rerun measured only what was missing
+    assert len(tuning.rows()) == 9  # the default and 8 points
+
+
+# ----- tools that hang, crash or lie ------------------------------------------------------
+
+
+def test_hung_compile_is_a_timeout_and_its_children_die(tuning):
+    tuning.configure(n_trial=2, compile_timeout=2)
+    tuning.wrap("AUTOSCHED_IREE_COMPILE", HANG_COMPILE, real_compiler())
+    done = tuning.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    tuned = [r for r in tuning.records() if not r["baseline"]]
+    assert [r["status"] for r in tuned] == ["timeout", "timeout"]
+    assert all(r["message"] == "over 2 s" for r in tuned)
+    tuning.assert_no_leftovers()
+    assert_once_each(tuning)
+
+
+def test_crashing_compile_is_a_compile_error_with_its_signal(tuning):
+    tuning.configure(n_trial=2)
+    tuning.wrap("AUTOSCHED_IREE_COMPILE", CRASH_COMPILE, real_compiler())
+    done = tuning.run()
+    assert done.returncode == 0, done.stderr
+    tuned = [r for r in tuning.records() if not r["baseline"]]
+    assert {r["status"] for r in tuned} == {"compile_error"}
+    assert all("SIGSEGV" in r["message"] for r in tuned), tuned[0]["message"]
+    assert_once_each(tuning)
+
+
+@pytest.mark.parametrize(
+    "script, status, message",
+    [
+        (TRUNCATED_REPORT, "runtime_error", "unreadable report"),
+        (CRASH_BENCHMARK, "runtime_error", "INTERNAL; device lost while dispatching"),
+        (HANG_BENCHMARK, "timeout", "over 3 s"),
+    ],
+)
+def test_benchmark_faults_are_recorded_outcomes(tuning, script, status, message):
+    tuning.configure(n_trial=2, run_timeout=3)
+    tuning.wrap("AUTOSCHED_IREE_BENCHMARK_MODULE", script, real_benchmark())
+    done = tuning.run()
+    assert done.returncode == 0, done.stderr
+    assert_clean_stderr(done.stderr)
+    baseline = [r for r in tuning.records() if r["baseline"]]
+    assert baseline and baseline[0]["status"] == "ok"
+    tuned = [r for r in tuning.records() if not r["baseline"]]
+    assert [r["status"] for r in tuned] == [status, status]
+    assert all(message in r["message"] for r in tuned), tuned[0]["message"]
+    tuning.assert_no_leftovers()
+    assert_once_each(tuning)
+
+
+@pytest.mark.parametrize("fault, status", [("hang", "timeout"), ("crash", "runtime_error")])
+def test_verifier_faults_stay_within_run_timeout(tuning, fault, status):
+    tuning.configure(n_trial=2, run_timeout=3)
+    tuning.env["AUTOSCHED_VERIFY_FAULT"] = fault
+    started = time.time()
+    done = tuning.run()
+    assert done.returncode == 0, done.stderr
+    assert_clean_stderr(done.stderr)
+    records = tuning.records()
+    assert [r["status"] for r in records] == [status] * 3  # the default and two points
+    # Each check waits run_timeout for the candidate, after the worker's own start-up.
+    assert all(r["verify_s"] <= 3 + 5 for r in records), [r["verify_s"] for r in records]
+    assert time.time() - started < 60
+    assert_once_each(tuning)
+
+
+# ----- neighbours and the database --------------------------------------------------------
+
+
+def test_second_run_on_the_same_folder_is_refused(tuning):
+    tuning.wrap("AUTOSCHED_IREE_COMPILE", HANG_COMPILE, real_compiler())
+    first = tuning.start()
+    tuning.wait_for_records(first, 1)
+    second = tuning.run(timeout=60)
+    assert second.returncode == 2
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: another autosched run (pid ")
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=30)
+    assert_once_each(tuning)
+    del tuning.env["AUTOSCHED_IREE_COMPILE"]
+    third = tuning.run()  # the lock went with the first run
+    assert third.returncode == 0, third.stderr
+    assert_once_each(tuning)
+
+
+def test_corrupt_database_lines_are_skipped_with_a_warning(tuning):
+    tuning.configure(n_trial=2)
+    first = tuning.run()
+    assert first.returncode == 0, first.stderr
+    database = tuning.path("generated/tuning.jsonl")
+    lines_before = database.read_bytes().count(b"\n")
+    good = json.loads(database.read_bytes().splitlines()[-1])
+    bad = [
+        b"\x80\xff not utf-8",
+        json.dumps({**good, "median_ms": "fast"}).encode(),
+        json.dumps({**good, "point": None}).encode(),
+        json.dumps({**good, "status": "ok", "median_ms": None}).encode(),
+        json.dumps({**good, "point": [1, 2]}).encode(),
+        b'{"problem": "torn',
+    ]
+    with open(database, "ab") as handle:
+        handle.write(b"\n".join(bad) + b"\n")
+    second = tuning.run()
+    assert second.returncode == 0, second.stderr
+    assert "skipped 6 unreadable line(s)" in second.stderr
+    assert database.read_bytes().count(b"\n") == lines_before + len(bad)  # nothing re-measured
+    assert_once_each(tuning)
+
+
+def test_torn_last_line_does_not_eat_the_next_record(tuning):
+    tuning.configure(n_trial=2)
+    assert tuning.run().returncode == 0
+    database = tuning.path("generated/tuning.jsonl")
+    data = database.read_bytes()
+    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
+    torn_config = json.loads(data[last_start:])["config"]
+    database.write_bytes(data[: last_start + 40])  # a record cut short, no newline
+    tuning.configure(n_trial=4)
+    done = tuning.run()
+    assert done.returncode == 0, done.stderr
+    configs = [r["config"] for r in tuning.records()]
+    assert len(configs) == 5 and torn_config in configs  # measured again, once
+    assert_once_each(tuning)
+
+
+def test_records_from_another_iree_or_device_are_not_resumed(tuning):
+    tuning.configure(n_trial=2)
+    assert tuning.run().returncode == 0
+    database = tuning.path("generated/tuning.jsonl")
+    records = tuning.records()
+    fake = {**records[1], "iree_version": "2.0.0", "median_ms": 1e-06, "gflops": 1e9}
+    failed = {**records[2], "status": "runtime_error", "device": "bogus://7", "median_ms": None}
+    database.write_text(
+        "\n".join(json.dumps(r) for r in [records[0], fake, failed]) + "\n", encoding="utf-8"
+    )
+    done = tuning.run()
+    assert done.returncode == 0, done.stderr
+    rows = {r["config"]: r for r in tuning.rows()}
+    assert rows[fake["config"]]["median_ms"] != "1e-06"
+    assert rows[failed["config"]]["status"] == "ok"  # retried on the real device
+
+
+# ----- full and read-only disks -----------------------------------------------------------
+
+
+def mount_tmpfs(path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    return done.returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "disk"
+    if not mount_tmpfs(disk, "24k"):
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_full_disk_stops_with_one_line_and_loses_nothing(tuning, small_disk):
+    env = f"database = {small_disk}/t.jsonl\noutput_file = {small_disk}/r.csv\n"
+    env += f"log_file = {small_disk}/run.log"
+    tuning.configure(n_trial=8, env=env)
+    paths = {"database": f"{small_disk}/t.jsonl", "output": f"{small_disk}/r.csv"}
+    done = tuning.run()
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("Error: ") and "No space left on device" in lines[-1]
+    assert_clean_stderr(done.stderr)
+    assert not list(small_disk.glob("*.tmp"))
+    measured = {r["config"] for r in tuning.records(paths["database"])}
+    assert measured
+    assert_once_each(tuning, complete=False, **paths)
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+    again = tuning.run()
+    assert again.returncode == 0, again.stderr
+    assert measured <= {r["config"] for r in tuning.records(paths["database"])}
+    assert_once_each(tuning, **paths)
+    assert len(tuning.rows(paths["output"])) == 9  # the default and all 8 points
+
+
+def test_read_only_database_is_refused_before_measuring(tuning, small_disk):
+    (small_disk / "t.jsonl").write_text("")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    tuning.configure(env=f"database = {small_disk}/t.jsonl")
+    done = tuning.run()
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not writable" in lines[0], done.stderr
+    assert not tuning.path("generated/results.csv").exists()
+
+
+def test_read_only_working_folder_is_refused(tuning, small_disk):
+    (small_disk / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
+    (small_disk / "auto-scheduler.cfg").write_text(tuning.path("auto-scheduler.cfg").read_text())
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    tuning.folder = small_disk
+    done = tuning.run()
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not writable" in lines[0], done.stderr
