@@ -334,8 +334,9 @@ class Tuning:
             return
         entries = ([result.baseline] if result.baseline.ok else []) + contenders
         modules = self.modules_for(problem, entries)
-        samples: dict[str, list[float]] = {t.config: [] for t in entries}
+        rounds: list[dict[str, float]] = []  # per round: config -> ms, timed back to back
         for _ in range(RETIME_ROUNDS):
+            timed_now = {}
             for trial in entries:
                 if trial.config not in modules:
                     continue
@@ -343,7 +344,9 @@ class Tuning:
                     modules[trial.config], data, max(1, self.config.repetitions // 2)
                 )
                 if timing.status == "ok":
-                    samples[trial.config].append(timing.median_ms)
+                    timed_now[trial.config] = timing.median_ms
+            rounds.append(timed_now)
+        samples = {t.config: [r[t.config] for r in rounds if t.config in r] for t in entries}
         final = {name: statistics.median(v) for name, v in samples.items() if v}
         result.baseline_ms = final.get(BASELINE)
         if result.baseline.ok and result.baseline_ms:
@@ -364,10 +367,15 @@ class Tuning:
         for trial in timed:
             log.write(f"re-timed {trial.config}: {final[trial.config]:.4g} ms")
         self.retimed.update({(problem.name, name): ms for name, ms in final.items()})
-        if result.baseline_ms is None or final[winner.config] < result.baseline_ms:
+        if result.baseline_ms is None:
+            result.best, result.best_ms = winner, final[winner.config]
+            return
+        verdict = paired_verdict(rounds, winner.config)
+        log.write(f"{winner.config} against the default: {verdict.describe()}")
+        if verdict.beats_default:
             result.best, result.best_ms = winner, final[winner.config]
         else:
-            log.write("no candidate beat IREE's default configuration: the default stays")
+            log.write("no candidate beat IREE's default by more than the noise: the default stays")
 
     def modules_for(self, problem: MatmulProblem, trials: list[Trial]) -> dict[str, str]:
         """Each trial's timed module by config name, built by this run.
@@ -401,6 +409,40 @@ class Tuning:
     def close(self) -> None:
         """Stops the verifier's worker process."""
         self.verifier.close()
+
+
+@dataclass
+class PairedVerdict:
+    """A candidate against the default, timed back to back in each re-timing round."""
+
+    speedups: list[float]  # default ms / candidate ms, one per round
+    noise: float  # the larger CV across rounds of the two (how much either moves alone)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.speedups) if self.speedups else 0.0
+
+    @property
+    def beats_default(self) -> bool:
+        """Faster in every round, and by more than the noise of the measurements."""
+        return bool(self.speedups) and min(self.speedups) > 1 and self.median > 1 + self.noise
+
+    def describe(self) -> str:
+        rounds = ", ".join(f"{s:.3f}x" for s in self.speedups)
+        return f"paired speedups {rounds} (median {self.median:.3f}x), noise {self.noise:.1%}"
+
+
+def _cv(values: list[float]) -> float:
+    mean = statistics.fmean(values) if values else 0.0
+    return statistics.pstdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
+
+
+def paired_verdict(rounds: list[dict[str, float]], name: str) -> PairedVerdict:
+    """Compares `name` with the default round by round, where both were timed together."""
+    both = [r for r in rounds if BASELINE in r and name in r]
+    speedups = [r[BASELINE] / r[name] for r in both]
+    noise = max(_cv([r[BASELINE] for r in both]), _cv([r[name] for r in both]))
+    return PairedVerdict(speedups, noise)
 
 
 def _describe(trial: Trial) -> str:

@@ -179,7 +179,10 @@ def test_zero_dimension_is_skipped_with_a_reason(folder):
         ("", "empty path"),
         ("a_folder", "is a folder"),
         ("a_file/results.csv", "is a file, not a folder"),
-        ("mm.csv", "the input module and the tuned module are the same file"),  # its tuned module, mm.best.mlir, is the input
+        (
+            "mm.csv",
+            "the input module and the tuned module are the same file",
+        ),  # its tuned module, mm.best.mlir, is the input
     ],
 )
 def test_output_collisions_are_refused(folder, output, expected):
