@@ -83,8 +83,7 @@ def prepare_model(model_path: str, work_dir: str) -> str:
         return model_path
     os.makedirs(work_dir, exist_ok=True)
     imported = os.path.join(work_dir, stem + ".mlirbc")
-    if not os.path.isfile(imported):
-        _import_onnx(model_path, imported)
+    _import_onnx(model_path, imported)
     return imported
 
 
@@ -128,9 +127,7 @@ def compile_model(
     spec = _spec_flags(spec_path, spec_flag)
     with tempfile.TemporaryDirectory(prefix="autosched-apply-") as work:
         source = prepare_model(model_path, work)
-        return _iree_compile(
-            source, [*flags, *spec, *extra_flags], out_path, timeout, model_path
-        )
+        return _iree_compile(source, [*flags, *spec, *extra_flags], out_path, timeout, model_path)
 
 
 # ---------------------------------------------------------------------------------------------
