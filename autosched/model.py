@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from iree.compiler import ir
-from iree.compiler.tools import CompilerToolError, compile_file
 
+from autosched import processes
 from autosched.analysis import MatmulProblem, OpSite
+from autosched.compile import compiler_path
 from autosched.errors import UserError
 
 PHASE = "flow"
@@ -42,6 +43,7 @@ ATTENTION_OPS = ("iree_linalg_ext.attention", "iree_linalg_ext.online_attention"
 # Constants above this many elements (the weights) are printed as `dense_resource<__elided__>`:
 # the analysis needs their types, never their values, and the text stays small.
 _ELIDE_ABOVE = 64
+LOWERING_TIMEOUT = 600.0  # seconds for iree-compile to form a model's dispatches
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,23 +89,25 @@ def _first_error(diagnostics: str) -> str:
     return lines[0] if lines else "no diagnostics"
 
 
-def _compile_to_dispatches(path: str, compile_flags: Sequence[str]) -> bytes:
-    try:
-        return compile_file(
-            path,
-            extra_args=[
-                *compile_flags,
-                f"--compile-to={PHASE}",
-                f"--mlir-elide-elementsattrs-if-larger={_ELIDE_ABOVE}",
-                f"--mlir-elide-resource-strings-if-larger={_ELIDE_ABOVE}",
-            ],
-        )
-    except CompilerToolError as error:
-        # CompilerToolError's text is "Error invoking ...\nError code: N\nDiagnostics:\n..."
-        text = str(error)
-        diagnostics = text.split("Diagnostics:", 1)[1] if "Diagnostics:" in text else text
-        diagnostics = diagnostics.split("Invoked with:", 1)[0]
-        raise UserError(f"{path}: iree-compile failed: {_first_error(diagnostics)}") from None
+def _compile_to_dispatches(path: str, compile_flags: Sequence[str], timeout: float) -> bytes:
+    """iree-compile to `flow`, through `processes.run` so that a signal or a timeout kills it."""
+    command = [
+        compiler_path(),
+        path,
+        *compile_flags,
+        f"--compile-to={PHASE}",
+        f"--mlir-elide-elementsattrs-if-larger={_ELIDE_ABOVE}",
+        f"--mlir-elide-resource-strings-if-larger={_ELIDE_ABOVE}",
+        "--mlir-print-debuginfo",  # the dispatch roots' locations: the model's own lines
+        "-o",
+        "-",
+    ]
+    finished = processes.run(command, timeout, binary_output=True)
+    if finished.timed_out:
+        raise UserError(f"{path}: iree-compile took over {timeout:g} s to form the dispatches")
+    if finished.returncode != 0:
+        raise UserError(f"{path}: iree-compile failed: {_first_error(finished.stderr)}")
+    return finished.output
 
 
 def lower_to_dispatches(
@@ -111,6 +115,7 @@ def lower_to_dispatches(
     compile_flags: Sequence[str],
     context: ir.Context | None = None,
     save_to: str | None = None,
+    timeout: float = LOWERING_TIMEOUT,
 ) -> ir.Module:
     """The model at `path` lowered by iree-compile to `flow`: one `flow.executable` a dispatch.
 
@@ -131,7 +136,7 @@ def lower_to_dispatches(
         if suffix == ".onnx":
             source = os.path.join(work, os.path.basename(path)[: -len(suffix)] + ".mlirbc")
             _import_onnx(path, source)
-        lowered = _compile_to_dispatches(source, compile_flags)
+        lowered = _compile_to_dispatches(source, compile_flags, timeout)
     if save_to:
         with open(save_to, "wb") as file:
             file.write(lowered)

@@ -37,6 +37,7 @@ class Finished:
     stderr: str
     seconds: float
     timed_out: bool = False
+    output: bytes = b""  # stdout as bytes, kept when the caller asked for binary output
 
 
 def tool_path(name: str, default: str) -> str:
@@ -51,7 +52,12 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def run(command: list[str], timeout: float, input_bytes: bytes | None = None) -> Finished:
+def run(
+    command: list[str],
+    timeout: float,
+    input_bytes: bytes | None = None,
+    binary_output: bool = False,
+) -> Finished:
     """Runs a tool to its end, or kills its whole process group after `timeout` seconds.
 
     Raises Stopped when the run is being interrupted; a timeout is a result, not an error.
@@ -87,10 +93,11 @@ def run(command: list[str], timeout: float, input_bytes: bytes | None = None) ->
         raise Stopped()
     return Finished(
         process.returncode,
-        stdout.decode("utf-8", "replace"),
+        "" if binary_output else stdout.decode("utf-8", "replace"),
         stderr.decode("utf-8", "replace"),
         time.perf_counter() - start,
         timed_out,
+        stdout if binary_output else b"",
     )
 
 

@@ -72,6 +72,38 @@ class Progress:
         """A warning the user should see (it is also in run.log)."""
 
 
+@dataclass
+class ProblemSearch:
+    """One problem's search in progress: its space, tuner, inputs, default and trials.
+
+    Held apart from `Tuning` so that several problems can be searched in turns (a model's
+    budget moves between them) with the same loop that tunes one problem to the end.
+    """
+
+    problem: MatmulProblem
+    space: SearchSpace
+    result: ProblemResult
+    data: ProblemData
+    repeat: int  # dispatches per timed call
+    started: float
+    tuner: object | None = None  # None: no valid point
+    names: list[str] = field(default_factory=list)
+    baseline_ms: float | None = None  # the default's first-pass time, for the CSV
+    best_gflops: float = 0.0
+    since_best: int = 0  # trials since the best so far improved
+    exhausted: bool = False  # the tuner has nothing left to propose
+
+    @property
+    def trials(self) -> list[Trial]:
+        return self.result.trials
+
+    @property
+    def best_ms(self) -> float | None:
+        """The fastest correct first-pass time so far, the default included."""
+        times = [t.median_ms for t in [self.result.baseline, *self.trials] if t and t.ok]
+        return min(times) if times else None
+
+
 class Tuning:
     """One `autosched run`: shared state for all problems of the module."""
 
@@ -79,14 +111,12 @@ class Tuning:
         self.config = config
         self.target = target
         self.resume = resume
-        self.repeat = 1  # dispatches per timed call, set per problem
         self.jobs = config.jobs or os.cpu_count() or 1
         self.log = RunLog(config.log_file)
         self.database = TuningDatabase(config.database)
         self.csv = CsvReport(config.output_file, target.knob_names)
         self.version = iree_version()
         self.context = MeasureContext(self.version, target.device, " ".join(target.compile_flags()))
-        self.baseline_ms: float | None = None  # the current problem's default, for the CSV
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.built: set[str] = set()  # modules compiled by this run (not left by another)
         self.verifier = Verifier(target.device)
@@ -98,49 +128,44 @@ class Tuning:
         return source, source.removesuffix(".mlir") + ".vmfb"
 
     def _compile_job(
-        self, problem: MatmulProblem, name: str, point: Point | None, repeat: int | None = None
+        self, problem: MatmulProblem, name: str, point: Point | None, repeat: int
     ) -> CompileJob:
         source, output = self._paths(problem, name)
         write_text(source, kernel_variant(problem, self.target, point))
         flags = list(self.target.compile_flags())
-        repeat = self.repeat if repeat is None else repeat
         if repeat > 1:
             flags.append(f"--iree-hal-benchmark-dispatch-repeat-count={repeat}")
             output = output.removesuffix(".vmfb") + f".x{repeat}.vmfb"
         return CompileJob(source, output, flags)
 
-    def _check_build(self, problem: MatmulProblem, compiled: CompileResult, name: str, point):
+    def _check_build(self, search: ProblemSearch, compiled: CompileResult, name: str, point):
         """The module to verify: the timed one, unless repeating its dispatch changes the answer.
 
         A dispatch that accumulates into its input writes in place, so R repeats add the
         product R times; such problems are checked on a build without repeats.
         """
-        if self.repeat == 1 or problem.zero_init:
+        if search.repeat == 1 or search.problem.zero_init:
             return compiled
         return compile_one(
-            self._compile_job(problem, name, point, repeat=1), self.config.compile_timeout
+            self._compile_job(search.problem, name, point, repeat=1), self.config.compile_timeout
         )
 
-    def time_candidate(self, vmfb: str, data: ProblemData, repetitions: int):
+    def time_candidate(self, vmfb: str, data: ProblemData, repetitions: int, repeat: int):
         return time_module(
             vmfb,
             self.target.device,
             data.inputs,
-            self.repeat,
+            repeat,
             repetitions,
             self.config.min_time,
             self.config.run_timeout,
         )
 
     def _finish_trial(
-        self,
-        problem: MatmulProblem,
-        name: str,
-        point: Point | None,
-        compiled: CompileResult,
-        data: ProblemData,
+        self, search: ProblemSearch, name: str, point: Point | None, compiled: CompileResult
     ) -> Trial:
         """Verify and time one compiled candidate; every failure becomes the trial's status."""
+        problem = search.problem
         trial = Trial(
             problem=problem.name,
             target=self.target.name,
@@ -160,19 +185,23 @@ class Tuning:
         )
         if compiled.status != "ok":
             return trial
-        check_build = self._check_build(problem, compiled, name, point)
+        check_build = self._check_build(search, compiled, name, point)
         if check_build.status != "ok":
             trial.status, trial.message = check_build.status, check_build.message
             return trial
         started = time.perf_counter()
-        check = self.verifier.check(check_build.job.output, data, problem, self.config.run_timeout)
+        check = self.verifier.check(
+            check_build.job.output, search.data, problem, self.config.run_timeout
+        )
         trial.verify_s = round(time.perf_counter() - started, 3)
         trial.verification, trial.max_error = check.status, check.max_error
         if check.status != "correct":
             trial.status, trial.message = check.status, check.message
             return trial
         started = time.perf_counter()
-        timing = self.time_candidate(compiled.job.output, data, self.config.repetitions)
+        timing = self.time_candidate(
+            compiled.job.output, search.data, self.config.repetitions, search.repeat
+        )
         trial.timing_s = round(time.perf_counter() - started, 3)
         if timing.status != "ok":
             trial.status, trial.message = timing.status, timing.message
@@ -183,11 +212,7 @@ class Tuning:
         return trial
 
     def measure(
-        self,
-        problem: MatmulProblem,
-        entries: list[tuple[str, Point | None]],
-        data: ProblemData,
-        progress: Progress,
+        self, search: ProblemSearch, entries: list[tuple[str, Point | None]], progress: Progress
     ) -> list[Trial]:
         """Compiles a batch in parallel, then verifies and times each candidate in turn.
 
@@ -195,7 +220,9 @@ class Tuning:
         the compiles finish first, so that they do not share the cores with a timing.
         """
         points = dict(entries)
-        jobs = [self._compile_job(problem, name, point) for name, point in entries]
+        jobs = [
+            self._compile_job(search.problem, name, point, search.repeat) for name, point in entries
+        ]
         names = {job.output: name for job, (name, _) in zip(jobs, entries, strict=True)}
         results = compile_all(jobs, self.config.compile_timeout, self.jobs)
         if not self.target.timing_overlaps_compile:
@@ -205,92 +232,122 @@ class Tuning:
             if compiled.status == "ok":
                 self.built.add(compiled.job.output)
             name = names[compiled.job.output]
-            trial = self._finish_trial(problem, name, points[name], compiled, data)
+            trial = self._finish_trial(search, name, points[name], compiled)
             with critical():  # an interrupt waits until the database and the CSV agree
                 self.database.append(trial)
-                self._record(problem, trial, progress)
+                self._record(search, trial, progress)
             trials.append(trial)
         return trials
 
     # ----- one problem ---------------------------------------------------------------
 
-    def tune_problem(self, problem: MatmulProblem, progress: Progress) -> ProblemResult:
+    def start_problem(
+        self, problem: MatmulProblem, progress: Progress, own_bar: bool = True
+    ) -> ProblemSearch:
+        """The space, the inputs, the default (measured or resumed) and the resumed trials.
+
+        With `own_bar` the progress display starts a bar for this problem alone (a model's
+        campaign keeps one bar for all its problems instead).
+        """
         log, config, target = self.log, self.config, self.target
-        start = time.perf_counter()
         space = build_space(problem, target, config.knob_space)
-        result = ProblemResult(problem, space)
-        self.repeat = config.dispatch_repeat or target.dispatch_repeat(problem)
+        if own_bar:
+            progress.start(problem, min(config.n_trial, len(space.points)) + 1)
+        search = ProblemSearch(
+            problem=problem,
+            space=space,
+            result=ProblemResult(problem, space),
+            data=make_problem_data(
+                problem, os.path.join(config.work_dir, "inputs", problem.name), seed=config.seed
+            ),
+            repeat=config.dispatch_repeat or target.dispatch_repeat(problem),
+            started=time.perf_counter(),
+        )
         log.section(f"problem {problem.name}")
         for site in problem.sites:
             log.write(f"op at {site.location} in @{site.function} (matmul #{site.index})")
         log.write(f"space: {space.total} raw points, {len(space.points)} valid")
-        log.write(f"timing: {self.repeat} dispatch(es) per call, time per dispatch reported")
-        progress.start(problem, min(config.n_trial, len(space.points)) + 1)
+        log.write(f"timing: {search.repeat} dispatch(es) per call, time per dispatch reported")
         if space.generated:
             log.write(f"knobs generated from the problem: {', '.join(space.generated)}")
         for knob, values in space.knob_values.items():
             log.write(f"  {knob} = {values}")
         for reason, count in space.rejected.most_common():
             log.write(f"  rejected {count}: {reason}")
-        data = make_problem_data(
-            problem, os.path.join(config.work_dir, "inputs", problem.name), seed=config.seed
-        )
 
         earlier = self._earlier(problem, progress) if self.resume else []
-        earlier_by_name = {t.config: t for t in earlier if not t.baseline}
         baseline = next((t for t in earlier if t.baseline and t.ok), None)
-        self.baseline_ms = baseline.median_ms if baseline else None
         if baseline is None:
-            (baseline,) = self.measure(problem, [(BASELINE, None)], data, progress)
+            (baseline,) = self.measure(search, [(BASELINE, None)], progress)
         else:
-            self._record(problem, baseline, progress)
-        result.baseline = baseline
+            self._record(search, baseline, progress)
+        search.result.baseline = baseline
         log.write(f"IREE default: {_describe(baseline)}")
         if not baseline.ok:
             log.write("the default configuration failed: speedups are not available")
-
         if not space.points:
             log.write("no point of the space passes the constraints (see the rejections above)")
-            result.baseline_ms = baseline.median_ms
-            result.search_s = time.perf_counter() - start
-            return result
-        names = [target.config_name(p) for p in space.points]
-        tuner = space_tuner(config, target, space)
-        index_of = {name: i for i, name in enumerate(names)}
+            search.exhausted = True
+            return search
+        search.names = [target.config_name(p) for p in space.points]
+        search.tuner = space_tuner(config, target, space)
+        index_of = {name: i for i, name in enumerate(search.names)}
+        earlier_by_name = {t.config: t for t in earlier if not t.baseline}
         resumed = [(index_of[n], t) for n, t in earlier_by_name.items() if n in index_of]
         resumed.sort(key=lambda item: item[1].time)
         for index, trial in resumed[: config.n_trial]:
-            tuner.update([(index, trial.gflops if trial.ok else None)])
-            result.trials.append(trial)
-            self._record(problem, trial, progress)
-        result.resumed = len(result.trials)
-        if result.resumed:
-            log.write(f"resumed {result.resumed} trials from {config.database}")
+            search.tuner.update([(index, trial.gflops if trial.ok else None)])
+            search.trials.append(trial)
+            self._record(search, trial, progress)
+        search.result.resumed = len(search.trials)
+        if search.result.resumed:
+            log.write(f"resumed {search.result.resumed} trials from {config.database}")
+        search.best_gflops = _best_so_far(search.trials)
+        return search
 
-        best_gflops, since_best = _best_so_far(result.trials), 0
-        while len(result.trials) < config.n_trial:
-            batch = tuner.next_batch(min(config.batch_size, config.n_trial - len(result.trials)))
-            if not batch:
+    def step(self, search: ProblemSearch, count: int, progress: Progress) -> list[Trial]:
+        """Measures up to `count` more points the tuner proposes; [] when it has none left."""
+        if search.exhausted or count <= 0:
+            return []
+        batch = search.tuner.next_batch(count)
+        if not batch:
+            search.exhausted = True
+            return []
+        names, points = search.names, search.space.points
+        trials = self.measure(search, [(names[i], points[i]) for i in batch], progress)
+        by_name = {t.config: t for t in trials}
+        search.tuner.update(
+            [(i, by_name[names[i]].gflops if by_name[names[i]].ok else None) for i in batch]
+        )
+        for trial in trials:
+            search.trials.append(trial)
+            if trial.ok and trial.gflops > search.best_gflops:
+                search.best_gflops, search.since_best = trial.gflops, 0
+            else:
+                search.since_best += 1
+        return trials
+
+    def finish_problem(self, search: ProblemSearch) -> ProblemResult:
+        """Re-times the top candidates beside the default and names the winner."""
+        search.result.search_s = time.perf_counter() - search.started
+        if search.tuner is None:
+            search.result.baseline_ms = search.result.baseline.median_ms
+            return search.result
+        self._retime(search)
+        return search.result
+
+    def tune_problem(self, problem: MatmulProblem, progress: Progress) -> ProblemResult:
+        """One problem to the end: n_trial points, or fewer with early stopping."""
+        config = self.config
+        search = self.start_problem(problem, progress)
+        while len(search.trials) < config.n_trial:
+            count = min(config.batch_size, config.n_trial - len(search.trials))
+            if not self.step(search, count, progress):
                 break
-            trials = self.measure(
-                problem, [(names[i], space.points[i]) for i in batch], data, progress
-            )
-            by_name = {t.config: t for t in trials}
-            tuner.update(
-                [(i, by_name[names[i]].gflops if by_name[names[i]].ok else None) for i in batch]
-            )
-            for trial in trials:
-                result.trials.append(trial)
-                if trial.ok and trial.gflops > best_gflops:
-                    best_gflops, since_best = trial.gflops, 0
-                else:
-                    since_best += 1
-            if config.early_stopping and since_best >= config.early_stopping:
-                log.write(f"early stop: {since_best} trials without improvement")
+            if config.early_stopping and search.since_best >= config.early_stopping:
+                self.log.write(f"early stop: {search.since_best} trials without improvement")
                 break
-        result.search_s = time.perf_counter() - start
-        self._retime(problem, result, data)
-        return result
+        return self.finish_problem(search)
 
     def _earlier(self, problem: MatmulProblem, progress: Progress) -> list[Trial]:
         """This problem's records that can be resumed; unreadable lines are a warning."""
@@ -315,25 +372,25 @@ class Tuning:
         self.log.write(f"warning: {message}")
         progress.note(message)
 
-    def _record(self, problem: MatmulProblem, trial: Trial, progress: Progress) -> None:
+    def _record(self, search: ProblemSearch, trial: Trial, progress: Progress) -> None:
         """The recorders of one trial: the CSV, run.log and the progress display."""
         if trial.baseline and trial.ok:
-            self.baseline_ms = trial.median_ms
-        self.csv.add(problem, trial, self.baseline_ms)
+            search.baseline_ms = trial.median_ms
+        self.csv.add(search.problem, trial, search.baseline_ms)
         if not trial.baseline:
             self.log.write(f"  {trial.config}: {_describe(trial)}")
         progress.advance(trial)
 
-    def _retime(self, problem: MatmulProblem, result: ProblemResult, data: ProblemData) -> None:
+    def _retime(self, search: ProblemSearch) -> None:
         """Times the top few again, interleaved with the default, before naming a winner."""
-        log = self.log
+        log, problem, result = self.log, search.problem, search.result
         ranked = sorted((t for t in result.trials if t.ok), key=lambda t: t.median_ms)
         contenders = ranked[: max(self.config.retime_top, 1)]
         if not contenders:
             log.write("no candidate compiled, ran and gave the right answer")
             return
         entries = ([result.baseline] if result.baseline.ok else []) + contenders
-        modules = self.modules_for(problem, entries)
+        modules = self.modules_for(problem, entries, search.repeat)
         rounds: list[dict[str, float]] = []  # per round: config -> ms, timed back to back
         for _ in range(RETIME_ROUNDS):
             timed_now = {}
@@ -341,7 +398,10 @@ class Tuning:
                 if trial.config not in modules:
                     continue
                 timing = self.time_candidate(
-                    modules[trial.config], data, max(1, self.config.repetitions // 2)
+                    modules[trial.config],
+                    search.data,
+                    max(1, self.config.repetitions // 2),
+                    search.repeat,
                 )
                 if timing.status == "ok":
                     timed_now[trial.config] = timing.median_ms
@@ -377,14 +437,16 @@ class Tuning:
         else:
             log.write("no candidate beat IREE's default by more than the noise: the default stays")
 
-    def modules_for(self, problem: MatmulProblem, trials: list[Trial]) -> dict[str, str]:
+    def modules_for(
+        self, problem: MatmulProblem, trials: list[Trial], repeat: int
+    ) -> dict[str, str]:
         """Each trial's timed module by config name, built by this run.
 
         Resumed trials are compiled again: a module left on disk may come from another arch
         or other flags under the same name.
         """
         jobs = {
-            t.config: self._compile_job(problem, t.config, None if t.baseline else t.point)
+            t.config: self._compile_job(problem, t.config, None if t.baseline else t.point, repeat)
             for t in trials
         }
         missing = [job for job in jobs.values() if job.output not in self.built]

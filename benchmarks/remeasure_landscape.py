@@ -61,18 +61,20 @@ def main() -> None:
         )
         problem = problem_from_shape(first["shape"])
         tuning = Tuning(config, make_target(config))
-        tuning.repeat = config.dispatch_repeat or tuning.target.dispatch_repeat(problem)
+        repeat = config.dispatch_repeat or tuning.target.dispatch_repeat(problem)
         data = make_problem_data(problem, os.path.join(args.work_dir, "inputs", name), config.seed)
         ok = [Trial(**r) for r in by_config.values() if r["status"] == "ok"]
         started = time.perf_counter()
-        modules = tuning.modules_for(problem, ok)
+        modules = tuning.modules_for(problem, ok, repeat)
         print(f"{name}: {len(modules)} modules ready in {time.perf_counter() - started:.0f} s")
         samples: dict[str, list[float]] = {t.config: [] for t in ok}
         for round_index in range(args.rounds):
             trials = [t for t in ok if t.config in modules]
             order.shuffle(trials)
             for trial in trials:
-                timing = tuning.time_candidate(modules[trial.config], data, config.repetitions)
+                timing = tuning.time_candidate(
+                    modules[trial.config], data, config.repetitions, repeat
+                )
                 if timing.status == "ok":
                     samples[trial.config].append(timing.median_ms)
             print(f"  round {round_index + 1}/{args.rounds} done", flush=True)
