@@ -42,11 +42,12 @@ from autosched.model import (
     MODEL_SUFFIXES,
     Contraction,
     DispatchSite,
-    _classify,
-    _import_onnx,
-    _is_linalg,
-    _walk,
+    classify_root,
+    import_onnx,
+    is_linalg_op,
+    walk_ops,
 )
+from autosched.spec_flags import SPEC_SAFE_FLAGS
 from autosched.targets.base import Target
 from autosched.verify import TOLERANCE, compare, run_tool
 
@@ -67,7 +68,7 @@ INTEGER_HIGH = 8  # integer inputs are drawn from [0, 8): valid as small indices
 def prepare_model(model_path: str, work_dir: str) -> str:
     """A file iree-compile takes for the model: the model itself, or its ONNX import.
 
-    `.onnx` is imported with IREE's ONNX importer (`model._import_onnx`) into `work_dir`;
+    `.onnx` is imported with IREE's ONNX importer (`model.import_onnx`) into `work_dir`;
     `.mlir` and `.mlirbc` are returned as they are. Every failure is a one-line UserError.
     """
     if not os.path.isfile(model_path):
@@ -83,7 +84,7 @@ def prepare_model(model_path: str, work_dir: str) -> str:
         return model_path
     os.makedirs(work_dir, exist_ok=True)
     imported = os.path.join(work_dir, stem + ".mlirbc")
-    _import_onnx(model_path, imported)
+    import_onnx(model_path, imported)
     return imported
 
 
@@ -92,7 +93,7 @@ def _spec_flags(spec_path: str | None, spec_flag: str) -> list[str]:
         return []
     if not os.path.isfile(spec_path):
         raise UserError(f"{spec_path}: no such tuning spec")
-    return [f"{spec_flag}={os.path.abspath(spec_path)}"]
+    return [f"{spec_flag}={os.path.abspath(spec_path)}", *SPEC_SAFE_FLAGS]
 
 
 def _iree_compile(
@@ -204,7 +205,7 @@ def _attribute(operation: ir.Operation, name: str) -> str | None:
 def _stream_calls(module: ir.Module) -> Counter:
     """(executable, entry point) -> how many stream.cmd.dispatch ops launch it."""
     calls: Counter = Counter()
-    for op in _walk(module.operation):
+    for op in walk_ops(module.operation):
         if op.name == "stream.cmd.dispatch" and "entry_points" in op.attributes:
             for entry in ir.ArrayAttr(op.attributes["entry_points"]):
                 path = ir.SymbolRefAttr(entry).value  # [executable, variant, export]
@@ -246,10 +247,10 @@ def _function_configs(executable: str, function: ir.Operation, calls: Counter):
         fused_ops=(),
         location="",
     )
-    for op in _walk(function):
-        if not _is_linalg(op):
+    for op in walk_ops(function):
+        if not is_linalg_op(op):
             continue
-        result = _classify(op, site)
+        result = classify_root(op, site)
         if not isinstance(result, Contraction):
             continue
         yield DispatchConfig(
@@ -386,7 +387,7 @@ def _imports_exports(function: ir.Operation, name: str) -> EntryFunction:
     hal.tensor.export ops (by returned value)."""
     body = function.regions[0].blocks[0]
     arguments = {}
-    for op in _walk(function):
+    for op in walk_ops(function):
         if op.name == "hal.tensor.import":
             number = _argument_of(op.operands[0], body)
             if number is not None:

@@ -6,18 +6,22 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
 from autosched import interrupts
 from autosched.analysis import Analysis, analyze_file
-from autosched.config import TARGETS, TUNERS, RunConfig, load_config, with_overrides
+from autosched.config import MODES, TARGETS, TUNERS, RunConfig, load_config, with_overrides
 from autosched.errors import UserError
 from autosched.host import device_problem
+from autosched.model import is_model
 from autosched.records import Trial
 from autosched.run_paths import RunPaths, check_paths
 from autosched.runlock import RunLock, lock_paths
 from autosched.runner import ProblemResult, Progress, Tuning, summary_rows
+from autosched.verify import memory_problem
 
 EXIT_INTERRUPTED = 130
 
@@ -52,6 +56,13 @@ class BarProgress(Progress):
     def note(self, message: str) -> None:
         click.echo(f"\nwarning: {message}", err=True)
 
+    def start_model(self, label: str, total: int) -> None:
+        """One bar for a whole model, whose problems are searched in turns."""
+        self.finish()
+        self.bar = click.progressbar(
+            length=total, label=label, item_show_func=lambda text: text, file=sys.stderr
+        )
+
 
 def _log_analysis(tuning: Tuning, config: RunConfig, analysis: Analysis) -> None:
     log = tuning.log
@@ -82,27 +93,13 @@ def _prepare(config: RunConfig, input_file: str | None):
     target.check_search_space(config)
     analysis = analyze_file(path)
     for problem in list(analysis.problems):
-        reason = target.supports(problem) or _too_big(problem)
+        reason = target.supports(problem) or memory_problem(problem)
         if reason:
             analysis.problems.remove(problem)
             click.echo(f"skipping {problem.name}: {reason}", err=True)
     if not analysis.problems:
         raise UserError(f"{path}: no matmul in the module can be tuned for target {target.name}")
     return config, target, analysis
-
-
-def _too_big(problem) -> str | None:
-    """Why a problem's random inputs and reference will not fit in memory, if they will not."""
-    from autosched.host import physical_memory
-    from autosched.verify import data_bytes
-
-    needed, memory = data_bytes(problem), physical_memory()
-    if memory and needed > memory // 2:
-        return (
-            f"its inputs and reference need {needed / 1e9:.1f} GB, more than half of this "
-            f"machine's {memory / 1e9:.1f} GB"
-        )
-    return None
 
 
 def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
@@ -172,23 +169,40 @@ def cli() -> None:
 @click.option(
     "--dry-run", is_flag=True, help="analyze, build the space, write variants; compile nothing"
 )
+@click.option("--budget", type=int, help="models: total trials over all problems")
+@click.option("--time-budget", type=float, help="models: wall-clock minutes for the search")
+@click.option("--mode", type=click.Choice(MODES), help="models: fast, normal or extreme budget")
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
-    """Tune every linalg.matmul in FILE.mlir and report the best configurations."""
+    """Tune the matmuls of FILE.mlir, or a whole model (.onnx, .mlirbc, torch/linalg MLIR)."""
     config = with_overrides(load_config(config_path), **overrides)
+    path = input_file or config.input_file
+    if path and os.path.isfile(path) and is_model(path):
+        from autosched.model_run import run_model
+
+        run_model(with_overrides(config, input_file=path), resume, dry_run, BarProgress())
+        return
     config, target, analysis = _prepare(config, input_file)
     if dry_run:
         _dry_run(config, target, analysis)
         return
     paths = RunPaths.of(config)
+    with guarded_run(config, target, paths):
+        _tune(config, target, analysis, paths, resume)
+
+
+@contextmanager
+def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
+    """What every measuring run needs around it: its paths checked, the device opened once,
+    the work folder locked, signals handled, and OS errors turned into one Error: line."""
     check_paths(paths)
     target.check_device()
     lock = RunLock(lock_paths(config.work_dir, config.database))
-    problem = device_problem(target.device)
-    if problem:
-        raise UserError(f"device {target.device!r} cannot be opened here: {problem}")
-    interrupts.install()
     try:
-        _tune(config, target, analysis, paths, resume)
+        problem = device_problem(target.device)
+        if problem:
+            raise UserError(f"device {target.device!r} cannot be opened here: {problem}")
+        interrupts.install()
+        yield
     except OSError as error:
         where = f"{error.filename}: " if error.filename else ""
         raise UserError(
@@ -198,6 +212,19 @@ def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     finally:
         interrupts.restore()
         lock.release()
+
+
+def exit_interrupted(interrupt: KeyboardInterrupt, config: RunConfig, log, progress) -> None:
+    """One line, then the exit code of the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    progress.finish()
+    name = "SIGTERM" if getattr(interrupt, "signum", 0) == signal.SIGTERM else "interrupted"
+    log.write(f"{name}: every trial measured so far is in the CSV and the database")
+    click.echo(
+        f"\n{name}: measurements kept in {config.output_file} and {config.database}; "
+        "run the same command again to resume",
+        err=True,
+    )
+    sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
 
 
 def _tune(config: RunConfig, target, analysis: Analysis, paths: RunPaths, resume: bool) -> None:
@@ -217,15 +244,7 @@ def _tune(config: RunConfig, target, analysis: Analysis, paths: RunPaths, resume
     try:
         results = tuning.run(analysis, progress)
     except KeyboardInterrupt as interrupt:
-        progress.finish()
-        name = "SIGTERM" if getattr(interrupt, "signum", 0) == signal.SIGTERM else "interrupted"
-        tuning.log.write(f"{name}: every trial measured so far is in the CSV and the database")
-        click.echo(
-            f"\n{name}: measurements kept in {config.output_file} and {config.database}; "
-            "run the same command again to resume",
-            err=True,
-        )
-        sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
+        exit_interrupted(interrupt, config, tuning.log, progress)
     best_path, spec_path = _export_best(paths, target, results)
     summary = summary_rows(results)
     tuning.log.section("result")
@@ -237,7 +256,7 @@ def _tune(config: RunConfig, target, analysis: Analysis, paths: RunPaths, resume
     if spec_path:
         click.echo(
             f"tuning spec for any model: iree-compile MODEL.mlir "
-            f"{' '.join(target.compile_flags())} {target.tuning_spec_flag}={spec_path}"
+            f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
         )
         if target.module_attributes():  # sm_90: iree-compile has no flag naming this target
             click.echo(
@@ -246,6 +265,34 @@ def _tune(config: RunConfig, target, analysis: Analysis, paths: RunPaths, resume
             )
     else:
         click.echo("no tuning spec: nothing beat IREE's default configurations")
+
+
+@cli.command()
+@click.argument("model_file", metavar="MODEL")
+@click.option("--spec", "spec_path", required=True, help="tuning spec to apply (a .mlir file)")
+@click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
+@click.option("--target", type=click.Choice(TARGETS), help="backend")
+@click.option("--arch", help="GPU architecture for --target cuda")
+@click.option("--device", help="IREE device URI for the runs")
+@click.option("--seed", type=int, help="seed for the random inputs")
+def apply(model_file, spec_path, config_path, **overrides) -> None:
+    """Prove SPEC on MODEL: which dispatches it configures, outputs compared, latency before and
+    after (exit 1 when the outputs differ)."""
+    from autosched.model_run import apply_spec
+
+    config = with_overrides(load_config(config_path), input_file=model_file, **overrides)
+    if not os.path.isfile(model_file):
+        raise UserError(f"{model_file}: no such file")
+    if not os.path.isfile(spec_path):
+        raise UserError(f"{spec_path}: no such tuning spec")
+    interrupts.install()
+    try:
+        apply_spec(config, spec_path)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        interrupts.restore()
 
 
 try:

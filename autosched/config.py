@@ -40,6 +40,9 @@ class RunConfig:
     seed: int = 0
     batch_size: int = 8  # points proposed per tuner round
     early_stopping: int = 0  # stop a problem after this many trials without improvement; 0: never
+    mode: str = "normal"  # models: fast | normal | extreme, the budget when none is given
+    budget: int = 0  # models: total trials over all problems; 0: from the mode
+    time_budget: float = 0.0  # models: wall-clock minutes for the search; 0: no limit
     # [Benchmark]
     repetitions: int = 5
     min_time: float = 0.05  # seconds per repetition
@@ -88,6 +91,9 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "seed": int,
         "batch_size": int,
         "early_stopping": int,
+        "mode": str,
+        "budget": int,
+        "time_budget": float,
     },
     "Benchmark": {
         "repetitions": int,
@@ -96,7 +102,8 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "retime_top": int,
     },
 }
-_CHOICES = {"target": TARGETS, "tuner": TUNERS}
+MODES = ("fast", "normal", "extreme")
+_CHOICES = {"target": TARGETS, "tuner": TUNERS, "mode": MODES}
 _MINIMUM = {
     "jobs": 0,
     "compile_timeout": 0.1,
@@ -105,6 +112,8 @@ _MINIMUM = {
     "seed": 0,
     "batch_size": 1,
     "early_stopping": 0,
+    "budget": 0,
+    "time_budget": 0.0,
     "repetitions": 1,
     "min_time": 0.0,
     "dispatch_repeat": 0,
@@ -148,6 +157,8 @@ _MAXIMUM = {
     "dispatch_repeat": 100_000,
     "retime_top": 1000,
     "seed": 2**32 - 1,
+    "budget": 100_000_000,
+    "time_budget": 525_600.0,  # a year of minutes
 }
 MAX_TEXT = 4096  # longest path or name a cfg value may hold
 MAX_DEVICE = 256

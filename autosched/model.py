@@ -46,11 +46,59 @@ _ELIDE_ABOVE = 64
 LOWERING_TIMEOUT = 600.0  # seconds for iree-compile to form a model's dispatches
 
 
+# Ops a module of bare matmuls holds; anything else makes it a model, tuned as IREE forms its
+# dispatches (a fused bias add changes what the matmul's dispatch is).
+KERNEL_MODULE_OPS = {
+    "builtin.module",
+    "func.func",
+    "func.return",
+    "util.func",
+    "util.return",
+    "arith.constant",
+    "tensor.empty",
+    "linalg.fill",
+    "linalg.matmul",
+    "linalg.batch_matmul",
+}
+
+
+def is_model(path: str) -> bool:
+    """Whether `path` is a model rather than a module of bare matmuls.
+
+    ONNX and bytecode are models; an MLIR text file is one when it holds any op besides
+    matmuls, fills, constants and functions (torch, StableHLO, TOSA, or linalg with other
+    ops). A file that does not parse is left to the matmul path, which reports why.
+    """
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in (".onnx", ".mlirbc"):
+        return True
+    try:
+        module = ir.Module.parseFile(path, ir.Context())
+    except (ir.MLIRError, OSError, ValueError, RuntimeError):
+        return False
+    found = False
+
+    def visit(operation) -> None:
+        nonlocal found
+        for region in operation.regions:
+            for block in region.blocks:
+                for child in block.operations:
+                    name = child.operation.name
+                    if name not in KERNEL_MODULE_OPS:
+                        found = True
+                        return
+                    if not name.startswith("linalg."):  # a named op's body is its own
+                        visit(child.operation)
+
+    visit(module.operation)
+    return found
+
+
 # ---------------------------------------------------------------------------------------------
 # Lowering
 
 
-def _import_onnx(path: str, output: str) -> None:
+def import_onnx(path: str, output: str) -> None:
     """IREE's own ONNX importer (the code behind `iree-import-onnx`), run in this process.
 
     The tool's loading (shape inference, external data) is reused as is; its printing is not:
@@ -135,7 +183,7 @@ def lower_to_dispatches(
         source = path
         if suffix == ".onnx":
             source = os.path.join(work, os.path.basename(path)[: -len(suffix)] + ".mlirbc")
-            _import_onnx(path, source)
+            import_onnx(path, source)
         lowered = _compile_to_dispatches(source, compile_flags, timeout)
     if save_to:
         with open(save_to, "wb") as file:
@@ -363,10 +411,10 @@ def _children(operation: ir.Operation):
                 yield child.operation
 
 
-def _walk(operation: ir.Operation):
+def walk_ops(operation: ir.Operation):
     for child in _children(operation):
         yield child
-        yield from _walk(child)
+        yield from walk_ops(child)
 
 
 def _symbol(operation: ir.Operation) -> str:
@@ -472,7 +520,7 @@ def _describe_fused(op: ir.Operation) -> str:
     return f"linalg.generic ({', '.join(body) if body else 'copy'})"
 
 
-def _is_linalg(op: ir.Operation) -> bool:
+def is_linalg_op(op: ir.Operation) -> bool:
     return op.name.startswith(("linalg.", "iree_linalg_ext.")) and op.name not in (
         "linalg.yield",
         "linalg.index",
@@ -483,7 +531,7 @@ def _is_linalg(op: ir.Operation) -> bool:
 def _calls(module: ir.Module) -> Counter:
     """(executable, entry point) -> how many flow.dispatch ops launch it."""
     calls: Counter = Counter()
-    for op in _walk(module.operation):
+    for op in walk_ops(module.operation):
         if op.name == "flow.dispatch":
             for entry in ir.ArrayAttr(op.attributes["entry_points"]):
                 calls[tuple(ir.SymbolRefAttr(entry).value)] += 1
@@ -522,7 +570,7 @@ def _static_types(op: ir.Operation) -> list[ir.RankedTensorType] | str:
     return types
 
 
-def _classify(op: ir.Operation, site: DispatchSite) -> Contraction | SkippedRoot | None:
+def classify_root(op: ir.Operation, site: DispatchSite) -> Contraction | SkippedRoot | None:
     """A dispatch op as a contraction, a skipped root, or None when it is neither."""
     if op.name in ATTENTION_OPS:
         shapes = ", ".join(str(o.type) for o in op.operands)
@@ -581,7 +629,7 @@ def find_contractions(module: ir.Module) -> ModelAnalysis:
     dispatches = 0
     for executable, entry_point, function in _dispatch_functions(module):
         dispatches += 1
-        ops = [op for op in _walk(function) if _is_linalg(op)]
+        ops = [op for op in walk_ops(function) if is_linalg_op(op)]
         for op in ops:
             init = _producer(op.operands[-1]) if len(op.operands) else None
             neighbours = tuple(
@@ -596,7 +644,7 @@ def find_contractions(module: ir.Module) -> ModelAnalysis:
                 fused_ops=neighbours,
                 location=_source_location(op.location),
             )
-            result = _classify(op, site)
+            result = classify_root(op, site)
             if isinstance(result, SkippedRoot):
                 skipped.append(result)
             elif isinstance(result, Contraction):

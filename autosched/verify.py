@@ -68,6 +68,19 @@ def data_bytes(problem: MatmulProblem) -> int:
     return 8 * sum(int(np.prod(shape, dtype=np.float64)) for shape in elements) * 2
 
 
+def memory_problem(problem: MatmulProblem) -> str | None:
+    """Why a problem's random inputs and reference will not fit in memory, if they will not."""
+    from autosched.host import physical_memory
+
+    needed, memory = data_bytes(problem), physical_memory()
+    if memory and needed > memory // 2:
+        return (
+            f"its inputs and reference need {needed / 1e9:.1f} GB, more than half of this "
+            f"machine's {memory / 1e9:.1f} GB"
+        )
+    return None
+
+
 def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> ProblemData:
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)

@@ -64,7 +64,7 @@ def main() -> None:
     flags = [*target.compile_flags(), f"--iree-hal-benchmark-dispatch-repeat-count={args.repeat}"]
     builds = {"IREE default": (default, flags), "*.best.mlir": (best, flags)}
     if os.path.isfile(spec):
-        builds["default + *.spec.mlir"] = (default, [*flags, f"{target.tuning_spec_flag}={spec}"])
+        builds["default + *.spec.mlir"] = (default, [*flags, *target.spec_flags(spec)])
 
     functions = function_inputs(args.model)
     rows: dict[str, dict[str, float | str]] = {name: {} for name in functions}

@@ -52,7 +52,7 @@ def test_cpu_spec_configures_every_matching_matmul(write_module, tmp_path):
     assert len(best) == 2
     spec = tmp_path / "spec.mlir"
     spec.write_text(tuning_spec(best))
-    output = configurations(path, [*target.compile_flags(), f"{target.tuning_spec_flag}={spec}"])
+    output = configurations(path, [*target.compile_flags(), *target.spec_flags(str(spec))])
     assert "distribution = [32, 16, 0]" in output and "vector_reduction = [0, 0, 2]" in output
     assert "distribution = [8, 16, 0]" in output and "vector_reduction = [0, 0, 4]" in output
     # The 32x64x16 matmul matched no rule: IREE chose its own configuration for it.
@@ -72,6 +72,6 @@ def test_cuda_spec_is_applied_through_the_transform_library(write_module, tmp_pa
     (point,) = build_space(problem, target, lists).points
     spec = tmp_path / "spec.mlir"
     spec.write_text(tuning_spec([(problem, target, point)]))
-    output = configurations(path, [*target.compile_flags(), f"{target.tuning_spec_flag}={spec}"])
+    output = configurations(path, [*target.compile_flags(), *target.spec_flags(str(spec))])
     assert "subgroup = [2, 2, 0]" in output and "reduction = [0, 0, 2]" in output
     assert "workgroup_size = [256, 1, 1]" in output

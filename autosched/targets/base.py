@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
+from autosched.spec_flags import SPEC_SAFE_FLAGS
 
 Point = dict[str, Knob]
 MAX_KNOB = 1 << 20  # no tile, vector or thread count of a real kernel comes near this
@@ -120,6 +121,10 @@ class Target(ABC):
     @abstractmethod
     def compile_flags(self) -> list[str]:
         """iree-compile flags that select this backend."""
+
+    def spec_flags(self, spec_path: str) -> list[str]:
+        """iree-compile flags that apply a tuning spec file (see spec.SPEC_SAFE_FLAGS)."""
+        return [f"{self.tuning_spec_flag}={spec_path}", *SPEC_SAFE_FLAGS]
 
     def module_attributes(self) -> dict[str, str]:
         """Attributes the module needs (name -> MLIR text), e.g. a full GPU target; often none."""

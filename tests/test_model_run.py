@@ -1,0 +1,151 @@
+"""`autosched run MODEL` and `autosched apply` on the committed models, on the CPU: every
+contraction of the dispatches IREE forms is found and tuned under one budget, the spec
+applies to each tuned dispatch, and the whole model's outputs match."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from autosched.cli import cli
+from autosched.config import RunConfig
+from autosched.model import analyze_model
+from autosched.spec import tuning_spec
+from autosched.targets.cpu import CpuTarget
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+CFG = """
+[Env]
+jobs = 2
+[SearchStrategy]
+tuner = random
+n_trial = 4
+batch_size = 2
+[Benchmark]
+repetitions = 1
+min_time = 0.005
+retime_top = 1
+"""
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(CFG)
+    for name in os.listdir(MODELS):
+        if not name.endswith(".py"):
+            shutil.copy(os.path.join(MODELS, name), tmp_path / name)
+    return tmp_path
+
+
+def summary(folder) -> dict:
+    return json.loads((folder / "generated/results.summary.json").read_text())
+
+
+def test_onnx_model_is_tuned_whole_under_one_budget(folder):
+    result = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "6"])
+    assert result.exit_code == 0, result.output
+    report = summary(folder)
+    problems = {p["problem"]: p for p in report["problems"]}
+    # The Gemm(transB=1) as IREE forms it: a transposed-B matmul with the bias add fused;
+    # the batched MatMul with the Transpose fused. Two dispatches, both found.
+    assert set(problems) == {
+        "matmul_transpose_b_8x24x32_f32_f32_f32",
+        "batch_matmul_2x16x24x32_f32_f32_f32",
+    }
+    assert problems["matmul_transpose_b_8x24x32_f32_f32_f32"]["fuses"] == [
+        "linalg.generic (arith.addf)"
+    ]
+    assert report["trials"] == 6 and report["budget"] == 6
+    assert abs(sum(p["share"] for p in report["problems"]) - 1) < 1e-3
+    with open(folder / "generated/results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 + 6  # two defaults and the six trials of the budget
+    records = (folder / "generated/tuning.jsonl").read_text().splitlines()
+    assert len(records) == 8
+
+
+def test_torch_export_counts_repeated_dispatches(folder):
+    result = CliRunner().invoke(cli, ["run", "llama_mlp.mlirbc", "--mode", "fast", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    # gate and up are one problem run twice, down runs once (three dispatches in all)
+    assert "batch_matmul_1x8x128x64_f32_f32_f32: runs 2x" in result.output
+    assert "batch_matmul_1x8x64x128_f32_f32_f32: runs 1x" in result.output
+    assert "budget: 16 trials (fast mode)" in result.output
+
+
+def test_attention_is_listed_as_not_tuned(folder):
+    result = CliRunner().invoke(cli, ["run", "attention.mlirbc", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "not tuned: 1 attention" in result.output
+    assert "batch_matmul_1x16x32x64_f32_f32_f32: runs 1x" in result.output
+
+
+def test_unsupported_element_type_is_a_counted_reason(folder):
+    (folder / "int.mlir").write_text(
+        """
+func.func @f(%a: tensor<16x32xi8>, %b: tensor<32x8xi8>, %bias: tensor<16x8xi32>) -> tensor<16x8xi32> {
+  %zero = arith.constant 0 : i32
+  %e = tensor.empty() : tensor<16x8xi32>
+  %fill = linalg.fill ins(%zero : i32) outs(%e : tensor<16x8xi32>) -> tensor<16x8xi32>
+  %m = linalg.matmul ins(%a, %b : tensor<16x32xi8>, tensor<32x8xi8>) outs(%fill : tensor<16x8xi32>) -> tensor<16x8xi32>
+  %r = arith.addi %m, %bias : tensor<16x8xi32>
+  return %r : tensor<16x8xi32>
+}
+"""
+    )
+    result = CliRunner().invoke(cli, ["run", "int.mlir"])
+    assert result.exit_code == 2
+    assert "not tuned: 1 element type" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: ")
+
+
+def test_missing_onnx_extra_is_one_clear_error(folder):
+    code = (
+        "import sys; sys.modules['onnx'] = None\n"
+        "from autosched.cli import main\n"
+        "sys.argv = ['autosched', 'run', 'gemm_matmul_transpose.onnx', '--dry-run']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("Error: ") and "pip install 'autosched[onnx]'" in lines[-1]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("model", ["gemm_matmul_transpose.onnx", "llama_mlp.mlirbc"])
+def test_apply_proves_a_spec_on_the_whole_model(folder, model):
+    """A spec for every contraction (hand-picked points) is applied to each dispatch, and the
+    model's outputs match; llama_mlp's entry takes torch-typed tensors in its source."""
+    target = CpuTarget(RunConfig())
+    analysis = analyze_model(str(folder / model), target.compile_flags())
+    point = {"tile_m": 8, "tile_n": 8, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+    best = [(p, target, point) for p in analysis.matmul_problems()]
+    assert len(best) == 2
+    (folder / "spec.mlir").write_text(tuning_spec(best))
+    result = CliRunner().invoke(cli, ["apply", model, "--spec", "spec.mlir"])
+    assert result.exit_code == 0, result.output
+    dispatches = 2 if model.endswith(".onnx") else 3
+    assert f"{dispatches} of {dispatches} contraction dispatch(es) configured" in result.output
+    assert "outputs match" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("model: ")
+
+
+def test_apply_with_a_spec_that_matches_nothing(folder):
+    target = CpuTarget(RunConfig())
+    analysis = analyze_model(str(folder / "gemm_matmul_transpose.onnx"), target.compile_flags())
+    problem = analysis.matmul_problems()[0]
+    problem.m *= 2  # a shape the model does not have
+    point = {"tile_m": 8, "tile_n": 8, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+    (folder / "spec.mlir").write_text(tuning_spec([(problem, target, point)]))
+    result = CliRunner().invoke(cli, ["apply", "gemm_matmul_transpose.onnx", "--spec", "spec.mlir"])
+    assert result.exit_code == 0, result.output
+    assert "0 of 2 contraction dispatch(es) configured" in result.output
