@@ -67,11 +67,23 @@ def expected_gain(entry: ModelProblem) -> float:
 
 
 def pick_next(problems: list[ModelProblem]) -> ModelProblem | None:
-    """The problem whose next batch is expected to save the most model time (pure)."""
+    """The problem whose next batch is expected to save the most model time (pure).
+
+    Problems not searched yet come first, the largest share of model time first, so that
+    a small budget is not spent on one problem before the others were tried.
+    """
     open_problems = [p for p in problems if not p.done and p.history]
     if not open_problems:
         return None
+    untried = [p for p in open_problems if len(p.history) == 1]
+    if untried:
+        return max(untried, key=lambda p: p.history[-1] * p.occurrences)
     return max(open_problems, key=lambda p: (expected_gain(p), p.history[-1] * p.occurrences))
+
+
+def first_batch(budget: int, problems: int, batch_size: int) -> int:
+    """Trials of a problem's first batch: a batch, or a fair part of a smaller budget."""
+    return max(1, min(batch_size, budget // max(problems, 1)))
 
 
 def shares(times: dict[str, float], problems: list[ModelProblem]) -> dict[str, float]:
@@ -109,6 +121,7 @@ def run_campaign(
         entry.history.append(entry.search.best_ms or math.inf)
         entry.done = entry.search.exhausted or entry.default_ms is None
     used = sum(len(p.search.trials) for p in problems)  # resumed trials count too
+    first = first_batch(budget - used, len(problems), config.batch_size)
     while used < budget:
         if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
             tuning.log.write(f"time budget of {time_budget_s / 60:g} min reached")
@@ -116,7 +129,8 @@ def run_campaign(
         entry = pick_next(problems)
         if entry is None:
             break
-        trials = tuning.step(entry.search, min(config.batch_size, budget - used), progress)
+        size = config.batch_size if len(entry.history) > 1 else first
+        trials = tuning.step(entry.search, min(size, budget - used), progress)
         used += len(trials)
         entry.history.append(entry.search.best_ms or math.inf)
         if not trials:

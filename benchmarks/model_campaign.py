@@ -1,0 +1,301 @@
+"""Whole models tuned by `autosched run MODEL`: IREE's default, autosched and torch eager.
+
+Builds each model in torch, exports it with iree-turbine (weights as function arguments, so the
+export stays small), times torch eager on the same GPU, runs `autosched run` on the export with
+one budget, and writes a markdown table from each run's `results.summary.json`:
+
+    python3 benchmarks/model_campaign.py --out DIR [--models decoder_f16,encoder_f32]
+        [--budget N] [--scale 1.0] [--target cuda]
+
+On the H200 (after the device pack's bootstrap, with iree-turbine's wheel unpacked):
+
+    python3 benchmarks/model_campaign.py --out $OUT --budget 160
+
+`--scale 0.0625` shrinks every dimension for a quick check on the CPU (`--target cpu`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+# name -> (kind, dtype, shape parameters)
+MODELS = {
+    # Llama-style decoder layer: seq 2048, hidden 4096, 32 heads, MLP 11008, RMSNorm, SiLU gate.
+    "decoder_f16": (
+        "decoder",
+        torch.float16,
+        {"seq": 2048, "hidden": 4096, "heads": 32, "mlp": 11008},
+    ),
+    # BERT-base-style encoder layer: 8 x 512 tokens, hidden 768, 12 heads, FFN 3072, GELU.
+    "encoder_f32": (
+        "encoder",
+        torch.float32,
+        {"batch": 8, "seq": 512, "hidden": 768, "heads": 12, "mlp": 3072},
+    ),
+    "encoder_f16": (
+        "encoder",
+        torch.float16,
+        {"batch": 8, "seq": 512, "hidden": 768, "heads": 12, "mlp": 3072},
+    ),
+}
+
+CFG = """
+[Env]
+target = {target}
+compile_timeout = 300
+run_timeout = 120
+[SearchStrategy]
+tuner = xgboost
+batch_size = {batch}
+n_trial = 32
+[Benchmark]
+repetitions = 3
+min_time = {min_time}
+retime_top = 3
+"""
+
+
+def rms_norm(x, weight):
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * weight
+
+
+class Decoder(torch.nn.Module):
+    """One Llama layer with explicit attention matmuls (q·kᵀ, softmax, a·v), so that all nine
+    contractions are matmuls IREE can be tuned on."""
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, x, wq, wk, wv, wo, w_gate, w_up, w_down, n1, n2):
+        seq, hidden = x.shape
+        h = rms_norm(x, n1)
+        q, k, v = h @ wq, h @ wk, h @ wv
+        d = hidden // self.heads
+        q = q.view(seq, self.heads, d).transpose(0, 1)
+        k = k.view(seq, self.heads, d).transpose(0, 1)
+        v = v.view(seq, self.heads, d).transpose(0, 1)
+        scores = (q @ k.transpose(1, 2)) * (d**-0.5)
+        attention = torch.softmax(scores.float(), dim=-1).to(x.dtype) @ v
+        x = x + attention.transpose(0, 1).reshape(seq, hidden) @ wo
+        h = rms_norm(x, n2)
+        return x + (F.silu(h @ w_gate) * (h @ w_up)) @ w_down
+
+
+class Encoder(torch.nn.Module):
+    """One BERT layer: self-attention with explicit matmuls, LayerNorm, GELU feed-forward."""
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, x, wq, wk, wv, wo, w1, w2, g1, b1, g2, b2):
+        batch, seq, hidden = x.shape
+        d = hidden // self.heads
+
+        def split(t):
+            return t.view(batch, seq, self.heads, d).transpose(1, 2).reshape(-1, seq, d)
+
+        q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)
+        scores = (q @ k.transpose(1, 2)) * (d**-0.5)
+        attention = torch.softmax(scores.float(), dim=-1).to(x.dtype) @ v
+        attention = (
+            attention.view(batch, self.heads, seq, d).transpose(1, 2).reshape(batch, seq, hidden)
+        )
+        x = F.layer_norm(x + attention @ wo, (hidden,), g1, b1)
+        return F.layer_norm(x + F.gelu(x @ w1) @ w2, (hidden,), g2, b2)
+
+
+def build(name: str, scale: float, device: str):
+    kind, dtype, shape = MODELS[name]
+    s = {k: max(1, int(v * scale)) if k not in ("heads", "batch") else v for k, v in shape.items()}
+    if scale < 1:
+        s["heads"] = max(1, int(shape["heads"] * scale))
+    generator = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*dims, std=0.02):
+        return (torch.randn(*dims, generator=generator) * std).to(dtype).to(device)
+
+    hidden, mlp = s["hidden"], s["mlp"]
+    if kind == "decoder":
+        model = Decoder(s["heads"])
+        args = [rand(s["seq"], hidden, std=1.0)]
+        args += [rand(hidden, hidden) for _ in range(4)]
+        args += [rand(hidden, mlp), rand(hidden, mlp), rand(mlp, hidden)]
+        args += [torch.ones(hidden, dtype=dtype, device=device) for _ in range(2)]
+    else:
+        model = Encoder(s["heads"])
+        args = [rand(s["batch"], s["seq"], hidden, std=1.0)]
+        args += [rand(hidden, hidden) for _ in range(4)]
+        args += [rand(hidden, mlp), rand(mlp, hidden)]
+        one, zero = torch.ones(hidden, dtype=dtype), torch.zeros(hidden, dtype=dtype)
+        args += [one.to(device), zero.to(device), one.to(device), zero.to(device)]
+    return model, args, s
+
+
+def eager_ms(model, args, device: str) -> tuple[float, float]:
+    """Median and CV of torch eager over 30 calls after 5 warm-ups (CUDA events on a GPU)."""
+    times = []
+    with torch.no_grad():
+        for index in range(35):
+            if device == "cuda":
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                start.record()
+                model(*args)
+                end.record()
+                torch.cuda.synchronize()
+                elapsed = start.elapsed_time(end)
+            else:
+                began = time.perf_counter()
+                model(*args)
+                elapsed = (time.perf_counter() - began) * 1e3
+            if index >= 5:
+                times.append(elapsed)
+    mean = statistics.fmean(times)
+    return statistics.median(times), statistics.pstdev(times) / mean
+
+
+def export(model, args, path: str) -> None:
+    from iree.turbine import aot
+
+    cpu_args = [a.cpu() for a in args]
+    aot.export(model, *cpu_args).save_mlir(path)
+
+
+def run_autosched(folder: str, model_path: str, target: str, budget: int) -> tuple[int, float, str]:
+    command = [sys.executable, "-m", "autosched", "run", model_path, "--budget", str(budget)]
+    began = time.perf_counter()
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    return done.returncode, time.perf_counter() - began, done.stdout + done.stderr
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="decoder_f16,encoder_f32,encoder_f16")
+    parser.add_argument("--budget", type=int, default=160)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--target", default="cuda", choices=["cuda", "cpu"])
+    options = parser.parse_args()
+    device = "cuda" if options.target == "cuda" else "cpu"
+    os.makedirs(options.out, exist_ok=True)
+    rows = []
+    for name in options.models.split(","):
+        folder = os.path.abspath(os.path.join(options.out, name))
+        os.makedirs(folder, exist_ok=True)
+        model, args, shape = build(name, options.scale, device)
+        eager, eager_cv = eager_ms(model, args, device)
+        model_path = os.path.join(folder, f"{name}.mlir")
+        export(model, args, model_path)
+        with open(os.path.join(folder, "auto-scheduler.cfg"), "w") as handle:
+            handle.write(
+                CFG.format(
+                    target=options.target,
+                    batch=16 if options.target == "cuda" else 4,
+                    min_time=0.03 if options.target == "cuda" else 0.01,
+                )
+            )
+        code, wall, output = run_autosched(folder, model_path, options.target, options.budget)
+        with open(os.path.join(folder, "output.txt"), "w") as handle:
+            handle.write(output)
+        summary_path = os.path.join(folder, "generated", "results.summary.json")
+        summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
+        rows.append((name, shape, eager, eager_cv, code, wall, summary))
+        print(f"{name}: exit {code}, {wall:.0f} s", flush=True)
+    write_table(os.path.join(options.out, "model_campaign.md"), rows, options)
+
+
+HEADER = [
+    "model",
+    "IREE default ms (cv)",
+    "autosched ms (cv)",
+    "speedup",
+    "torch eager ms (cv)",
+    "outputs",
+    "trials / budget",
+    "tuning wall s",
+]
+PROBLEM_HEADER = [
+    "problem",
+    "runs",
+    "share before",
+    "share after",
+    "default ms",
+    "best ms",
+    "speedup",
+    "trials",
+    "in spec",
+    "applied",
+]
+
+
+def table_row(cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def write_table(path: str, rows, options) -> None:
+    command = (
+        f"python3 benchmarks/model_campaign.py --out DIR --budget {options.budget} "
+        f"--scale {options.scale} --target {options.target} --models {options.models}"
+    )
+    lines = [
+        f"# Whole models: IREE default, autosched, torch eager ({options.target})",
+        "",
+        f"Command: `{command}`",
+        "",
+        table_row(HEADER),
+        table_row(["---"] * len(HEADER)),
+    ]
+    details = []
+    for name, shape, eager, eager_cv, code, wall, summary in rows:
+        model = summary.get("model") or {}
+        eager_text = f"{eager:.3f} ({eager_cv:.1%})"
+        if not model:
+            failed = f"exit {code}: see {name}/output.txt"
+            if code == 0:
+                failed = "no candidate beat IREE's default by more than the noise: no spec"
+            lines.append(table_row([name, failed, "", "", eager_text, "", "", f"{wall:.0f}"]))
+            continue
+        tuned = model.get("tuned_ms")
+        answer = "match" if model["outputs_match"] else "DIFFER"
+        lines.append(
+            table_row(
+                [
+                    name,
+                    f"{model['default_ms']:.3f} ({model['default_cv']:.1%})",
+                    f"{tuned:.3f} ({model['tuned_cv']:.1%})" if tuned else "-",
+                    f"{model['speedup'] or 0:.2f}x",
+                    eager_text,
+                    f"{answer} (max err {model['max_error'] or 0:.2g})",
+                    f"{summary['trials']} / {summary['budget']}",
+                    f"{wall:.0f}",
+                ]
+            )
+        )
+        details += [f"\n## {name} {shape}\n", table_row(PROBLEM_HEADER)]
+        details.append(table_row(["---"] * len(PROBLEM_HEADER)))
+        for p in summary["problems"]:
+            cells = [p["problem"], p["occurrences"], f"{p['share']:.1%}", f"{p['share_after']:.1%}"]
+            cells += [f"{p['default_ms']:.4g}", f"{p['best_ms']:.4g}", f"{p['speedup'] or 1:.2f}x"]
+            cells += [p["trials"], p["in_spec"], p["applied_in_model"]]
+            details.append(table_row(cells))
+        if summary.get("skipped"):
+            details.append(f"\nnot tuned: {summary['skipped']}")
+    with open(path, "w") as handle:
+        handle.write("\n".join(lines + details) + "\n")
+
+
+if __name__ == "__main__":
+    main()

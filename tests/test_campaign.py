@@ -1,0 +1,58 @@
+"""The model budget's scheduler: pure functions over each problem's history of best times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.campaign import ModelProblem, budget_for, first_batch, pick_next, shares
+
+
+@dataclass
+class Runs:
+    """What the scheduler reads of a contraction: how often the model runs it."""
+
+    occurrences: int
+
+
+def entry(name: str, occurrences: int, history: list[float], done: bool = False):
+    problem = type("P", (), {"name": name})()
+    return ModelProblem(problem, Runs(occurrences), history=history, done=done)
+
+
+def test_untried_problems_come_first_largest_share_first():
+    a = entry("a", 1, [1.0, 0.5, 0.4])  # improving fast, but tried
+    b = entry("b", 4, [1.0])  # 4 ms of model time, untried
+    c = entry("c", 1, [2.0])  # 2 ms, untried
+    assert pick_next([a, b, c]) is b
+    b.history.append(1.0)
+    assert pick_next([a, b, c]) is c
+
+
+def test_budget_moves_to_the_problem_still_improving():
+    flat = entry("flat", 2, [1.0, 1.0, 1.0, 1.0])  # no gain in the window
+    falling = entry("falling", 1, [1.0, 0.8, 0.6, 0.5])  # 0.15 ms per batch lately
+    assert pick_next([flat, falling]) is falling
+
+
+def test_occurrences_weigh_the_gain():
+    once = entry("once", 1, [1.0, 0.9, 0.8, 0.7])
+    often = entry("often", 3, [1.0, 0.95, 0.9, 0.85])  # half the gain, three times as often
+    assert pick_next([once, often]) is often
+
+
+def test_done_problems_are_never_picked():
+    assert pick_next([entry("x", 1, [1.0], done=True)]) is None
+
+
+def test_mode_budgets_and_a_fair_first_batch():
+    problems = [entry(str(i), 1, [1.0]) for i in range(4)]
+    assert budget_for("fast", 32, problems) == 32
+    assert budget_for("normal", 32, problems) == 128
+    assert budget_for("extreme", 32, problems) == 512
+    assert first_batch(budget=6, problems=4, batch_size=8) == 1
+    assert first_batch(budget=100, problems=4, batch_size=8) == 8
+
+
+def test_shares_weigh_time_by_occurrences():
+    problems = [entry("a", 3, [1.0]), entry("b", 1, [1.0])]
+    assert shares({"a": 1.0, "b": 1.0}, problems) == {"a": 0.75, "b": 0.25}
