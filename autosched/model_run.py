@@ -102,16 +102,17 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)
     flags = target.compile_flags()
-    click.echo(f"lowering {path} with IREE to find the dispatches it forms ...", err=True)
     analysis = analyze_model(model_path, flags)
     problems, skipped = model_problems(analysis, target)
-    for line in describe_analysis(path, analysis, problems, skipped):
-        click.echo(line, err=True)
     if not problems:
+        reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
         raise UserError(
             f"{path}: no linalg.matmul, batch_matmul or other contraction in the "
             f"{analysis.dispatches} dispatch(es) IREE forms can be tuned for {target.name}"
+            + (f" (not tuned: {reasons})" if reasons else "")
         )
+    for line in describe_analysis(path, analysis, problems, skipped):
+        click.echo(line, err=True)
     budget = config.budget or budget_for(config.mode, config.n_trial, problems)
     if dry_run:
         click.echo(f"budget: {budget} trials ({config.mode} mode); nothing compiled")
@@ -202,7 +203,10 @@ def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:
         if best is None:
             continue
         expected = target.lowering_config(entry.problem, best.point)
-        mine = [c for c in configs if c.contraction == entry.contraction.name]
+        # By dispatch, not by the root's name: GPU codegen turns a named batch_matmul into
+        # a linalg.generic before it configures it.
+        dispatches = {site.entry_point for site in entry.contraction.sites}
+        mine = [c for c in configs if c.entry_point in dispatches]
         applied[entry.problem.name] = bool(mine) and all(c.carries(expected) for c in mine)
     return applied
 
