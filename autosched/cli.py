@@ -129,15 +129,11 @@ def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
 def _export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple[str, str | None]:
     """The input module with the winners attached, and the same winners as a tuning spec."""
     from autosched.manifest import tuned_input_module, write_text
-    from autosched.spec import tuning_spec
+    from autosched.spec import write_spec
 
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
     module = write_text(paths.best_module, tuned_input_module(paths.input_file, best))
-    spec_path = paths.spec
-    if os.path.exists(spec_path):
-        os.remove(spec_path)  # a spec from an earlier run must not outlive its results
-    spec = tuning_spec(best)
-    return module, write_text(spec_path, spec) if spec else None
+    return module, write_spec(paths.spec, best, target.config.starter_spec)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -169,6 +165,7 @@ def cli() -> None:
 @click.option(
     "--dry-run", is_flag=True, help="analyze, build the space, write variants; compile nothing"
 )
+@click.option("--starter-spec", help="a tuning spec of yours to merge with the tuned one")
 @click.option("--budget", type=int, help="models: total trials over all problems")
 @click.option("--time-budget", type=float, help="models: wall-clock minutes for the search")
 @click.option("--mode", type=click.Choice(MODES), help="models: fast, normal or extreme budget")

@@ -34,6 +34,7 @@ class RunConfig:
     compile_timeout: float = 120.0
     run_timeout: float = 60.0
     ptxas: str = ""  # cuda: ptxas to assemble kernels at compile time; empty: look for one
+    starter_spec: str = ""  # a tuning spec of the user's, merged with the tuned one
     # [SearchStrategy]
     tuner: str = "grid"
     n_trial: int = 32
@@ -84,6 +85,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "compile_timeout": float,
         "run_timeout": float,
         "ptxas": str,
+        "starter_spec": str,
     },
     "SearchStrategy": {
         "tuner": str,

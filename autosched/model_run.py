@@ -25,6 +25,7 @@ from autosched.errors import UserError
 from autosched.model import ModelAnalysis, analyze_model
 from autosched.run_paths import RunPaths
 from autosched.runner import Progress, Tuning, summary_rows
+from autosched.spec import write_spec
 from autosched.verify import memory_problem
 
 PROOF_ROUNDS = 5
@@ -156,7 +157,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     click.echo(summary)
 
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
-    spec_path = _write_spec(paths.spec, best)
+    spec_path = write_spec(paths.spec, best, config.starter_spec)
     applied: dict[str, bool] = {}
     proof = None
     if spec_path:
@@ -178,16 +179,6 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
             f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
         )
     _log_budget(tuning, report)
-
-
-def _write_spec(path: str, best) -> str | None:
-    from autosched.manifest import write_text
-    from autosched.spec import tuning_spec
-
-    if os.path.exists(path):
-        os.remove(path)  # a spec from an earlier run must not outlive its results
-    text = tuning_spec(best)
-    return write_text(path, text) if text else None
 
 
 def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:

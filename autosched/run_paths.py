@@ -23,6 +23,7 @@ class RunPaths:
     database: str
     log: str
     work_dir: str
+    starter_spec: str = ""  # an input, like the module: no output may be it
 
     @classmethod
     def of(cls, config: RunConfig) -> RunPaths:
@@ -35,6 +36,7 @@ class RunPaths:
             database=config.database,
             log=config.log_file,
             work_dir=config.work_dir,
+            starter_spec=config.starter_spec,
         )
 
     def outputs(self) -> dict[str, str]:
@@ -73,6 +75,13 @@ def check_paths(paths: RunPaths) -> None:
         raise UserError(f"work_dir {paths.work_dir} is a file, not a folder")
     _writable_folder(os.path.join(paths.work_dir, "x"), "work_dir")
     seen: dict[str, str] = {os.path.realpath(paths.input_file): "the input module"}
+    if paths.starter_spec:
+        from iree.compiler import ir
+
+        from autosched.spec import read_starter
+
+        read_starter(paths.starter_spec, ir.Context())  # fail now, not after the search
+        seen[os.path.realpath(paths.starter_spec)] = "the starter spec"
     for what, path in paths.outputs().items():
         real = os.path.realpath(path)
         if real in seen:

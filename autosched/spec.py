@@ -7,10 +7,17 @@ so it also serves models exported from a framework.
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from iree.compiler import ir
 
+from autosched import processes
 from autosched.analysis import MatmulProblem
+from autosched.errors import UserError
 from autosched.targets.base import Point, Target
+
+LINK_TIMEOUT = 120.0
 
 ANY_OP = "!transform.any_op"
 PARAM = "!transform.param<i64>"
@@ -71,3 +78,64 @@ def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
         f"{body}  }}\n}}\n"
     )
     return str(ir.Module.parse(text, ir.Context()))
+
+
+def read_starter(starter_path: str, context: ir.Context) -> ir.Module:
+    """The user's starter spec, parsed (checked before a run starts, and when merging)."""
+    try:
+        with open(starter_path, "rb") as handle:
+            return ir.Module.parse(handle.read(), context)
+    except OSError as error:
+        raise UserError(f"{starter_path}: cannot read the starter spec: {error.strerror}") from None
+    except ir.MLIRError as error:
+        message = str(error).splitlines()[0]
+        raise UserError(f"{starter_path}: the starter spec does not parse: {message}") from None
+
+
+def merge_with_starter(tuned: str, starter_path: str) -> str:
+    """The tuned spec linked with a spec the user already has, by IREE's own linker.
+
+    Both go into one module as nested specs and `iree-opt --iree-codegen-link-tuning-specs`
+    makes one entry point that tries them in order. The tuned spec comes first: where both
+    match an op, the first spec's configuration is the one IREE keeps (checked on the CPU).
+    """
+    from iree.compiler.tools.binaries import find_tool
+
+    context = ir.Context()
+    starter = read_starter(starter_path, context)
+    outer = ir.Module.parse("module attributes {transform.with_named_sequence} {}", context)
+    for module in (ir.Module.parse(tuned, context), starter):
+        outer.body.append(module.operation.clone())
+    with tempfile.TemporaryDirectory(prefix="autosched-spec-") as folder:
+        nested = os.path.join(folder, "nested.mlir")
+        with open(nested, "w", encoding="utf-8") as handle:
+            handle.write(str(outer))
+        tool = processes.tool_path("iree-opt", find_tool("iree-opt"))
+        finished = processes.run([tool, nested, "--iree-codegen-link-tuning-specs"], LINK_TIMEOUT)
+    if finished.timed_out or finished.returncode != 0:
+        reason = processes.describe_failure(finished, "iree-opt")
+        raise UserError(
+            f"{starter_path}: cannot link the starter spec with the tuned one: {reason}"
+        )
+    return finished.stdout
+
+
+def write_spec(
+    path: str, best: list[tuple[MatmulProblem, Target, Point]], starter: str = ""
+) -> str | None:
+    """Writes the winners' spec (linked with `starter` when given); None when there is none.
+
+    A spec left by an earlier run is removed first, so that it never outlives its results.
+    With a starter spec and no winner, the starter alone is written: it still applies.
+    """
+    if os.path.exists(path):
+        os.remove(path)
+    text = tuning_spec(best)
+    if starter:
+        text = merge_with_starter(text, starter) if text else open(starter, encoding="utf-8").read()
+    if not text:
+        return None
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path

@@ -75,3 +75,40 @@ def test_cuda_spec_is_applied_through_the_transform_library(write_module, tmp_pa
     output = configurations(path, [*target.compile_flags(), *target.spec_flags(str(spec))])
     assert "subgroup = [2, 2, 0]" in output and "reduction = [0, 0, 2]" in output
     assert "workgroup_size = [256, 1, 1]" in output
+
+
+def test_starter_spec_is_linked_and_the_tuned_config_wins(write_module, tmp_path):
+    """The user's spec keeps configuring what the run did not tune; where both match an op,
+    the tuned configuration is the one IREE applies."""
+    from autosched.spec import write_spec
+
+    path = write_module(matmul_function("a", 64, 64, 64) + matmul_function("b", 32, 64, 16))
+    target = CpuTarget(RunConfig())
+    first, second = analyze_file(path).problems
+    point = {"tile_m": 32, "tile_n": 16, "vec_m": 4, "vec_n": 8, "vec_k": 2}
+    starter_point = {"tile_m": 16, "tile_n": 32, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+    starter = tmp_path / "starter.mlir"
+    # The starter configures both problems; the run tuned only the first.
+    starter.write_text(
+        tuning_spec([(first, target, starter_point), (second, target, starter_point)])
+    )
+    spec = write_spec(str(tmp_path / "out" / "spec.mlir"), [(first, target, point)], str(starter))
+    output = configurations(path, [*target.compile_flags(), *target.spec_flags(spec)])
+    assert "distribution = [32, 16, 0]" in output  # the tuned one, on the first problem
+    assert "distribution = [16, 32, 0]" in output  # the starter's, on the second
+    assert output.count("distribution = [16, 32, 0]") == 1
+
+
+def test_bad_starter_spec_is_an_error_before_the_run(write_module, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    write_module(matmul_function("a", 32, 32, 32), "mm.mlir")
+    (tmp_path / "bad.mlir").write_text("module {")
+    for starter, expected in [("absent.mlir", "cannot read"), ("bad.mlir", "does not parse")]:
+        result = CliRunner().invoke(cli, ["run", "mm.mlir", "--starter-spec", starter])
+        assert result.exit_code == 2 and expected in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "generated" / "tuning.jsonl").exists()
