@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from autosched.analysis import MatmulProblem
+from autosched.dispatch_bench import DispatchBenchmark
 from autosched.model import Contraction, ModelAnalysis
 from autosched.runner import ProblemResult, ProblemSearch, Progress, Tuning
 
@@ -35,6 +36,7 @@ class ModelProblem:
     contraction: Contraction
     search: ProblemSearch | None = None
     result: ProblemResult | None = None
+    benchmark: DispatchBenchmark | None = None  # IREE's own dispatch, to time candidates on
     history: list[float] = field(default_factory=list)  # best first-pass ms after each batch
     done: bool = False  # searched to the end: space exhausted or a clear win in fast mode
 
@@ -117,7 +119,9 @@ def run_campaign(
     started = time.perf_counter()
     config = tuning.config
     for entry in problems:
-        entry.search = tuning.start_problem(entry.problem, progress, own_bar=False)
+        entry.search = tuning.start_problem(
+            entry.problem, progress, own_bar=False, benchmark=entry.benchmark
+        )
         entry.history.append(entry.search.best_ms or math.inf)
         entry.done = entry.search.exhausted or entry.default_ms is None
     used = sum(len(p.search.trials) for p in problems)  # resumed trials count too
@@ -167,6 +171,7 @@ def problem_rows(problems: list[ModelProblem], applied: dict[str, bool]) -> list
                 "best_ms": after[name],
                 "speedup": p.result.speedup,
                 "trials": len(p.result.trials),
+                "timed_on": p.benchmark.entry_point if p.benchmark else "kernel",
                 "in_spec": p.result.best is not None,
                 "applied_in_model": applied.get(name, False),
             }

@@ -49,6 +49,7 @@ class RunConfig:
     min_time: float = 0.05  # seconds per repetition
     dispatch_repeat: int = 0  # 0: the target's default
     retime_top: int = 3
+    time_on: str = "dispatch"  # models: IREE's own dispatch (fused ops and all) or the kernel
     # [SearchSpace]: knob name -> candidate values, as the user wrote them
     search_space: dict[str, list[Knob]] = field(default_factory=dict)
     # [SearchSpace.<target>]: the same, used only when that target runs
@@ -102,10 +103,12 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "min_time": float,
         "dispatch_repeat": int,
         "retime_top": int,
+        "time_on": str,
     },
 }
 MODES = ("fast", "normal", "extreme")
-_CHOICES = {"target": TARGETS, "tuner": TUNERS, "mode": MODES}
+TIME_ON = ("dispatch", "kernel")
+_CHOICES = {"target": TARGETS, "tuner": TUNERS, "mode": MODES, "time_on": TIME_ON}
 _MINIMUM = {
     "jobs": 0,
     "compile_timeout": 0.1,

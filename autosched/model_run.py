@@ -119,7 +119,26 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
         click.echo(f"budget: {budget} trials ({config.mode} mode); nothing compiled")
         return
     with guarded_run(config, target, paths):
+        if config.time_on == "dispatch":
+            attach_benchmarks(problems, model_path, flags, os.path.join(work, "dispatches"))
         _tune_model(config, target, paths, model_path, problems, skipped, budget, resume, progress)
+
+
+def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> None:
+    """Each problem gets IREE's own dispatch of its first site to be timed on."""
+    from autosched.apply import prepare_model
+    from autosched.dispatch_bench import dump_dispatch_benchmarks
+
+    click.echo("writing IREE's dispatches as benchmarks ...", err=True)
+    source = prepare_model(model_path, folder)  # an ONNX model is imported first
+    benchmarks = dump_dispatch_benchmarks(source, flags, folder)
+    for entry in problems:
+        found = [benchmarks.get(site.entry_point) for site in entry.contraction.sites]
+        entry.benchmark = next((b for b in found if b is not None), None)
+        if entry.benchmark is None:
+            click.echo(
+                f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel", err=True
+            )
 
 
 def _tune_model(config, target, paths, model_path, problems, skipped, budget, resume, progress):

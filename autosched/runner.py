@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -17,8 +17,9 @@ from autosched.analysis import Analysis, MatmulProblem
 from autosched.bench import time_module
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
+from autosched.dispatch_bench import DispatchBenchmark
 from autosched.interrupts import critical
-from autosched.manifest import kernel_variant, variant_path, write_text
+from autosched.manifest import KERNEL_FUNCTION, kernel_variant, variant_path, write_text
 from autosched.records import (
     MeasureContext,
     Trial,
@@ -28,11 +29,13 @@ from autosched.records import (
 )
 from autosched.report import CsvReport, RunLog, table
 from autosched.space import SearchSpace, build_space
+from autosched.spec import tuning_spec
 from autosched.targets.base import Point, Target
 from autosched.tuners import make_tuner
 from autosched.verify import ProblemData, Verifier, make_problem_data
 
 BASELINE = "iree_default"
+DISPATCH_FLAG = " [timed on the dispatch]"  # marks such records' flags
 DRIFT_WARNING = 0.10  # flag a baseline that moved more than this between start and end
 RETIME_ROUNDS = 3
 
@@ -95,6 +98,8 @@ class ProblemSearch:
     best_gflops: float = 0.0
     since_best: int = 0  # trials since the best so far improved
     exhausted: bool = False  # the tuner has nothing left to propose
+    benchmark: DispatchBenchmark | None = None  # time on IREE's own dispatch, not the kernel
+    context: MeasureContext | None = None  # what this problem's records depend on
 
     @property
     def trials(self) -> list[Trial]:
@@ -153,22 +158,57 @@ class Tuning:
             self._compile_job(search.problem, name, point, repeat=1), self.config.compile_timeout
         )
 
-    def time_candidate(self, vmfb: str, data: ProblemData, repetitions: int, repeat: int):
+    def time_candidate(
+        self,
+        vmfb: str,
+        data: ProblemData,
+        repetitions: int,
+        repeat: int,
+        benchmark: DispatchBenchmark | None = None,
+    ):
+        """Time per dispatch: of the kernel on the problem's inputs, or of IREE's own
+        dispatch (its benchmark function takes the repeat count, and no inputs)."""
         return time_module(
             vmfb,
             self.target.device,
-            data.inputs,
+            [] if benchmark else data.inputs,
             repeat,
             repetitions,
             self.config.min_time,
             self.config.run_timeout,
+            function=benchmark.function if benchmark else KERNEL_FUNCTION,
         )
 
+    def _dispatch_job(self, search: ProblemSearch, name: str, point: Point | None) -> CompileJob:
+        """IREE's own dispatch built with this one point as a spec (or as IREE would)."""
+        source, _ = self._paths(search.problem, name)
+        stem = source.removesuffix(".mlir")
+        flags = list(self.target.compile_flags())
+        if point is not None:
+            spec = write_text(
+                stem + ".spec.mlir", tuning_spec([(search.problem, self.target, point)])
+            )
+            flags += self.target.spec_flags(spec)
+        return CompileJob(search.benchmark.source, stem + ".dispatch.vmfb", flags)
+
     def _finish_trial(
-        self, search: ProblemSearch, name: str, point: Point | None, compiled: CompileResult
+        self,
+        search: ProblemSearch,
+        name: str,
+        point: Point | None,
+        compiled: CompileResult,
+        timed: CompileResult | None = None,
     ) -> Trial:
-        """Verify and time one compiled candidate; every failure becomes the trial's status."""
+        """Verify and time one compiled candidate; every failure becomes the trial's status.
+
+        With `timed` (a model's dispatch build), `compiled` is the kernel built once, for the
+        answer, and `timed` is what is timed.
+        """
         problem = search.problem
+        if timed is not None and compiled.status == "ok" and timed.status != "ok":
+            compiled = CompileResult(
+                compiled.job, timed.status, compiled.seconds, f"dispatch: {timed.message}"
+            )
         trial = Trial(
             problem=problem.name,
             target=self.target.name,
@@ -178,17 +218,17 @@ class Tuning:
             baseline=point is None,
             status=compiled.status,
             compile_status=compiled.status,
-            compile_s=round(compiled.seconds, 3),
+            compile_s=round(compiled.seconds + (timed.seconds if timed else 0.0), 3),
             message=compiled.message,
             iree_version=self.version,
             device=self.context.device,
-            flags=self.context.flags,
+            flags=search.context.flags,
             shape=problem_shape(problem),
             features=self.target.features(problem, point) if point else {},
         )
         if compiled.status != "ok":
             return trial
-        check_build = self._check_build(search, compiled, name, point)
+        check_build = compiled if timed else self._check_build(search, compiled, name, point)
         if check_build.status != "ok":
             trial.status, trial.message = check_build.status, check_build.message
             return trial
@@ -203,7 +243,11 @@ class Tuning:
             return trial
         started = time.perf_counter()
         timing = self.time_candidate(
-            compiled.job.output, search.data, self.config.repetitions, search.repeat
+            (timed or compiled).job.output,
+            search.data,
+            self.config.repetitions,
+            search.repeat,
+            search.benchmark,
         )
         trial.timing_s = round(time.perf_counter() - started, 3)
         if timing.status != "ok":
@@ -223,19 +267,32 @@ class Tuning:
         the compiles finish first, so that they do not share the cores with a timing.
         """
         points = dict(entries)
-        jobs = [
-            self._compile_job(search.problem, name, point, search.repeat) for name, point in entries
-        ]
-        names = {job.output: name for job, (name, _) in zip(jobs, entries, strict=True)}
+        role: dict[str, tuple[str, str]] = {}  # job output -> (config name, kernel | dispatch)
+        jobs = []
+        for name, point in entries:
+            repeat = 1 if search.benchmark else search.repeat  # the kernel only checks answers
+            kernel = self._compile_job(search.problem, name, point, repeat)
+            role[kernel.output] = (name, "kernel")
+            jobs.append(kernel)
+            if search.benchmark:
+                dispatch = self._dispatch_job(search, name, point)
+                role[dispatch.output] = (name, "dispatch")
+                jobs.append(dispatch)
         results = compile_all(jobs, self.config.compile_timeout, self.jobs)
         if not self.target.timing_overlaps_compile:
             results = list(results)
-        trials = []
+        trials, pending = [], {}
         for compiled in results:
             if compiled.status == "ok":
                 self.built.add(compiled.job.output)
-            name = names[compiled.job.output]
-            trial = self._finish_trial(search, name, points[name], compiled)
+            name, kind = role[compiled.job.output]
+            pending.setdefault(name, {})[kind] = compiled
+            if len(pending[name]) < (2 if search.benchmark else 1):
+                continue  # its other build is still compiling
+            built = pending.pop(name)
+            trial = self._finish_trial(
+                search, name, points[name], built["kernel"], built.get("dispatch")
+            )
             with critical():  # an interrupt waits until the database and the CSV agree
                 self.database.append(trial)
                 self._record(search, trial, progress)
@@ -245,7 +302,11 @@ class Tuning:
     # ----- one problem ---------------------------------------------------------------
 
     def start_problem(
-        self, problem: MatmulProblem, progress: Progress, own_bar: bool = True
+        self,
+        problem: MatmulProblem,
+        progress: Progress,
+        own_bar: bool = True,
+        benchmark: DispatchBenchmark | None = None,
     ) -> ProblemSearch:
         """The space, the inputs, the default (measured or resumed) and the resumed trials.
 
@@ -265,7 +326,15 @@ class Tuning:
             ),
             repeat=config.dispatch_repeat or target.dispatch_repeat(problem),
             started=time.perf_counter(),
+            benchmark=benchmark,
+            # Times of the dispatch and of the bare kernel differ: records of one are not
+            # resumed as the other.
+            context=replace(self.context, flags=self.context.flags + DISPATCH_FLAG)
+            if benchmark
+            else self.context,
         )
+        if benchmark:
+            log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
         log.section(f"problem {problem.name}")
         for site in problem.sites:
             log.write(f"op at {site.location} in @{site.function} (matmul #{site.index})")
@@ -278,7 +347,7 @@ class Tuning:
         for reason, count in space.rejected.most_common():
             log.write(f"  rejected {count}: {reason}")
 
-        earlier = self._earlier(problem, progress) if self.resume else []
+        earlier = self._earlier(search, progress) if self.resume else []
         baseline = next((t for t in earlier if t.baseline and t.ok), None)
         if baseline is None:
             (baseline,) = self.measure(search, [(BASELINE, None)], progress)
@@ -352,8 +421,9 @@ class Tuning:
                 break
         return self.finish_problem(search)
 
-    def _earlier(self, problem: MatmulProblem, progress: Progress) -> list[Trial]:
+    def _earlier(self, search: ProblemSearch, progress: Progress) -> list[Trial]:
         """This problem's records that can be resumed; unreadable lines are a warning."""
+        problem = search.problem
         earlier = self.database.load(problem.name, self.target.name, self.target.arch)
         if self.database.skipped:
             reasons = ", ".join(f"{n} {r}" for r, n in self.database.skipped.most_common(3))
@@ -362,7 +432,7 @@ class Tuning:
                 f"{self.config.database} ({reasons})",
                 progress,
             )
-        kept = [t for t in earlier if self.context.resumes(t)]
+        kept = [t for t in earlier if search.context.resumes(t)]
         if len(kept) < len(earlier):
             self.log.write(
                 f"{len(earlier) - len(kept)} earlier record(s) of {problem.name} were made with "
@@ -393,7 +463,7 @@ class Tuning:
             log.write("no candidate compiled, ran and gave the right answer")
             return
         entries = ([result.baseline] if result.baseline.ok else []) + contenders
-        modules = self.modules_for(problem, entries, search.repeat)
+        modules = self.modules_for(problem, entries, search.repeat, search)
         rounds: list[dict[str, float]] = []  # per round: config -> ms, timed back to back
         for _ in range(RETIME_ROUNDS):
             timed_now = {}
@@ -405,6 +475,7 @@ class Tuning:
                     search.data,
                     max(1, self.config.repetitions // 2),
                     search.repeat,
+                    search.benchmark,
                 )
                 if timing.status == "ok":
                     timed_now[trial.config] = timing.median_ms
@@ -441,17 +512,30 @@ class Tuning:
             log.write("no candidate beat IREE's default by more than the noise: the default stays")
 
     def modules_for(
-        self, problem: MatmulProblem, trials: list[Trial], repeat: int
+        self,
+        problem: MatmulProblem,
+        trials: list[Trial],
+        repeat: int,
+        search: ProblemSearch | None = None,
     ) -> dict[str, str]:
-        """Each trial's timed module by config name, built by this run.
+        """Each trial's timed module by config name, built by this run (the dispatch build
+        when `search` times on IREE's dispatch).
 
         Resumed trials are compiled again: a module left on disk may come from another arch
         or other flags under the same name.
         """
-        jobs = {
-            t.config: self._compile_job(problem, t.config, None if t.baseline else t.point, repeat)
-            for t in trials
-        }
+        if search is not None and search.benchmark:
+            jobs = {
+                t.config: self._dispatch_job(search, t.config, None if t.baseline else t.point)
+                for t in trials
+            }
+        else:
+            jobs = {
+                t.config: self._compile_job(
+                    problem, t.config, None if t.baseline else t.point, repeat
+                )
+                for t in trials
+            }
         missing = [job for job in jobs.values() if job.output not in self.built]
         for result in compile_all(missing, self.config.compile_timeout, self.jobs):
             if result.status == "ok":

@@ -64,12 +64,25 @@ def test_onnx_model_is_tuned_whole_under_one_budget(folder):
         "linalg.generic (arith.addf)"
     ]
     assert report["trials"] == 6 and report["budget"] == 6
+    # Candidates are timed on IREE's own dispatch, fused bias add and all.
+    assert problems["matmul_transpose_b_8x24x32_f32_f32_f32"]["timed_on"] == (
+        "gemm_matmul_transpose$async_dispatch_0_matmul_8x24x32_f32"
+    )
     assert abs(sum(p["share"] for p in report["problems"]) - 1) < 1e-3
     with open(folder / "generated/results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 2 + 6  # two defaults and the six trials of the budget
     records = (folder / "generated/tuning.jsonl").read_text().splitlines()
     assert len(records) == 8
+
+
+def test_kernel_timing_is_still_there_for_models(folder):
+    (folder / "kernel.cfg").write_text(CFG + "time_on = kernel\n")
+    result = CliRunner().invoke(
+        cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "2", "--config", "kernel.cfg"]
+    )
+    assert result.exit_code == 0, result.output
+    assert {p["timed_on"] for p in summary(folder)["problems"]} == {"kernel"}
 
 
 def test_torch_export_counts_repeated_dispatches(folder):
