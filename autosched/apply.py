@@ -271,14 +271,22 @@ def _configs(
 ) -> list[DispatchConfig]:
     out = os.path.join(work, name)
     extra = [f"--compile-to={CONFIG_PHASE}", *_ELIDE_FLAGS]
-    _iree_compile(source, [*flags, *extra], out, timeout, model_path)
+    module = _compile_and_parse(source, [*flags, *extra], out, timeout, model_path, "configured")
+    return read_dispatch_configs(module)
+
+
+def _compile_and_parse(
+    source: str, flags: Sequence[str], out: str, timeout: float, model_path: str, what: str
+) -> ir.Module:
+    """iree-compile to an MLIR phase, read back with the bindings."""
+    _iree_compile(source, flags, out, timeout, model_path)
     with open(out, "rb") as file:
         text = file.read()
     try:
-        module = ir.Module.parse(text, ir.Context())
+        return ir.Module.parse(text, ir.Context())
     except ir.MLIRError as error:
-        raise UserError(f"{model_path}: the configured model does not parse: {error}") from None
-    return read_dispatch_configs(module)
+        message = str(error).splitlines()[0]
+        raise UserError(f"{model_path}: the {what} model does not parse: {message}") from None
 
 
 def dispatch_configs(
@@ -463,13 +471,8 @@ def _entry_function(
     model_path: str,
 ) -> EntryFunction:
     out = os.path.join(work, "abi.mlir")
-    _iree_compile(source, [*flags, "--compile-to=abi", *_ELIDE_FLAGS], out, timeout, model_path)
-    with open(out, "rb") as file:
-        text = file.read()
-    try:
-        module = ir.Module.parse(text, ir.Context())
-    except ir.MLIRError as error:
-        raise UserError(f"{model_path}: the model's ABI does not parse: {error}") from None
+    flags = [*flags, "--compile-to=abi", *_ELIDE_FLAGS]
+    module = _compile_and_parse(source, flags, out, timeout, model_path, "ABI of the")
     try:
         return read_entry_function(module, function)
     except UserError as error:

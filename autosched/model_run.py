@@ -221,12 +221,12 @@ def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:
     return applied
 
 
-def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning) -> dict:
-    """The whole model with and without the spec: one line and the summary's numbers."""
+def run_proof(model_path, target, spec_path, config: RunConfig):
+    """apply.prove with the run's target, device, seed and timing settings."""
     from autosched.apply import prove
 
     click.echo("proving the spec on the whole model ...", err=True)
-    proof = prove(
+    return prove(
         model_path,
         target.compile_flags(),
         spec_path,
@@ -238,6 +238,11 @@ def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning) -> 
         min_time=config.min_time,
         work_dir=os.path.join(config.work_dir, "model", "proof"),
     )
+
+
+def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning) -> dict:
+    """The whole model with and without the spec: one line and the summary's numbers."""
+    proof = run_proof(model_path, target, spec_path, config)
     line = model_line(proof)
     tuning.log.write(line)
     click.echo(line)
@@ -290,19 +295,7 @@ def apply_spec(config: RunConfig, spec_path: str) -> None:
     for c in configs:
         state = "spec" if c.changed else "IREE default"
         click.echo(f"  {c.entry_point}: {c.contraction} ({state})")
-    from autosched.apply import prove
-
-    proof = prove(
-        model_path,
-        target.compile_flags(),
-        spec_path,
-        target.device,
-        seed=config.seed,
-        rounds=PROOF_ROUNDS,
-        spec_flag=target.tuning_spec_flag,
-        repetitions=config.repetitions,
-        min_time=config.min_time,
-    )
+    proof = run_proof(model_path, target, spec_path, config)
     click.echo(model_line(proof))
     if not proof.outputs_match:
         raise SystemExit(1)
