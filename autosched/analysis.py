@@ -195,7 +195,18 @@ def _describe(function: str, index: int, op: ir.Operation) -> MatmulProblem | Sk
     )
 
 
-SUPPORTED_TYPES = ("f32", "f16", "bf16")
+FP8_TYPES = ("f8E4M3FN", "f8E5M2")
+SUPPORTED_TYPES = ("f32", "f16", "bf16", *FP8_TYPES)
+
+
+def unsupported_types(problem: MatmulProblem) -> str | None:
+    """Why the problem's element types cannot be tuned, or None (fp8 only as inputs)."""
+    types = {problem.lhs_type, problem.rhs_type, problem.acc_type}
+    if not types <= set(SUPPORTED_TYPES):
+        return f"element type {sorted(types - set(SUPPORTED_TYPES))} not supported"
+    if problem.acc_type in FP8_TYPES:
+        return f"an {problem.acc_type} accumulator is not supported (fp8 inputs accumulate in f32)"
+    return None
 
 
 def analyze_module(module: ir.Module) -> Analysis:
@@ -206,10 +217,9 @@ def analyze_module(module: ir.Module) -> Analysis:
         if isinstance(found, SkippedOp):
             skipped.append(found)
             continue
-        types = {found.lhs_type, found.rhs_type, found.acc_type}
-        if not types <= set(SUPPORTED_TYPES):
-            unsupported = sorted(types - set(SUPPORTED_TYPES))
-            skipped.append(SkippedOp(found.sites[0], f"element type {unsupported} not supported"))
+        reason = unsupported_types(found)
+        if reason:
+            skipped.append(SkippedOp(found.sites[0], reason))
             continue
         if found.name in problems:
             problems[found.name].sites.extend(found.sites)

@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from iree.compiler import ir
 
 from autosched import processes
-from autosched.analysis import MatmulProblem, OpSite
+from autosched.analysis import SUPPORTED_TYPES, MatmulProblem, OpSite
 from autosched.compile import compiler_path
 from autosched.errors import UserError
 
 PHASE = "flow"
-SUPPORTED_TYPES = ("f32", "f16", "bf16", "f8E4M3FN", "f8E5M2")
 MODEL_SUFFIXES = (".onnx", ".mlir", ".mlirbc")
 
 # Contraction roots: the named matmuls and any op whose maps and body make it one.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autosched import processes
-from autosched.analysis import MatmulProblem
+from autosched.analysis import FP8_TYPES, MatmulProblem
 from autosched.manifest import KERNEL_FUNCTION
 
 # Largest allowed error, relative to the largest magnitude of the reference. Inputs are
@@ -30,8 +30,20 @@ def tolerance(problem: MatmulProblem) -> float:
     return TOLERANCE[problem.acc_type]
 
 
+def _fp8(element: str):
+    """The ml_dtypes type of an fp8 element type (ml_dtypes comes with iree-base-runtime)."""
+    import ml_dtypes
+
+    return {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}[element]
+
+
+RAW_TYPES = ("bf16", *FP8_TYPES)  # types numpy's .npy cannot carry to IREE: raw bytes instead
+
+
 def _round_to(values: np.ndarray, element: str) -> np.ndarray:
     """Values as the device will see them, in float64 for the reference."""
+    if element in FP8_TYPES:
+        return values.astype(_fp8(element)).astype(np.float64)
     if element == "f16":
         return values.astype(np.float16).astype(np.float64)
     if element == "bf16":
@@ -46,6 +58,9 @@ def _write(path: str, values: np.ndarray, element: str, shape: list[int]) -> str
         bits = (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
         bits.tofile(path)
         return f"{'x'.join(map(str, shape))}xbf16=@{path}"
+    if element in FP8_TYPES:
+        values.astype(_fp8(element)).view(np.uint8).tofile(path)
+        return f"{'x'.join(map(str, shape))}x{element}=@{path}"
     np.save(path, values.astype(np.float16 if element == "f16" else np.float32))
     return f"@{path}"
 
@@ -94,7 +109,7 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
     for name, shape, element in operands:
         array = _round_to(rng.uniform(-1.0, 1.0, size=shape), element)
         values[name] = array
-        extension = ".bin" if element == "bf16" else ".npy"
+        extension = ".bin" if element in RAW_TYPES else ".npy"
         flags.append(_write(os.path.join(directory, name + extension), array, element, shape))
     lhs, rhs = values["lhs"], values["rhs"]
     if problem.transpose_a:

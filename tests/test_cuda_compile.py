@@ -165,12 +165,15 @@ def test_every_valid_point_compiles_as_emitted(tmp_path, arch: str, name: str) -
         (16, 64, 64, "f16", "f32"),
         (32, 32, 32, "bf16", "f32"),
         (32, 32, 32, "f16", "f16"),
+        (32, 32, 64, "f8E4M3FN", "f32"),
     ],
     ids=lambda shape: "x".join(map(str, shape)),
 )
 def test_every_point_of_a_default_space_compiles(tmp_path, arch: str, shape) -> None:
     """No [SearchSpace] at all: the space a user gets from the problem alone."""
     m, n, k, element, accumulator = shape
+    if element.startswith("f8") and arch == "sm_80":
+        pytest.skip("fp8 needs sm_89 or later (test_fp8_uses_its_intrinsic_from_sm_89_on)")
     path = tmp_path / "mm.mlir"
     path.write_text(matmul_function("mm", m, n, k, element, accumulator))
     (problem,) = analyze_file(str(path)).problems
@@ -274,3 +277,18 @@ def test_shared_memory_over_the_limit_is_rejected(tmp_path) -> None:
     )
     assert points == []
     assert rejected.get("shared memory over the sm_89 limit")
+
+
+def test_fp8_uses_its_intrinsic_from_sm_89_on(tmp_path) -> None:
+    """fp8 inputs take the 16x8x32 intrinsics where the arch has them, SIMT before."""
+    path = tmp_path / "mm.mlir"
+    path.write_text(matmul_function("mm", 64, 64, 64, "f8E5M2", "f32"))
+    (problem,) = analyze_file(str(path)).problems
+    assert _target("sm_90").default_mma_kind(problem) == "NV_MMA_SYNC_F32_16x8x32_F8E5M2"
+    assert _target("sm_89").default_mma_kind(problem) == "NV_MMA_SYNC_F32_16x8x32_F8E5M2"
+    assert _target("sm_80").default_mma_kind(problem) == "none"
+    assert "needs sm_89 or later" in _target("sm_80").supports(problem)
+    assert _target("sm_90").supports(problem) is None
+    space = build_space(problem, _target("sm_90"), {})
+    mma = [p for p in space.points if p["mma_kind"] != "none"]
+    assert mma and all(p["tile_k"] % 32 == 0 for p in mma)  # one mma step is 32 deep

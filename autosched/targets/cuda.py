@@ -23,7 +23,7 @@ from autosched.targets.base import Constraint, KnobSpec, Point, Target, problem_
 
 NONE = "none"  # mma_kind for SIMT code (no tensor cores)
 DERIVE = 0  # sentinel: a knob that is derived from the others, or unused by this point's kind
-MMA_M, MMA_N, MMA_K = 16, 8, 16  # shape of every NV_MMA_SYNC intrinsic offered here
+MMA_M, MMA_N = 16, 8  # every NV_MMA_SYNC intrinsic offered here is 16x8 (x16, or x32 for fp8)
 WARP = 32  # subgroup size on every NVIDIA GPU
 FALLBACK_ARCH = "sm_80"
 
@@ -32,11 +32,22 @@ MMA_FOR_TYPES = {
     ("f16", "f32"): "NV_MMA_SYNC_F32_16x8x16_F16",
     ("f16", "f16"): "NV_MMA_SYNC_F16_16x8x16_F16",
     ("bf16", "f32"): "NV_MMA_SYNC_F32_16x8x16_BF16",
+    # fp8 (sm_89 and later): 32 reduction elements per step. At 4096^3 on an H200 IREE's
+    # default ran 0.668 ms and a VectorDistribute point 0.532 ms (DESIGN.md).
+    ("f8E4M3FN", "f32"): "NV_MMA_SYNC_F32_16x8x32_F8E4M3FN",
+    ("f8E5M2", "f32"): "NV_MMA_SYNC_F32_16x8x32_F8E5M2",
 }
 MMA_KINDS = tuple(MMA_FOR_TYPES.values())
+
+
+def mma_k(kind: str) -> int:
+    """Reduction elements one mma step covers: 32 for the fp8 intrinsics, else 16."""
+    return 32 if "_16x8x32_" in kind else 16
+
+
 PIPELINES = ("TileAndFuse", "VectorDistribute")
 
-ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}
 SHARED_ROW_PAD = 8  # bytes IREE adds to each row of a promoted tile
 
 # Past these, a warp's accumulators (4 f32 registers per 16x8 mma tile) or a thread's
@@ -67,6 +78,7 @@ class ArchInfo:
 
 
 _MMA_ALL = MMA_KINDS
+_MMA_AMPERE = MMA_KINDS[:3]  # no fp8 before sm_89
 _MMA_NO_BF16 = MMA_KINDS[:2]
 # From `iree-compile --compile-to=executable-configurations --iree-cuda-target=<arch>` (3.13).
 # IREE 3.13 knows no sm_90; its entry is the sm_89 target with Hopper's shared memory.
@@ -75,9 +87,9 @@ ARCHS: dict[str, ArchInfo] = {
     "sm_61": ArchInfo("+ptx76", 49152, 28, ()),
     "sm_70": ArchInfo("+ptx76", 98304, 80, _MMA_NO_BF16),
     "sm_75": ArchInfo("+ptx76", 65536, 68, _MMA_NO_BF16),
-    "sm_80": ArchInfo("+ptx76", 166912, 108, _MMA_ALL),
-    "sm_86": ArchInfo("+ptx76", 166912, 84, _MMA_ALL),
-    "sm_87": ArchInfo("+ptx76", 166912, 16, _MMA_ALL),
+    "sm_80": ArchInfo("+ptx76", 166912, 108, _MMA_AMPERE),
+    "sm_86": ArchInfo("+ptx76", 166912, 84, _MMA_AMPERE),
+    "sm_87": ArchInfo("+ptx76", 166912, 16, _MMA_AMPERE),
     "sm_89": ArchInfo("+ptx84", 101376, 128, _MMA_ALL),
     "sm_90": ArchInfo("+ptx84", 232448, 132, _MMA_ALL),
     "sm_120": ArchInfo("+ptx87", 101376, 170, _MMA_ALL),
@@ -251,10 +263,18 @@ class CudaTarget(Target):
 
     # ---- the space ----------------------------------------------------------------------
 
+    def supports(self, problem: MatmulProblem) -> str | None:
+        """fp8 needs the arch's fp8 intrinsics: IREE 3.13 cannot lower fp8 SIMT code."""
+        kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type), "")
+        if ELEMENT_BYTES.get(problem.lhs_type) == 1 and kind not in self.mma_intrinsics:
+            return f"{problem.lhs_type} needs sm_89 or later (this is {self.arch})"
+        return None
+
     def default_mma_kind(self, problem: MatmulProblem) -> str:
         """The intrinsic for the problem's types when the arch has it and the shape fits it."""
         kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type))
-        fits = problem.m % MMA_M == 0 and problem.n % MMA_N == 0 and problem.k % MMA_K == 0
+        step = mma_k(kind or "")
+        fits = problem.m % MMA_M == 0 and problem.n % MMA_N == 0 and problem.k % step == 0
         if problem.lhs_type != problem.rhs_type or kind not in self.mma_intrinsics or not fits:
             return NONE
         return kind
@@ -375,7 +395,7 @@ class CudaTarget(Target):
                     or (
                         x["tile_m"] % MMA_M == 0
                         and x["tile_n"] % MMA_N == 0
-                        and x["tile_k"] % MMA_K == 0
+                        and x["tile_k"] % mma_k(x["mma_kind"]) == 0
                     )
                 ),
             ),
@@ -468,7 +488,7 @@ class CudaTarget(Target):
             entries.append(f"subgroup_basis = [{counts}, {order}]")
         elif _is_mma(point):
             # Reduction in mma K steps; subgroup = 16x8 mma tiles per warp.
-            steps = point["tile_k"] // MMA_K
+            steps = point["tile_k"] // mma_k(point["mma_kind"])
             entries.append(f"reduction = {_list([*zeros, 0, 0, steps])}")
             entries.append(
                 f"subgroup = {_list([*zeros, point['subgroup_m'], point['subgroup_n'], 0])}"
@@ -532,7 +552,8 @@ class CudaTarget(Target):
         prefix = {"TileAndFuse": "tf", "VectorDistribute": "vd"}[point["pipeline"]]
         tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
         if _is_mma(point):
-            kind = point["mma_kind"].removeprefix("NV_MMA_SYNC_").split("_16x8x16_")
+            shape = "_16x8x32_" if mma_k(point["mma_kind"]) == 32 else "_16x8x16_"
+            kind = point["mma_kind"].removeprefix("NV_MMA_SYNC_").split(shape)
             inner = f"sg{point['subgroup_m']}x{point['subgroup_n']}_{kind[0]}{kind[1]}".lower()
         else:
             inner = f"th{point['thread_m']}x{point['thread_n']}_simt"
