@@ -35,6 +35,9 @@ class DispatchBenchmark:
     entry_point: str  # the dispatch function, as model.analyze_model names its sites
     source: str  # the stripped benchmark module (.mlir)
     function: str  # its entry, which runs the dispatch --batch_size times
+    check_source: str = ""  # the dispatch alone behind a function of its operands (.mlir)
+    check_inputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per operand
+    check_outputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per result
 
 
 def _opt_tool() -> str:
@@ -100,4 +103,71 @@ def dump_dispatch_benchmarks(
         )
         if done.returncode == 0 and not done.timed_out:
             found[entry] = DispatchBenchmark(entry, stripped, function)
+    return found
+
+
+CHECK_FUNCTION = "dispatch"
+
+
+def _tensor(value_type: ir.Type) -> tuple[tuple[int, ...], str] | None:
+    try:
+        tensor = ir.RankedTensorType(value_type)
+    except ValueError:
+        return None
+    if not tensor.has_static_shape:
+        return None
+    return tuple(tensor.shape), str(tensor.element_type)
+
+
+def dispatch_check_modules(
+    flow_module: ir.Module, entry_points: set[str], folder: str
+) -> dict[str, tuple[str, tuple, tuple]]:
+    """Entry point -> (module, operand types, result types) that runs that one dispatch.
+
+    The module holds the dispatch's `flow.executable` and a function `@dispatch` that takes
+    the dispatch's operands as arguments and returns its results, so a candidate's answer
+    on the dispatch itself, fused consumers included, can be compared with the default's on
+    the same inputs. Built from the model lowered to `flow`; dispatches whose results are
+    tied to an operand (written in place), or whose shapes are dynamic, get none.
+    """
+    executables = {}
+    for op in flow_module.body.operations:
+        op = op.operation
+        if op.name == "flow.executable":
+            executables[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    found = {}
+    for op in walk_ops(flow_module.operation):
+        if op.name != "flow.dispatch":
+            continue
+        (entry_ref,) = ir.ArrayAttr(op.attributes["entry_points"])
+        reference = ir.SymbolRefAttr(entry_ref)
+        executable, entry = reference.value[0], reference.value[-1]
+        if entry not in entry_points or entry in found or executable not in executables:
+            continue
+        tied = op.attributes["tied_operands"] if "tied_operands" in op.attributes else None
+        if tied is not None and any(ir.IntegerAttr(t).value >= 0 for t in ir.ArrayAttr(tied)):
+            continue
+        inputs = [_tensor(v.type) for v in op.operands]
+        outputs = [_tensor(r.type) for r in op.results]
+        if None in inputs or None in outputs or not outputs:
+            continue
+        in_types = [str(v.type) for v in op.operands]
+        out_types = [str(r.type) for r in op.results]
+        arguments = ", ".join(f"%a{i}: {t}" for i, t in enumerate(in_types))
+        names = ", ".join(f"%a{i}" for i in range(len(in_types)))
+        results = ", ".join(f"%r#{i}" for i in range(len(out_types)))
+        text = (
+            "module {\n"
+            f"{executables[executable]}\n"
+            f"util.func public @{CHECK_FUNCTION}({arguments}) -> ({', '.join(out_types)}) {{\n"
+            f"  %r:{len(out_types)} = flow.dispatch {entry_ref}({names}) : "
+            f"({', '.join(in_types)}) -> ({', '.join(out_types)})\n"
+            f"  util.return {results} : {', '.join(out_types)}\n"
+            "}\n}\n"
+        )
+        ir.Module.parse(text, flow_module.context)  # what is written is valid MLIR
+        path = os.path.join(folder, f"{entry}.check.mlir")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        found[entry] = (path, tuple(inputs), tuple(outputs))
     return found

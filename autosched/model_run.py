@@ -126,12 +126,20 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
 
 def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> None:
     """Each problem gets IREE's own dispatch of its first site to be timed on."""
+    from dataclasses import replace
+
     from autosched.apply import prepare_model
-    from autosched.dispatch_bench import dump_dispatch_benchmarks
+    from autosched.dispatch_bench import dispatch_check_modules, dump_dispatch_benchmarks
+    from autosched.model import lower_to_dispatches
 
     click.echo("writing IREE's dispatches as benchmarks ...", err=True)
     source = prepare_model(model_path, folder)  # an ONNX model is imported first
     benchmarks = dump_dispatch_benchmarks(source, flags, folder)
+    checks = dispatch_check_modules(lower_to_dispatches(source, flags), set(benchmarks), folder)
+    for entry_point, (check, inputs, outputs) in checks.items():
+        benchmarks[entry_point] = replace(
+            benchmarks[entry_point], check_source=check, check_inputs=inputs, check_outputs=outputs
+        )
     for entry in problems:
         found = [benchmarks.get(site.entry_point) for site in entry.contraction.sites]
         entry.benchmark = next((b for b in found if b is not None), None)

@@ -17,7 +17,7 @@ from autosched.analysis import Analysis, MatmulProblem
 from autosched.bench import time_module
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
-from autosched.dispatch_bench import DispatchBenchmark
+from autosched.dispatch_bench import CHECK_FUNCTION, DispatchBenchmark
 from autosched.interrupts import critical
 from autosched.manifest import KERNEL_FUNCTION, kernel_variant, variant_path, write_text
 from autosched.records import (
@@ -32,7 +32,7 @@ from autosched.space import SearchSpace, build_space
 from autosched.spec import tuning_spec
 from autosched.targets.base import Point, Target
 from autosched.tuners import make_tuner
-from autosched.verify import ProblemData, Verifier, make_problem_data
+from autosched.verify import ProblemData, Verification, Verifier, make_problem_data
 
 BASELINE = "iree_default"
 DISPATCH_FLAG = " [timed on the dispatch]"  # marks such records' flags
@@ -79,6 +79,16 @@ class Progress:
 
 
 @dataclass
+class DispatchCheck:
+    """IREE's default answer on one dispatch, for seeded inputs: what candidates must give."""
+
+    entry: object  # apply.EntryFunction of the check module
+    inputs: list[str]  # --input values
+    reference: list[np.ndarray]  # the default build's outputs
+    folder: str  # where inputs and outputs live
+
+
+@dataclass
 class ProblemSearch:
     """One problem's search in progress: its space, tuner, inputs, default and trials.
 
@@ -99,6 +109,7 @@ class ProblemSearch:
     since_best: int = 0  # trials since the best so far improved
     exhausted: bool = False  # the tuner has nothing left to propose
     benchmark: DispatchBenchmark | None = None  # time on IREE's own dispatch, not the kernel
+    check: DispatchCheck | None = None  # check answers on that dispatch, not the kernel
     context: MeasureContext | None = None  # what this problem's records depend on
 
     @property
@@ -179,8 +190,11 @@ class Tuning:
             function=benchmark.function if benchmark else KERNEL_FUNCTION,
         )
 
-    def _dispatch_job(self, search: ProblemSearch, name: str, point: Point | None) -> CompileJob:
-        """IREE's own dispatch built with this one point as a spec (or as IREE would)."""
+    def _dispatch_job(
+        self, search: ProblemSearch, name: str, point: Point | None, check: bool = False
+    ) -> CompileJob:
+        """IREE's own dispatch built with this one point as a spec (or as IREE would): its
+        benchmark module, to time, or (`check`) the module that runs it on given inputs."""
         source, _ = self._paths(search.problem, name)
         stem = source.removesuffix(".mlir")
         flags = list(self.target.compile_flags())
@@ -189,7 +203,66 @@ class Tuning:
                 stem + ".spec.mlir", tuning_spec([(search.problem, self.target, point)])
             )
             flags += self.target.spec_flags(spec)
+        if check:
+            return CompileJob(search.benchmark.check_source, stem + ".check.vmfb", flags)
         return CompileJob(search.benchmark.source, stem + ".dispatch.vmfb", flags)
+
+    def _prepare_check(self, search: ProblemSearch) -> None:
+        """The default build's answer on the dispatch itself, to check candidates against.
+
+        Without it (no check module, or the default fails on it) candidates are checked on
+        the bare kernel against numpy.
+        """
+        from autosched.apply import EntryFunction, RunFailed, TensorSpec, make_inputs, run_outputs
+
+        benchmark = search.benchmark
+        if benchmark is None or not benchmark.check_source:
+            return
+        entry = EntryFunction(
+            CHECK_FUNCTION,
+            tuple(TensorSpec(shape, element) for shape, element in benchmark.check_inputs),
+            tuple(TensorSpec(shape, element) for shape, element in benchmark.check_outputs),
+        )
+        folder = os.path.join(self.config.work_dir, "inputs", search.problem.name, "dispatch")
+        inputs = make_inputs(entry, folder, seed=self.config.seed)
+        built = compile_one(
+            self._dispatch_job(search, BASELINE, None, check=True), self.config.compile_timeout
+        )
+        try:
+            if built.status != "ok":
+                raise RunFailed(built.message)
+            reference = run_outputs(
+                built.job.output, self.target.device, entry, inputs, folder, self.config.run_timeout
+            )
+        except RunFailed as error:
+            self.log.write(
+                f"the dispatch check could not run ({error}): answers checked on the kernel"
+            )
+            return
+        search.check = DispatchCheck(entry, inputs, reference, folder)
+        self.log.write(
+            f"answers checked on the dispatch against IREE's default ({benchmark.check_source})"
+        )
+
+    def _check_dispatch(self, search: ProblemSearch, vmfb: str) -> Verification:
+        """A candidate's answer on the dispatch against the default's, on the same inputs."""
+        from autosched.apply import RunFailed, compare_outputs, run_outputs
+
+        check = search.check
+        try:
+            outputs = run_outputs(
+                vmfb,
+                self.target.device,
+                check.entry,
+                check.inputs,
+                check.folder,
+                self.config.run_timeout,
+            )
+        except RunFailed as error:
+            status = "timeout" if "took over" in str(error) else "runtime_error"
+            return Verification(status, message=str(error))
+        match, error, message = compare_outputs(outputs, check.reference, check.entry)
+        return Verification("correct" if match else "wrong_answer", error, message[:300])
 
     def _finish_trial(
         self,
@@ -233,9 +306,12 @@ class Tuning:
             trial.status, trial.message = check_build.status, check_build.message
             return trial
         started = time.perf_counter()
-        check = self.verifier.check(
-            check_build.job.output, search.data, problem, self.config.run_timeout
-        )
+        if search.check is not None:
+            check = self._check_dispatch(search, check_build.job.output)
+        else:
+            check = self.verifier.check(
+                check_build.job.output, search.data, problem, self.config.run_timeout
+            )
         trial.verify_s = round(time.perf_counter() - started, 3)
         trial.verification, trial.max_error = check.status, check.max_error
         if check.status != "correct":
@@ -271,7 +347,10 @@ class Tuning:
         jobs = []
         for name, point in entries:
             repeat = 1 if search.benchmark else search.repeat  # the kernel only checks answers
-            kernel = self._compile_job(search.problem, name, point, repeat)
+            if search.check is not None:
+                kernel = self._dispatch_job(search, name, point, check=True)
+            else:
+                kernel = self._compile_job(search.problem, name, point, repeat)
             role[kernel.output] = (name, "kernel")
             jobs.append(kernel)
             if search.benchmark:
@@ -333,9 +412,10 @@ class Tuning:
             if benchmark
             else self.context,
         )
+        log.section(f"problem {problem.name}")
         if benchmark:
             log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
-        log.section(f"problem {problem.name}")
+            self._prepare_check(search)
         for site in problem.sites:
             log.write(f"op at {site.location} in @{site.function} (matmul #{site.index})")
         log.write(f"space: {space.total} raw points, {len(space.points)} valid")

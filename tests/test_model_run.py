@@ -163,3 +163,33 @@ def test_apply_with_a_spec_that_matches_nothing(folder):
     result = CliRunner().invoke(cli, ["apply", "gemm_matmul_transpose.onnx", "--spec", "spec.mlir"])
     assert result.exit_code == 0, result.output
     assert "0 of 2 contraction dispatch(es) configured" in result.output
+
+
+CORRUPT_OUTPUTS = """#!/bin/sh
+"{real}" "$@" || exit $?
+case "$*" in *iree_default*) exit 0;; esac
+for arg in "$@"; do
+  case "$arg" in
+    --output=@*.npy) "{python}" -c "import numpy, sys; a = numpy.load(sys.argv[1]); numpy.save(sys.argv[1], a + 1)" "${{arg#--output=@}}";;
+  esac
+done
+"""
+
+
+def test_candidates_are_checked_on_the_dispatch_against_the_default(folder, monkeypatch):
+    """A candidate whose dispatch answers differently from IREE's default build on the same
+    inputs is a wrong_answer (here iree-run-module's outputs are corrupted by a wrapper)."""
+    from autosched.verify import run_tool
+
+    wrapper = folder / "corrupt.sh"
+    wrapper.write_text(CORRUPT_OUTPUTS.format(real=run_tool(), python=sys.executable))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("AUTOSCHED_IREE_RUN_MODULE", str(wrapper))
+    result = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "2"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (folder / "generated/tuning.jsonl").open()]
+    tuned = [r for r in records if not r["baseline"]]
+    assert len(tuned) == 2 and {r["status"] for r in tuned} == {"wrong_answer"}
+    assert all(r["baseline"] and r["status"] == "ok" for r in records if r not in tuned)
+    log = (folder / "generated/run.log").read_text()
+    assert "answers checked on the dispatch against IREE's default" in log
