@@ -17,6 +17,7 @@ Both are summarised by their median over seeds.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -39,6 +40,10 @@ class Replay:
     best_fraction_at_n: float
     order: list[int]  # the points in the order they were measured
     trials_to_90: int = 0  # the same at 90 %: less at the mercy of one lucky measurement
+    # The true score of the point that measured best within n_trial, over the best score:
+    # what a run would name as its winner when its measurements carry `noise`.
+    chosen_fraction_at_n: float = 0.0
+    measured: list[float] = field(default_factory=list)  # what the tuner saw, in `order`
 
 
 @dataclass
@@ -60,10 +65,24 @@ class ProblemResult:
 
 
 def replay(
-    landscape: Landscape, tuner_name: str, seed: int, n_trial: int, batch_size: int = 8
+    landscape: Landscape,
+    tuner_name: str,
+    seed: int,
+    n_trial: int,
+    batch_size: int = 8,
+    noise: float = 0.0,
+    noise_seed: int = 0,
 ) -> Replay:
-    """Runs one tuner over the landscape; see the module docstring for the stopping rule."""
+    """Runs one tuner over the landscape; see the module docstring for the stopping rule.
+
+    With `noise` (a coefficient of variation), every score the tuner sees is the recorded one
+    times a log-normal factor drawn from `noise_seed`: runs that differ only by measurement
+    noise, as two runs of the same command on a real machine do.
+    """
     scores = landscape.scores
+    jitter = np.random.default_rng(noise_seed)
+    chosen, chosen_measured = None, -math.inf
+    seen: list[float] = []
     best = landscape.best
     target = TARGET_FRACTION * best
     tuner = make_tuner(tuner_name, landscape.n_points, seed, landscape.features, budget=n_trial)
@@ -83,7 +102,11 @@ def replay(
             score = float(scores[index])
             ok = np.isfinite(score)
             order.append(index)
-            results.append((index, score if ok else None))
+            measured = score * math.exp(jitter.normal(0.0, noise)) if noise and ok else score
+            results.append((index, measured if ok else None))
+            seen.append(measured if ok else math.nan)
+            if ok and len(order) <= n_trial and measured > chosen_measured:
+                chosen, chosen_measured = index, measured
             if ok and len(order) <= n_trial:
                 best_at_n = max(best_at_n, score)
             if ok and reached_at is None and score >= target:
@@ -95,6 +118,8 @@ def replay(
         best_fraction_at_n=best_at_n / best,
         order=order,
         trials_to_90=near[0] if near else landscape.n_points + 1,
+        chosen_fraction_at_n=float(scores[chosen]) / best if chosen is not None else 0.0,
+        measured=seen,
     )
 
 

@@ -140,3 +140,20 @@ def test_a_run_that_never_reaches_95_counts_as_space_plus_one():
     landscape = Landscape("toy", features, scores, math.nan, [""] * 20)
     result = simulate(landscape, ["grid"], n_trial=4, seeds=1)
     assert result.tuners["grid"].trials_to_95 == 21
+
+
+def test_noisy_replays_repeat_per_noise_seed_and_differ_between_them():
+    """Replays with measurement noise: the same noise seed gives the same run, and the
+    tuner sees noisy scores (what benchmarks/repeatability.py measures)."""
+    from autosched.landscape import load_landscapes
+    from autosched.simulate import replay
+
+    f16 = next(ls for ls in load_landscapes(str(LANDSCAPE)) if "f16" in ls.problem)
+    quiet = replay(f16, "xgboost", 0, 24)
+    assert quiet.measured == [float(f16.scores[i]) for i in quiet.order]
+    first = replay(f16, "xgboost", 0, 24, noise=0.2, noise_seed=1)
+    again = replay(f16, "xgboost", 0, 24, noise=0.2, noise_seed=1)
+    other = replay(f16, "xgboost", 0, 24, noise=0.2, noise_seed=2)
+    assert first.order == again.order and first.measured == again.measured
+    assert first.measured != other.measured
+    assert 0 < first.chosen_fraction_at_n <= 1
