@@ -130,11 +130,21 @@ def dispatch_check_modules(
     the same inputs. Built from the model lowered to `flow`; dispatches whose results are
     tied to an operand (written in place), or whose shapes are dynamic, get none.
     """
-    executables = {}
+    executables, devices = {}, []
     for op in flow_module.body.operations:
         op = op.operation
         if op.name == "flow.executable":
             executables[ir.StringAttr(op.attributes["sym_name"]).value] = op
+        elif op.name == "util.global" and str(ir.TypeAttr(op.attributes["type"]).value) == (
+            "!hal.device"
+        ):
+            devices.append(str(op))  # the device the dispatch is built for
+    # The model's devices (globals at this phase) and module attributes (which device is the
+    # default) go with the dispatch, or it would be built for a default GPU: an sm_90 target
+    # exists only as such an attribute.
+    own = flow_module.operation.attributes
+    named = [f"{name} = {own[name]}" for name in own]
+    attributes = f" attributes {{{', '.join(named)}}}" if named else ""
     found = {}
     for op in walk_ops(flow_module.operation):
         if op.name != "flow.dispatch":
@@ -157,8 +167,9 @@ def dispatch_check_modules(
         names = ", ".join(f"%a{i}" for i in range(len(in_types)))
         results = ", ".join(f"%r#{i}" for i in range(len(out_types)))
         text = (
-            "module {\n"
-            f"{executables[executable]}\n"
+            f"module{attributes} {{\n"
+            + "".join(f"{device}\n" for device in devices)
+            + f"{executables[executable]}\n"
             f"util.func public @{CHECK_FUNCTION}({arguments}) -> ({', '.join(out_types)}) {{\n"
             f"  %r:{len(out_types)} = flow.dispatch {entry_ref}({names}) : "
             f"({', '.join(in_types)}) -> ({', '.join(out_types)})\n"

@@ -292,3 +292,47 @@ def test_fp8_uses_its_intrinsic_from_sm_89_on(tmp_path) -> None:
     space = build_space(problem, _target("sm_90"), {})
     mma = [p for p in space.points if p["mma_kind"] != "none"]
     assert mma and all(p["tile_k"] % 32 == 0 for p in mma)  # one mma step is 32 deep
+
+
+F16_MODEL = """
+func.func @main(%a: tensor<256x512xf16>, %b: tensor<512x256xf16>, %bias: tensor<256x256xf32>) -> tensor<256x256xf16> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<256x256xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<256x512xf16>, tensor<512x256xf16>) outs(%f : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %s = arith.addf %m, %bias : tensor<256x256xf32>
+  %h = arith.truncf %s : tensor<256x256xf32> to tensor<256x256xf16>
+  return %h : tensor<256x256xf16>
+}
+"""
+
+
+def test_dispatch_modules_of_a_model_keep_the_sm_90_target(tmp_path) -> None:
+    """A model's dispatch, benchmark and check modules are built for the model's own target:
+    a tensor-core candidate compiles for sm_90 and carries its mma config (built for a
+    default GPU it failed: 'Cannot select: intrinsic mma.m16n8k16')."""
+    from autosched.compile import CompileJob, compile_one
+    from autosched.dispatch_bench import dispatch_check_modules, dump_dispatch_benchmarks
+    from autosched.model import analyze_model, lower_to_dispatches
+    from autosched.model_run import model_for_target
+    from autosched.spec import tuning_spec
+
+    (tmp_path / "model.mlir").write_text(F16_MODEL)
+    target = _target("sm_90")
+    model = model_for_target(str(tmp_path / "model.mlir"), target, str(tmp_path / "work"))
+    flags = target.compile_flags()
+    benchmarks = dump_dispatch_benchmarks(model, flags, str(tmp_path / "d"))
+    checks = dispatch_check_modules(
+        lower_to_dispatches(model, flags), set(benchmarks), str(tmp_path / "d")
+    )
+    (problem,) = analyze_model(model, flags).matmul_problems()
+    point = next(p for p in build_space(problem, target, {}).points if p["mma_kind"] != "none")
+    spec = tmp_path / "spec.mlir"
+    spec.write_text(tuning_spec([(problem, target, point)]))
+    assert len(benchmarks) == 1 and len(checks) == 1
+    sources = [b.source for b in benchmarks.values()] + [c[0] for c in checks.values()]
+    for source in sources:
+        built = compile_one(
+            CompileJob(source, source + ".vmfb", [*flags, *target.spec_flags(str(spec))]), 300
+        )
+        assert built.status == "ok", built.message
