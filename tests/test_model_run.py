@@ -193,3 +193,35 @@ def test_candidates_are_checked_on_the_dispatch_against_the_default(folder, monk
     assert all(r["baseline"] and r["status"] == "ok" for r in records if r not in tuned)
     log = (folder / "generated/run.log").read_text()
     assert "answers checked on the dispatch against IREE's default" in log
+
+
+STABLEHLO = """
+func.func @main(%x: tensor<16x32xf32>, %w: tensor<32x24xf32>, %b: tensor<16x24xf32>) -> tensor<16x24xf32> {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<16x32xf32>, tensor<32x24xf32>) -> tensor<16x24xf32>
+  %1 = stablehlo.add %0, %b : tensor<16x24xf32>
+  return %1 : tensor<16x24xf32>
+}
+"""
+TOSA = """
+func.func @main(%x: tensor<2x16x32xf32>, %w: tensor<2x32x24xf32>) -> tensor<2x16x24xf32> {
+  %azp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %bzp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %0 = tosa.matmul %x, %w, %azp, %bzp : (tensor<2x16x32xf32>, tensor<2x32x24xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x24xf32>
+  return %0 : tensor<2x16x24xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (STABLEHLO, "matmul_16x24x32_f32_f32_f32: runs 1x, fused with linalg.generic (arith.addf)"),
+        (TOSA, "batch_matmul_2x16x24x32_f32_f32_f32: runs 1x"),
+    ],
+    ids=["stablehlo", "tosa"],
+)
+def test_stablehlo_and_tosa_models_are_lowered_by_iree(folder, text, expected):
+    (folder / "model.mlir").write_text(text)
+    result = CliRunner().invoke(cli, ["run", "model.mlir", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert expected in result.output
