@@ -198,6 +198,9 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     else:
         click.echo("no tuning spec: nothing beat IREE's default configurations")
     report.problems = problem_rows(problems, applied)
+    shares = share_table(report.problems)
+    tuning.log.write(shares)
+    click.echo("\n" + shares)
     summary_path = write_summary(os.path.splitext(paths.csv)[0] + ".summary.json", proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     if spec_path:
@@ -206,6 +209,25 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
             f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
         )
     _log_budget(tuning, report)
+
+
+def share_table(rows: list[dict]) -> str:
+    """Each problem's share of the tuned contractions' time, before and after."""
+    from autosched.report import table
+
+    headers = ["problem", "runs", "share before", "share after", "in spec", "applied in model"]
+    cells = [
+        [
+            row["problem"],
+            str(row["occurrences"]),
+            f"{row['share']:.1%}",
+            f"{row['share_after']:.1%}",
+            "yes" if row["in_spec"] else "no",
+            "yes" if row["applied_in_model"] else ("no" if row["in_spec"] else "-"),
+        ]
+        for row in rows
+    ]
+    return table(headers, cells)
 
 
 def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:
