@@ -143,7 +143,7 @@ def dispatch_check_modules(
     # default) go with the dispatch, or it would be built for a default GPU: an sm_90 target
     # exists only as such an attribute.
     own = flow_module.operation.attributes
-    named = [f"{name} = {own[name]}" for name in own]
+    named = [f"{name} = {own[name]}" for name in own if name not in ("sym_name", "sym_visibility")]
     attributes = f" attributes {{{', '.join(named)}}}" if named else ""
     found = {}
     for op in walk_ops(flow_module.operation):

@@ -225,3 +225,15 @@ def test_stablehlo_and_tosa_models_are_lowered_by_iree(folder, text, expected):
     result = CliRunner().invoke(cli, ["run", "model.mlir", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert expected in result.output
+
+
+def test_a_named_module_is_tuned_on_its_dispatches(folder):
+    """iree-turbine exports `module @module {...}`: its dispatch check modules must not copy
+    the name (a symbol name is no attribute of another module)."""
+    (folder / "named.mlir").write_text(
+        "module @module {\n" + STABLEHLO.replace("@main", "@forward") + "}\n"
+    )
+    result = CliRunner().invoke(cli, ["run", "named.mlir", "--budget", "2"])
+    assert result.exit_code == 0, result.output
+    log = (folder / "generated/run.log").read_text()
+    assert "answers checked on the dispatch against IREE's default" in log
