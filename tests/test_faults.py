@@ -191,9 +191,10 @@ def assert_once_each(run: Run, complete: bool = True, **paths) -> None:
     process died; it never holds a row the database lacks.
     """
     records = run.records(**{k: v for k, v in paths.items() if k == "database"})
-    configs = [r["config"] for r in records]
+    configs = [(r["problem"], r["config"]) for r in records]
     assert len(configs) == len(set(configs)), f"measured twice: {configs}"
-    rows = [r["config"] for r in run.rows(**{k: v for k, v in paths.items() if k == "output"})]
+    rows = run.rows(**{k: v for k, v in paths.items() if k == "output"})
+    rows = [(r["problem"], r["config"]) for r in rows]
     assert len(rows) == len(set(rows)), f"CSV rows twice: {rows}"
     if complete:
         assert set(rows) == set(configs), (rows, configs)
@@ -472,3 +473,55 @@ def test_read_only_working_folder_is_refused(tuning, small_disk):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "not writable" in lines[0], done.stderr
+
+
+def test_sigterm_during_a_model_run_keeps_every_record_once(tmp_path):
+    """A model's campaign under SIGTERM: one line, 143, children gone, CSV equal to the
+    database, and the rerun completes the budget without measuring anything twice."""
+    import shutil
+
+    run = Run(tmp_path, n_trial=4)
+    cfg = run.path("auto-scheduler.cfg")
+    # The model's shapes (8x24x32, 2x16x24x32) get knobs generated from them.
+    cfg.write_text(cfg.read_text().split("[SearchSpace]")[0] + "[SearchStrategy]\nbatch_size = 2\n")
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+    shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path / "model.onnx")
+    # Lowering the model and writing its dispatches run as usual; the candidates hang.
+    hang_candidates = HANG_COMPILE.replace(
+        "*iree_default*)", "*iree_default*|*--compile-to*|*benchmarks-to*)"
+    )
+    run.wrap("AUTOSCHED_IREE_COMPILE", hang_candidates, real_compiler())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "run", "model.onnx", "--budget", "4"],
+        cwd=tmp_path,
+        env=run.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        run.wait_for_records(process, 2)  # both defaults; the candidates' compiles now hang
+        time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 143, stderr
+        assert_clean_stderr(stderr)
+        assert stderr.strip().splitlines()[-1].startswith("SIGTERM: measurements kept in")
+        run.assert_no_leftovers()
+        assert_once_each(run)
+        del run.env["AUTOSCHED_IREE_COMPILE"]
+        again = subprocess.run(
+            [sys.executable, "-m", "autosched", "run", "model.onnx", "--budget", "4"],
+            cwd=tmp_path,
+            env=run.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert again.returncode == 0, again.stderr
+        assert_once_each(run)
+        assert len(run.records()) == 2 + 4
+    finally:
+        if process.poll() is None:
+            process.kill()
