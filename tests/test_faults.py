@@ -475,12 +475,12 @@ def test_read_only_working_folder_is_refused(tuning, small_disk):
     assert len(lines) == 1 and "not writable" in lines[0], done.stderr
 
 
-def test_sigterm_during_a_model_run_keeps_every_record_once(tmp_path):
+def test_sigterm_during_a_model_run_keeps_every_record_once(tuning, tmp_path):
     """A model's campaign under SIGTERM: one line, 143, children gone, CSV equal to the
     database, and the rerun completes the budget without measuring anything twice."""
     import shutil
 
-    run = Run(tmp_path, n_trial=4)
+    run = tuning  # its fixture kills whatever a failed run leaves behind
     cfg = run.path("auto-scheduler.cfg")
     # The model's shapes (8x24x32, 2x16x24x32) get knobs generated from them.
     cfg.write_text(cfg.read_text().split("[SearchSpace]")[0] + "[SearchStrategy]\nbatch_size = 2\n")
