@@ -8,10 +8,11 @@ import os
 from dataclasses import dataclass, field, fields, replace
 
 from autosched.errors import UserError
+from autosched.targets.registry import TARGET_NAMES as TARGETS
+from autosched.tuners.registry import TUNER_NAMES as TUNERS
 
 DEFAULT_CONFIG_FILE = "auto-scheduler.cfg"
-TUNERS = ("grid", "random", "xgboost")
-TARGETS = ("cpu", "cuda")
+
 SEARCH_SPACE = "SearchSpace"
 
 Knob = int | str

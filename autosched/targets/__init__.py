@@ -1,18 +1,23 @@
-"""Backends, one module each; `make_target` is the only place that lists them."""
+"""Backends, one module each; `registry.TARGETS` is the only place that lists them.
+
+Nothing is imported at package level: `config` reads `registry`, and the targets read
+`config`.
+"""
 
 from __future__ import annotations
 
-from autosched.config import RunConfig
-from autosched.targets.base import Target
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from autosched.targets.registry import TARGETS
+
+if TYPE_CHECKING:
+    from autosched.config import RunConfig
+    from autosched.targets.base import Target
 
 
 def make_target(config: RunConfig) -> Target:
-    if config.target == "cpu":
-        from autosched.targets.cpu import CpuTarget
-
-        return CpuTarget(config)
-    if config.target == "cuda":
-        from autosched.targets.cuda import CudaTarget
-
-        return CudaTarget(config)
-    raise ValueError(f"unknown target {config.target!r}")
+    if config.target not in TARGETS:
+        raise ValueError(f"unknown target {config.target!r}")
+    module, cls = TARGETS[config.target]
+    return getattr(import_module(module), cls)(config)

@@ -1,12 +1,15 @@
-"""Tuners behind one interface; `make_tuner` is the only place that lists them."""
+"""Tuners behind one interface; `registry.TUNERS` is the only place that lists them."""
 
 from __future__ import annotations
+
+from importlib import import_module
 
 import numpy as np
 
 from autosched.tuners.base import Tuner
+from autosched.tuners.registry import TUNER_NAMES, TUNERS
 
-TUNER_NAMES = ("grid", "random", "xgboost")
+__all__ = ["TUNER_NAMES", "Tuner", "make_tuner"]
 
 
 def make_tuner(
@@ -16,16 +19,7 @@ def make_tuner(
     features: np.ndarray | None = None,
     budget: int | None = None,
 ) -> Tuner:
-    if name == "grid":
-        from autosched.tuners.grid import GridTuner
-
-        return GridTuner(n_points, seed, features, budget=budget)
-    if name == "random":
-        from autosched.tuners.random_search import RandomTuner
-
-        return RandomTuner(n_points, seed, features, budget=budget)
-    if name == "xgboost":
-        from autosched.tuners.xgb import XGBoostTuner
-
-        return XGBoostTuner(n_points, seed, features, budget=budget)
-    raise ValueError(f"unknown tuner {name!r}")
+    if name not in TUNERS:
+        raise ValueError(f"unknown tuner {name!r}")
+    module, cls = TUNERS[name]
+    return getattr(import_module(module), cls)(n_points, seed, features, budget=budget)
