@@ -93,6 +93,11 @@ def time_module(
             return Timing("runtime_error", message=f"iree-benchmark-module: {error}"[:300])
     if not samples:
         return Timing("runtime_error", message="iree-benchmark-module reported no timings")
+    return summarize(samples)
+
+
+def summarize(samples: list[float]) -> Timing:
+    """Median and coefficient of variation of per-dispatch samples (ms)."""
     mean = statistics.fmean(samples)
     cv = statistics.pstdev(samples) / mean if mean > 0 else 0.0
     return Timing("ok", statistics.median(samples), cv, samples)

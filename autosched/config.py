@@ -51,6 +51,7 @@ class RunConfig:
     dispatch_repeat: int = 0  # 0: the target's default
     retime_top: int = 3
     time_on: str = "dispatch"  # models: IREE's own dispatch (fused ops and all) or the kernel
+    timer: str = "tool"  # tool: iree-benchmark-module per candidate; worker: the verifier's
     # [SearchSpace]: knob name -> candidate values, as the user wrote them
     search_space: dict[str, list[Knob]] = field(default_factory=dict)
     # [SearchSpace.<target>]: the same, used only when that target runs
@@ -105,11 +106,19 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "dispatch_repeat": int,
         "retime_top": int,
         "time_on": str,
+        "timer": str,
     },
 }
 MODES = ("fast", "normal", "extreme")
 TIME_ON = ("dispatch", "kernel")
-_CHOICES = {"target": TARGETS, "tuner": TUNERS, "mode": MODES, "time_on": TIME_ON}
+TIMERS = ("tool", "worker")
+_CHOICES = {
+    "target": TARGETS,
+    "tuner": TUNERS,
+    "mode": MODES,
+    "time_on": TIME_ON,
+    "timer": TIMERS,
+}
 _MINIMUM = {
     "jobs": 0,
     "compile_timeout": 0.1,

@@ -178,7 +178,17 @@ class Tuning:
         benchmark: DispatchBenchmark | None = None,
     ):
         """Time per dispatch: of the kernel on the problem's inputs, or of IREE's own
-        dispatch (its benchmark function takes the repeat count, and no inputs)."""
+        dispatch (its benchmark function takes the repeat count, and no inputs).
+
+        With `timer = worker` a kernel is timed in the verifier's worker, which keeps the
+        device and the inputs open; iree-benchmark-module stays the fallback.
+        """
+        if self.config.timer == "worker" and benchmark is None:
+            timing = self.verifier.time(
+                vmfb, data, repeat, repetitions, self.config.min_time, self.config.run_timeout
+            )
+            if timing is not None:
+                return timing
         return time_module(
             vmfb,
             self.target.device,

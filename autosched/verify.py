@@ -230,6 +230,31 @@ def _injected_fault() -> None:
         os.abort()
 
 
+TIME = "time"  # a timing request's tag (a check request is a plain tuple)
+
+
+def time_calls(function, arguments: list, repetitions: int, min_time: float) -> list[float]:
+    """Milliseconds per call, one sample per repetition of at least `min_time` seconds,
+    after a warm-up of the same length. The function is IREE's synchronous export, which
+    returns once its work on the device is done."""
+    started = time.perf_counter()
+    while True:
+        function(*arguments)
+        if time.perf_counter() - started >= min_time:
+            break
+    samples = []
+    for _ in range(repetitions):
+        calls, started = 0, time.perf_counter()
+        while True:
+            function(*arguments)
+            calls += 1
+            elapsed = time.perf_counter() - started
+            if elapsed >= min_time:
+                break
+        samples.append(elapsed * 1e3 / calls)
+    return samples
+
+
 def _serve(connection, device: str) -> None:
     """The verifier process: one IREE device for its whole life, inputs cached per problem.
 
@@ -257,35 +282,56 @@ def _serve_requests(connection, device: str) -> None:
     scale = 0.0  # the current reference's largest magnitude, computed once
 
     def on_device(path: str):
-        if path not in cached:
-            cached[path] = runtime.asdevicearray(config.device, np.load(path))
-        return cached[path]
+        if ("device", path) not in cached:
+            cached[("device", path)] = runtime.asdevicearray(config.device, np.load(path))
+        return cached[("device", path)]
 
     def on_host(path: str) -> np.ndarray:
-        if path not in cached:
-            cached[path] = np.load(path)
-        return cached[path]
+        if ("host", path) not in cached:
+            cached[("host", path)] = np.load(path)
+        return cached[("host", path)]
+
+    def load(vmfb: str):
+        context = runtime.SystemContext(config=config)
+        module = runtime.VmModule.mmap(config.vm_instance, vmfb)
+        context.add_vm_module(module)
+        return context, context.modules[module.name][KERNEL_FUNCTION]
 
     while True:
         request = connection.recv()
         if request is None:
             return
+        if request[0] == TIME:
+            _, vmfb, input_paths, reference_path, repetitions, min_time = request
+            if reference_path != current:
+                cached.clear()
+                current, scale = reference_path, 0.0
+            try:
+                _injected_fault()
+                context, function = load(vmfb)
+                # Every input stays on the device, the accumulator too: timing an in-place
+                # kernel on its own output changes its values, not its speed.
+                arguments = [on_device(p) for p in input_paths]
+                answer = (TIME, time_calls(function, arguments, repetitions, min_time))
+                del function, context
+            except Exception as error:  # noqa: BLE001 - a failed timing is the outcome
+                lines = [line for line in str(error).splitlines() if line.strip()]
+                answer = ("runtime_error", (lines[0] if lines else repr(error))[:300])
+            connection.send(answer)
+            continue
         vmfb, input_paths, reference_path, allowed = request
         if reference_path != current:  # a new problem: free the last one's arrays
             cached.clear()
             current, scale = reference_path, 0.0
         try:
             _injected_fault()
-            context = runtime.SystemContext(config=config)
-            module = runtime.VmModule.mmap(config.vm_instance, vmfb)
-            context.add_vm_module(module)
-            function = context.modules[module.name][KERNEL_FUNCTION]
+            context, function = load(vmfb)
             # A kernel that accumulates into its third input writes that buffer in place:
             # only lhs and rhs stay on the device, the accumulator is copied in every time.
             lhs_rhs = [on_device(p) for p in input_paths[:2]]
             result = function(*lhs_rhs, *[on_host(p) for p in input_paths[2:]])
             output = result.to_host()
-            del result, function, context, module
+            del result, function, context
             scale = scale or max_abs_difference(on_host(reference_path))
             answer = compare(output, on_host(reference_path), allowed, scale)
         except Exception as error:  # noqa: BLE001 - any failure of a candidate is its outcome
@@ -361,6 +407,47 @@ class Verifier:
             return Verification("runtime_error", message=f"the run crashed (exit {code})")
         self._stop()
         return Verification("timeout", message=f"over {timeout:g} s")
+
+    def time(
+        self,
+        vmfb: str,
+        data: ProblemData,
+        dispatch_repeat: int,
+        repetitions: int,
+        min_time: float,
+        timeout: float,
+    ):
+        """Time per dispatch, measured in the worker that keeps the device and the inputs
+        open (no new process per candidate); None where the worker cannot (bf16 or fp8
+        inputs, no device), so that the caller falls back to iree-benchmark-module."""
+        from autosched.bench import Timing, summarize
+
+        if not self.unavailable and (self.process is None or not self.process.is_alive()):
+            self._start()
+        if self.unavailable or len(data.input_paths) != len(data.inputs):
+            return None
+        request = (
+            TIME,
+            os.path.abspath(vmfb),
+            data.input_paths,
+            data.reference_path,
+            repetitions,
+            min_time,
+        )
+        try:
+            self.connection.send(request)
+            if self.connection.poll(timeout):
+                kind, value = self.connection.recv()
+                if kind != TIME:
+                    return Timing(kind, message=value)
+                return summarize([ms / dispatch_repeat for ms in value])
+        except (EOFError, OSError):
+            self.process.join(1)
+            code = self.process.exitcode
+            self._stop()
+            return Timing("runtime_error", message=f"the run crashed (exit {code})")
+        self._stop()
+        return Timing("timeout", message=f"over {timeout:g} s")
 
     def close(self) -> None:
         if self.process is not None and self.process.is_alive():
