@@ -120,7 +120,11 @@ def run_campaign(
     config = tuning.config
     for entry in problems:
         entry.search = tuning.start_problem(
-            entry.problem, progress, own_bar=False, benchmark=entry.benchmark
+            entry.problem,
+            progress,
+            own_bar=False,
+            benchmark=entry.benchmark,
+            resume_at_most=budget,
         )
         entry.history.append(entry.search.best_ms or math.inf)
         entry.done = entry.search.exhausted or entry.default_ms is None

@@ -396,6 +396,7 @@ class Tuning:
         progress: Progress,
         own_bar: bool = True,
         benchmark: DispatchBenchmark | None = None,
+        resume_at_most: int | None = None,
     ) -> ProblemSearch:
         """The space, the inputs, the default (measured or resumed) and the resumed trials.
 
@@ -457,7 +458,9 @@ class Tuning:
         earlier_by_name = {t.config: t for t in earlier if not t.baseline}
         resumed = [(index_of[n], t) for n, t in earlier_by_name.items() if n in index_of]
         resumed.sort(key=lambda item: item[1].time)
-        for index, trial in resumed[: config.n_trial]:
+        # A module's problem resumes at most n_trial points; a model's, as many as its budget
+        # (every recorded point the tuner does not hear of could be proposed and measured again).
+        for index, trial in resumed[: resume_at_most or config.n_trial]:
             search.tuner.update([(index, trial.gflops if trial.ok else None)])
             search.trials.append(trial)
             self._record(search, trial, progress)
