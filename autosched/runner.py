@@ -139,6 +139,7 @@ class Tuning:
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.built: set[str] = set()  # modules compiled by this run (not left by another)
         self.verifier = Verifier(target.device)
+        self.warned_unreadable = False
 
     # ----- one candidate -------------------------------------------------------------
 
@@ -518,7 +519,8 @@ class Tuning:
         """This problem's records that can be resumed; unreadable lines are a warning."""
         problem = search.problem
         earlier = self.database.load(problem.name, self.target.name, self.target.arch)
-        if self.database.skipped:
+        if self.database.skipped and not self.warned_unreadable:
+            self.warned_unreadable = True  # the same lines, read again for every problem
             reasons = ", ".join(f"{n} {r}" for r, n in self.database.skipped.most_common(3))
             self._warn(
                 f"skipped {self.database.skipped.total()} unreadable line(s) of "
