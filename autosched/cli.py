@@ -139,7 +139,7 @@ def _export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="autosched")
 def cli() -> None:
-    """Auto-scheduler for the linalg.matmul ops of an MLIR module, built on IREE."""
+    """Auto-scheduler for the matmuls of a model or an MLIR module, built on IREE."""
 
 
 @cli.command()
