@@ -388,25 +388,35 @@ class Verifier:
             processes.untrack(self.process.pid)
         self.process = self.connection = None
 
-    def check(
-        self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
-    ) -> Verification:
+    def _usable(self, data: ProblemData) -> bool:
+        """Starts the worker if needed; False where it cannot serve (no device, raw inputs)."""
         if not self.unavailable and (self.process is None or not self.process.is_alive()):
             self._start()
-        if self.unavailable or len(data.input_paths) != len(data.inputs):
-            return verify_module(vmfb, self.device, data, problem, timeout)
-        request = (os.path.abspath(vmfb), data.input_paths, data.reference_path, tolerance(problem))
+        return not self.unavailable and len(data.input_paths) == len(data.inputs)
+
+    def _ask(self, request, timeout: float) -> tuple[str, object]:
+        """("answer", the worker's reply), or ("runtime_error" | "timeout", why): a worker
+        that crashed or hung is stopped, to be started again for the next request."""
         try:
             self.connection.send(request)
             if self.connection.poll(timeout):
-                return self.connection.recv()
+                return "answer", self.connection.recv()
         except (EOFError, OSError):
             self.process.join(1)
             code = self.process.exitcode
             self._stop()
-            return Verification("runtime_error", message=f"the run crashed (exit {code})")
+            return "runtime_error", f"the run crashed (exit {code})"
         self._stop()
-        return Verification("timeout", message=f"over {timeout:g} s")
+        return "timeout", f"over {timeout:g} s"
+
+    def check(
+        self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
+    ) -> Verification:
+        if not self._usable(data):
+            return verify_module(vmfb, self.device, data, problem, timeout)
+        request = (os.path.abspath(vmfb), data.input_paths, data.reference_path, tolerance(problem))
+        kind, answer = self._ask(request, timeout)
+        return answer if kind == "answer" else Verification(kind, message=answer)
 
     def time(
         self,
@@ -422,32 +432,16 @@ class Verifier:
         inputs, no device), so that the caller falls back to iree-benchmark-module."""
         from autosched.bench import Timing, summarize
 
-        if not self.unavailable and (self.process is None or not self.process.is_alive()):
-            self._start()
-        if self.unavailable or len(data.input_paths) != len(data.inputs):
+        if not self._usable(data):
             return None
-        request = (
-            TIME,
-            os.path.abspath(vmfb),
-            data.input_paths,
-            data.reference_path,
-            repetitions,
-            min_time,
-        )
-        try:
-            self.connection.send(request)
-            if self.connection.poll(timeout):
-                kind, value = self.connection.recv()
-                if kind != TIME:
-                    return Timing(kind, message=value)
-                return summarize([ms / dispatch_repeat for ms in value])
-        except (EOFError, OSError):
-            self.process.join(1)
-            code = self.process.exitcode
-            self._stop()
-            return Timing("runtime_error", message=f"the run crashed (exit {code})")
-        self._stop()
-        return Timing("timeout", message=f"over {timeout:g} s")
+        request = (TIME, os.path.abspath(vmfb), data.input_paths, data.reference_path)
+        kind, answer = self._ask((*request, repetitions, min_time), timeout)
+        if kind != "answer":
+            return Timing(kind, message=answer)
+        status, value = answer
+        if status != TIME:
+            return Timing(status, message=value)
+        return summarize([ms / dispatch_repeat for ms in value])
 
     def close(self) -> None:
         if self.process is not None and self.process.is_alive():
