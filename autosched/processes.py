@@ -26,7 +26,7 @@ _extra: set[int] = set()  # other children to kill on stop (the verifier's worke
 _stopping = threading.Event()
 
 
-class Stopped(Exception):
+class Stopped(KeyboardInterrupt):
     """A tool was not started, or was killed, because the run is being interrupted."""
 
 
