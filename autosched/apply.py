@@ -39,12 +39,11 @@ from autosched.bench import time_module
 from autosched.compile import compiler_path
 from autosched.errors import UserError
 from autosched.model import (
-    MODEL_SUFFIXES,
     Contraction,
     DispatchSite,
     classify_root,
-    import_onnx,
     is_linalg_op,
+    prepare_model,
     walk_ops,
 )
 from autosched.spec_flags import SPEC_SAFE_FLAGS
@@ -63,29 +62,6 @@ INTEGER_HIGH = 8  # integer inputs are drawn from [0, 8): valid as small indices
 
 # ---------------------------------------------------------------------------------------------
 # Compiling
-
-
-def prepare_model(model_path: str, work_dir: str) -> str:
-    """A file iree-compile takes for the model: the model itself, or its ONNX import.
-
-    `.onnx` is imported with IREE's ONNX importer (`model.import_onnx`) into `work_dir`;
-    `.mlir` and `.mlirbc` are returned as they are. Every failure is a one-line UserError.
-    """
-    if not os.path.isfile(model_path):
-        raise UserError(f"{model_path}: no such file")
-    stem, suffix = os.path.splitext(os.path.basename(model_path))
-    suffix = suffix.lower()
-    if suffix not in MODEL_SUFFIXES:
-        raise UserError(
-            f"{model_path}: a model is one of {', '.join(MODEL_SUFFIXES)}, "
-            f"not {suffix or 'no suffix'}"
-        )
-    if suffix != ".onnx":
-        return model_path
-    os.makedirs(work_dir, exist_ok=True)
-    imported = os.path.join(work_dir, stem + ".mlirbc")
-    import_onnx(model_path, imported)
-    return imported
 
 
 def _spec_flags(spec_path: str | None, spec_flag: str) -> list[str]:

@@ -27,7 +27,8 @@ class CompileResult:
     message: str = ""
 
 
-def _first_error_line(stderr: str) -> str:
+def first_error_line(stderr: str) -> str:
+    """The first `error:` line of iree-compile's diagnostics, else its first line."""
     for line in stderr.splitlines():
         if "error:" in line:
             return line.strip()[:300]
@@ -49,7 +50,7 @@ def compile_one(job: CompileJob, timeout: float) -> CompileResult:
         if finished.returncode < 0:
             message = processes.describe_failure(finished, "iree-compile")
         else:
-            message = _first_error_line(finished.stderr)
+            message = first_error_line(finished.stderr)
         return CompileResult(job, "compile_error", finished.seconds, message)
     return CompileResult(job, "ok", finished.seconds)
 

@@ -28,7 +28,7 @@ from iree.compiler import ir
 
 from autosched import processes
 from autosched.analysis import SUPPORTED_TYPES, MatmulProblem, OpSite
-from autosched.compile import compiler_path
+from autosched.compile import compiler_path, first_error_line
 from autosched.errors import UserError
 
 PHASE = "flow"
@@ -127,15 +127,6 @@ def import_onnx(path: str, output: str) -> None:
         raise UserError(f"{path}: iree-import-onnx failed: {message}") from None
 
 
-def _first_error(diagnostics: str) -> str:
-    """The first `error:` line of iree-compile's diagnostics, else its first non-empty line."""
-    lines = [line.strip() for line in diagnostics.splitlines() if line.strip()]
-    for line in lines:
-        if "error:" in line:
-            return line
-    return lines[0] if lines else "no diagnostics"
-
-
 def _compile_to_dispatches(path: str, compile_flags: Sequence[str], timeout: float) -> bytes:
     """iree-compile to `flow`, through `processes.run` so that a signal or a timeout kills it."""
     command = [
@@ -153,8 +144,31 @@ def _compile_to_dispatches(path: str, compile_flags: Sequence[str], timeout: flo
     if finished.timed_out:
         raise UserError(f"{path}: iree-compile took over {timeout:g} s to form the dispatches")
     if finished.returncode != 0:
-        raise UserError(f"{path}: iree-compile failed: {_first_error(finished.stderr)}")
+        raise UserError(f"{path}: iree-compile failed: {first_error_line(finished.stderr)}")
     return finished.output
+
+
+def prepare_model(model_path: str, work_dir: str) -> str:
+    """A file iree-compile takes for the model: the model itself, or its ONNX import.
+
+    `.onnx` is imported with IREE's ONNX importer (`import_onnx`) into `work_dir`;
+    `.mlir` and `.mlirbc` are returned as they are. Every failure is a one-line UserError.
+    """
+    if not os.path.isfile(model_path):
+        raise UserError(f"{model_path}: no such file")
+    stem, suffix = os.path.splitext(os.path.basename(model_path))
+    suffix = suffix.lower()
+    if suffix not in MODEL_SUFFIXES:
+        raise UserError(
+            f"{model_path}: a model is one of {', '.join(MODEL_SUFFIXES)}, "
+            f"not {suffix or 'no suffix'}"
+        )
+    if suffix != ".onnx":
+        return model_path
+    os.makedirs(work_dir, exist_ok=True)
+    imported = os.path.join(work_dir, stem + ".mlirbc")
+    import_onnx(model_path, imported)
+    return imported
 
 
 def lower_to_dispatches(
@@ -171,18 +185,8 @@ def lower_to_dispatches(
     (for the CPU: `CpuTarget(config).compile_flags()`); dispatch formation depends on it. `save_to`
     keeps the lowered text for a person to read. Every failure is a one-line UserError.
     """
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such file")
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in MODEL_SUFFIXES:
-        raise UserError(
-            f"{path}: a model is one of {', '.join(MODEL_SUFFIXES)}, not {suffix or 'no suffix'}"
-        )
     with tempfile.TemporaryDirectory(prefix="autosched-model-") as work:
-        source = path
-        if suffix == ".onnx":
-            source = os.path.join(work, os.path.basename(path)[: -len(suffix)] + ".mlirbc")
-            import_onnx(path, source)
+        source = prepare_model(path, work)
         lowered = _compile_to_dispatches(source, compile_flags, timeout)
     if save_to:
         with open(save_to, "wb") as file:

@@ -39,7 +39,7 @@ def model_for_target(path: str, target, work_dir: str) -> str:
         return path
     from iree.compiler import ir
 
-    from autosched.apply import prepare_model
+    from autosched.model import prepare_model
 
     source = prepare_model(path, work_dir)
     context = ir.Context()
@@ -128,9 +128,8 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
     """Each problem gets IREE's own dispatch of its first site to be timed on."""
     from dataclasses import replace
 
-    from autosched.apply import prepare_model
     from autosched.dispatch_bench import dispatch_check_modules, dump_dispatch_benchmarks
-    from autosched.model import lower_to_dispatches
+    from autosched.model import lower_to_dispatches, prepare_model
 
     click.echo("writing IREE's dispatches as benchmarks ...", err=True)
     source = prepare_model(model_path, folder)  # an ONNX model is imported first
