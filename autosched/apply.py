@@ -495,8 +495,9 @@ def make_inputs(entry: EntryFunction, directory: str, seed: int = 0) -> list[str
     overflowed a 4096-wide f16 decoder layer to inf in IREE's own default build). Integers
     are in [0, 8) (valid as small indices); i1 is 0 or 1.
     f16/f32/f64 and integers go to `.npy` (`@file.npy`); bf16 goes to raw `.bin` with its type
-    (`2x3xbf16=@file.bin`), since numpy has no bf16.
+    (`2x3xbf16=@file.bin`), since numpy has no bf16. Paths are absolute.
     """
+    directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     flags = []

@@ -13,9 +13,17 @@ import click
 
 from autosched import interrupts
 from autosched.analysis import Analysis, analyze_file
-from autosched.config import MODES, TARGETS, TUNERS, RunConfig, load_config, with_overrides
+from autosched.config import (
+    EXECUTORS,
+    MODES,
+    TARGETS,
+    TUNERS,
+    RunConfig,
+    load_config,
+    with_overrides,
+)
 from autosched.errors import UserError
-from autosched.host import device_problem
+from autosched.host import device_problem, measuring_devices
 from autosched.model import is_model
 from autosched.records import Trial
 from autosched.run_paths import RunPaths, check_paths
@@ -169,6 +177,15 @@ def cli() -> None:
 @click.option("--budget", type=int, help="models: total trials over all problems")
 @click.option("--time-budget", type=float, help="models: wall-clock minutes for the search")
 @click.option("--mode", type=click.Choice(MODES), help="models: fast, normal or extreme budget")
+@click.option(
+    "--devices", help="measure on several devices: cuda://0,cuda://1 or all (one worker each)"
+)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    help="local: this host's cores and devices (default); ray: a Ray cluster",
+)
+@click.option("--ray-address", help="the Ray cluster for --executor ray (default: auto)")
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     """Tune the matmuls of FILE.mlir, or a whole model (.onnx, .mlirbc, torch/linalg MLIR)."""
     config = with_overrides(load_config(config_path), **overrides)
@@ -192,12 +209,15 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
     """What every measuring run needs around it: its paths checked, the device opened once,
     the work folder locked, signals handled, and OS errors turned into one Error: line."""
     check_paths(paths)
-    target.check_device()
-    lock = RunLock(lock_paths(config.work_dir, config.database))
+    lock = None
     try:
-        problem = device_problem(target.device)
-        if problem:
-            raise UserError(f"device {target.device!r} cannot be opened here: {problem}")
+        if config.executor == "local":  # a Ray cluster's actors open their own devices
+            target.check_device()
+            for device in measuring_devices(config, target.device, target.machine):
+                problem = device_problem(device)
+                if problem:
+                    raise UserError(f"device {device!r} cannot be opened here: {problem}")
+        lock = RunLock(lock_paths(config.work_dir, config.database))
         interrupts.install()
         yield
     except OSError as error:
@@ -208,7 +228,8 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
         ) from None
     finally:
         interrupts.restore()
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def exit_interrupted(interrupt: KeyboardInterrupt, config: RunConfig, log, progress) -> None:

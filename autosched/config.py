@@ -36,6 +36,9 @@ class RunConfig:
     run_timeout: float = 60.0
     ptxas: str = ""  # cuda: ptxas to assemble kernels at compile time; empty: look for one
     starter_spec: str = ""  # a tuning spec of the user's, merged with the tuned one
+    devices: str = ""  # measure on several devices: a comma list of URIs, or all; empty: device
+    executor: str = "local"  # local: this host's cores and devices; ray: a Ray cluster
+    ray_address: str = "auto"  # the Ray cluster to join (ray.init's address)
     # [SearchStrategy]
     tuner: str = "grid"
     n_trial: int = 32
@@ -89,6 +92,9 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "run_timeout": float,
         "ptxas": str,
         "starter_spec": str,
+        "devices": str,
+        "executor": str,
+        "ray_address": str,
     },
     "SearchStrategy": {
         "tuner": str,
@@ -112,12 +118,14 @@ _SECTIONS: dict[str, dict[str, type]] = {
 MODES = ("fast", "normal", "extreme")
 TIME_ON = ("dispatch", "kernel")
 TIMERS = ("tool", "worker")
+EXECUTORS = ("local", "ray")
 _CHOICES = {
     "target": TARGETS,
     "tuner": TUNERS,
     "mode": MODES,
     "time_on": TIME_ON,
     "timer": TIMERS,
+    "executor": EXECUTORS,
 }
 _MINIMUM = {
     "jobs": 0,

@@ -14,12 +14,22 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from autosched.analysis import Analysis, MatmulProblem
-from autosched.bench import time_module
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
 from autosched.dispatch_bench import CHECK_FUNCTION, DispatchBenchmark
 from autosched.interrupts import critical
-from autosched.manifest import KERNEL_FUNCTION, kernel_variant, variant_path, write_text
+from autosched.manifest import kernel_variant, variant_path, write_text
+from autosched.measure import (
+    CHECK,
+    TIMED,
+    Bench,
+    Candidate,
+    DispatchCheck,
+    Measurement,
+    MeasureSettings,
+    MeasureTask,
+    make_executor,
+)
 from autosched.records import (
     MeasureContext,
     Trial,
@@ -32,7 +42,7 @@ from autosched.space import SearchSpace, build_space
 from autosched.spec import tuning_spec
 from autosched.targets.base import Point, Target
 from autosched.tuners import make_tuner
-from autosched.verify import ProblemData, Verification, Verifier, make_problem_data
+from autosched.verify import ProblemData, make_problem_data
 
 BASELINE = "iree_default"
 DISPATCH_FLAG = " [timed on the dispatch]"  # marks such records' flags
@@ -79,16 +89,6 @@ class Progress:
 
 
 @dataclass
-class DispatchCheck:
-    """IREE's default answer on one dispatch, for seeded inputs: what candidates must give."""
-
-    entry: object  # apply.EntryFunction of the check module
-    inputs: list[str]  # --input values
-    reference: list[np.ndarray]  # the default build's outputs
-    folder: str  # where inputs and outputs live
-
-
-@dataclass
 class ProblemSearch:
     """One problem's search in progress: its space, tuner, inputs, default and trials.
 
@@ -111,6 +111,7 @@ class ProblemSearch:
     benchmark: DispatchBenchmark | None = None  # time on IREE's own dispatch, not the kernel
     check: DispatchCheck | None = None  # check answers on that dispatch, not the kernel
     context: MeasureContext | None = None  # what this problem's records depend on
+    device_default_ms: dict[str, float] = field(default_factory=dict)  # each bench's default
 
     @property
     def trials(self) -> list[Trial]:
@@ -126,7 +127,9 @@ class ProblemSearch:
 class Tuning:
     """One `autosched run`: shared state for all problems of the module."""
 
-    def __init__(self, config: RunConfig, target: Target, resume: bool = True):
+    def __init__(self, config: RunConfig, target: Target, resume: bool = True, executor=None):
+        """`executor` measures the candidates (see measure.py); by default the one the cfg
+        asks for: this host's devices, or a Ray cluster."""
         self.config = config
         self.target = target
         self.resume = resume
@@ -138,13 +141,17 @@ class Tuning:
         self.context = MeasureContext(self.version, target.device, " ".join(target.compile_flags()))
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.built: set[str] = set()  # modules compiled by this run (not left by another)
-        self.verifier = Verifier(target.device)
+        self.settings = MeasureSettings(
+            config.repetitions, config.min_time, config.run_timeout, config.timer
+        )
+        self.executor = executor or make_executor(config, target, self.jobs)
+        self.devices = self.executor.devices
         self.warned_unreadable = False
 
     # ----- one candidate -------------------------------------------------------------
 
     def _paths(self, problem: MatmulProblem, name: str) -> tuple[str, str]:
-        source = variant_path(self.config.work_dir, problem, name)
+        source = os.path.abspath(variant_path(self.config.work_dir, problem, name))
         return source, source.removesuffix(".mlir") + ".vmfb"
 
     def _compile_job(
@@ -158,17 +165,10 @@ class Tuning:
             output = output.removesuffix(".vmfb") + f".x{repeat}.vmfb"
         return CompileJob(source, output, flags)
 
-    def _check_build(self, search: ProblemSearch, compiled: CompileResult, name: str, point):
-        """The module to verify: the timed one, unless repeating its dispatch changes the answer.
-
-        A dispatch that accumulates into its input writes in place, so R repeats add the
-        product R times; such problems are checked on a build without repeats.
-        """
-        if search.repeat == 1 or search.problem.zero_init:
-            return compiled
-        return compile_one(
-            self._compile_job(search.problem, name, point, repeat=1), self.config.compile_timeout
-        )
+    @property
+    def primary(self) -> Bench:
+        """The bench that measures the default first and re-times the finalists."""
+        return self.executor.primary
 
     def time_candidate(
         self,
@@ -178,27 +178,14 @@ class Tuning:
         repeat: int,
         benchmark: DispatchBenchmark | None = None,
     ):
-        """Time per dispatch: of the kernel on the problem's inputs, or of IREE's own
-        dispatch (its benchmark function takes the repeat count, and no inputs).
-
-        With `timer = worker` a kernel is timed in the verifier's worker, which keeps the
-        device and the inputs open; iree-benchmark-module stays the fallback.
-        """
-        if self.config.timer == "worker" and benchmark is None:
-            timing = self.verifier.time(
-                vmfb, data, repeat, repetitions, self.config.min_time, self.config.run_timeout
-            )
-            if timing is not None:
-                return timing
-        return time_module(
+        """Time per dispatch on the primary device (see `Bench.time`)."""
+        return self.primary.time(
             vmfb,
-            self.target.device,
-            [] if benchmark else data.inputs,
+            data,
             repeat,
+            self.settings,
             repetitions,
-            self.config.min_time,
-            self.config.run_timeout,
-            function=benchmark.function if benchmark else KERNEL_FUNCTION,
+            benchmark.function if benchmark else None,
         )
 
     def _dispatch_job(
@@ -243,7 +230,12 @@ class Tuning:
             if built.status != "ok":
                 raise RunFailed(built.message)
             reference = run_outputs(
-                built.job.output, self.target.device, entry, inputs, folder, self.config.run_timeout
+                built.job.output,
+                self.primary.device,
+                entry,
+                inputs,
+                folder,
+                self.config.run_timeout,
             )
         except RunFailed as error:
             self.log.write(
@@ -255,139 +247,119 @@ class Tuning:
             f"answers checked on the dispatch against IREE's default ({benchmark.check_source})"
         )
 
-    def _check_dispatch(self, search: ProblemSearch, vmfb: str) -> Verification:
-        """A candidate's answer on the dispatch against the default's, on the same inputs."""
-        from autosched.apply import RunFailed, compare_outputs, run_outputs
+    def _candidate(self, search: ProblemSearch, name: str, point: Point | None) -> Candidate:
+        """The modules one point needs: the one its answer is checked on, the one timed.
 
-        check = search.check
-        try:
-            outputs = run_outputs(
-                vmfb,
-                self.target.device,
-                check.entry,
-                check.inputs,
-                check.folder,
-                self.config.run_timeout,
-            )
-        except RunFailed as error:
-            status = "timeout" if "took over" in str(error) else "runtime_error"
-            return Verification(status, message=str(error))
-        match, error, message = compare_outputs(outputs, check.reference, check.entry)
-        return Verification("correct" if match else "wrong_answer", error, message[:300])
-
-    def _finish_trial(
-        self,
-        search: ProblemSearch,
-        name: str,
-        point: Point | None,
-        compiled: CompileResult,
-        timed: CompileResult | None = None,
-    ) -> Trial:
-        """Verify and time one compiled candidate; every failure becomes the trial's status.
-
-        With `timed` (a model's dispatch build), `compiled` is the kernel built once, for the
-        answer, and `timed` is what is timed.
+        The timed kernel repeats its dispatch; a kernel that accumulates into its input
+        writes in place, so R repeats add the product R times: such problems are checked on
+        a build without repeats. A model's problem is timed on IREE's dispatch and checked
+        on the dispatch's check module (or, without one, on the bare kernel).
         """
         problem = search.problem
-        if timed is not None and compiled.status == "ok" and timed.status != "ok":
-            compiled = CompileResult(
-                compiled.job, timed.status, compiled.seconds, f"dispatch: {timed.message}"
-            )
+        if search.benchmark:
+            timed = self._dispatch_job(search, name, point)
+            if search.check is not None:
+                check = self._dispatch_job(search, name, point, check=True)
+            else:
+                check = self._compile_job(problem, name, point, repeat=1)
+        else:
+            timed = self._compile_job(problem, name, point, search.repeat)
+            in_place = search.repeat > 1 and not problem.zero_init
+            check = self._compile_job(problem, name, point, repeat=1) if in_place else timed
+        return Candidate(name, point, {CHECK: check, TIMED: timed})
+
+    def _task(
+        self, search: ProblemSearch, candidate: Candidate, builds: dict[str, CompileResult]
+    ) -> MeasureTask | None:
+        """What a bench measures for a compiled candidate; None when a build failed."""
+        for result in builds.values():
+            if result.status == "ok":
+                self.built.add(result.job.output)
+        if any(result.status != "ok" for result in builds.values()):
+            return None
+        return MeasureTask(
+            problem=search.problem,
+            check_module=builds[CHECK].job.output,
+            timed_module=builds[TIMED].job.output,
+            data=search.data,
+            repeat=search.repeat,
+            settings=self.settings,
+            check=search.check,
+            benchmark_function=search.benchmark.function if search.benchmark else None,
+        )
+
+    def _trial(
+        self,
+        search: ProblemSearch,
+        candidate: Candidate,
+        builds: dict[str, CompileResult],
+        outcome: Measurement | None,
+    ) -> Trial:
+        """The record of one candidate: its builds, then its bench's outcome, if any."""
+        problem, point = search.problem, candidate.point
+        failed = next((r for r in builds.values() if r.status != "ok"), None)
         trial = Trial(
             problem=problem.name,
             target=self.target.name,
             arch=self.target.arch,
-            config=name,
+            config=candidate.name,
             point=dict(point or {}),
             baseline=point is None,
-            status=compiled.status,
-            compile_status=compiled.status,
-            compile_s=round(compiled.seconds + (timed.seconds if timed else 0.0), 3),
-            message=compiled.message,
+            status=failed.status if failed else "ok",
+            compile_status=failed.status if failed else "ok",
+            compile_s=round(sum({r.job.output: r.seconds for r in builds.values()}.values()), 3),
+            message=_build_message(failed, builds),
             iree_version=self.version,
             device=self.context.device,
             flags=search.context.flags,
             shape=problem_shape(problem),
             features=self.target.features(problem, point) if point else {},
         )
-        if compiled.status != "ok":
+        if outcome is None:
             return trial
-        check_build = compiled if timed else self._check_build(search, compiled, name, point)
-        if check_build.status != "ok":
-            trial.status, trial.message = check_build.status, check_build.message
+        trial.device = self._record_device(outcome.device)
+        trial.verify_s, trial.timing_s = outcome.verify_s, outcome.timing_s
+        trial.verification, trial.max_error = outcome.verification, outcome.max_error
+        trial.status, trial.message = outcome.status, outcome.message
+        if outcome.status != "ok":
             return trial
-        started = time.perf_counter()
-        if search.check is not None:
-            check = self._check_dispatch(search, check_build.job.output)
-        else:
-            check = self.verifier.check(
-                check_build.job.output, search.data, problem, self.config.run_timeout
-            )
-        trial.verify_s = round(time.perf_counter() - started, 3)
-        trial.verification, trial.max_error = check.status, check.max_error
-        if check.status != "correct":
-            trial.status, trial.message = check.status, check.message
-            return trial
-        started = time.perf_counter()
-        timing = self.time_candidate(
-            (timed or compiled).job.output,
-            search.data,
-            self.config.repetitions,
-            search.repeat,
-            search.benchmark,
-        )
-        trial.timing_s = round(time.perf_counter() - started, 3)
-        if timing.status != "ok":
-            trial.status, trial.message = timing.status, timing.message
-            return trial
-        trial.status = "ok"
+        timing = outcome.timing
         trial.median_ms, trial.cv, trial.samples_ms = timing.median_ms, timing.cv, timing.samples_ms
-        trial.gflops = problem.flops / (timing.median_ms * 1e6)
+        # On another device than the primary, the score is its own speedup over its own
+        # device's default, on the primary default's scale (the tuner compares one scale).
+        own_default = search.device_default_ms.get(outcome.device)
+        primary_default = search.device_default_ms.get(self.primary.device)
+        scale = primary_default / own_default if own_default and primary_default else 1.0
+        trial.gflops = problem.flops / (timing.median_ms * scale * 1e6)
         return trial
+
+    def _record_device(self, device: str) -> str:
+        """The device a record names: the run's device for the primary bench (so that a
+        one-device run resumes it), the bench's own URI for the others."""
+        return self.context.device if device == self.primary.device else device
 
     def measure(
         self, search: ProblemSearch, entries: list[tuple[str, Point | None]], progress: Progress
     ) -> list[Trial]:
-        """Compiles a batch in parallel, then verifies and times each candidate in turn.
+        """Compiles a batch and measures it with the executor; each trial is recorded the
+        moment it is done (database first, then the CSV, the log and the display)."""
+        trials = []
 
-        On a GPU the timing of one candidate overlaps the compiling of the next; on the CPU
-        the compiles finish first, so that they do not share the cores with a timing.
-        """
-        points = dict(entries)
-        role: dict[str, tuple[str, str]] = {}  # job output -> (config name, kernel | dispatch)
-        jobs = []
-        for name, point in entries:
-            repeat = 1 if search.benchmark else search.repeat  # the kernel only checks answers
-            if search.check is not None:
-                kernel = self._dispatch_job(search, name, point, check=True)
-            else:
-                kernel = self._compile_job(search.problem, name, point, repeat)
-            role[kernel.output] = (name, "kernel")
-            jobs.append(kernel)
-            if search.benchmark:
-                dispatch = self._dispatch_job(search, name, point)
-                role[dispatch.output] = (name, "dispatch")
-                jobs.append(dispatch)
-        results = compile_all(jobs, self.config.compile_timeout, self.jobs)
-        if not self.target.timing_overlaps_compile:
-            results = list(results)
-        trials, pending = [], {}
-        for compiled in results:
-            if compiled.status == "ok":
-                self.built.add(compiled.job.output)
-            name, kind = role[compiled.job.output]
-            pending.setdefault(name, {})[kind] = compiled
-            if len(pending[name]) < (2 if search.benchmark else 1):
-                continue  # its other build is still compiling
-            built = pending.pop(name)
-            trial = self._finish_trial(
-                search, name, points[name], built["kernel"], built.get("dispatch")
-            )
+        def done(candidate, builds, outcome) -> None:
+            trial = self._trial(search, candidate, builds, outcome)
             with critical():  # an interrupt waits until the database and the CSV agree
                 self.database.append(trial)
                 self._record(search, trial, progress)
             trials.append(trial)
-        return trials
+
+        candidates = [self._candidate(search, name, point) for name, point in entries]
+        self.executor.run(
+            candidates, lambda candidate, builds: self._task(search, candidate, builds), done
+        )
+        while self.executor.events:
+            self.log.write(f"executor: {self.executor.events.pop(0)}")
+        order = {name: i for i, (name, _) in enumerate(entries)}
+        return sorted(trials, key=lambda t: order[t.config])
 
     # ----- one problem ---------------------------------------------------------------
 
@@ -447,6 +419,7 @@ class Tuning:
             self._record(search, baseline, progress)
         search.result.baseline = baseline
         log.write(f"IREE default: {_describe(baseline)}")
+        self._device_defaults(search)
         if not baseline.ok:
             log.write("the default configuration failed: speedups are not available")
         if not space.points:
@@ -470,6 +443,30 @@ class Tuning:
             log.write(f"resumed {search.result.resumed} trials from {config.database}")
         search.best_gflops = _best_so_far(search.trials)
         return search
+
+    def _device_defaults(self, search: ProblemSearch) -> None:
+        """Each bench's own time of IREE's default: a candidate measured on a device is
+        scored by its speedup over that device's default."""
+        baseline = search.result.baseline
+        if not baseline.ok:
+            return
+        search.device_default_ms[self.primary.device] = baseline.median_ms
+        if len(self.devices) == 1:
+            return
+        module = self.modules_for(search.problem, [baseline], search.repeat, search)
+        timings = self.executor.time_others(
+            module[BASELINE],
+            search.data,
+            search.repeat,
+            self.settings,
+            search.benchmark.function if search.benchmark else None,
+        )
+        for device, timing in timings.items():
+            if timing.status == "ok":
+                search.device_default_ms[device] = timing.median_ms
+                self.log.write(f"IREE default on {device}: {timing.median_ms:.4g} ms")
+            else:
+                self.log.write(f"IREE default on {device}: {timing.status} {timing.message}")
 
     def step(self, search: ProblemSearch, count: int, progress: Progress) -> list[Trial]:
         """Measures up to `count` more points the tuner proposes; [] when it has none left."""
@@ -651,8 +648,8 @@ class Tuning:
         return results
 
     def close(self) -> None:
-        """Stops the verifier's worker process."""
-        self.verifier.close()
+        """Stops the benches' worker processes."""
+        self.executor.close()
 
 
 @dataclass
@@ -687,6 +684,15 @@ def paired_verdict(rounds: list[dict[str, float]], name: str) -> PairedVerdict:
     speedups = [r[BASELINE] / r[name] for r in both]
     noise = max(_cv([r[BASELINE] for r in both]), _cv([r[name] for r in both]))
     return PairedVerdict(speedups, noise)
+
+
+def _build_message(failed: CompileResult | None, builds: dict[str, CompileResult]) -> str:
+    """Why a build failed; a dispatch build's failure says so."""
+    if failed is None:
+        return ""
+    if failed is builds.get(TIMED) and builds[TIMED].job.output.endswith(".dispatch.vmfb"):
+        return f"dispatch: {failed.message}"
+    return failed.message
 
 
 def _describe(trial: Trial) -> str:

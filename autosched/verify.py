@@ -97,6 +97,9 @@ def memory_problem(problem: MatmulProblem) -> str | None:
 
 
 def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> ProblemData:
+    """Seeded inputs and the reference under `directory`, named by absolute paths (a Ray
+    actor need not share the driver's working folder)."""
+    directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     operands = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -94,6 +95,12 @@ def main() -> None:
     parser.add_argument("--work-dir", default="generated/cuda_suite")
     parser.add_argument("--only", default="", help="comma-separated substrings of problem names")
     parser.add_argument("--arch", default="")
+    parser.add_argument(
+        "--timer", choices=["tool", "worker"], default=None, help="[Benchmark] timer override"
+    )
+    parser.add_argument("--devices", default=None, help="e.g. all, or cuda://0,cuda://1")
+    parser.add_argument("--executor", choices=["local", "ray"], default=None)
+    parser.add_argument("--ray-address", default=None)
     args = parser.parse_args()
 
     from autosched.analysis import analyze_file
@@ -116,6 +123,10 @@ def main() -> None:
         target="cuda",
         arch=args.arch or None,
         tuner=args.tuner,
+        timer=args.timer,
+        devices=args.devices,
+        executor=args.executor,
+        ray_address=args.ray_address,
         n_trial=args.n_trial,
         work_dir=args.work_dir,
         output_file=os.path.join(args.work_dir, "results.csv"),
@@ -131,6 +142,7 @@ def main() -> None:
             print(f"== {problem.name}: {total} trials", flush=True)
 
     rows = []
+    print(f"measuring on {', '.join(tuning.devices)}", flush=True)
     for problem in analysis.problems:
         start = time.perf_counter()
         result = tuning.tune_problem(problem, Printer())
@@ -165,7 +177,7 @@ def main() -> None:
         }
         rows.append(row)
         print(row, flush=True)
-        write_table(args, rows, target)  # after every problem: a cut-off run keeps its rows
+        write_table(args, rows, target, tuning.devices)  # a cut-off run keeps its rows
     tuning.csv.finish(tuning.retimed, set())
     tuning.close()
     with open(args.out) as handle:
@@ -185,7 +197,7 @@ def stage_medians(trials) -> str:
     )
 
 
-def write_table(args, rows: list[dict], target) -> None:
+def write_table(args, rows: list[dict], target, devices: list[str]) -> None:
     from autosched.records import iree_version
 
     def f(value, digits=3):
@@ -205,7 +217,8 @@ def write_table(args, rows: list[dict], target) -> None:
         f"{os.cpu_count()} cores",
         f"- target: {target.describe()}; IREE {iree_version()}",
         f"- command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`",
-        f"- tuner {args.tuner}, budget {args.n_trial} trials per problem; times are per "
+        f"- tuner {args.tuner}, budget {args.n_trial} trials per problem, timer "
+        f"{args.timer or 'from configs/cuda_suite.cfg'}; times are per "
         "dispatch, median of repetitions; the default and the tuned point are the final "
         "interleaved re-timing.",
         "- compile / verify / time: median seconds per trial of each stage; compiles run "
@@ -225,10 +238,30 @@ def write_table(args, rows: list[dict], target) -> None:
             f"{f(r['best_cv'], 2)} | {r['trials']} ({r['failed']}) / {r['space']} | "
             f"{r['wall_s']:.0f} | {r['per_trial_s']:.2f} | {r['stage_s']} | `{r['config']}` |"
         )
-    lines += ["", f"Geometric-mean speedup over IREE's default: {f(geomean)}x", ""]
+    trials = sum(r["trials"] for r in rows)
+    wall = sum(r["wall_s"] for r in rows)
+    lines += [
+        "",
+        f"Geometric-mean speedup over IREE's default: {f(geomean)}x",
+        "",
+        f"Measured on {len(devices)} device(s) ({', '.join(devices)}): {trials} trials in "
+        f"{wall:.0f} s of tuning, {trials / wall:.2f} candidates per second, "
+        f"{wall / trials:.2f} s per candidate.",
+        "",
+    ]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as handle:
         handle.write("\n".join(lines))
+    summary = {
+        "devices": devices,
+        "executor": args.executor or "local",
+        "trials": trials,
+        "wall_s": wall,
+        "geomean": geomean,
+        "rows": [{k: v for k, v in r.items()} for r in rows],
+    }
+    with open(os.path.splitext(args.out)[0] + ".json", "w") as handle:
+        json.dump(summary, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,10 @@ from autosched.analysis import analyze_file  # noqa: E402
 from autosched.bench import time_module  # noqa: E402
 from autosched.compile import CompileJob, compile_all  # noqa: E402
 from autosched.config import RunConfig, load_config, with_overrides  # noqa: E402
+from autosched.host import find_ptxas  # noqa: E402
 from autosched.manifest import kernel_variant, write_text  # noqa: E402
 from autosched.space import build_space  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
-from autosched.targets.cuda import find_ptxas  # noqa: E402
 from autosched.verify import Verifier, make_problem_data  # noqa: E402
 
 

@@ -80,9 +80,9 @@ def write_module(tmp_path):
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` run only where an NVIDIA GPU answers."""
-    from autosched.targets.cuda import has_local_gpu
+    from autosched.host import nvidia_gpus
 
-    if has_local_gpu():
+    if nvidia_gpus():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi finds none)")
     for item in items:

@@ -13,11 +13,15 @@ from autosched.targets.registry import TARGETS
 
 if TYPE_CHECKING:
     from autosched.config import RunConfig
+    from autosched.host import Machine
     from autosched.targets.base import Target
 
 
-def make_target(config: RunConfig) -> Target:
+def make_target(config: RunConfig, machine: Machine | None = None) -> Target:
+    """The configured backend, told what this host has (discovered here when not given)."""
+    from autosched.host import discover
+
     if config.target not in TARGETS:
         raise ValueError(f"unknown target {config.target!r}")
     module, cls = TARGETS[config.target]
-    return getattr(import_module(module), cls)(config)
+    return getattr(import_module(module), cls)(config, machine or discover(config))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
+from autosched.host import Machine
 from autosched.spec_flags import SPEC_SAFE_FLAGS
 
 Point = dict[str, Knob]
@@ -65,8 +66,11 @@ class Target(ABC):
     arch = ""  # the chip the code is built for, where the backend has such a notion
     tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
 
-    def __init__(self, config: RunConfig):
+    def __init__(self, config: RunConfig, machine: Machine | None = None):
+        """`machine` is what discovery found on this host (host.discover): a target runs
+        no process of its own."""
         self.config = config
+        self.machine = machine or Machine()
         self.device = config.device or self.default_device
 
     @property

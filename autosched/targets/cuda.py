@@ -11,14 +11,12 @@ holds two points that compile to the same kernel.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
+from autosched.host import Machine
 from autosched.targets.base import Constraint, KnobSpec, Point, Target, problem_candidates
 
 NONE = "none"  # mma_kind for SIMT code (no tensor cores)
@@ -109,62 +107,14 @@ def _arch_number(arch: str) -> int:
     return int(arch.removeprefix("sm_"))
 
 
-def has_local_gpu() -> bool:
-    """Whether nvidia-smi lists a GPU here (the timing and checking need one)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
+def arch_for(compute_capability: str) -> str:
+    """The arch (sm_XY) for a GPU's compute capability ("9.0"): the nearest one this module
+    knows (a newer GPU runs PTX built for an older arch; the driver JITs it), else sm_80."""
     try:
-        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return listed.returncode == 0 and "GPU" in listed.stdout
-
-
-PTXAS_OFF = "none"
-PTXAS_PLACES = ("/usr/local/cuda/bin/ptxas",)
-
-
-def find_ptxas(config: RunConfig) -> str:
-    """The ptxas that turns each kernel's PTX into machine code at compile time, or "".
-
-    With PTX in the module the driver compiles each candidate when it is loaded, on the
-    timing path: on an H200 that was 0.1 s of every verification. ptxas runs in the parallel
-    compiles instead, and the kernels time the same. No ptxas: PTX, as IREE does by default.
-    """
-    if config.ptxas == PTXAS_OFF:
-        return ""
-    if config.ptxas:
-        if not (os.path.isfile(config.ptxas) and os.access(config.ptxas, os.X_OK)):
-            raise UserError(
-                f"{config.source}: [Env] ptxas = {config.ptxas}: not an executable file "
-                f"(leave it empty to look for one, or {PTXAS_OFF} to embed PTX)"
-            )
-        return config.ptxas
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    places = [os.path.join(home, "bin", "ptxas")] if home else []
-    found = shutil.which("ptxas")
-    return found or next((p for p in [*places, *PTXAS_PLACES] if os.access(p, os.X_OK)), "")
-
-
-def detect_arch() -> str:
-    """The local GPU's arch (sm_XY), the nearest one this module knows, or sm_80 without a GPU."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return FALLBACK_ARCH
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-        major, minor = out.strip().splitlines()[0].strip().split(".")
+        major, minor = compute_capability.split(".")
         number = int(major) * 10 + int(minor)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+    except ValueError:
         return FALLBACK_ARCH
-    # A newer GPU runs PTX built for an older arch (the driver JITs it).
     known = [a for a in ARCHS if _arch_number(a) <= number]
     return max(known, key=_arch_number) if known else FALLBACK_ARCH
 
@@ -220,8 +170,8 @@ class CudaTarget(Target):
         ),
     )
 
-    def __init__(self, config: RunConfig):
-        super().__init__(config)
+    def __init__(self, config: RunConfig, machine: Machine | None = None):
+        super().__init__(config, machine)
         if config.arch:
             if config.arch not in ARCHS:
                 raise UserError(
@@ -229,10 +179,12 @@ class CudaTarget(Target):
                     f"(known: {', '.join(ARCHS)})"
                 )
             self.arch = config.arch
+        elif self.machine.gpus:
+            self.arch = arch_for(self.machine.gpus[0].compute_capability)
         else:
-            self.arch = detect_arch()
+            self.arch = FALLBACK_ARCH
         info = ARCHS[self.arch]
-        self.ptxas = find_ptxas(config)
+        self.ptxas = self.machine.ptxas
         # Limits the constraints and features read.
         self.max_threads = 1024
         self.shared_memory_bytes = info.shared_memory_bytes
@@ -244,7 +196,7 @@ class CudaTarget(Target):
         return f"{self.name} {self.arch} (device {self.device}{assembled})"
 
     def check_device(self) -> None:
-        if not has_local_gpu():
+        if not self.machine.gpus:
             raise UserError(
                 "--target cuda times and checks candidates on an NVIDIA GPU, and nvidia-smi "
                 "finds none here (--dry-run writes the variants without one)"

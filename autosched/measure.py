@@ -1,0 +1,360 @@
+"""Measuring candidates behind one seam: compiled modules in, checks and timings out.
+
+A `Bench` is one device's measuring station: its verifier worker keeps the device and the
+problem's inputs open, and it checks and times what it is given. An executor turns a batch
+of candidates into measurements: it compiles them (a pool of local processes, or Ray tasks)
+and hands each compiled candidate to a free bench. `LocalExecutor` runs one bench per listed
+device of this host; `ray_executor.RayExecutor` runs benches as Ray actors. The search loop
+(`runner.Tuning`) neither knows nor cares which one it drives.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autosched.analysis import MatmulProblem
+from autosched.bench import Timing, time_module
+from autosched.compile import CompileJob, CompileResult, compile_all
+from autosched.manifest import KERNEL_FUNCTION
+from autosched.targets.base import Point
+from autosched.verify import ProblemData, Verification, Verifier
+
+CHECK, TIMED = "check", "timed"  # a candidate's builds: the one checked, the one timed
+
+
+@dataclass
+class DispatchCheck:
+    """IREE's default answer on one dispatch, for seeded inputs: what candidates must give."""
+
+    entry: object  # apply.EntryFunction of the check module
+    inputs: list[str]  # --input values
+    reference: list[np.ndarray]  # the default build's outputs
+    folder: str  # where inputs and outputs live
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How long and how often to time, from the cfg's [Benchmark] and [Env]."""
+
+    repetitions: int
+    min_time: float
+    run_timeout: float
+    timer: str  # tool | worker
+
+
+@dataclass
+class Candidate:
+    """One point to measure and the modules it needs: `jobs[CHECK]` and `jobs[TIMED]`
+    (the same job when the checked module is the timed one)."""
+
+    name: str
+    point: Point | None
+    jobs: dict[str, CompileJob]
+
+
+@dataclass
+class MeasureTask:
+    """What a bench needs to check and time one compiled candidate (picklable, so that it
+    can travel to a Ray actor)."""
+
+    problem: MatmulProblem
+    check_module: str
+    timed_module: str
+    data: ProblemData
+    repeat: int  # dispatches per timed call
+    settings: MeasureSettings
+    check: DispatchCheck | None = None  # check on IREE's dispatch, not the bare kernel
+    benchmark_function: str | None = None  # time IREE's dispatch benchmark, not the kernel
+
+
+@dataclass
+class Measurement:
+    """A bench's outcome for one task; `status` is ok or the first failure."""
+
+    device: str
+    status: str = "ok"
+    message: str = ""
+    verification: str = ""
+    max_error: float | None = None
+    verify_s: float | None = None
+    timing: Timing | None = None
+    timing_s: float | None = None
+
+
+class Bench:
+    """One device's measuring station, alive for the whole run."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.verifier = Verifier(device)
+
+    def time(
+        self,
+        module: str,
+        data: ProblemData,
+        repeat: int,
+        settings: MeasureSettings,
+        repetitions: int | None = None,
+        benchmark_function: str | None = None,
+    ) -> Timing:
+        """Time per dispatch: of the kernel on the problem's inputs, or of IREE's own
+        dispatch (its benchmark function takes the repeat count, and no inputs).
+
+        With `timer = worker` a kernel is timed in the verifier's worker, which keeps the
+        device and the inputs open; iree-benchmark-module stays the fallback.
+        """
+        repetitions = repetitions or settings.repetitions
+        if settings.timer == "worker" and benchmark_function is None:
+            timing = self.verifier.time(
+                module, data, repeat, repetitions, settings.min_time, settings.run_timeout
+            )
+            if timing is not None:
+                return timing
+        return time_module(
+            module,
+            self.device,
+            [] if benchmark_function else data.inputs,
+            repeat,
+            repetitions,
+            settings.min_time,
+            settings.run_timeout,
+            function=benchmark_function or KERNEL_FUNCTION,
+        )
+
+    def check(self, task: MeasureTask) -> Verification:
+        """The candidate's answer: on the dispatch against IREE's default, or on the bare
+        kernel against numpy."""
+        if task.check is None:
+            return self.verifier.check(
+                task.check_module, task.data, task.problem, task.settings.run_timeout
+            )
+        from autosched.apply import RunFailed, compare_outputs, run_outputs
+
+        check = task.check
+        try:
+            outputs = run_outputs(
+                task.check_module,
+                self.device,
+                check.entry,
+                check.inputs,
+                check.folder,
+                task.settings.run_timeout,
+            )
+        except RunFailed as error:
+            status = "timeout" if "took over" in str(error) else "runtime_error"
+            return Verification(status, message=str(error))
+        match, error, message = compare_outputs(outputs, check.reference, check.entry)
+        return Verification("correct" if match else "wrong_answer", error, message[:300])
+
+    def run(self, task: MeasureTask) -> Measurement:
+        """Check, then time; a failure at either step is the outcome."""
+        outcome = Measurement(self.device)
+        started = time.perf_counter()
+        verdict = self.check(task)
+        outcome.verify_s = round(time.perf_counter() - started, 3)
+        outcome.verification, outcome.max_error = verdict.status, verdict.max_error
+        if verdict.status != "correct":
+            outcome.status, outcome.message = verdict.status, verdict.message
+            return outcome
+        started = time.perf_counter()
+        timing = self.time(
+            task.timed_module,
+            task.data,
+            task.repeat,
+            task.settings,
+            benchmark_function=task.benchmark_function,
+        )
+        outcome.timing_s = round(time.perf_counter() - started, 3)
+        outcome.timing = timing
+        if timing.status != "ok":
+            outcome.status, outcome.message = timing.status, timing.message
+        return outcome
+
+    def close(self) -> None:
+        self.verifier.close()
+
+
+# The executor's two callbacks: what a compiled candidate becomes (a task, or None when a
+# build failed), and what to do with each finished candidate (in the calling thread).
+Prepare = Callable[[Candidate, dict[str, CompileResult]], "MeasureTask | None"]
+Done = Callable[[Candidate, dict[str, CompileResult], "Measurement | None"], None]
+
+
+def builds_of(candidates: Iterable[Candidate]) -> list[CompileJob]:
+    """Every distinct compile job of a batch, once."""
+    return list({job.output: job for c in candidates for job in c.jobs.values()}.values())
+
+
+@dataclass
+class _Pending:
+    """Builds of candidates whose jobs are not all finished yet."""
+
+    by_output: dict[str, list[Candidate]] = field(default_factory=dict)
+    builds: dict[str, dict[str, CompileResult]] = field(default_factory=dict)
+
+    def add(self, candidates: list[Candidate]) -> None:
+        for candidate in candidates:
+            for job in set(j.output for j in candidate.jobs.values()):
+                self.by_output.setdefault(job, []).append(candidate)
+
+    def finished(self, result: CompileResult) -> list[tuple[Candidate, dict[str, CompileResult]]]:
+        """The candidates this build completes, with all their builds by role."""
+        ready = []
+        for candidate in self.by_output.pop(result.job.output, []):
+            got = self.builds.setdefault(candidate.name, {})
+            for role, job in candidate.jobs.items():
+                if job.output == result.job.output:
+                    got[role] = result
+            if len(got) == len(candidate.jobs):
+                ready.append((candidate, self.builds.pop(candidate.name)))
+        return ready
+
+
+class LocalExecutor:
+    """Compiles on this host's cores and measures on this host's devices.
+
+    With one bench a candidate is measured in the calling thread as soon as it is compiled
+    (today's behaviour: on a GPU, timing overlaps the other compiles). With several, each
+    bench has a thread that takes the next compiled candidate when it is free; the results
+    come back to the calling thread, which alone records them.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        benches: list[Bench],
+        jobs: int,
+        compile_timeout: float,
+        overlap: bool = True,
+    ):
+        self.benches = benches
+        self.jobs = jobs
+        self.compile_timeout = compile_timeout
+        self.overlap = overlap  # False: finish the compiles before measuring (CPU targets)
+        self.events: list[str] = []  # what the run log should say (none so far here)
+
+    @property
+    def primary(self) -> Bench:
+        """The bench that measures defaults first and re-times the finalists."""
+        return self.benches[0]
+
+    @property
+    def devices(self) -> list[str]:
+        return [bench.device for bench in self.benches]
+
+    def time_others(
+        self,
+        module: str,
+        data: ProblemData,
+        repeat: int,
+        settings: MeasureSettings,
+        benchmark_function: str | None,
+    ) -> dict[str, Timing]:
+        """The module timed on every device but the primary (each device's default)."""
+        return {
+            bench.device: bench.time(
+                module, data, repeat, settings, benchmark_function=benchmark_function
+            )
+            for bench in self.benches[1:]
+        }
+
+    def compile(self, jobs: list[CompileJob]) -> Iterable[CompileResult]:
+        results = compile_all(jobs, self.compile_timeout, self.jobs)
+        return results if self.overlap else list(results)
+
+    def run(self, candidates: list[Candidate], prepare: Prepare, done: Done) -> None:
+        pending = _Pending()
+        pending.add(candidates)
+        if len(self.benches) == 1:
+            for result in self.compile(builds_of(candidates)):
+                for candidate, builds in pending.finished(result):
+                    task = prepare(candidate, builds)
+                    done(candidate, builds, self.primary.run(task) if task else None)
+            return
+        self._run_parallel(candidates, pending, prepare, done)
+
+    def _run_parallel(
+        self, candidates: list[Candidate], pending: _Pending, prepare: Prepare, done: Done
+    ) -> None:
+        tasks: queue.Queue = queue.Queue()
+        results: queue.Queue = queue.Queue()
+
+        def serve(bench: Bench) -> None:
+            while (item := tasks.get()) is not None:
+                candidate, builds, task = item
+                try:
+                    results.put((candidate, builds, bench.run(task)))
+                except Exception as error:  # noqa: BLE001 - a bench fault is the outcome
+                    results.put(
+                        (
+                            candidate,
+                            builds,
+                            Measurement(bench.device, "runtime_error", str(error)[:300]),
+                        )
+                    )
+
+        threads = [
+            threading.Thread(target=serve, args=(bench,), daemon=True) for bench in self.benches
+        ]
+        for thread in threads:
+            thread.start()
+        outstanding = 0
+        try:
+            for result in self.compile(builds_of(candidates)):
+                for candidate, builds in pending.finished(result):
+                    task = prepare(candidate, builds)
+                    if task is None:
+                        done(candidate, builds, None)
+                    else:
+                        tasks.put((candidate, builds, task))
+                        outstanding += 1
+                outstanding -= _drain(results, done, block=False)
+            while outstanding:
+                outstanding -= _drain(results, done, block=True)
+        finally:
+            for _ in threads:
+                tasks.put(None)
+
+    def close(self) -> None:
+        for bench in self.benches:
+            bench.close()
+
+
+def _drain(results: queue.Queue, done: Done, block: bool) -> int:
+    """Hands finished measurements to `done`; how many it handed."""
+    count = 0
+    while True:
+        try:
+            item = results.get(timeout=0.5) if block and not count else results.get_nowait()
+        except queue.Empty:
+            return count
+        done(*item)
+        count += 1
+
+
+def describe_devices(devices: list[str]) -> str:
+    return ", ".join(devices) if len(devices) > 1 else devices[0]
+
+
+def make_executor(config, target, jobs: int):
+    """The executor the cfg asks for: this host's devices (`devices`), or a Ray cluster."""
+    from autosched.host import measuring_devices
+
+    if config.executor == "ray":
+        from autosched.ray_executor import RayExecutor
+
+        return RayExecutor(config, target, jobs)
+    devices = measuring_devices(config, target.device, target.machine)
+    return LocalExecutor(
+        [Bench(device) for device in devices],
+        jobs,
+        config.compile_timeout,
+        target.timing_overlaps_compile,
+    )

@@ -1,0 +1,78 @@
+"""Several measuring devices: which devices a run uses, and a real run on two CPU devices.
+
+The CPU has two IREE devices, `local-task` (a thread pool) and `local-sync` (inline), so a
+run on both exercises the multi-device executor without a GPU: candidates go to whichever
+bench is free, each device's default is measured on it, and nothing is recorded twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import matmul_function
+
+from autosched.cli import cli
+from autosched.config import RunConfig
+from autosched.errors import UserError
+from autosched.host import Gpu, Machine, measuring_devices
+
+H200 = Gpu(0, "NVIDIA H200", "9.0")
+
+
+def test_devices_default_to_the_run_device():
+    assert measuring_devices(RunConfig(), "local-task", Machine()) == ["local-task"]
+
+
+def test_all_gpus_by_index():
+    machine = Machine((H200, Gpu(1, "NVIDIA H200", "9.0")))
+    config = RunConfig(target="cuda", devices="all")
+    assert measuring_devices(config, "cuda", machine) == ["cuda://0", "cuda://1"]
+
+
+@pytest.mark.parametrize(
+    ("devices", "gpus", "message"),
+    [
+        ("cuda://0,cuda://1", (H200, Gpu(1, "NVIDIA A100-SXM4-80GB", "8.0")), "mixes GPU models"),
+        ("cuda://0,cuda://3", (H200,), "no such GPU here"),
+        ("cuda://0,cuda://0", (H200,), "more than once"),
+        ("cuda://GPU-abc", (H200,), "cuda://N"),
+        ("all", (), "lists no GPU"),
+    ],
+)
+def test_device_lists_that_are_refused(devices, gpus, message):
+    with pytest.raises(UserError, match=message):
+        measuring_devices(RunConfig(target="cuda", devices=devices), "cuda", Machine(gpus))
+
+
+def test_a_run_on_two_devices_measures_each_point_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
+    (tmp_path / "auto-scheduler.cfg").write_text(
+        "[SearchSpace]\ntile_m = [8, 16, 32]\ntile_n = [16, 32]\nvec_m = [4]\nvec_n = [8]\n"
+        "vec_k = [1]\n[SearchStrategy]\nn_trial = 6\nbatch_size = 6\n"
+        "[Benchmark]\nrepetitions = 2\nmin_time = 0.01\ntimer = worker\n"
+    )
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--devices", "local-task,local-sync"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    candidates = [r for r in records if not r["baseline"]]
+    assert len(candidates) == 6
+    assert len({r["config"] for r in candidates}) == 6  # none measured twice
+    assert all(r["status"] == "ok" for r in records), [r["message"] for r in records]
+    # The primary device's records name the run's device (so a one-device run resumes
+    # them); the other device's name it.
+    assert {r["device"] for r in candidates} == {"local-task", "local-sync"}
+    log = open("generated/run.log").read()
+    assert "IREE default on local-sync" in log
+    rows = open("generated/results.csv").read().splitlines()
+    assert len(rows) == 1 + 7  # the default and six candidates, once each
+
+
+def test_a_device_that_does_not_open_is_one_error_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.mlir").write_text(matmul_function("mm", 16, 16, 16))
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--devices", "local-task,nosuch://0"])
+    assert result.exit_code == 2
+    assert "Error: device 'nosuch://0' cannot be opened here" in result.output

@@ -1,0 +1,144 @@
+"""`--executor ray` on a real local Ray cluster (`ray start --head`), with CPU measuring
+actors: results agree with the local executor, a killed actor loses nothing, and a missing
+`ray` is one clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import matmul_function
+
+ray = pytest.importorskip("ray")
+
+CFG = (
+    "[SearchSpace]\ntile_m = [8, 16, 32]\ntile_n = [16, 32]\nvec_m = [4]\nvec_n = [8]\n"
+    "vec_k = [1]\n[SearchStrategy]\nn_trial = 6\nbatch_size = 3\n"
+    "[Benchmark]\nrepetitions = 2\nmin_time = {min_time}\ntimer = worker\n"
+)
+TWO_ACTORS = ["--devices", "local-task,local-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Ray head on this host, as the README starts one; its address."""
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    port = _free_port()
+    temp = tmp_path_factory.mktemp("r")  # short: Ray's socket paths have a length limit
+    started = subprocess.run(
+        [
+            ray_cli,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=4",
+            f"--temp-dir={temp}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert started.returncode == 0, started.stderr[-2000:]
+    yield f"127.0.0.1:{port}"
+    subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)
+
+
+def _autosched(folder, *arguments, wait=True, **kwargs):
+    command = [sys.executable, "-m", "autosched", "run", "mm.mlir", *arguments]
+    if wait:
+        return subprocess.run(
+            command, cwd=folder, capture_output=True, text=True, timeout=600, **kwargs
+        )
+    return subprocess.Popen(
+        command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _project(folder, min_time=0.01):
+    folder.mkdir(exist_ok=True)
+    (folder / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
+    (folder / "auto-scheduler.cfg").write_text(CFG.format(min_time=min_time))
+    return folder
+
+
+def _records(folder) -> list[dict]:
+    path = folder / "generated" / "tuning.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_ray_run_agrees_with_the_local_executor(tmp_path, cluster):
+    on_ray = _project(tmp_path / "ray")
+    local = _project(tmp_path / "local")
+    ran = _autosched(on_ray, "--executor", "ray", "--ray-address", cluster, *TWO_ACTORS)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ran_local = _autosched(local, *TWO_ACTORS)
+    assert ran_local.returncode == 0, ran_local.stderr[-3000:]
+    ray_records, local_records = _records(on_ray), _records(local)
+    # The same points, each measured once, with the same outcomes; only times differ.
+    assert sorted((r["config"], r["status"]) for r in ray_records) == sorted(
+        (r["config"], r["status"]) for r in local_records
+    )
+    assert len(ray_records) == 7 and all(r["status"] == "ok" for r in ray_records)
+    devices = {r["device"] for r in ray_records if not r["baseline"]}
+    assert len(devices) == 2, devices  # both actors measured
+    assert "ray:local-sync#1" in devices
+    rows = (on_ray / "generated" / "results.csv").read_text().splitlines()
+    assert len(rows) == 8
+
+
+def test_a_killed_actor_loses_nothing(tmp_path, cluster):
+    folder = _project(tmp_path / "kill", min_time=0.2)  # slow enough to kill one mid-run
+    run = _autosched(folder, "--executor", "ray", "--ray-address", cluster, *TWO_ACTORS, wait=False)
+    killed = None
+    deadline = time.time() + 300
+    while killed is None and time.time() < deadline and run.poll() is None:
+        if len(_records(folder)) >= 2:  # the default and one candidate: the search is on
+            found = subprocess.run(
+                ["pgrep", "-f", "ray::MeasuringActor"], capture_output=True, text=True
+            ).stdout.split()
+            if found:
+                killed = int(found[-1])
+                os.kill(killed, signal.SIGKILL)
+        time.sleep(0.2)
+    output, _ = run.communicate(timeout=600)
+    assert killed is not None, "no actor was running to be killed"
+    assert run.returncode == 0, output[-3000:]
+    records = _records(folder)
+    configs = [r["config"] for r in records]
+    assert len(configs) == 7 and len(set(configs)) == 7, configs  # none lost, none twice
+    log = (folder / "generated" / "run.log").read_text()
+    assert "died measuring" in log and "queued again" in log
+
+
+def test_a_missing_ray_is_one_clear_error(tmp_path):
+    folder = _project(tmp_path / "noray")
+    hide_ray = (
+        "import sys; sys.modules['ray'] = None; "
+        "from autosched.cli import main; sys.argv = ['autosched'] + sys.argv[1:]; main()"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", hide_ray, "run", "mm.mlir", "--executor", "ray"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.strip().splitlines()[-1] == (
+        "Error: --executor ray needs Ray, an optional extra: pip install 'autosched[ray]'"
+    )
+    assert "Traceback" not in ran.stderr
