@@ -106,13 +106,19 @@ class Bench:
         """Time per dispatch: of the kernel on the problem's inputs, or of IREE's own
         dispatch (its benchmark function takes the repeat count, and no inputs).
 
-        With `timer = worker` a kernel is timed in the verifier's worker, which keeps the
+        With `timer = worker` either is timed in the verifier's worker, which keeps the
         device and the inputs open; iree-benchmark-module stays the fallback.
         """
         repetitions = repetitions or settings.repetitions
-        if settings.timer == "worker" and benchmark_function is None:
+        if settings.timer == "worker":
             timing = self.verifier.time(
-                module, data, repeat, repetitions, settings.min_time, settings.run_timeout
+                module,
+                data,
+                repeat,
+                repetitions,
+                settings.min_time,
+                settings.run_timeout,
+                benchmark_function,
             )
             if timing is not None:
                 return timing

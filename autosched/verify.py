@@ -294,27 +294,33 @@ def _serve_requests(connection, device: str) -> None:
             cached[("host", path)] = np.load(path)
         return cached[("host", path)]
 
-    def load(vmfb: str):
+    def load(vmfb: str, name: str = KERNEL_FUNCTION):
         context = runtime.SystemContext(config=config)
         module = runtime.VmModule.mmap(config.vm_instance, vmfb)
         context.add_vm_module(module)
-        return context, context.modules[module.name][KERNEL_FUNCTION]
+        return context, context.modules[module.name][name]
 
     while True:
         request = connection.recv()
         if request is None:
             return
         if request[0] == TIME:
-            _, vmfb, input_paths, reference_path, repetitions, min_time = request
+            _, vmfb, input_paths, reference_path, repetitions, min_time, benchmark = request
             if reference_path != current:
                 cached.clear()
                 current, scale = reference_path, 0.0
             try:
                 _injected_fault()
-                context, function = load(vmfb)
-                # Every input stays on the device, the accumulator too: timing an in-place
-                # kernel on its own output changes its values, not its speed.
-                arguments = [on_device(p) for p in input_paths]
+                if benchmark is not None:
+                    # IREE's dispatch benchmark: its one argument is how often to dispatch.
+                    name, count = benchmark
+                    context, function = load(vmfb, name)
+                    arguments = [count]
+                else:
+                    context, function = load(vmfb)
+                    # Every input stays on the device, the accumulator too: timing an
+                    # in-place kernel on its own output changes its values, not its speed.
+                    arguments = [on_device(p) for p in input_paths]
                 answer = (TIME, time_calls(function, arguments, repetitions, min_time))
                 del function, context
             except Exception as error:  # noqa: BLE001 - a failed timing is the outcome
@@ -391,10 +397,13 @@ class Verifier:
             processes.untrack(self.process.pid)
         self.process = self.connection = None
 
-    def _usable(self, data: ProblemData) -> bool:
-        """Starts the worker if needed; False where it cannot serve (no device, raw inputs)."""
+    def _usable(self, data: ProblemData | None) -> bool:
+        """Starts the worker if needed; False where it cannot serve (no device, or inputs
+        numpy cannot hold); `data` None: no inputs needed."""
         if not self.unavailable and (self.process is None or not self.process.is_alive()):
             self._start()
+        if data is None:
+            return not self.unavailable
         return not self.unavailable and len(data.input_paths) == len(data.inputs)
 
     def _ask(self, request, timeout: float) -> tuple[str, object]:
@@ -429,16 +438,23 @@ class Verifier:
         repetitions: int,
         min_time: float,
         timeout: float,
+        benchmark_function: str | None = None,
     ):
         """Time per dispatch, measured in the worker that keeps the device and the inputs
         open (no new process per candidate); None where the worker cannot (bf16 or fp8
-        inputs, no device), so that the caller falls back to iree-benchmark-module."""
+        inputs, no device), so that the caller falls back to iree-benchmark-module.
+
+        With `benchmark_function`, the module is one of IREE's dispatch benchmarks: that
+        function is called with the dispatch count, on no inputs."""
         from autosched.bench import Timing, summarize
 
-        if not self._usable(data):
+        if benchmark_function is None and not self._usable(data):
             return None
+        if benchmark_function is not None and not self._usable(None):
+            return None
+        benchmark = (benchmark_function, dispatch_repeat) if benchmark_function else None
         request = (TIME, os.path.abspath(vmfb), data.input_paths, data.reference_path)
-        kind, answer = self._ask((*request, repetitions, min_time), timeout)
+        kind, answer = self._ask((*request, repetitions, min_time, benchmark), timeout)
         if kind != "answer":
             return Timing(kind, message=answer)
         status, value = answer

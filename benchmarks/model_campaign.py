@@ -51,6 +51,7 @@ MODELS = {
 CFG = """
 [Env]
 target = {target}
+devices = {devices}
 compile_timeout = 300
 run_timeout = 120
 [SearchStrategy]
@@ -61,6 +62,7 @@ n_trial = 32
 repetitions = 3
 min_time = {min_time}
 retime_top = 3
+timer = {timer}
 """
 
 
@@ -188,6 +190,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=160)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--target", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--timer", default="tool", choices=["tool", "worker"])
+    parser.add_argument("--devices", default="", help="[Env] devices, e.g. all")
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -205,6 +209,8 @@ def main() -> None:
                     target=options.target,
                     batch=16 if options.target == "cuda" else 4,
                     min_time=0.03 if options.target == "cuda" else 0.01,
+                    timer=options.timer,
+                    devices=options.devices,
                 )
             )
         code, wall, output = run_autosched(folder, model_path, options.target, options.budget)
@@ -248,7 +254,8 @@ def table_row(cells) -> str:
 def write_table(path: str, rows, options) -> None:
     command = (
         f"python3 benchmarks/model_campaign.py --out DIR --budget {options.budget} "
-        f"--scale {options.scale} --target {options.target} --models {options.models}"
+        f"--scale {options.scale} --target {options.target} --models {options.models} "
+        f"--timer {options.timer}" + (f" --devices {options.devices}" if options.devices else "")
     )
     lines = [
         f"# Whole models: IREE default, autosched, torch eager ({options.target})",

@@ -256,3 +256,25 @@ def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder):
     assert len(after) == len(first)
     keys = [(r["problem"], r["config"]) for r in after]
     assert len(keys) == len(set(keys))
+
+
+def test_the_worker_times_a_models_dispatches(folder, monkeypatch):
+    """`timer = worker`: IREE's dispatch benchmarks are timed in the long-lived worker (its
+    function takes the dispatch count), not by iree-benchmark-module (every call of which
+    is logged by a wrapper around the real tool)."""
+    from autosched.bench import benchmark_tool
+
+    calls = folder / "calls.txt"
+    wrapper = folder / "bench.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {benchmark_tool()} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("AUTOSCHED_IREE_BENCHMARK_MODULE", str(wrapper))
+    cfg = folder / "auto-scheduler.cfg"
+    cfg.write_text(cfg.read_text() + "timer = worker\n")
+    result = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "2"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (folder / "generated/tuning.jsonl").open()]
+    assert len(records) >= 3 and all(r["status"] == "ok" for r in records), records
+    assert all(r["median_ms"] > 0 for r in records)
+    logged = calls.read_text() if calls.exists() else ""
+    assert ".dispatch.vmfb" not in logged  # no candidate, nor the default, went to the tool
