@@ -46,6 +46,24 @@ def import_ray():
     return ray
 
 
+def _check_reachable(address: str) -> None:
+    """A HOST:PORT with nothing listening is one error line at once (Ray itself keeps
+    retrying for minutes)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # auto, local, ray://...: Ray's own lookup
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as error:
+        raise UserError(
+            f"--executor ray: cannot join the Ray cluster at {address} ({error.strerror or error}"
+            "); start one with `ray start --head`, or use --ray-address local for a cluster "
+            "of this host alone"
+        ) from None
+
+
 class MeasuringActor:
     """One device of the cluster, as a Ray actor: a `Bench` that lives on its node."""
 
@@ -110,9 +128,9 @@ class RayExecutor:
         self.started_ray = False
         self.events: list[str] = []  # what the run log should say (actors lost, ...)
         if not ray.is_initialized():
-            address = None if config.ray_address == "local" else config.ray_address
-            try:
-                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            _check_reachable(config.ray_address)
+            try:  # "local" (Ray's own word) starts a cluster of this host alone
+                ray.init(address=config.ray_address, logging_level="ERROR", log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as error:
                 raise UserError(
                     f"--executor ray: cannot join the Ray cluster at {config.ray_address} "

@@ -124,6 +124,24 @@ def test_a_killed_actor_loses_nothing(tmp_path, cluster):
     assert "died measuring" in log and "queued again" in log
 
 
+def test_a_private_cluster_of_this_host(tmp_path):
+    """`--ray-address local`: Ray starts a cluster for this run alone and stops it after."""
+    folder = _project(tmp_path / "private")
+    ran = _autosched(folder, "--executor", "ray", "--ray-address", "local", "--n-trial", "2")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    records = _records(folder)
+    assert len(records) == 3 and all(r["status"] == "ok" for r in records)
+
+
+def test_no_cluster_at_the_address_is_one_error_line(tmp_path):
+    folder = _project(tmp_path / "nocluster")
+    ran = _autosched(folder, "--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}")
+    assert ran.returncode == 2, ran.stderr[-3000:]
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: --executor ray: cannot join the Ray cluster at 127.0.0.1:")
+    assert "Traceback" not in ran.stderr
+
+
 def test_a_missing_ray_is_one_clear_error(tmp_path):
     folder = _project(tmp_path / "noray")
     hide_ray = (
