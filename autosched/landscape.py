@@ -35,9 +35,7 @@ CSV_KNOBS = (
     "promote",
 )
 CSV_REQUIRED = ("M", "N", "K", "dtype", "pipeline", *CSV_KNOBS, "time_ms")
-N_SMS = 132  # H200 streaming multiprocessors, for the "waves" feature
-MMA_M, MMA_N, MMA_K = 16, 8, 16  # NV_MMA_SYNC_F32_16x8x16_F16 tile
-BYTES_PER_ELEMENT = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1}
+MMA_K = 16  # reduction elements per step of the 16x8x16 intrinsics the CSV's mma rows use
 
 
 @dataclass
@@ -93,35 +91,56 @@ def _number(row: dict[str, str], key: str) -> float | None:
     return float(text) if text else None
 
 
-def _csv_features(row: dict[str, str], m: int, n: int, dtype: str) -> dict[str, float]:
-    """log2 of the knobs plus what a person would derive from them (threads, waves, ...)."""
-    knobs = {k: _number(row, k) for k in CSV_KNOBS}
-    feats = {f"log2_{k}": (0.0 if v is None else _log2(v)) for k, v in knobs.items()}
-    pipeline = row["pipeline"].strip()
-    wg_m, wg_n = knobs["wg_m"] or 1.0, knobs["wg_n"] or 1.0
-    if pipeline.endswith("mma"):
-        sg_m, sg_n = knobs["sg_m"] or 1.0, knobs["sg_n"] or 1.0
-        threads = (wg_m / (MMA_M * sg_m)) * (wg_n / (MMA_N * sg_n)) * 32
-        k_tile = (knobs["reduction"] or 1.0) * MMA_K
-    else:
-        threads = (wg_n / (knobs["thread_n"] or 1.0)) * (wg_m / (knobs["thread_m"] or 1.0))
-        k_tile = knobs["reduction"] or 1.0
-    workgroups = math.ceil(m / wg_m) * math.ceil(n / wg_n)
-    waves = workgroups / N_SMS
-    elem = BYTES_PER_ELEMENT.get(dtype, 4)
-    stages = knobs["stages"] or 1.0
-    smem = (wg_m + wg_n) * k_tile * elem * stages if knobs["promote"] else 0.0
-    feats.update(
-        log2_threads=_log2(threads),
-        log2_workgroups=_log2(workgroups),
-        log2_waves=_log2(waves),
-        # Share of the last wave that is busy: 1.0 means no tail effect.
-        wave_efficiency=waves / math.ceil(waves),
-        log2_smem_bytes=_log2(smem) if smem else 0.0,
-        # FLOPs per byte loaded for one workgroup tile (K cancels out).
-        log2_tile_intensity=_log2(2 * wg_m * wg_n / ((wg_m + wg_n) * elem)),
-    )
-    return feats
+CSV_ARCH = "sm_90"  # the shipped CSV landscapes are H200 measurements; an `arch` column wins
+
+
+def _csv_point(row: dict[str, str], dtype: str, acc: str) -> dict:
+    """The CUDA target's point for one CSV row (its knob names and meanings)."""
+    from autosched.targets.cuda import MMA_FOR_TYPES, NONE
+
+    pipeline, _, kind = row["pipeline"].strip().partition("-")
+    knobs = {k: int(_number(row, k) or 0) for k in CSV_KNOBS}
+    mma = kind == "mma"
+    return {
+        "pipeline": pipeline,
+        "mma_kind": MMA_FOR_TYPES[(dtype, acc)] if mma else NONE,
+        "tile_m": knobs["wg_m"],
+        "tile_n": knobs["wg_n"],
+        # `reduction` counts mma steps of 16 with tensor cores, elements without.
+        "tile_k": knobs["reduction"] * (MMA_K if mma else 1),
+        "subgroup_m": knobs["sg_m"],
+        "subgroup_n": knobs["sg_n"],
+        "thread_m": knobs["thread_m"],
+        "thread_n": knobs["thread_n"],
+        "block_dim_x": 0,
+        "block_dim_y": 0,
+        "block_dim_z": 0,
+        "pipeline_depth": knobs["stages"],
+        "promote_operands": knobs["promote"],
+    }
+
+
+def _csv_features(row: dict[str, str], m: int, n: int, k: int, dtype: str) -> dict[str, float]:
+    """The CUDA target's own features of the row's point: the cost model replayed here is
+    the one `autosched run` uses."""
+    from autosched.records import problem_from_shape
+
+    acc = (row.get("acc") or "f32").strip()
+    shape = {
+        "op": "linalg.matmul",
+        "m": m,
+        "n": n,
+        "k": k,
+        "batch": 0,
+        "lhs_type": dtype,
+        "rhs_type": dtype,
+        "acc_type": acc,
+        "transpose_a": False,
+        "transpose_b": False,
+        "zero_init": True,
+    }
+    target = _target_for("cuda", (row.get("arch") or CSV_ARCH).strip())
+    return target.features(problem_from_shape(shape), _csv_point(row, dtype, acc))
 
 
 def _describe_csv(row: dict[str, str]) -> str:
@@ -143,8 +162,8 @@ def _from_csv(text: str, path: str) -> list[Landscape]:
             time_ms = _number(row, "time_ms")
             dtype = row["dtype"].strip()
             pipeline = row["pipeline"].strip()
-            feats = _csv_features(row, m, n, dtype) if pipeline != "default" else {}
-        except (ValueError, TypeError, AttributeError, ZeroDivisionError) as error:
+            feats = _csv_features(row, m, n, k, dtype) if pipeline != "default" else {}
+        except (KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError) as error:
             raise UserError(f"{path}:{line}: bad landscape row ({error})") from None
         key = (m, n, k, dtype)
         entry = problems.setdefault(key, {"points": [], "baseline": math.nan})

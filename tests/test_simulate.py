@@ -157,3 +157,37 @@ def test_noisy_replays_repeat_per_noise_seed_and_differ_between_them():
     assert first.order == again.order and first.measured == again.measured
     assert first.measured != other.measured
     assert 0 < first.chosen_fraction_at_n <= 1
+
+
+def test_a_csv_landscape_has_the_cuda_targets_own_features():
+    """The CSV path's cost-model features are CudaTarget.features of each row's point (one
+    feature model, one shared-memory formula), not a second set of its own."""
+    import csv
+
+    from autosched.analysis import MatmulProblem
+    from autosched.config import RunConfig
+    from autosched.landscape import _csv_point, load_landscapes
+    from autosched.targets.cuda import CudaTarget
+
+    path = "tests/data/h200_matmul_4096_landscape.csv"
+    f16 = next(s for s in load_landscapes(path) if s.problem.endswith("f16"))
+    row = next(r for r in csv.DictReader(open(path)) if r["dtype"] == "f16")
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"))
+    problem = MatmulProblem(
+        op_name="linalg.matmul",
+        m=4096,
+        n=4096,
+        k=4096,
+        batch=0,
+        lhs_type="f16",
+        rhs_type="f16",
+        acc_type="f32",
+        transpose_a=False,
+        transpose_b=False,
+        zero_init=True,
+        indexing_maps="",
+    )
+    expected = target.features(problem, _csv_point(row, "f16", "f32"))
+    names = [n for n in f16.feature_names if not n.startswith("pipeline=")]
+    assert names == list(expected)
+    assert list(f16.features[0][: len(names)]) == pytest.approx(list(expected.values()))
