@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -38,6 +39,9 @@ from autosched.records import (
     problem_shape,
 )
 from autosched.report import CsvReport, RunLog, table
+from autosched.search import SearchState
+from autosched.search import search as run_search
+from autosched.search import step as search_step
 from autosched.space import SearchSpace, build_space
 from autosched.spec import tuning_spec
 from autosched.targets.base import Point, Target
@@ -102,12 +106,9 @@ class ProblemSearch:
     data: ProblemData
     repeat: int  # dispatches per timed call
     started: float
-    tuner: object | None = None  # None: no valid point
+    state: SearchState | None = None  # the tuner's search; None: no valid point
     names: list[str] = field(default_factory=list)
     baseline_ms: float | None = None  # the default's first-pass time, for the CSV
-    best_gflops: float = 0.0
-    since_best: int = 0  # trials since the best so far improved
-    exhausted: bool = False  # the tuner has nothing left to propose
     benchmark: DispatchBenchmark | None = None  # time on IREE's own dispatch, not the kernel
     check: DispatchCheck | None = None  # check answers on that dispatch, not the kernel
     context: MeasureContext | None = None  # what this problem's records depend on
@@ -116,6 +117,11 @@ class ProblemSearch:
     @property
     def trials(self) -> list[Trial]:
         return self.result.trials
+
+    @property
+    def exhausted(self) -> bool:
+        """Nothing left to propose (or no valid point at all)."""
+        return self.state is None or self.state.exhausted
 
     @property
     def best_ms(self) -> float | None:
@@ -147,6 +153,12 @@ class Tuning:
         self.executor = executor or make_executor(config, target, self.jobs)
         self.devices = self.executor.devices
         self.warned_unreadable = False
+        # Told of every trial, new or resumed, after the database: the CSV and run.log (a
+        # caller may add its own).
+        self.recorders: list[Callable[[ProblemSearch, Trial], None]] = [
+            self._to_csv,
+            self._to_log,
+        ]
 
     # ----- one candidate -------------------------------------------------------------
 
@@ -348,7 +360,6 @@ class Tuning:
         def done(candidate, builds, outcome) -> None:
             trial = self._trial(search, candidate, builds, outcome)
             with critical():  # an interrupt waits until the database and the CSV agree
-                self.database.append(trial)
                 self._record(search, trial, progress)
             trials.append(trial)
 
@@ -416,7 +427,7 @@ class Tuning:
         if baseline is None:
             (baseline,) = self.measure(search, [(BASELINE, None)], progress)
         else:
-            self._record(search, baseline, progress)
+            self._record(search, baseline, progress, new=False)
         search.result.baseline = baseline
         log.write(f"IREE default: {_describe(baseline)}")
         self._device_defaults(search)
@@ -424,10 +435,9 @@ class Tuning:
             log.write("the default configuration failed: speedups are not available")
         if not space.points:
             log.write("no point of the space passes the constraints (see the rejections above)")
-            search.exhausted = True
             return search
         search.names = [target.config_name(p) for p in space.points]
-        search.tuner = space_tuner(config, target, space)
+        search.state = SearchState(space_tuner(config, target, space))
         index_of = {name: i for i, name in enumerate(search.names)}
         earlier_by_name = {t.config: t for t in earlier if not t.baseline}
         resumed = [(index_of[n], t) for n, t in earlier_by_name.items() if n in index_of]
@@ -435,13 +445,12 @@ class Tuning:
         # A module's problem resumes at most n_trial points; a model's, as many as its budget
         # (every recorded point the tuner does not hear of could be proposed and measured again).
         for index, trial in resumed[: resume_at_most or config.n_trial]:
-            search.tuner.update([(index, trial.gflops if trial.ok else None)])
+            search.state.resume(index, trial.gflops if trial.ok else None)
             search.trials.append(trial)
-            self._record(search, trial, progress)
+            self._record(search, trial, progress, new=False)
         search.result.resumed = len(search.trials)
         if search.result.resumed:
             log.write(f"resumed {search.result.resumed} trials from {config.database}")
-        search.best_gflops = _best_so_far(search.trials)
         return search
 
     def _device_defaults(self, search: ProblemSearch) -> None:
@@ -468,32 +477,33 @@ class Tuning:
             else:
                 self.log.write(f"IREE default on {device}: {timing.status} {timing.message}")
 
+    def _measure_points(self, search: ProblemSearch, progress: Progress, into: list[Trial]):
+        """The search loop's measurer for this problem: points in, scores out; the trials
+        are recorded as they finish and kept in `into`."""
+        names, points = search.names, search.space.points
+
+        def measure(batch: list[int]) -> list[float | None]:
+            trials = self.measure(search, [(names[i], points[i]) for i in batch], progress)
+            by_name = {t.config: t for t in trials}
+            measured = [by_name[names[i]] for i in batch]
+            into.extend(measured)
+            search.trials.extend(measured)
+            return [t.gflops if t.ok else None for t in measured]
+
+        return measure
+
     def step(self, search: ProblemSearch, count: int, progress: Progress) -> list[Trial]:
         """Measures up to `count` more points the tuner proposes; [] when it has none left."""
-        if search.exhausted or count <= 0:
+        if search.state is None:
             return []
-        batch = search.tuner.next_batch(count)
-        if not batch:
-            search.exhausted = True
-            return []
-        names, points = search.names, search.space.points
-        trials = self.measure(search, [(names[i], points[i]) for i in batch], progress)
-        by_name = {t.config: t for t in trials}
-        search.tuner.update(
-            [(i, by_name[names[i]].gflops if by_name[names[i]].ok else None) for i in batch]
-        )
-        for trial in trials:
-            search.trials.append(trial)
-            if trial.ok and trial.gflops > search.best_gflops:
-                search.best_gflops, search.since_best = trial.gflops, 0
-            else:
-                search.since_best += 1
+        trials: list[Trial] = []
+        search_step(search.state, count, self._measure_points(search, progress, trials))
         return trials
 
     def finish_problem(self, search: ProblemSearch) -> ProblemResult:
         """Re-times the top candidates beside the default and names the winner."""
         search.result.search_s = time.perf_counter() - search.started
-        if search.tuner is None:
+        if search.state is None:
             search.result.baseline_ms = search.result.baseline.median_ms
             return search.result
         self._retime(search)
@@ -503,13 +513,16 @@ class Tuning:
         """One problem to the end: n_trial points, or fewer with early stopping."""
         config = self.config
         search = self.start_problem(problem, progress)
-        while len(search.trials) < config.n_trial:
-            count = min(config.batch_size, config.n_trial - len(search.trials))
-            if not self.step(search, count, progress):
-                break
-            if config.early_stopping and search.since_best >= config.early_stopping:
-                self.log.write(f"early stop: {search.since_best} trials without improvement")
-                break
+        if search.state is not None:
+            stopped = run_search(
+                search.state,
+                self._measure_points(search, progress, []),
+                budget=config.n_trial,
+                batch_size=config.batch_size,
+                early_stopping=config.early_stopping,
+            )
+            if stopped == "early_stopping":
+                self.log.write(f"early stop: {search.state.since_best} trials without improvement")
         return self.finish_problem(search)
 
     def _earlier(self, search: ProblemSearch, progress: Progress) -> list[Trial]:
@@ -537,14 +550,25 @@ class Tuning:
         self.log.write(f"warning: {message}")
         progress.note(message)
 
-    def _record(self, search: ProblemSearch, trial: Trial, progress: Progress) -> None:
-        """The recorders of one trial: the CSV, run.log and the progress display."""
+    def _record(
+        self, search: ProblemSearch, trial: Trial, progress: Progress, new: bool = True
+    ) -> None:
+        """Hands one trial to the recorders, in order: the database (a new measurement,
+        not a resumed one), then each of `self.recorders`, then the progress display."""
+        if new:
+            self.database.append(trial)
         if trial.baseline and trial.ok:
             search.baseline_ms = trial.median_ms
+        for recorder in self.recorders:
+            recorder(search, trial)
+        progress.advance(trial)
+
+    def _to_csv(self, search: ProblemSearch, trial: Trial) -> None:
         self.csv.add(search.problem, trial, search.baseline_ms)
+
+    def _to_log(self, search: ProblemSearch, trial: Trial) -> None:
         if not trial.baseline:
             self.log.write(f"  {trial.config}: {_describe(trial)}")
-        progress.advance(trial)
 
     def _retime(self, search: ProblemSearch) -> None:
         """Times the top few again, interleaved with the default, before naming a winner."""
@@ -702,10 +726,6 @@ def _describe(trial: Trial) -> str:
             f"compile {trial.compile_s:.2f} s"
         )
     return f"{trial.status}: {trial.message}"
-
-
-def _best_so_far(trials: list[Trial]) -> float:
-    return max((t.gflops for t in trials if t.ok), default=0.0)
 
 
 def space_tuner(config: RunConfig, target: Target, space: SearchSpace):

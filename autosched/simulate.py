@@ -26,6 +26,7 @@ import numpy as np
 
 from autosched.errors import UserError
 from autosched.landscape import Landscape, load_landscapes
+from autosched.search import SearchState, search
 from autosched.tuners import TUNER_NAMES, make_tuner
 
 TARGET_FRACTION = 0.95
@@ -81,37 +82,49 @@ def replay(
     """
     scores = landscape.scores
     jitter = np.random.default_rng(noise_seed)
-    chosen, chosen_measured = None, -math.inf
-    seen: list[float] = []
     best = landscape.best
-    target = TARGET_FRACTION * best
     tuner = make_tuner(tuner_name, landscape.n_points, seed, landscape.features, budget=n_trial)
-    order: list[int] = []
-    reached_at: int | None = None
-    best_at_n = 0.0
-    while len(order) < landscape.n_points:
-        if len(order) >= n_trial and reached_at is not None:
-            break
-        batch = tuner.next_batch(batch_size)
-        if not batch:
-            break
-        results: list[tuple[int, float | None]] = []
+    state = SearchState(tuner)
+    seen: list[float] = []
+
+    def look_up(batch: list[int]) -> list[float | None]:
+        """The landscape as the measurer: the recorded score, with noise if asked."""
+        measured: list[float | None] = []
         for index in batch:
-            if index in tuner.measured or index in order:
+            if index in tuner.measured or index in state.order:
                 raise RuntimeError(f"{tuner_name} proposed point {index} twice")
             score = float(scores[index])
             ok = np.isfinite(score)
-            order.append(index)
-            measured = score * math.exp(jitter.normal(0.0, noise)) if noise and ok else score
-            results.append((index, measured if ok else None))
-            seen.append(measured if ok else math.nan)
-            if ok and len(order) <= n_trial and measured > chosen_measured:
-                chosen, chosen_measured = index, measured
-            if ok and len(order) <= n_trial:
-                best_at_n = max(best_at_n, score)
-            if ok and reached_at is None and score >= target:
-                reached_at = len(order)
-        tuner.update(results)
+            value = score * math.exp(jitter.normal(0.0, noise)) if noise and ok else score
+            measured.append(value if ok else None)
+            seen.append(value if ok else math.nan)
+        return measured
+
+    def reached(at: float) -> int | None:
+        """The trial (1-based) at which a point of at least `at` x best was first measured."""
+        return next(
+            (i for i, index in enumerate(state.order, 1) if scores[index] >= at * best), None
+        )
+
+    # Past n_trial the run goes on until it reaches 95 % of the best (see the docstring).
+    search(
+        state,
+        look_up,
+        budget=landscape.n_points,
+        batch_size=batch_size,
+        done=lambda s: len(s.order) >= n_trial and reached(TARGET_FRACTION) is not None,
+    )
+    order = state.order
+    reached_at = reached(TARGET_FRACTION)
+    first = [
+        (measured, index)
+        for measured, index in zip(seen[:n_trial], order[:n_trial], strict=True)
+        if math.isfinite(measured)
+    ]
+    chosen = max(first)[1] if first else None
+    best_at_n = max(
+        (float(scores[i]) for i in order[:n_trial] if np.isfinite(scores[i])), default=0.0
+    )
     near = [i for i, index in enumerate(order, 1) if scores[index] >= LOOSE_FRACTION * best]
     return Replay(
         trials_to_95=reached_at if reached_at is not None else landscape.n_points + 1,

@@ -225,17 +225,21 @@ def test_other_archs_use_the_flag() -> None:
 
 
 def test_ptxas_setting(tmp_path) -> None:
-    """none embeds PTX; a path assembles with it; a bad path is one clear error."""
-    assert not any(
-        "ptxas" in f for f in CudaTarget(RunConfig(arch="sm_80", ptxas="none")).compile_flags()
-    )
+    """none embeds PTX; a path assembles with it; a bad path is one clear error. (Host
+    discovery finds ptxas and hands it to the target, which runs no process itself.)"""
+    from autosched.targets import make_target
+
+    def cuda(ptxas: str):
+        return make_target(RunConfig(target="cuda", arch="sm_80", ptxas=ptxas))
+
+    assert not any("ptxas" in f for f in cuda("none").compile_flags())
     tool = tmp_path / "ptxas"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
-    flags = CudaTarget(RunConfig(arch="sm_80", ptxas=str(tool))).compile_flags()
+    flags = cuda(str(tool)).compile_flags()
     assert "--iree-cuda-use-ptxas" in flags and f"--iree-cuda-use-ptxas-from={tool}" in flags
     with pytest.raises(UserError, match="ptxas = /no/such/ptxas: not an executable file"):
-        CudaTarget(RunConfig(arch="sm_80", ptxas="/no/such/ptxas"))
+        cuda("/no/such/ptxas")
 
 
 def _rejections(tmp_path, name: str, lists: dict) -> tuple[list[Point], dict[str, int]]:

@@ -478,6 +478,12 @@ class CudaTarget(Target):
         """For an arch iree-compile cannot name, the full device target, built like sm_89's."""
         if self.arch not in ATTRIBUTE_ONLY_ARCHS:
             return {}
+        device = f'[#hal.device.target<"cuda", [{self.executable_target()}]> : !hal.device]'
+        return {"hal.device.targets": device}
+
+    def executable_target(self) -> str:
+        """The arch's `#hal.executable.target` attribute, written out in full (what a
+        module names when no flag can, and what a custom dispatch's objects are keyed by)."""
         info = ARCHS[self.arch]
         wgp = (
             "compute = fp64|fp32|fp16|int64|int32|int16|int8, storage = b64|b32|b16|b8, "
@@ -492,11 +498,10 @@ class CudaTarget(Target):
             f'#iree_gpu.target<arch = "{self.arch}", features = "{info.ptx}", wgp = <{wgp}>, '
             f"chip = <wgp_count = {info.sm_count}>>"
         )
-        device = (
-            '[#hal.device.target<"cuda", [#hal.executable.target<"cuda", '
-            f'"cuda-nvptx-fb", {{iree_codegen.target_info = {target}}}>]> : !hal.device]'
+        return (
+            f'#hal.executable.target<"cuda", "cuda-nvptx-fb", '
+            f"{{iree_codegen.target_info = {target}}}>"
         )
-        return {"hal.device.targets": device}
 
     # ---- names and features -------------------------------------------------------------
 

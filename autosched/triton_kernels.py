@@ -1,0 +1,305 @@
+"""A family of Triton matmul kernels that IREE runs as custom dispatches (issue 12).
+
+IREE 3.13 has no Hopper tensor-core (wgmma) pipeline; Triton does. A kernel of this family
+is compiled by Triton to PTX for sm_90a (wgmma, no TMA) and wrapped in an IREE module as a
+`hal.dispatch.extern` with the same signature as autosched's kernel modules, so it is
+checked and timed like every other candidate. Its parameters (block sizes, warps, stages,
+the launch-order group) are what a tuner searches.
+
+Facts the module text relies on (../shared/probes/README.md, measured on the H200): launch
+settings go in the extern op's properties; dynamic shared memory beyond 48 KB is granted
+through `workgroup_local_memory`; bindings are the kernel's pointer parameters in operand
+order, the output tied so that it is the third; Triton's hidden scratch pointers are extra
+small operands.
+
+Triton is an optional extra (`autosched[triton]`); `python -m autosched.triton_kernels` is
+the PTX compiler the compile step runs, in its own process, for each point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass
+
+from autosched.analysis import MatmulProblem
+from autosched.errors import UserError
+
+PTX_VERSION = 84  # PTX ISA 8.4: sm_90a, and within what the H200's driver (CUDA 13.0) JITs
+TRITON_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
+INPUT_TYPES = ("f16", "bf16")  # the tensor-core inputs the family covers
+OUTPUT_TYPES = ("f32", "f16", "bf16")
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """One point of the family."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int
+    group_m: int  # rows of blocks launched together, for L2 reuse
+
+    @property
+    def name(self) -> str:
+        return (
+            f"tr_b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps}"
+            f"_s{self.stages}_g{self.group_m}"
+        )
+
+
+@dataclass(frozen=True)
+class KernelBinary:
+    """What Triton produced for one point: PTX on disk and its launch needs."""
+
+    ptx_path: str
+    entry: str  # the PTX entry point
+    pointers: int  # pointer parameters: a, b, c, then Triton's scratch pointers
+    shared_bytes: int  # dynamic shared memory per workgroup
+    threads: int  # threads per workgroup (warps x 32)
+
+
+def unsupported(problem: MatmulProblem) -> str | None:
+    """Why the family cannot compute this problem, or None."""
+    if problem.lhs_type not in INPUT_TYPES or problem.rhs_type != problem.lhs_type:
+        return f"custom kernels take f16 or bf16 inputs, not {problem.lhs_type}"
+    if problem.acc_type not in OUTPUT_TYPES:
+        return f"custom kernels write f32, f16 or bf16, not {problem.acc_type}"
+    if not problem.zero_init:
+        return "custom kernels start from a zero accumulator"
+    return None
+
+
+def import_triton():
+    try:
+        import triton
+    except ImportError:
+        raise UserError(
+            "custom kernels need Triton, an optional extra: pip install 'autosched[triton]'"
+        ) from None
+    return triton
+
+
+def _strides(problem: MatmulProblem) -> dict[str, int]:
+    """Element strides of A, B and C (batch, row, column), from the problem's layout."""
+    m, n, k = problem.m, problem.n, problem.k
+    a_m, a_k = (1, m) if problem.transpose_a else (k, 1)
+    b_k, b_n = (1, k) if problem.transpose_b else (n, 1)
+    return {
+        "sab": m * k,
+        "sam": a_m,
+        "sak": a_k,
+        "sbb": k * n,
+        "sbk": b_k,
+        "sbn": b_n,
+        "scb": m * n,
+        "scm": n,
+        "scn": 1,
+    }
+
+
+def _kernel():
+    """The Triton kernel (defined here so that importing this module needs no Triton)."""
+    triton = import_triton()
+    import triton.language as tl
+
+    @triton.jit
+    def matmul(
+        a,
+        b,
+        c,
+        M: tl.constexpr,
+        N: tl.constexpr,
+        K: tl.constexpr,
+        sab: tl.constexpr,
+        sam: tl.constexpr,
+        sak: tl.constexpr,
+        sbb: tl.constexpr,
+        sbk: tl.constexpr,
+        sbn: tl.constexpr,
+        scb: tl.constexpr,
+        scm: tl.constexpr,
+        scn: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        G: tl.constexpr,
+        EVEN: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        batch = tl.program_id(1)
+        blocks_m = tl.cdiv(M, BM)
+        blocks_n = tl.cdiv(N, BN)
+        group = pid // (G * blocks_n)
+        first = group * G
+        size = min(blocks_m - first, G)
+        pm = first + (pid % (G * blocks_n)) % size
+        pn = (pid % (G * blocks_n)) // size
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
+        pb = b + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            if EVEN:  # M, N and K are multiples of the blocks: no masks
+                x = tl.load(pa)
+                y = tl.load(pb)
+            else:
+                x = tl.load(pa, mask=(rm[:, None] < M) & (rk[None, :] + k < K), other=0.0)
+                y = tl.load(pb, mask=(rk[:, None] + k < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
+            pa += BK * sak
+            pb += BK * sbk
+        out = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
+        value = acc.to(c.dtype.element_ty)
+        if EVEN:
+            tl.store(out, value)
+        else:
+            tl.store(out, value, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    return matmul
+
+
+def grid(problem: MatmulProblem, params: KernelParams) -> tuple[int, int, int]:
+    """Workgroups: one per output block, times the batch."""
+    blocks = math.ceil(problem.m / params.block_m) * math.ceil(problem.n / params.block_n)
+    return blocks, max(problem.batch, 1), 1
+
+
+def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: str) -> KernelBinary:
+    """Triton's PTX for one point, written to `path` (no GPU needed)."""
+    triton = import_triton()
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = _kernel()
+    element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
+    even = (
+        problem.m % params.block_m == 0
+        and problem.n % params.block_n == 0
+        and problem.k % params.block_k == 0
+    )
+    constants = {
+        "M": problem.m,
+        "N": problem.n,
+        "K": problem.k,
+        **_strides(problem),
+        "BM": params.block_m,
+        "BN": params.block_n,
+        "BK": params.block_k,
+        "G": params.group_m,
+        "EVEN": even,
+    }
+    signature = {"a": f"*{element}", "b": f"*{element}", "c": f"*{output}"}
+    signature.update({name: "constexpr" for name in constants})
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
+    capability = int(arch.removeprefix("sm_"))
+    compiled = triton.compile(
+        source,
+        target=GPUTarget("cuda", capability, 32),
+        options={
+            "num_warps": params.warps,
+            "num_stages": params.stages,
+            "ptx_version": PTX_VERSION,
+        },
+    )
+    ptx = compiled.asm["ptx"]
+    entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx, re.S)
+    if entry is None:
+        raise RuntimeError("Triton's PTX has no entry point")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(ptx)
+    return KernelBinary(
+        ptx_path=os.path.abspath(path),
+        entry=entry.group(1),
+        pointers=entry.group(2).count(".param"),
+        shared_bytes=int(compiled.metadata.shared),
+        threads=params.warps * 32,
+    )
+
+
+def _tensor(shape: list[int], element: str) -> str:
+    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
+
+
+def extern_module(
+    problem: MatmulProblem,
+    params: KernelParams,
+    binary: KernelBinary,
+    executable_target: str,
+    function: str,
+) -> str:
+    """An IREE module whose `function` takes A and B like autosched's kernel modules and
+    runs the kernel as a `hal.dispatch.extern` on a zero-filled output; the executable
+    target is the arch's full attribute (CudaTarget.executable_target)."""
+    lhs, rhs = (
+        _tensor(problem.lhs_shape, problem.lhs_type),
+        _tensor(problem.rhs_shape, problem.rhs_type),
+    )
+    out = _tensor(problem.acc_shape, problem.acc_type)
+    scratch = binary.pointers - 3
+    scratch_values = [f"%s{i}" for i in range(scratch)]
+    operand_types = [lhs, rhs, out] + ["tensor<256xi8>"] * scratch
+    bindings = (
+        ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 2
+        + ["#hal.pipeline.binding<storage_buffer>"]
+        + ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * scratch
+    )
+    x, y, z = grid(problem, params)
+    device = f'[#hal.device.target<"cuda", [{executable_target}]> : !hal.device]'
+    lines = [
+        f"module attributes {{hal.device.targets = {device}}} {{",
+        f"  func.func @{function}(%a: {lhs}, %b: {rhs}) -> {out} {{",
+        f"    %zero = arith.constant 0.0 : {problem.acc_type}",
+        f"    %empty = tensor.empty() : {out}",
+        f"    %c = linalg.fill ins(%zero : {problem.acc_type}) outs(%empty : {out}) -> {out}",
+        *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
+        f'    %r = hal.dispatch.extern "{binary.entry}"'
+        f"(%a, %b, %c{''.join(', ' + v for v in scratch_values)}) : "
+        f"({', '.join(operand_types)}) -> %c",
+        "      count(%device: !hal.device) -> (index, index, index) {",
+        f"        %x = arith.constant {x} : index",
+        f"        %y = arith.constant {y} : index",
+        f"        %z = arith.constant {z} : index",
+        "        hal.return %x, %y, %z : index, index, index",
+        "      }",
+        f"      layout(#hal.pipeline.layout<bindings = [{', '.join(bindings)}]>)",
+        "      objects({",
+        f"        {executable_target} ordinal(0) = "
+        f'[#hal.executable.object<{{path = "{binary.ptx_path}"}}>]',
+        "      })",
+        f"      <{{workgroup_size = [{binary.threads} : index, 1 : index, 1 : index], "
+        f"subgroup_size = 32 : index, workgroup_local_memory = {binary.shared_bytes} : index}}>",
+        f"    return %r : {out}",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m autosched.triton_kernels`: one point's PTX and its launch needs (JSON)."""
+    from autosched.records import problem_from_shape
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--shape", required=True, help="the problem as records.problem_shape")
+    parser.add_argument("--params", required=True, help="KernelParams as JSON")
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--ptx", required=True)
+    options = parser.parse_args(argv)
+    problem = problem_from_shape(json.loads(options.shape))
+    params = KernelParams(**json.loads(options.params))
+    binary = compile_ptx(problem, params, options.arch, options.ptx)
+    json.dump(asdict(binary), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
