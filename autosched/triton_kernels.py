@@ -77,6 +77,8 @@ def unsupported(problem: MatmulProblem) -> str | None:
 
 
 def import_triton():
+    # Triton 3.9 warns unless the FP-fusion default is named; keep its long-standing one.
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     try:
         import triton
     except ImportError:
