@@ -140,6 +140,14 @@ def _export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple
     from autosched.spec import write_spec
 
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
+    for problem, _, point in best:
+        if not target.in_spec(point):
+            click.echo(
+                f"warning: {problem.name}: the winner {target.config_name(point)} is a custom "
+                "kernel, which neither the tuning spec nor the tuned module can carry yet; "
+                "they keep IREE's configuration for it",
+                err=True,
+            )
     module = write_text(paths.best_module, tuned_input_module(paths.input_file, best))
     return module, write_spec(paths.spec, best, target.config.starter_spec)
 

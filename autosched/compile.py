@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from iree.compiler.tools.binaries import find_tool
 
@@ -17,6 +17,7 @@ class CompileJob:
     source: str  # .mlir
     output: str  # .vmfb
     flags: list[str]
+    before: list[str] = field(default_factory=list)  # a command that writes `source` first
 
 
 @dataclass
@@ -41,9 +42,20 @@ def compiler_path() -> str:
 
 
 def compile_one(job: CompileJob, timeout: float) -> CompileResult:
-    command = [compiler_path(), job.source, "-o", job.output, *job.flags]
+    """iree-compile on one variant (after the command that writes it, if it has one)."""
     os.makedirs(os.path.dirname(job.output) or ".", exist_ok=True)
+    seconds = 0.0
+    if job.before:
+        made = processes.run(job.before, timeout)
+        seconds = made.seconds
+        if made.timed_out:
+            return CompileResult(job, "timeout", seconds, f"writing the module: over {timeout:g} s")
+        if made.returncode != 0:
+            why = processes.describe_failure(made, "writing the module")
+            return CompileResult(job, "compile_error", seconds, why)
+    command = [compiler_path(), job.source, "-o", job.output, *job.flags]
     finished = processes.run(command, timeout)
+    finished.seconds += seconds
     if finished.timed_out:
         return CompileResult(job, "timeout", finished.seconds, f"over {timeout:g} s")
     if finished.returncode != 0:

@@ -67,6 +67,7 @@ class Machine:
 
     gpus: tuple[Gpu, ...] = ()
     ptxas: str = ""  # the ptxas that assembles CUDA kernels at compile time, or ""
+    triton: bool = False  # Triton is installed: custom CUDA kernels can be compiled
 
 
 def nvidia_gpus() -> tuple[Gpu, ...]:
@@ -123,7 +124,11 @@ def discover(config: RunConfig) -> Machine:
     """What the configured target needs to know about this host."""
     if config.target != "cuda":
         return Machine()
-    return Machine(nvidia_gpus(), find_ptxas(config))
+    import importlib.util
+
+    return Machine(
+        nvidia_gpus(), find_ptxas(config), importlib.util.find_spec("triton") is not None
+    )
 
 
 def measuring_devices(config: RunConfig, default_device: str, machine: Machine) -> list[str]:

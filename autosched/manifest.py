@@ -84,6 +84,8 @@ def tuned_input_module(input_file: str, best: list[tuple[MatmulProblem, Target, 
     module = parse_module(input_file, context)
     ops = [op for _, op in walk_matmuls(module)]
     for problem, target, point in best:
+        if not target.in_spec(point):  # a custom kernel is not a configuration of the op
+            continue
         for site in problem.sites:
             _attach(ops[site.index], target.lowering_config(problem, point), context)
         # The configs were tuned for this target (Hopper's has no iree-compile flag): keep

@@ -54,7 +54,9 @@ def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
     """The spec text for the chosen points, parsed once here so that it is valid MLIR.
 
     None when there is nothing to configure (IREE requires the entry point to match).
+    Points a lowering configuration cannot carry (custom kernels) are left out.
     """
+    best = [(problem, target, point) for problem, target, point in best if target.in_spec(point)]
     if not best:
         return None
     matchers = [_matcher(problem, target, point) for problem, target, point in best]

@@ -296,10 +296,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", required=True, help="KernelParams as JSON")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--ptx", required=True)
+    parser.add_argument("--module", help="also write the extern module (the kernel module)")
     options = parser.parse_args(argv)
     problem = problem_from_shape(json.loads(options.shape))
     params = KernelParams(**json.loads(options.params))
     binary = compile_ptx(problem, params, options.arch, options.ptx)
+    if options.module:
+        from autosched.config import RunConfig
+        from autosched.host import Machine
+        from autosched.manifest import KERNEL_FUNCTION, write_text
+        from autosched.targets.cuda import CudaTarget
+
+        target = CudaTarget(RunConfig(target="cuda", arch=options.arch), Machine())
+        text = extern_module(problem, params, binary, target.executable_target(), KERNEL_FUNCTION)
+        write_text(options.module, text)
     json.dump(asdict(binary), sys.stdout)
 
 

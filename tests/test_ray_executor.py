@@ -31,8 +31,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_token_auth():
+    """Ray 2.60 turns token authentication on for a cluster once a token exists in
+    ~/.ray (a `ray.init()` cluster writes one), and a client then needs RAY_AUTH_MODE=token.
+    These tests run their clusters without it, whatever earlier runs left in ~/.ray."""
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    yield
+    if saved is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = saved
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, no_token_auth):
     """A Ray head on this host, as the README starts one; its address."""
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     port = _free_port()

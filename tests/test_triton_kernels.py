@@ -139,3 +139,83 @@ def test_custom_kernels_give_numpys_answer(built, name, tmp_path):
     finally:
         verifier.close()
     assert check.status == "correct", check.message
+
+
+def _cuda(tmp_path, triton=True):
+    from autosched.host import Machine
+
+    config = RunConfig(
+        target="cuda",
+        arch="sm_90",
+        ptxas="none",
+        work_dir=str(tmp_path / "generated"),
+        output_file=str(tmp_path / "generated/results.csv"),
+        log_file=str(tmp_path / "generated/run.log"),
+        database=str(tmp_path / "generated/tuning.jsonl"),
+    )
+    return config, make_target(config, Machine(triton=triton))
+
+
+def test_custom_kernels_join_the_space_when_asked(tmp_path):
+    from autosched.space import build_space
+
+    problem, _ = CASES["plain"]
+    _, target = _cuda(tmp_path)
+    lists = {"pipeline": ["TileAndFuse", "Custom"]}
+    space = build_space(problem, target, lists)
+    custom = [p for p in space.points if p["pipeline"] == "Custom"]
+    iree = [p for p in space.points if p["pipeline"] != "Custom"]
+    assert custom and iree
+    assert all(p["warps"] in (4, 8) and p["subgroup_m"] == 0 for p in custom)
+    assert all(p["warps"] == 0 and p["group_m"] == 0 for p in iree)
+    assert target.config_name(custom[0]).startswith("tr_wg")
+    assert not target.in_spec(custom[0]) and target.in_spec(iree[0])
+    # Only when asked, and only where Triton is installed.
+    assert all(p["pipeline"] != "Custom" for p in build_space(problem, target, {}).points)
+    _, without = _cuda(tmp_path, triton=False)
+    assert all(p["pipeline"] != "Custom" for p in build_space(problem, without, lists).points)
+
+
+def test_a_custom_point_compiles_through_the_runs_own_jobs(tmp_path):
+    """The run's compile job for a custom point: Triton writes the PTX and the extern module
+    in the compile pool, then iree-compile builds it (with the dispatch repeated)."""
+    from autosched.compile import compile_all
+    from autosched.runner import Tuning
+    from autosched.space import build_space
+
+    problem, _ = CASES["uneven"]
+    config, target = _cuda(tmp_path)
+    space = build_space(problem, target, {"pipeline": ["Custom"], "tile_k": [32]})
+    points = space.points[:2]
+    tuning = Tuning(config, target, resume=False)
+    try:
+        jobs = [tuning._compile_job(problem, target.config_name(p), p, 20) for p in points]
+        results = list(compile_all(jobs, 300, 2))
+    finally:
+        tuning.close()
+    assert [r.status for r in results] == ["ok", "ok"], [r.message for r in results]
+    for job in jobs:
+        assert "hal.dispatch.extern" in open(job.source).read()
+
+
+@pytest.mark.gpu
+def test_a_run_searches_custom_kernels_on_the_gpu(tmp_path, monkeypatch):
+    """`pipeline = [Custom]`: every custom candidate is built, checked against numpy and
+    timed like IREE's; a custom winner is named and said to be missing from the spec."""
+    from click.testing import CliRunner
+    from conftest import matmul_function
+
+    from autosched.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.mlir").write_text(matmul_function("mm", 512, 512, 512, "f16", "f32"))
+    (tmp_path / "auto-scheduler.cfg").write_text(
+        "[Env]\ntarget = cuda\narch = sm_90\n[SearchSpace.cuda]\npipeline = [Custom]\n"
+        "tile_m = [64, 128]\ntile_n = [128]\ntile_k = [64]\n[SearchStrategy]\nn_trial = 4\n"
+        "[Benchmark]\nrepetitions = 2\nmin_time = 0.01\ntimer = worker\n"
+    )
+    result = CliRunner().invoke(cli, ["run", "mm.mlir"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    custom = [r for r in records if r["config"].startswith("tr_")]
+    assert len(custom) == 4 and all(r["status"] == "ok" for r in custom), records

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
@@ -37,6 +37,20 @@ class Constraint:
     reason: str
     needs: tuple[str, ...]
     test: Callable[[MatmulProblem, Point], bool]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One part of a target's space: knobs it pins, candidates of its own, its rules.
+
+    Most targets have one. The CUDA target has two: IREE's pipelines, and custom kernels
+    (which pin IREE's knobs to neutral values and search their own). The space is the union.
+    """
+
+    name: str
+    constraints: list[Constraint]
+    fixed: dict[str, list[Knob]] = field(default_factory=dict)  # knob -> its only values
+    candidates: dict[str, list[Knob]] = field(default_factory=dict)  # when the cfg is silent
 
 
 def powers_of_two(low: int, high: int) -> list[int]:
@@ -117,6 +131,19 @@ class Target(ABC):
     @abstractmethod
     def constraints(self, problem: MatmulProblem) -> list[Constraint]:
         """The rules a point must pass, in the order they are best applied."""
+
+    def families(self, problem: MatmulProblem, lists: dict[str, list[Knob]]) -> list[Family]:
+        """The parts of the space (`lists`: the cfg's knob lists); one by default."""
+        return [Family("", self.constraints(problem))]
+
+    def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
+        """A command that writes a point's module to `source`, for points whose module is
+        not a lowering configuration on the op (custom kernels); [] for the others."""
+        return []
+
+    def in_spec(self, point: Point) -> bool:
+        """Whether a tuning spec (a lowering configuration) can carry this point."""
+        return True
 
     @abstractmethod
     def lowering_config(self, problem: MatmulProblem, point: Point) -> str:

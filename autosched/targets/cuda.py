@@ -17,7 +17,14 @@ from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
 from autosched.host import Machine
-from autosched.targets.base import Constraint, KnobSpec, Point, Target, problem_candidates
+from autosched.targets.base import (
+    Constraint,
+    Family,
+    KnobSpec,
+    Point,
+    Target,
+    problem_candidates,
+)
 
 NONE = "none"  # mma_kind for SIMT code (no tensor cores)
 DERIVE = 0  # sentinel: a knob that is derived from the others, or unused by this point's kind
@@ -43,7 +50,10 @@ def mma_k(kind: str) -> int:
     return 32 if "_16x8x32_" in kind else 16
 
 
-PIPELINES = ("TileAndFuse", "VectorDistribute")
+CUSTOM = "Custom"  # a Triton kernel run as an IREE custom dispatch (triton_kernels.py)
+PIPELINES = ("TileAndFuse", "VectorDistribute", CUSTOM)
+CUSTOM_ARCHS = ("sm_90",)  # the family is written for Hopper's wgmma
+CUSTOM_KNOBS = ("warps", "group_m")  # knobs of custom kernels only (0 for IREE's pipelines)
 
 ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}
 SHARED_ROW_PAD = 8  # bytes IREE adds to each row of a promoted tile
@@ -131,6 +141,10 @@ def _is_mma(point: Point) -> bool:
     return point["mma_kind"] != NONE
 
 
+def _is_custom(point: Point) -> bool:
+    return point["pipeline"] == CUSTOM
+
+
 class CudaTarget(Target):
     name = "cuda"
     default_device = "cuda"
@@ -167,6 +181,14 @@ class CudaTarget(Target):
         ),
         KnobSpec(
             "promote_operands", "1: stage A and B tiles in shared memory, 0: do not", minimum=0
+        ),
+        KnobSpec(
+            "warps", "custom kernels: warps per workgroup (0 for IREE's pipelines)", minimum=0
+        ),
+        KnobSpec(
+            "group_m",
+            "custom kernels: rows of blocks launched together, for L2 reuse (0 for IREE's)",
+            minimum=0,
         ),
     )
 
@@ -265,10 +287,93 @@ class CudaTarget(Target):
         if knob == "promote_operands":
             # Unpromoted operands were 9x slower at 4096^3 f32 on the H200: opt-in only.
             return [1]
+        if knob in CUSTOM_KNOBS:
+            return [DERIVE]
         raise KeyError(knob)
+
+    def families(self, problem: MatmulProblem, lists: dict[str, list[Knob]]) -> list[Family]:
+        """IREE's pipelines, and (when `pipeline` lists Custom) the custom kernel family."""
+        pipelines = lists.get("pipeline") or self.candidates("pipeline", problem)
+        iree = Family(
+            "iree",
+            self.constraints(problem),
+            fixed={
+                "pipeline": [p for p in pipelines if p != CUSTOM],
+                **{knob: [DERIVE] for knob in CUSTOM_KNOBS},
+            },
+        )
+        if CUSTOM not in pipelines or self.custom_unavailable(problem):
+            return [iree]
+        neutral = ("subgroup_m", "subgroup_n", "thread_m", "thread_n")
+        neutral += ("block_dim_x", "block_dim_y", "block_dim_z")
+        custom = Family(
+            "custom",
+            self.custom_constraints(problem),
+            fixed={
+                "pipeline": [CUSTOM],
+                "mma_kind": [NONE],
+                "promote_operands": [1],
+                **{knob: [DERIVE] for knob in neutral},
+            },
+            candidates={
+                "tile_m": [64, 128, 256],
+                "tile_n": [64, 128, 256],
+                "tile_k": [32, 64, 128],
+                "pipeline_depth": [3, 4],
+                "warps": [4, 8],
+                "group_m": [1, 8],
+            },
+        )
+        return [iree, custom]
+
+    def custom_unavailable(self, problem: MatmulProblem) -> str | None:
+        """Why custom kernels are not searched for this problem, or None."""
+        from autosched.triton_kernels import unsupported
+
+        if self.arch not in CUSTOM_ARCHS:
+            return f"custom kernels are written for {', '.join(CUSTOM_ARCHS)}, not {self.arch}"
+        if not self.machine.triton:
+            return "custom kernels need Triton: pip install 'autosched[triton]'"
+        return unsupported(problem)
+
+    def custom_constraints(self, problem: MatmulProblem) -> list[Constraint]:
+        def power_of_two(knob: str, low: int) -> Constraint:
+            return Constraint(
+                f"custom kernels: {knob} is a power of two from {low}",
+                (knob,),
+                lambda p, x: x[knob] >= low and x[knob] & (x[knob] - 1) == 0,
+            )
+
+        return [
+            power_of_two("tile_m", 16),
+            power_of_two("tile_n", 16),
+            power_of_two("tile_k", 16),
+            Constraint(
+                "custom kernels: stages from 1 to 6",
+                ("pipeline_depth",),
+                lambda p, x: 1 <= x["pipeline_depth"] <= 6,
+            ),
+            Constraint(
+                "custom kernels: 4 or 8 warps",
+                ("warps",),
+                lambda p, x: x["warps"] in (4, 8),
+            ),
+            Constraint(
+                "custom kernels: group_m from 1 to 32",
+                ("group_m",),
+                lambda p, x: 1 <= x["group_m"] <= 32,
+            ),
+            Constraint(
+                f"shared memory over the {self.arch} limit",
+                ("tile_m", "tile_n", "tile_k", "pipeline_depth"),
+                lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
+            ),
+        ]
 
     def workgroup_size(self, point: Point) -> list[int]:
         """The workgroup_size IREE needs for a point's tiles."""
+        if _is_custom(point):
+            return [point["warps"] * WARP, 1, 1]
         if _is_mma(point):
             warps = (point["tile_m"] // (MMA_M * point["subgroup_m"])) * (
                 point["tile_n"] // (MMA_N * point["subgroup_n"])
@@ -286,9 +391,12 @@ class CudaTarget(Target):
         A and one of B, each row padded by 8 bytes against bank conflicts. prefetch_num_stages
         does not multiply it (the prefetch goes through registers).
         """
+        element = ELEMENT_BYTES[problem.lhs_type]
+        if _is_custom(point):  # Triton stages A and B blocks once per pipeline stage
+            blocks = (point["tile_m"] + point["tile_n"]) * point["tile_k"] * element
+            return blocks * point["pipeline_depth"]
         if not point["promote_operands"]:
             return 0
-        element = ELEMENT_BYTES[problem.lhs_type]
         tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
         a_rows, a_row = (tk, tm) if problem.transpose_a else (tm, tk)
         b_rows, b_row = (tn, tk) if problem.transpose_b else (tk, tn)
@@ -466,6 +574,42 @@ class CudaTarget(Target):
             f"translation_info = {translation}>"
         )
 
+    def in_spec(self, point: Point) -> bool:
+        return not _is_custom(point)
+
+    def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
+        """Custom kernels: Triton compiles the point to PTX and writes its extern module."""
+        if not _is_custom(point):
+            return []
+        import json
+        import sys
+
+        from autosched.records import problem_shape
+
+        params = {
+            "block_m": point["tile_m"],
+            "block_n": point["tile_n"],
+            "block_k": point["tile_k"],
+            "warps": point["warps"],
+            "stages": point["pipeline_depth"],
+            "group_m": point["group_m"],
+        }
+        return [
+            sys.executable,
+            "-m",
+            "autosched.triton_kernels",
+            "--shape",
+            json.dumps(problem_shape(problem)),
+            "--params",
+            json.dumps(params),
+            "--arch",
+            self.arch,
+            "--ptx",
+            source.removesuffix(".mlir") + ".ptx",
+            "--module",
+            source,
+        ]
+
     def compile_flags(self) -> list[str]:
         flags = ["--iree-hal-target-device=cuda"]
         if self.arch not in ATTRIBUTE_ONLY_ARCHS:  # else the target comes from the module
@@ -506,8 +650,10 @@ class CudaTarget(Target):
     # ---- names and features -------------------------------------------------------------
 
     def config_name(self, point: Point) -> str:
-        prefix = {"TileAndFuse": "tf", "VectorDistribute": "vd"}[point["pipeline"]]
         tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
+        if _is_custom(point):
+            return f"tr_{tiles}_w{point['warps']}_s{point['pipeline_depth']}_g{point['group_m']}"
+        prefix = {"TileAndFuse": "tf", "VectorDistribute": "vd"}[point["pipeline"]]
         if _is_mma(point):
             shape = "_16x8x32_" if mma_k(point["mma_kind"]) == 32 else "_16x8x16_"
             kind = point["mma_kind"].removeprefix("NV_MMA_SYNC_").split(shape)
@@ -528,6 +674,7 @@ class CudaTarget(Target):
         return {
             **{f"log2_{k}": math.log2(max(int(point[k]), 1)) for k in numeric},
             "is_mma": float(_is_mma(point)),
+            "is_custom": float(_is_custom(point)),
             "vector_distribute": float(point["pipeline"] == "VectorDistribute"),
             "log2_threads": math.log2(threads),
             "warps": threads / WARP,
