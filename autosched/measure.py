@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -192,6 +193,36 @@ Prepare = Callable[[Candidate, dict[str, CompileResult]], "MeasureTask | None"]
 Done = Callable[[Candidate, dict[str, CompileResult], "Measurement | None"], None]
 
 
+class Executor(Protocol):
+    """What the search loop needs from an executor (LocalExecutor, ray_executor.RayExecutor)."""
+
+    events: list[str]  # notes for the run log (an actor lost, ...), drained by the caller
+
+    @property
+    def primary(self) -> Bench:
+        """Measures each problem's default first and re-times the finalists."""
+
+    @property
+    def devices(self) -> list[str]:
+        """The names of the benches, the primary first (what records name)."""
+
+    def run(self, candidates: list[Candidate], prepare: Prepare, done: Done) -> None:
+        """Compiles and measures a batch; `done` is called once per candidate, here."""
+
+    def time_others(
+        self,
+        module: str,
+        data: ProblemData,
+        repeat: int,
+        settings: MeasureSettings,
+        benchmark_function: str | None,
+    ) -> dict[str, Timing]:
+        """The module timed on every bench but the primary (each device's own default)."""
+
+    def close(self) -> None:
+        """Stops the benches."""
+
+
 def builds_of(candidates: Iterable[Candidate]) -> list[CompileJob]:
     """Every distinct compile job of a batch, once."""
     return list({job.output: job for c in candidates for job in c.jobs.values()}.values())
@@ -349,7 +380,7 @@ def describe_devices(devices: list[str]) -> str:
     return ", ".join(devices) if len(devices) > 1 else devices[0]
 
 
-def make_executor(config, target, jobs: int):
+def make_executor(config, target, jobs: int) -> Executor:
     """The executor the cfg asks for: this host's devices (`devices`), or a Ray cluster."""
     from autosched.host import measuring_devices
 

@@ -26,6 +26,7 @@ from autosched.measure import (
     Bench,
     Candidate,
     DispatchCheck,
+    Executor,
     Measurement,
     MeasureSettings,
     MeasureTask,
@@ -133,7 +134,13 @@ class ProblemSearch:
 class Tuning:
     """One `autosched run`: shared state for all problems of the module."""
 
-    def __init__(self, config: RunConfig, target: Target, resume: bool = True, executor=None):
+    def __init__(
+        self,
+        config: RunConfig,
+        target: Target,
+        resume: bool = True,
+        executor: Executor | None = None,
+    ):
         """`executor` measures the candidates (see measure.py); by default the one the cfg
         asks for: this host's devices, or a Ray cluster."""
         self.config = config
@@ -395,9 +402,9 @@ class Tuning:
         if benchmark is not None:  # IREE's dispatch takes a spec, not a custom kernel
             kept = [p for p in space.points if target.in_spec(p)]
             if len(kept) < len(space.points):
-                space.rejected["custom kernels are not timed on a model's dispatches yet"] += (
-                    len(space.points) - len(kept)
-                )
+                space.rejected["custom kernels are not timed on a model's dispatches yet"] += len(
+                    space.points
+                ) - len(kept)
                 space.points = kept
         if own_bar:
             progress.start(problem, min(config.n_trial, len(space.points)) + 1)
