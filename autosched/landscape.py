@@ -117,6 +117,8 @@ def _csv_point(row: dict[str, str], dtype: str, acc: str) -> dict:
         "block_dim_z": 0,
         "pipeline_depth": knobs["stages"],
         "promote_operands": knobs["promote"],
+        "warps": 0,  # custom kernels' knobs: the CSV holds IREE configurations only
+        "group_m": 0,
     }
 
 
@@ -222,7 +224,10 @@ def _target_features(record: dict) -> dict[str, float] | None:
         return None
     try:
         problem = problem_from_shape(shape)
-        return _target_for(record["target"], record.get("arch") or "").features(problem, point)
+        target = _target_for(record["target"], record.get("arch") or "")
+        # A knob added after the record was written has its neutral value, 0, there.
+        point = {**{k.name: 0 for k in target.knobs if not k.choices}, **point}
+        return target.features(problem, point)
     except (KeyError, TypeError, ValueError, ZeroDivisionError, click.ClickException):
         return None
 

@@ -116,13 +116,16 @@ class MeasureContext:
     iree_version: str
     device: str
     flags: str
+    # The run's other measuring devices (--devices): their records, scored on the first
+    # device's scale, resume too.
+    other_devices: tuple[str, ...] = ()
 
     def resumes(self, trial: Trial) -> bool:
         if trial.iree_version != self.iree_version:
             return False
         if not trial.device:  # written before records named their device: trust successes
             return trial.ok
-        return (trial.device, trial.flags) == (self.device, self.flags)
+        return trial.device in (self.device, *self.other_devices) and trial.flags == self.flags
 
 
 _FIELDS = {f.name: f for f in fields(Trial)}

@@ -151,7 +151,6 @@ class Tuning:
         self.database = TuningDatabase(config.database)
         self.csv = CsvReport(config.output_file, target.knob_names)
         self.version = iree_version()
-        self.context = MeasureContext(self.version, target.device, " ".join(target.compile_flags()))
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.built: set[str] = set()  # modules compiled by this run (not left by another)
         self.settings = MeasureSettings(
@@ -159,6 +158,12 @@ class Tuning:
         )
         self.executor = executor or make_executor(config, target, self.jobs)
         self.devices = self.executor.devices
+        self.context = MeasureContext(
+            self.version,
+            target.device,
+            " ".join(target.compile_flags()),
+            tuple(self.devices[1:]),
+        )
         self.warned_unreadable = False
         # Told of every trial, new or resumed, after the database: the CSV and run.log (a
         # caller may add its own).

@@ -68,6 +68,10 @@ def test_a_run_on_two_devices_measures_each_point_once(tmp_path, monkeypatch):
     assert "IREE default on local-sync" in log
     rows = open("generated/results.csv").read().splitlines()
     assert len(rows) == 1 + 7  # the default and six candidates, once each
+    # The same command again resumes every record, the second device's too.
+    again = CliRunner().invoke(cli, ["run", "mm.mlir", "--devices", "local-task,local-sync"])
+    assert again.exit_code == 0, again.output
+    assert len(open("generated/tuning.jsonl").read().splitlines()) == len(records)
 
 
 def test_a_device_that_does_not_open_is_one_error_line(tmp_path, monkeypatch):
