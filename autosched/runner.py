@@ -586,7 +586,9 @@ class Tuning:
         progress.advance(trial)
 
     def _to_csv(self, search: ProblemSearch, trial: Trial) -> None:
-        self.csv.add(search.problem, trial, search.baseline_ms)
+        # A speedup is over the default of the device the trial ran on.
+        own_default = search.device_default_ms.get(trial.device, search.baseline_ms)
+        self.csv.add(search.problem, trial, own_default)
 
     def _to_log(self, search: ProblemSearch, trial: Trial) -> None:
         if not trial.baseline:
