@@ -135,17 +135,23 @@ def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
 
 
 def _export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple[str, str | None]:
-    """The input module with the winners attached, and the same winners as a tuning spec."""
+    """The input module with the winners attached, the same winners as a tuning spec, and
+    custom-kernel winners (which no lowering configuration can carry) as a preprocessing
+    spec that substitutes their kernels."""
     from autosched.manifest import tuned_input_module, write_text
     from autosched.spec import write_spec
 
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
-    for problem, _, point in best:
-        if not target.in_spec(point):
+    custom = [(problem, point) for problem, _, point in best if not target.in_spec(point)]
+    if custom or os.path.exists(paths.custom_spec):
+        from autosched.substitution import SPEC_FLAG, write_substitution
+
+        for why in write_substitution(paths.custom_spec, custom, target):
+            click.echo(f"warning: a custom-kernel winner stays out of every spec: {why}", err=True)
+        if os.path.exists(paths.custom_spec):
             click.echo(
-                f"warning: {problem.name}: the winner {target.config_name(point)} is a custom "
-                "kernel, which neither the tuning spec nor the tuned module can carry yet; "
-                "they keep IREE's configuration for it",
+                f"custom-kernel winners: add {SPEC_FLAG}={paths.custom_spec} to iree-compile "
+                "(they replace their ops before IREE forms dispatches)",
                 err=True,
             )
     module = write_text(paths.best_module, tuned_input_module(paths.input_file, best))

@@ -24,6 +24,7 @@ class RunPaths:
     log: str
     work_dir: str
     starter_spec: str = ""  # an input, like the module: no output may be it
+    custom_spec: str = ""  # custom-kernel winners as a preprocessing spec
 
     @classmethod
     def of(cls, config: RunConfig) -> RunPaths:
@@ -37,6 +38,7 @@ class RunPaths:
             log=config.log_file,
             work_dir=config.work_dir,
             starter_spec=config.starter_spec,
+            custom_spec=stem + ".custom.mlir",
         )
 
     def outputs(self) -> dict[str, str]:
@@ -45,6 +47,7 @@ class RunPaths:
             "--output (the CSV)": self.csv,
             "the tuned module": self.best_module,
             "the tuning spec": self.spec,
+            "the custom-kernel spec": self.custom_spec,
             "the tuning database": self.database,
             "the run log": self.log,
         }

@@ -232,20 +232,18 @@ def _tensor(shape: list[int], element: str) -> str:
     return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
 
 
-def extern_module(
+def extern_function(
     problem: MatmulProblem,
     params: KernelParams,
     binary: KernelBinary,
     executable_target: str,
-    function: str,
+    name: str,
+    kind: str = "func.func",
 ) -> str:
-    """An IREE module whose `function` takes A and B like autosched's kernel modules and
-    runs the kernel as a `hal.dispatch.extern` on a zero-filled output; the executable
-    target is the arch's full attribute (CudaTarget.executable_target)."""
-    lhs, rhs = (
-        _tensor(problem.lhs_shape, problem.lhs_type),
-        _tensor(problem.rhs_shape, problem.rhs_type),
-    )
+    """A function `name(A, B) -> C` that runs the kernel as a `hal.dispatch.extern` on a
+    zero-filled output (`kind` util.func for a preprocessing spec to call)."""
+    lhs = _tensor(problem.lhs_shape, problem.lhs_type)
+    rhs = _tensor(problem.rhs_shape, problem.rhs_type)
     out = _tensor(problem.acc_shape, problem.acc_type)
     scratch = binary.pointers - 3
     scratch_values = [f"%s{i}" for i in range(scratch)]
@@ -256,10 +254,10 @@ def extern_module(
         + ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * scratch
     )
     x, y, z = grid(problem, params)
-    device = f'[#hal.device.target<"cuda", [{executable_target}]> : !hal.device]'
+    returns = "util.return" if kind == "util.func" else "return"
+    visibility = " private" if kind == "util.func" else ""
     lines = [
-        f"module attributes {{hal.device.targets = {device}}} {{",
-        f"  func.func @{function}(%a: {lhs}, %b: {rhs}) -> {out} {{",
+        f"  {kind}{visibility} @{name}(%a: {lhs}, %b: {rhs}) -> {out} {{",
         f"    %zero = arith.constant 0.0 : {problem.acc_type}",
         f"    %empty = tensor.empty() : {out}",
         f"    %c = linalg.fill ins(%zero : {problem.acc_type}) outs(%empty : {out}) -> {out}",
@@ -280,11 +278,25 @@ def extern_module(
         "      })",
         f"      <{{workgroup_size = [{binary.threads} : index, 1 : index, 1 : index], "
         f"subgroup_size = 32 : index, workgroup_local_memory = {binary.shared_bytes} : index}}>",
-        f"    return %r : {out}",
+        f"    {returns} %r : {out}",
         "  }",
-        "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def extern_module(
+    problem: MatmulProblem,
+    params: KernelParams,
+    binary: KernelBinary,
+    executable_target: str,
+    function: str,
+) -> str:
+    """An IREE module whose `function` takes A and B like autosched's kernel modules (see
+    `extern_function`); the executable target is the arch's full attribute
+    (CudaTarget.executable_target), named on the module too."""
+    device = f'[#hal.device.target<"cuda", [{executable_target}]> : !hal.device]'
+    body = extern_function(problem, params, binary, executable_target, function)
+    return f"module attributes {{hal.device.targets = {device}}} {{\n{body}}}\n"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -219,3 +219,62 @@ def test_a_run_searches_custom_kernels_on_the_gpu(tmp_path, monkeypatch):
     records = [json.loads(line) for line in open("generated/tuning.jsonl")]
     custom = [r for r in records if r["config"].startswith("tr_")]
     assert len(custom) == 4 and all(r["status"] == "ok" for r in custom), records
+    if "custom-kernel winners" in result.output:  # one beat IREE's default
+        assert "hal.dispatch.extern" in open("generated/results.custom.mlir").read()
+
+
+def test_custom_winners_replace_their_ops_before_dispatches_form(tmp_path):
+    """The preprocessing spec puts the kernel in place of the zero-filled matmul it was
+    tuned for; a matmul of the same types that accumulates into an input keeps IREE's
+    code (the family starts from zero)."""
+    from autosched.compile import compiler_path
+    from autosched.host import Machine
+    from autosched.substitution import SPEC_FLAG, write_substitution
+    from autosched.targets.cuda import CudaTarget
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    problem, params = CASES["plain"]
+    point = {
+        "tile_m": params.block_m,
+        "tile_n": params.block_n,
+        "tile_k": params.block_k,
+        "warps": params.warps,
+        "pipeline_depth": params.stages,
+        "group_m": params.group_m,
+    }
+    spec = str(tmp_path / "results.custom.mlir")
+    assert write_substitution(spec, [(problem, point)], target) == []
+    device = target.module_attributes()["hal.device.targets"]
+    t = "tensor<256x384xf32>"
+    (tmp_path / "model.mlir").write_text(
+        f"module attributes {{hal.device.targets = {device}}} {{\n"
+        f"  func.func @main(%a: tensor<256x512xf16>, %b: tensor<512x384xf16>, %acc: {t})"
+        f" -> ({t}, {t}) {{\n"
+        "    %zero = arith.constant 0.0 : f32\n"
+        f"    %e = tensor.empty() : {t}\n"
+        f"    %f = linalg.fill ins(%zero : f32) outs(%e : {t}) -> {t}\n"
+        "    %r = linalg.matmul ins(%a, %b : tensor<256x512xf16>, tensor<512x384xf16>)"
+        f" outs(%f : {t}) -> {t}\n"
+        "    %r2 = linalg.matmul ins(%a, %b : tensor<256x512xf16>, tensor<512x384xf16>)"
+        f" outs(%acc : {t}) -> {t}\n"
+        f"    return %r, %r2 : {t}, {t}\n  }}\n}}\n"
+    )
+    flow = tmp_path / "flow.mlir"
+    done = subprocess.run(
+        [
+            compiler_path(),
+            str(tmp_path / "model.mlir"),
+            *target.compile_flags(),
+            f"{SPEC_FLAG}={spec}",
+            "--compile-to=flow",
+            "-o",
+            str(flow),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = flow.read_text()
+    assert text.count("flow.dispatch @extern_dispatch") == 1  # the zero-filled one
+    assert text.count("_matmul_256x384x512") >= 1  # the accumulating one: IREE's dispatch
