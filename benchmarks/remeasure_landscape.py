@@ -23,11 +23,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autosched.compile import CompileJob, compile_all  # noqa: E402
 from autosched.config import load_config, with_overrides  # noqa: E402
-from autosched.records import Trial, problem_from_shape  # noqa: E402
-from autosched.runner import Tuning  # noqa: E402
+from autosched.manifest import kernel_variant, variant_path, write_text  # noqa: E402
+from autosched.measure import Bench, MeasureSettings  # noqa: E402
+from autosched.records import problem_from_shape  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
 from autosched.verify import make_problem_data  # noqa: E402
+
+
+def build(problem, target, records: list[dict], repeat: int, work_dir: str, jobs: int):
+    """Each correct record's kernel, compiled with the dispatch repeated: config -> module."""
+    wanted = {}
+    for record in records:
+        point = None if record["baseline"] else record["point"]
+        source = write_text(
+            variant_path(work_dir, problem, record["config"]),
+            kernel_variant(problem, target, point),
+        )
+        flags = [*target.compile_flags(), f"--iree-hal-benchmark-dispatch-repeat-count={repeat}"]
+        wanted[record["config"]] = CompileJob(source, source[:-5] + f".x{repeat}.vmfb", flags)
+    built = compile_all(list(wanted.values()), 300, jobs)
+    ok = {result.job.output for result in built if result.status == "ok"}
+    return {name: job.output for name, job in wanted.items() if job.output in ok}
 
 
 def main() -> None:
@@ -55,30 +73,30 @@ def main() -> None:
             target=first["target"],
             arch=first.get("arch") or None,
             work_dir=args.work_dir,
-            output_file=os.path.join(args.work_dir, "unused.csv"),
-            log_file=os.path.join(args.work_dir, "run.log"),
-            database=os.path.join(args.work_dir, "unused.jsonl"),
         )
         problem = problem_from_shape(first["shape"])
-        tuning = Tuning(config, make_target(config))
-        repeat = config.dispatch_repeat or tuning.target.dispatch_repeat(problem)
+        target = make_target(config)
+        repeat = config.dispatch_repeat or target.dispatch_repeat(problem)
         data = make_problem_data(problem, os.path.join(args.work_dir, "inputs", name), config.seed)
-        ok = [Trial(**r) for r in by_config.values() if r["status"] == "ok"]
+        ok = [r for r in by_config.values() if r["status"] == "ok"]
         started = time.perf_counter()
-        modules = tuning.modules_for(problem, ok, repeat)
+        modules = build(problem, target, ok, repeat, args.work_dir, os.cpu_count() or 1)
         print(f"{name}: {len(modules)} modules ready in {time.perf_counter() - started:.0f} s")
-        samples: dict[str, list[float]] = {t.config: [] for t in ok}
+        # Timed like a run times them, on one bench, without a run's CSV, log or database.
+        bench = Bench(target.device)
+        settings = MeasureSettings(
+            config.repetitions, config.min_time, config.run_timeout, config.timer
+        )
+        samples: dict[str, list[float]] = {r["config"]: [] for r in ok}
         for round_index in range(args.rounds):
-            trials = [t for t in ok if t.config in modules]
-            order.shuffle(trials)
-            for trial in trials:
-                timing = tuning.time_candidate(
-                    modules[trial.config], data, config.repetitions, repeat
-                )
+            names = [r["config"] for r in ok if r["config"] in modules]
+            order.shuffle(names)
+            for config_name in names:
+                timing = bench.time(modules[config_name], data, repeat, settings)
                 if timing.status == "ok":
-                    samples[trial.config].append(timing.median_ms)
+                    samples[config_name].append(timing.median_ms)
             print(f"  round {round_index + 1}/{args.rounds} done", flush=True)
-        tuning.close()
+        bench.close()
         with open(args.out, "a", encoding="utf-8") as handle:
             for config_name, record in by_config.items():
                 record = dict(record)
