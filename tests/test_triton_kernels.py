@@ -86,20 +86,10 @@ def test_hopper_tensor_cores_are_used(built):
 
 
 def test_the_ptx_compiler_runs_in_its_own_process(tmp_path):
-    _, params = CASES["uneven"]
-    shape = {
-        "op": "linalg.matmul",
-        "m": 200,
-        "n": 300,
-        "k": 100,
-        "batch": 0,
-        "lhs_type": "f16",
-        "rhs_type": "f16",
-        "acc_type": "f32",
-        "transpose_a": False,
-        "transpose_b": False,
-        "zero_init": True,
-    }
+    from autosched.records import problem_shape
+
+    problem, params = CASES["uneven"]
+    shape = problem_shape(problem)
     ptx = tmp_path / "k.ptx"
     done = subprocess.run(
         [
