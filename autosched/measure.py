@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from autosched import processes
 from autosched.analysis import MatmulProblem
 from autosched.bench import Timing, time_module
 from autosched.compile import CompileJob, CompileResult, compile_all
@@ -328,14 +329,11 @@ class LocalExecutor:
                 candidate, builds, task = item
                 try:
                     results.put((candidate, builds, bench.run(task)))
+                except processes.Stopped:
+                    return  # the run is being interrupted: the main thread records nothing more
                 except Exception as error:  # noqa: BLE001 - a bench fault is the outcome
-                    results.put(
-                        (
-                            candidate,
-                            builds,
-                            Measurement(bench.device, "runtime_error", str(error)[:300]),
-                        )
-                    )
+                    failed = Measurement(bench.device, "runtime_error", str(error)[:300])
+                    results.put((candidate, builds, failed))
 
         threads = [
             threading.Thread(target=serve, args=(bench,), daemon=True) for bench in self.benches

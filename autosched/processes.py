@@ -102,9 +102,19 @@ def run(
 
 
 def track(pid: int) -> None:
-    """Kill this child too when the run stops (a helper process that is not a tool)."""
+    """Kill this child too when the run stops (a helper process that is not a tool).
+
+    One started after the stop (a measuring thread of another device that had not heard
+    of it yet) is killed at once: it may have inherited the ignored SIGTERM of the
+    clean-up, and would then outlive the run."""
     with _lock:
         _extra.add(pid)
+        stopping = _stopping.is_set()
+    if stopping:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def untrack(pid: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -367,10 +368,17 @@ class Verifier:
         self.unavailable = ""  # why the worker could not open the device, if it could not
         self.process = None
         self.connection = None
+        # One request at a time: a bench's thread checks and times while the main thread
+        # may close the worker (an interrupt of a run on several devices).
+        self.lock = threading.RLock()
 
     def _start(self) -> None:
         """Starts the worker and waits until its device is open (or it says it cannot)."""
         import multiprocessing
+
+        if processes.stopping():  # the run is being interrupted: no new worker
+            self.unavailable = f"{UNAVAILABLE}the run is stopping"
+            return
 
         context = multiprocessing.get_context("spawn")  # no forked copy of a live device
         self.connection, child = context.Pipe()
@@ -424,6 +432,12 @@ class Verifier:
     def check(
         self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
     ) -> Verification:
+        with self.lock:
+            return self._check(vmfb, data, problem, timeout)
+
+    def _check(
+        self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
+    ) -> Verification:
         if not self._usable(data):
             return verify_module(vmfb, self.device, data, problem, timeout)
         request = (os.path.abspath(vmfb), data.input_paths, data.reference_path, tolerance(problem))
@@ -446,6 +460,21 @@ class Verifier:
 
         With `benchmark_function`, the module is one of IREE's dispatch benchmarks: that
         function is called with the dispatch count, on no inputs."""
+        with self.lock:
+            return self._time(
+                vmfb, data, dispatch_repeat, repetitions, min_time, timeout, benchmark_function
+            )
+
+    def _time(
+        self,
+        vmfb: str,
+        data: ProblemData,
+        dispatch_repeat: int,
+        repetitions: int,
+        min_time: float,
+        timeout: float,
+        benchmark_function: str | None,
+    ):
         from autosched.bench import Timing, summarize
 
         if benchmark_function is None and not self._usable(data):
@@ -463,10 +492,11 @@ class Verifier:
         return summarize([ms / dispatch_repeat for ms in value])
 
     def close(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            try:
-                self.connection.send(None)
-                self.process.join(2)
-            except OSError:
-                pass
-        self._stop()
+        with self.lock:  # after the request in flight, which an interrupt cuts short
+            if self.process is not None and self.process.is_alive():
+                try:
+                    self.connection.send(None)
+                    self.process.join(2)
+                except OSError:
+                    pass
+            self._stop()

@@ -269,6 +269,32 @@ def test_signal_at_a_random_moment_loses_and_duplicates_nothing(tuning, signum, 
     assert len(tuning.rows()) == 9  # the default and 8 points
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("after", [2, 5])
+def test_signal_during_a_run_on_two_devices_loses_and_duplicates_nothing(tuning, signum, after):
+    """Two measuring threads (local-task and local-sync): a signal while both are busy
+    ends the run with its exit code and one line, no process left (a worker a thread was
+    starting included), and the database and the CSV agree; the same command resumes."""
+    tuning.configure(n_trial=8)
+    devices = ("--devices", "local-task,local-sync")
+    process = tuning.start(*devices)
+    tuning.wait_for_records(process, after)
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode in (0, 128 + signum), stderr
+    assert_clean_stderr(stderr)
+    tuning.assert_no_leftovers()
+    assert_once_each(tuning)
+    rerun = tuning.run(*devices)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_once_each(tuning)
+    assert len(tuning.rows()) == 9  # the default and 8 points
+
+
 # ----- tools that hang, crash or lie ------------------------------------------------------
 
 
