@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -262,14 +264,23 @@ def time_calls(function, arguments: list, repetitions: int, min_time: float) -> 
 def _serve(connection, device: str) -> None:
     """The verifier process: one IREE device for its whole life, inputs cached per problem.
 
-    It ignores Ctrl-C (the parent decides when it ends) and leaves quietly when the parent
-    goes away, so an interrupted run prints no traceback from here.
+    It runs in a session of its own, so a Ctrl-C to the terminal never reaches it (not even
+    while it starts); it ignores SIGINT anyway (the parent decides when it ends) and leaves
+    quietly when the parent goes away, so an interrupted run prints no traceback from here.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _serve_requests(connection, device)
     except (EOFError, OSError, KeyboardInterrupt):
         return
+
+
+WORKER = (
+    "import sys\n"
+    "from multiprocessing.connection import Connection\n"
+    "from autosched.verify import _serve\n"
+    "_serve(Connection(int(sys.argv[1])), sys.argv[2])\n"
+)
 
 
 def _serve_requests(connection, device: str) -> None:
@@ -373,19 +384,29 @@ class Verifier:
         self.lock = threading.RLock()
 
     def _start(self) -> None:
-        """Starts the worker and waits until its device is open (or it says it cannot)."""
-        import multiprocessing
+        """Starts the worker and waits until its device is open (or it says it cannot).
+
+        A fresh interpreter (no forked copy of a live device) in its own session, speaking
+        multiprocessing's pickled messages over a socket pair.
+        """
+        import socket
+        from multiprocessing.connection import Connection
 
         if processes.stopping():  # the run is being interrupted: no new worker
             self.unavailable = f"{UNAVAILABLE}the run is stopping"
             return
-
-        context = multiprocessing.get_context("spawn")  # no forked copy of a live device
-        self.connection, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, self.device), daemon=True)
-        self.process.start()
+        mine, theirs = socket.socketpair()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", WORKER, str(theirs.fileno()), self.device],
+                pass_fds=[theirs.fileno()],
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        self.connection = Connection(mine.detach())
         processes.track(self.process.pid)
-        child.close()
         try:
             ready = self.connection.recv() if self.connection.poll(STARTUP_TIMEOUT) else None
         except (EOFError, OSError):
@@ -399,16 +420,22 @@ class Verifier:
             self._stop()
 
     def _stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.join()
-            processes.untrack(self.process.pid)
+        process, connection = self.process, self.connection
         self.process = self.connection = None
+        if process is not None:
+            process.kill()
+            process.wait()
+            processes.untrack(process.pid)
+        if connection is not None:
+            connection.close()
+
+    def _alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def _usable(self, data: ProblemData | None) -> bool:
         """Starts the worker if needed; False where it cannot serve (no device, or inputs
         numpy cannot hold); `data` None: no inputs needed."""
-        if not self.unavailable and (self.process is None or not self.process.is_alive()):
+        if not self.unavailable and not self._alive():
             self._start()
         if data is None:
             return not self.unavailable
@@ -422,8 +449,10 @@ class Verifier:
             if self.connection.poll(timeout):
                 return "answer", self.connection.recv()
         except (EOFError, OSError):
-            self.process.join(1)
-            code = self.process.exitcode
+            try:
+                code = self.process.wait(1)
+            except subprocess.TimeoutExpired:
+                code = None
             self._stop()
             return "runtime_error", f"the run crashed (exit {code})"
         self._stop()
@@ -493,10 +522,10 @@ class Verifier:
 
     def close(self) -> None:
         with self.lock:  # after the request in flight, which an interrupt cuts short
-            if self.process is not None and self.process.is_alive():
+            if self._alive():
                 try:
                     self.connection.send(None)
-                    self.process.join(2)
-                except OSError:
+                    self.process.wait(2)
+                except (OSError, subprocess.TimeoutExpired):
                     pass
             self._stop()

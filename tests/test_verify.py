@@ -85,7 +85,7 @@ def test_the_long_lived_verifier_checks_and_survives_a_crash(write_module, tmp_p
         assert verifier.check(good, data, problem, 60).status == "correct"
         assert verifier.process is worker  # a failing module is not a reason to restart
         worker.kill()  # as if a candidate had crashed the process
-        worker.join()
+        worker.wait()
         assert verifier.check(good, data, problem, 60).status == "correct"
         assert verifier.process is not worker
     finally:
