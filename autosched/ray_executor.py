@@ -161,7 +161,9 @@ class RayExecutor:
         return [self.target.device] * max(1, len(nodes))
 
     def _start(self, device: str, index: int) -> RemoteBench:
-        options = {"num_gpus": 1, "num_cpus": 0} if self.target.name == "cuda" else {"num_cpus": 1}
+        # Actors reserve no CPU: on a small node, CPU actors holding its slots would leave
+        # none for the compile tasks, and the run would wait forever.
+        options = {"num_gpus": 1, "num_cpus": 0} if self.target.name == "cuda" else {"num_cpus": 0}
         actor = self.actor_class.options(**options).remote(device, self.work_dir)
         try:
             self.ray.get(actor.where.remote(), timeout=300)

@@ -57,7 +57,7 @@ def cluster(tmp_path_factory, no_token_auth):
             "start",
             "--head",
             f"--port={port}",
-            "--num-cpus=4",
+            "--num-cpus=2",  # as many as the two measuring actors: compiles must still run
             f"--temp-dir={temp}",
             "--include-dashboard=false",
             "--disable-usage-stats",
