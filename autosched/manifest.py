@@ -17,7 +17,7 @@ from autosched.targets.base import Point, Target
 KERNEL_FUNCTION = "main"
 
 
-def _tensor(shape: list[int], element: str) -> str:
+def tensor_type(shape: list[int], element: str) -> str:
     return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
 
 
@@ -25,9 +25,9 @@ def kernel_module_text(
     problem: MatmulProblem, module_attributes: dict[str, str] | None = None
 ) -> str:
     """The problem's matmul alone in `@main`, zero-filled or accumulating as in the source."""
-    lhs = _tensor(problem.lhs_shape, problem.lhs_type)
-    rhs = _tensor(problem.rhs_shape, problem.rhs_type)
-    acc = _tensor(problem.acc_shape, problem.acc_type)
+    lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
+    rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
+    acc = tensor_type(problem.acc_shape, problem.acc_type)
     args = f"%lhs: {lhs}, %rhs: {rhs}"
     if problem.zero_init:
         init = (

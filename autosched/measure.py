@@ -263,8 +263,6 @@ class LocalExecutor:
     come back to the calling thread, which alone records them.
     """
 
-    name = "local"
-
     def __init__(
         self,
         benches: list[Bench],

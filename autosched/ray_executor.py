@@ -120,8 +120,6 @@ class RemoteBench:
 class RayExecutor:
     """The executor for `--executor ray`: see the module docstring."""
 
-    name = "ray"
-
     def __init__(self, config, target, jobs: int):
         self.ray = ray = import_ray()
         self.config, self.target = config, target
@@ -163,7 +161,7 @@ class RayExecutor:
     def _start(self, device: str, index: int) -> RemoteBench:
         # Actors reserve no CPU: on a small node, CPU actors holding its slots would leave
         # none for the compile tasks, and the run would wait forever.
-        options = {"num_gpus": 1, "num_cpus": 0} if self.target.name == "cuda" else {"num_cpus": 0}
+        options = {"num_cpus": 0, **({"num_gpus": 1} if self.target.name == "cuda" else {})}
         actor = self.actor_class.options(**options).remote(device, self.work_dir)
         try:
             self.ray.get(actor.where.remote(), timeout=300)

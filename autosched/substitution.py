@@ -13,7 +13,8 @@ outputs matched the default build's).
 from __future__ import annotations
 
 from autosched.analysis import MatmulProblem
-from autosched.triton_kernels import KernelBinary, KernelParams, _tensor, extern_function
+from autosched.manifest import tensor_type
+from autosched.triton_kernels import KernelBinary, KernelParams, extern_function
 
 SPEC_FLAG = "--iree-preprocessing-transform-spec-filename"
 ANY_OP, ANY_VALUE = "!transform.any_op", "!transform.any_value"
@@ -39,9 +40,9 @@ def substitutable(problem: MatmulProblem) -> str | None:
 
 def _matcher(index: int, problem: MatmulProblem) -> str:
     types = [
-        _tensor(problem.lhs_shape, problem.lhs_type),
-        _tensor(problem.rhs_shape, problem.rhs_type),
-        _tensor(problem.acc_shape, problem.acc_type),
+        tensor_type(problem.lhs_shape, problem.lhs_type),
+        tensor_type(problem.rhs_shape, problem.rhs_type),
+        tensor_type(problem.acc_shape, problem.acc_type),
     ]
     checks = []
     for operand, type_text in enumerate(types):

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 from autosched.analysis import MatmulProblem
 from autosched.errors import UserError
+from autosched.manifest import tensor_type
 
 PTX_VERSION = 84  # PTX ISA 8.4: sm_90a, and within what the H200's driver (CUDA 13.0) JITs
 TRITON_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
@@ -228,10 +229,6 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
     )
 
 
-def _tensor(shape: list[int], element: str) -> str:
-    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
-
-
 def extern_function(
     problem: MatmulProblem,
     params: KernelParams,
@@ -242,9 +239,9 @@ def extern_function(
 ) -> str:
     """A function `name(A, B) -> C` that runs the kernel as a `hal.dispatch.extern` on a
     zero-filled output (`kind` util.func for a preprocessing spec to call)."""
-    lhs = _tensor(problem.lhs_shape, problem.lhs_type)
-    rhs = _tensor(problem.rhs_shape, problem.rhs_type)
-    out = _tensor(problem.acc_shape, problem.acc_type)
+    lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
+    rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
+    out = tensor_type(problem.acc_shape, problem.acc_type)
     scratch = binary.pointers - 3
     scratch_values = [f"%s{i}" for i in range(scratch)]
     operand_types = [lhs, rhs, out] + ["tensor<256xi8>"] * scratch

@@ -462,15 +462,15 @@ class Verifier:
         self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
     ) -> Verification:
         with self.lock:
-            return self._check(vmfb, data, problem, timeout)
-
-    def _check(
-        self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
-    ) -> Verification:
-        if not self._usable(data):
-            return verify_module(vmfb, self.device, data, problem, timeout)
-        request = (os.path.abspath(vmfb), data.input_paths, data.reference_path, tolerance(problem))
-        kind, answer = self._ask(request, timeout)
+            if not self._usable(data):
+                return verify_module(vmfb, self.device, data, problem, timeout)
+            request = (
+                os.path.abspath(vmfb),
+                data.input_paths,
+                data.reference_path,
+                tolerance(problem),
+            )
+            kind, answer = self._ask(request, timeout)
         return answer if kind == "answer" else Verification(kind, message=answer)
 
     def time(
@@ -489,30 +489,14 @@ class Verifier:
 
         With `benchmark_function`, the module is one of IREE's dispatch benchmarks: that
         function is called with the dispatch count, on no inputs."""
-        with self.lock:
-            return self._time(
-                vmfb, data, dispatch_repeat, repetitions, min_time, timeout, benchmark_function
-            )
-
-    def _time(
-        self,
-        vmfb: str,
-        data: ProblemData,
-        dispatch_repeat: int,
-        repetitions: int,
-        min_time: float,
-        timeout: float,
-        benchmark_function: str | None,
-    ):
         from autosched.bench import Timing, summarize
 
-        if benchmark_function is None and not self._usable(data):
-            return None
-        if benchmark_function is not None and not self._usable(None):
-            return None
         benchmark = (benchmark_function, dispatch_repeat) if benchmark_function else None
-        request = (TIME, os.path.abspath(vmfb), data.input_paths, data.reference_path)
-        kind, answer = self._ask((*request, repetitions, min_time, benchmark), timeout)
+        with self.lock:
+            if not self._usable(None if benchmark else data):  # a benchmark takes no inputs
+                return None
+            request = (TIME, os.path.abspath(vmfb), data.input_paths, data.reference_path)
+            kind, answer = self._ask((*request, repetitions, min_time, benchmark), timeout)
         if kind != "answer":
             return Timing(kind, message=answer)
         status, value = answer
