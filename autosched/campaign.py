@@ -6,6 +6,7 @@ default is measured first (its time x how often the model runs it is its share),
 batch goes to the problem expected to cut the most model time per trial, judged by how fast
 its best time has been falling. A problem not yet searched is assumed to have a lot to give,
 so every problem gets tried before the budget concentrates on the ones still improving.
+Where the devices allow, each round searches the best few problems at once, a batch each.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 from autosched.analysis import MatmulProblem
 from autosched.dispatch_bench import DispatchBenchmark
@@ -83,6 +85,17 @@ def pick_next(problems: list[ModelProblem]) -> ModelProblem | None:
     return max(open_problems, key=lambda p: (expected_gain(p), p.history[-1] * p.occurrences))
 
 
+def pick_round(problems: list[ModelProblem], count: int) -> list[ModelProblem]:
+    """Up to `count` distinct problems to search at the same time, in `pick_next`'s order."""
+    chosen: list[ModelProblem] = []
+    while len(chosen) < count:
+        entry = pick_next([p for p in problems if p not in chosen])
+        if entry is None:
+            break
+        chosen.append(entry)
+    return chosen
+
+
 def first_batch(budget: int, problems: int, batch_size: int) -> int:
     """Trials of a problem's first batch: a batch, or a fair part of a smaller budget."""
     return max(1, min(batch_size, budget // max(problems, 1)))
@@ -118,35 +131,50 @@ def run_campaign(
     """Searches the model's problems under one budget of trials and of wall time."""
     started = time.perf_counter()
     config = tuning.config
-    for entry in problems:
-        entry.search = tuning.start_problem(
-            entry.problem,
-            progress,
-            own_bar=False,
-            benchmark=entry.benchmark,
-            resume_at_most=budget,
-        )
-        entry.history.append(entry.search.best_ms or math.inf)
-        entry.done = entry.search.exhausted or entry.default_ms is None
+    searches = tuning.concurrently(
+        [
+            partial(
+                tuning.start_problem,
+                entry.problem,
+                progress,
+                own_bar=False,
+                benchmark=entry.benchmark,
+                resume_at_most=budget,
+            )
+            for entry in problems
+        ]
+    )
+    for entry, search in zip(problems, searches, strict=True):
+        entry.search = search
+        entry.history.append(search.best_ms or math.inf)
+        entry.done = search.exhausted or entry.default_ms is None
     used = sum(len(p.search.trials) for p in problems)  # resumed trials count too
     first = first_batch(budget - used, len(problems), config.batch_size)
     while used < budget:
         if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
             tuning.log.write(f"time budget of {time_budget_s / 60:g} min reached")
             break
-        entry = pick_next(problems)
-        if entry is None:
+        batches = []  # (problem, trials) for this round, one batch per problem
+        for entry in pick_round(problems, tuning.parallel):
+            size = config.batch_size if len(entry.history) > 1 else first
+            size = min(size, budget - used - sum(n for _, n in batches))
+            if size > 0:
+                batches.append((entry, size))
+        if not batches:
             break
-        size = config.batch_size if len(entry.history) > 1 else first
-        trials = tuning.step(entry.search, min(size, budget - used), progress)
-        used += len(trials)
-        entry.history.append(entry.search.best_ms or math.inf)
-        if not trials:
-            entry.done = True
-        elif mode == "fast" and entry.default_ms and entry.search.best_ms:
-            entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
-    for entry in problems:
-        entry.result = tuning.finish_problem(entry.search)
+        measured = tuning.concurrently(
+            [partial(tuning.step, entry.search, size, progress) for entry, size in batches]
+        )
+        for (entry, _), trials in zip(batches, measured, strict=True):
+            used += len(trials)
+            entry.history.append(entry.search.best_ms or math.inf)
+            if not trials:
+                entry.done = True
+            elif mode == "fast" and entry.default_ms and entry.search.best_ms:
+                entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
+    results = tuning.concurrently([partial(tuning.finish_problem, p.search) for p in problems])
+    for entry, result in zip(problems, results, strict=True):
+        entry.result = result
     return CampaignReport(
         budget=budget, trials=used, mode=mode, search_s=time.perf_counter() - started
     )

@@ -200,6 +200,11 @@ def cli() -> None:
     help="local: this host's cores and devices (default); ray: a Ray cluster",
 )
 @click.option("--ray-address", help="the Ray cluster for --executor ray (default: auto)")
+@click.option(
+    "--parallel-problems",
+    type=int,
+    help="problems searched at once (default: one per measuring device + 1 on a GPU)",
+)
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     """Tune the matmuls of FILE.mlir, or a whole model (.onnx, .mlirbc, torch/linalg MLIR)."""
     config = with_overrides(load_config(config_path), **overrides)

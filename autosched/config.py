@@ -39,6 +39,7 @@ class RunConfig:
     devices: str = ""  # measure on several devices: a comma list of URIs, or all; empty: device
     executor: str = "local"  # local: this host's cores and devices; ray: a Ray cluster
     ray_address: str = "auto"  # the Ray cluster to join (ray.init's address)
+    parallel_problems: int = 0  # problems searched at once; 0: one per measuring device + 1 (GPU)
     # [SearchStrategy]
     tuner: str = "grid"
     n_trial: int = 32
@@ -95,6 +96,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "devices": str,
         "executor": str,
         "ray_address": str,
+        "parallel_problems": int,
     },
     "SearchStrategy": {
         "tuner": str,
@@ -129,6 +131,7 @@ _CHOICES = {
 }
 _MINIMUM = {
     "jobs": 0,
+    "parallel_problems": 0,
     "compile_timeout": 0.1,
     "run_timeout": 0.1,
     "n_trial": 1,

@@ -95,6 +95,9 @@ class Bench:
     def __init__(self, device: str):
         self.device = device
         self.verifier = Verifier(device)
+        # One measurement at a time on the device: problems searched at the same time
+        # share it, and a timing must never overlap another candidate's run.
+        self.lock = threading.RLock()
 
     def time(
         self,
@@ -111,6 +114,18 @@ class Bench:
         With `timer = worker` either is timed in the verifier's worker, which keeps the
         device and the inputs open; iree-benchmark-module stays the fallback.
         """
+        with self.lock:
+            return self._time(module, data, repeat, settings, repetitions, benchmark_function)
+
+    def _time(
+        self,
+        module: str,
+        data: ProblemData,
+        repeat: int,
+        settings: MeasureSettings,
+        repetitions: int | None,
+        benchmark_function: str | None,
+    ) -> Timing:
         repetitions = repetitions or settings.repetitions
         if settings.timer == "worker":
             timing = self.verifier.time(
@@ -162,6 +177,10 @@ class Bench:
 
     def run(self, task: MeasureTask) -> Measurement:
         """Check, then time; a failure at either step is the outcome."""
+        with self.lock:
+            return self._run(task)
+
+    def _run(self, task: MeasureTask) -> Measurement:
         outcome = Measurement(self.device)
         started = time.perf_counter()
         verdict = self.check(task)
@@ -350,6 +369,8 @@ class LocalExecutor:
                         outstanding += 1
                 outstanding -= _drain(results, done, block=False)
             while outstanding:
+                if processes.stopping():  # the bench threads record nothing more
+                    raise processes.Stopped()
                 outstanding -= _drain(results, done, block=True)
         finally:
             for _ in threads:

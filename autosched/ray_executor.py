@@ -13,6 +13,7 @@ path (one host, or a shared file system). Each actor checks that when it starts.
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from dataclasses import dataclass, replace
 
@@ -125,6 +126,7 @@ class RayExecutor:
         self.config, self.target = config, target
         self.started_ray = False
         self.events: list[str] = []  # what the run log should say (actors lost, ...)
+        self.lock = threading.Lock()
         if not ray.is_initialized():
             _check_reachable(config.ray_address)
             try:  # "local" (Ray's own word) starts a cluster of this host alone
@@ -253,10 +255,11 @@ class RayExecutor:
     def _replace(self, dead: RemoteBench) -> RemoteBench:
         """A new actor in place of a dead one, with the same device and name (so its records
         and its default stay those of the slot)."""
-        index = self.benches.index(dead)
-        fresh = self._start(self.slots[index], index)
-        self.benches[index] = fresh
-        return fresh
+        with self.lock:  # problems searched at once may both see the actor die
+            index = next(i for i, bench in enumerate(self.benches) if bench.device == dead.device)
+            if self.benches[index] is dead:
+                self.benches[index] = self._start(self.slots[index], index)
+            return self.benches[index]
 
     def close(self) -> None:
         for bench in self.benches:

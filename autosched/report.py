@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import datetime
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from autosched.analysis import MatmulProblem
 from autosched.records import Trial
@@ -140,18 +143,43 @@ class CsvReport:
 
 
 class RunLog:
-    """run.log: appended, one dated section per run, each line flushed as written."""
+    """run.log: appended, one dated section per run, each line flushed as written.
+
+    Problems tuned at the same time (one thread each) write their lines through
+    `buffered`, so that each problem's section reads in one piece.
+    """
 
     def __init__(self, path: str):
         self.path = path
+        self._local = threading.local()  # this thread's buffer, while `buffered` is open
+        self._lock = threading.Lock()
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.write(
             f"\n===== autosched run {datetime.datetime.now().isoformat(timespec='seconds')} ====="
         )
 
     def write(self, line: str = "") -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is not None:
+            buffer.append(line)
+            return
+        self._append([line])
+
+    def _append(self, lines: list[str]) -> None:
+        with self._lock, open(self.path, "a", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+
+    @contextmanager
+    def buffered(self) -> Iterator[None]:
+        """This thread's lines are held, and written together at the end (also when the
+        run is interrupted): the database, not the log, is what a crash must not lose."""
+        self._local.buffer = []
+        try:
+            yield
+        finally:
+            lines, self._local.buffer = self._local.buffer, None
+            if lines:
+                self._append(lines)
 
     def section(self, title: str) -> None:
         self.write(f"\n--- {title} ---")

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 
+from autosched import processes
 from autosched.analysis import Analysis, MatmulProblem
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
@@ -53,6 +58,7 @@ BASELINE = "iree_default"
 DISPATCH_FLAG = " [timed on the dispatch]"  # marks such records' flags
 DRIFT_WARNING = 0.10  # flag a baseline that moved more than this between start and end
 RETIME_ROUNDS = 3
+Result = TypeVar("Result")
 
 
 @dataclass
@@ -165,6 +171,13 @@ class Tuning:
             tuple(self.devices[1:]),
         )
         self.warned_unreadable = False
+        # Problems searched at once: while one waits for its compiles and its tuner, another
+        # keeps the devices measuring. On the CPU, compiles and timings share the cores.
+        self.parallel = config.parallel_problems or (
+            len(self.devices) + 1 if target.timing_overlaps_compile else 1
+        )
+        self.lock = threading.RLock()  # records, the database and the executor's notes
+        self.finished: list[ProblemResult] = []  # problems searched to the end, in that order
         # Told of every trial, new or resumed, after the database: the CSV and run.log (a
         # caller may add its own).
         self.recorders: list[Callable[[ProblemSearch, Trial], None]] = [
@@ -374,16 +387,21 @@ class Tuning:
 
         def done(candidate, builds, outcome) -> None:
             trial = self._trial(search, candidate, builds, outcome)
-            with critical():  # an interrupt waits until the database and the CSV agree
-                self._record(search, trial, progress)
+            with self.lock:
+                if processes.stopping():  # its worker may have been killed by the stop
+                    raise processes.Stopped()
+                with critical():  # an interrupt waits until the database and the CSV agree
+                    self._record(search, trial, progress)
             trials.append(trial)
 
         candidates = [self._candidate(search, name, point) for name, point in entries]
         self.executor.run(
             candidates, lambda candidate, builds: self._task(search, candidate, builds), done
         )
-        while self.executor.events:
-            self.log.write(f"executor: {self.executor.events.pop(0)}")
+        with self.lock:
+            events, self.executor.events[:] = list(self.executor.events), []
+        for event in events:
+            self.log.write(f"executor: {event}")
         order = {name: i for i, (name, _) in enumerate(entries)}
         return sorted(trials, key=lambda t: order[t.config])
 
@@ -527,14 +545,18 @@ class Tuning:
         search.result.search_s = time.perf_counter() - search.started
         if search.state is None:
             search.result.baseline_ms = search.result.baseline.median_ms
-            return search.result
-        self._retime(search)
+        else:
+            self._retime(search)
+        with self.lock:
+            self.finished.append(search.result)
         return search.result
 
-    def tune_problem(self, problem: MatmulProblem, progress: Progress) -> ProblemResult:
+    def tune_problem(
+        self, problem: MatmulProblem, progress: Progress, own_bar: bool = True
+    ) -> ProblemResult:
         """One problem to the end: n_trial points, or fewer with early stopping."""
         config = self.config
-        search = self.start_problem(problem, progress)
+        search = self.start_problem(problem, progress, own_bar)
         if search.state is not None:
             stopped = run_search(
                 search.state,
@@ -550,7 +572,8 @@ class Tuning:
     def _earlier(self, search: ProblemSearch, progress: Progress) -> list[Trial]:
         """This problem's records that can be resumed; unreadable lines are a warning."""
         problem = search.problem
-        earlier = self.database.load(problem.name, self.target.name, self.target.arch)
+        with self.lock:  # not while another problem's thread appends
+            earlier = self.database.load(problem.name, self.target.name, self.target.arch)
         if self.database.skipped and not self.warned_unreadable:
             self.warned_unreadable = True  # the same lines, read again for every problem
             reasons = ", ".join(f"{n} {r}" for r, n in self.database.skipped.most_common(3))
@@ -576,14 +599,16 @@ class Tuning:
         self, search: ProblemSearch, trial: Trial, progress: Progress, new: bool = True
     ) -> None:
         """Hands one trial to the recorders, in order: the database (a new measurement,
-        not a resumed one), then each of `self.recorders`, then the progress display."""
-        if new:
-            self.database.append(trial)
-        if trial.baseline and trial.ok:
-            search.baseline_ms = trial.median_ms
-        for recorder in self.recorders:
-            recorder(search, trial)
-        progress.advance(trial)
+        not a resumed one), then each of `self.recorders`, then the progress display.
+        One trial at a time, whichever problem's thread it comes from."""
+        with self.lock:
+            if new:
+                self.database.append(trial)
+            if trial.baseline and trial.ok:
+                search.baseline_ms = trial.median_ms
+            for recorder in self.recorders:
+                recorder(search, trial)
+            progress.advance(trial)
 
     def _to_csv(self, search: ProblemSearch, trial: Trial) -> None:
         # A speedup is over the default of the device the trial ran on.
@@ -682,18 +707,61 @@ class Tuning:
                 self.built.add(result.job.output)
         return {name: job.output for name, job in jobs.items() if job.output in self.built}
 
-    def run(self, analysis: Analysis, progress: Progress) -> list[ProblemResult]:
-        """Tunes every problem; the CSV gets its ranks even when the run is interrupted."""
-        results = []
+    def concurrently(self, calls: list[Callable[[], Result]]) -> list[Result]:
+        """Runs the calls (each one problem's work) on up to `parallel` threads, so that one
+        problem's compiles and tuner overlap another's measuring; results in call order.
+
+        Each call's run-log lines are written together when it ends. Records are made in
+        the calls' threads, one at a time (`self.lock`); on an interrupt every thread
+        stops at its next tool or record, and this returns only when all have.
+        """
+        if self.parallel <= 1 or len(calls) <= 1:
+            return [call() for call in calls]
+
+        def logged(call: Callable[[], Result]) -> Result:
+            with self.log.buffered():
+                return call()
+
+        pool = ThreadPoolExecutor(min(self.parallel, len(calls)), thread_name_prefix="problem")
+        futures = [pool.submit(logged, call) for call in calls]
         try:
-            for problem in analysis.problems:
+            return [future.result() for future in futures]
+        except BaseException:
+            processes.stop_all()  # an error in one problem stops the others (a signal has)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def tune_all(self, problems: list[MatmulProblem], progress: Progress) -> list[ProblemResult]:
+        """Every problem to the end, `parallel` at a time (one progress bar for all then)."""
+        if self.parallel <= 1 or len(problems) <= 1:
+            results = []
+            for problem in problems:
                 results.append(self.tune_problem(problem, progress))
                 progress.finish()
+            return results
+        space = self.config.knob_space
+        total = sum(
+            min(self.config.n_trial, len(build_space(p, self.target, space).points)) + 1
+            for p in problems
+        )
+        progress.start_model(f"{len(problems)} problems, {self.parallel} at a time", total)
+        results = self.concurrently(
+            [partial(self.tune_problem, problem, progress, own_bar=False) for problem in problems]
+        )
+        progress.finish()
+        return results
+
+    def run(self, analysis: Analysis, progress: Progress) -> list[ProblemResult]:
+        """Tunes every problem; the CSV gets its ranks even when the run is interrupted."""
+        try:
+            return self.tune_all(analysis.problems, progress)
         finally:
-            chosen = {(r.problem.name, r.best.config if r.best else BASELINE) for r in results}
+            chosen = {
+                (r.problem.name, r.best.config if r.best else BASELINE) for r in self.finished
+            }
             self.csv.finish(self.retimed, chosen)
             self.close()
-        return results
 
     def close(self) -> None:
         """Stops the benches' worker processes."""

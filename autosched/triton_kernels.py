@@ -202,7 +202,11 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
     }
     signature = {"a": f"*{element}", "b": f"*{element}", "c": f"*{output}"}
     signature.update({name: "constexpr" for name in constants})
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
+    # IREE's bindings are 16-byte aligned. Told so, Triton loads with vector and
+    # asynchronous copies and pipelines its stages; untold, each element is its own load
+    # (1.5 ms instead of about 0.2 at 4096^3 f16 on the H200).
+    aligned = {(index,): [["tt.divisibility", 16]] for index in range(3)}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
     capability = int(arch.removeprefix("sm_"))
     compiled = triton.compile(
         source,

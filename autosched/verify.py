@@ -237,6 +237,7 @@ def _injected_fault() -> None:
 
 
 TIME = "time"  # a timing request's tag (a check request is a plain tuple)
+KEPT_PROBLEMS = 4  # problems whose inputs a worker keeps (problems searched at once share it)
 
 
 def time_calls(function, arguments: list, repetitions: int, min_time: float) -> list[float]:
@@ -292,9 +293,17 @@ def _serve_requests(connection, device: str) -> None:
         connection.send(UNAVAILABLE + str(error).splitlines()[0][:200])
         return
     connection.send(READY)
-    cached: dict[str, object] = {}  # the current problem's inputs on the device, its reference
-    current = ""
-    scale = 0.0  # the current reference's largest magnitude, computed once
+    # The inputs (on the device) and reference of the last few problems, by the problem's
+    # reference path: problems searched at the same time take turns on one worker.
+    problems: dict[str, dict] = {}
+    cached: dict = {}  # the current problem's arrays; "scale": its reference's magnitude
+
+    def use(reference_path: str) -> dict:
+        arrays = problems.pop(reference_path, None) or {}
+        problems[reference_path] = arrays  # now the most recent
+        while len(problems) > KEPT_PROBLEMS:
+            del problems[next(iter(problems))]
+        return arrays
 
     def on_device(path: str):
         if ("device", path) not in cached:
@@ -318,9 +327,7 @@ def _serve_requests(connection, device: str) -> None:
             return
         if request[0] == TIME:
             _, vmfb, input_paths, reference_path, repetitions, min_time, benchmark = request
-            if reference_path != current:
-                cached.clear()
-                current, scale = reference_path, 0.0
+            cached = use(reference_path)
             try:
                 _injected_fault()
                 if benchmark is not None:
@@ -341,9 +348,7 @@ def _serve_requests(connection, device: str) -> None:
             connection.send(answer)
             continue
         vmfb, input_paths, reference_path, allowed = request
-        if reference_path != current:  # a new problem: free the last one's arrays
-            cached.clear()
-            current, scale = reference_path, 0.0
+        cached = use(reference_path)
         try:
             _injected_fault()
             context, function = load(vmfb)
@@ -353,8 +358,9 @@ def _serve_requests(connection, device: str) -> None:
             result = function(*lhs_rhs, *[on_host(p) for p in input_paths[2:]])
             output = result.to_host()
             del result, function, context
-            scale = scale or max_abs_difference(on_host(reference_path))
-            answer = compare(output, on_host(reference_path), allowed, scale)
+            if "scale" not in cached:
+                cached["scale"] = max_abs_difference(on_host(reference_path))
+            answer = compare(output, on_host(reference_path), allowed, cached["scale"])
         except Exception as error:  # noqa: BLE001 - any failure of a candidate is its outcome
             lines = [line for line in str(error).splitlines() if line.strip()]
             answer = Verification(

@@ -56,7 +56,9 @@ def main() -> None:
     (problem,) = analyze_file(source).problems
     started = time.perf_counter()
 
-    def tuning_for(name: str, tuner: str, n_trial: int, devices: str | None = None) -> Tuning:
+    def tuning_for(
+        name: str, tuner: str, n_trial: int, devices: str | None = None, batch: int | None = None
+    ) -> Tuning:
         work = os.path.join(options.out, name)
         config = with_overrides(
             load_config("configs/cuda_suite.cfg"),
@@ -67,6 +69,7 @@ def main() -> None:
             seed=0,
             timer=options.timer,
             devices=devices,
+            batch_size=batch,
             work_dir=work,
             output_file=os.path.join(work, "results.csv"),
             log_file=os.path.join(work, "run.log"),
@@ -81,7 +84,8 @@ def main() -> None:
         runs.append((tuning, result))
         print(f"run {index}: {result.best.config if result.best else BASELINE}", flush=True)
     if options.sweep == "yes":
-        sweep_tuning = tuning_for("sweep", "grid", 100000, options.sweep_devices)
+        # Every point in order: large batches only save the waits between them.
+        sweep_tuning = tuning_for("sweep", "grid", 100000, options.sweep_devices, batch=64)
         sweep = sweep_tuning.tune_problem(problem, Progress())
         pool, label = sweep.trials, "sweep top 3"
         swept = (

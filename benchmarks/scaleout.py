@@ -1,10 +1,11 @@
 """Candidates per second on one GPU, on every GPU of the host, and through Ray: the same
 suite, trials and seed each way; writes a markdown table from cuda_suite.py's JSON sidecars.
 
-    python3 benchmarks/scaleout.py --out DIR --modes one,all[,ray] [--n-trial 40] [--only ...]
+    python3 benchmarks/scaleout.py --out DIR --modes serial,one,all[,ray] [--n-trial 40]
 
 Each mode is one `benchmarks/cuda_suite.py` run (xgboost, batch 16, timer worker):
-- one: `--devices cuda://0`;
+- serial: `--devices cuda://0 --parallel-problems 1` (one problem at a time, as before);
+- one: `--devices cuda://0` (problems searched two at a time by default);
 - all: `--devices all` (the local multi-device executor);
 - ray: `--executor ray --ray-address ADDRESS` (one measuring actor per GPU of the cluster;
   start it first with `ray start --head`).
@@ -22,6 +23,7 @@ import sys
 import time
 
 MODES = {
+    "serial": ["--devices", "cuda://0", "--parallel-problems", "1"],
     "one": ["--devices", "cuda://0"],
     "all": ["--devices", "all"],
     "ray": ["--executor", "ray"],
@@ -85,17 +87,19 @@ def main() -> None:
         + (f" --only {options.only}" if options.only else "")
         + "`; each mode is one cuda_suite.py run (its own table beside this one).",
         "",
-        "| mode | devices | trials | tuning wall s | candidates/s | s per candidate | "
-        "vs one GPU | geomean speedup | compile / verify / time s (median per trial) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| mode | devices | problems at once | trials | tuning wall s | candidates/s | "
+        "s per candidate | vs one GPU | geomean speedup | compile / verify / time s "
+        "(median per trial) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for mode, result in results.items():
         if "failed" in result:
-            lines.append(f"| {mode} | - | - | - | - | - | - | - | exit {result['failed']} |")
+            lines.append(f"| {mode} | - | - | - | - | - | - | - | - | exit {result['failed']} |")
             continue
         rate = result["trials"] / result["wall_s"]
         lines.append(
-            f"| {mode} | {len(result['devices'])} | {result['trials']} | "
+            f"| {mode} | {len(result['devices'])} | {result.get('parallel_problems', 1)} | "
+            f"{result['trials']} | "
             f"{result['wall_s']:.0f} | {rate:.2f} | {1 / rate:.2f} | "
             + (f"{rate / base_rate:.2f}x" if base_rate else "-")
             + f" | {result['geomean']:.2f}x | {stage_medians(result['rows'])} |"

@@ -86,3 +86,48 @@ def test_a_device_that_does_not_open_is_one_error_line(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--devices", "local-task,nosuch://0"])
     assert result.exit_code == 2
     assert "Error: device 'nosuch://0' cannot be opened here" in result.output
+
+
+def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch):
+    """Three problems, two at a time, on two devices: every point once in the database and
+    the CSV, each problem's run-log section in one piece, and a rerun resumes everything."""
+    import csv
+
+    monkeypatch.chdir(tmp_path)
+    shapes = {"a": (64, 64, 64), "b": (32, 64, 128), "c": (64, 32, 32)}
+    (tmp_path / "mm.mlir").write_text(
+        "".join(matmul_function(name, *shape) for name, shape in shapes.items())
+    )
+    (tmp_path / "auto-scheduler.cfg").write_text(
+        "[SearchSpace]\ntile_m = [8, 16, 32]\ntile_n = [16, 32]\nvec_m = [4]\nvec_n = [8]\n"
+        "vec_k = [1]\n[SearchStrategy]\ntuner = random\nn_trial = 4\nbatch_size = 2\n"
+        "[Benchmark]\nrepetitions = 2\nmin_time = 0.01\ntimer = worker\n"
+    )
+    command = ["run", "mm.mlir", "--devices", "local-task,local-sync", "--parallel-problems", "2"]
+    result = CliRunner().invoke(cli, command)
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    assert all(r["status"] == "ok" for r in records), [r["message"] for r in records]
+    by_problem: dict[str, list[str]] = {}
+    for record in records:
+        by_problem.setdefault(record["problem"], []).append(record["config"])
+    assert len(by_problem) == 3
+    for configs in by_problem.values():
+        assert len(configs) == 5 and len(set(configs)) == 5  # the default and 4 points, once
+    rows = list(csv.DictReader(open("generated/results.csv")))
+    assert sorted((r["problem"], r["config"]) for r in rows) == sorted(
+        (r["problem"], r["config"]) for r in records
+    )
+    # Each problem's section holds its own trial lines and nothing of the others'.
+    log = open("generated/run.log").read()
+    sections = log.split("\n--- problem ")[1:]
+    assert len(sections) == 3
+    for section in sections:
+        name = section.split(" ---")[0]
+        own = {line.strip().split(":")[0] for line in section.splitlines() if line[:2] == "  "}
+        others = {c for p, configs in by_problem.items() if p != name for c in configs}
+        assert set(by_problem[name]) - {"iree_default"} <= own
+        assert not (own & others) - set(by_problem[name])
+    again = CliRunner().invoke(cli, command)
+    assert again.exit_code == 0, again.output
+    assert len(open("generated/tuning.jsonl").read().splitlines()) == len(records)

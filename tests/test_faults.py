@@ -295,6 +295,31 @@ def test_signal_during_a_run_on_two_devices_loses_and_duplicates_nothing(tuning,
     assert len(tuning.rows()) == 9  # the default and 8 points
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [3, 8])
+def test_signal_while_problems_are_searched_at_once_loses_and_duplicates_nothing(tuning, after):
+    """Two problems searched at the same time, each in its own thread, on two devices: a
+    Ctrl-C stops both threads at their next tool or record, nothing is left running, and the
+    database and the CSV agree; the same command resumes both problems to the end."""
+    tuning.path("mm.mlir").write_text(
+        matmul_function("mm", 64, 64, 64) + matmul_function("other", 64, 32, 128)
+    )
+    tuning.configure(n_trial=8)
+    options = ("--devices", "local-task,local-sync", "--parallel-problems", "2")
+    process = tuning.start(*options)
+    tuning.wait_for_records(process, after)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode in (0, 130), stderr
+    assert_clean_stderr(stderr)
+    tuning.assert_no_leftovers()
+    assert_once_each(tuning)
+    rerun = tuning.run(*options)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_once_each(tuning)
+    assert len(tuning.rows()) == 18  # per problem, the default and 8 points
+
+
 # ----- tools that hang, crash or lie ------------------------------------------------------
 
 

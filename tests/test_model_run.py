@@ -239,10 +239,12 @@ def test_a_named_module_is_tuned_on_its_dispatches(folder):
     assert "answers checked on the dispatch against IREE's default" in log
 
 
-def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder):
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder, parallel):
     """A model's budget can give one problem more than n_trial points (4 here); a rerun
-    resumes all of them, measures nothing twice and nothing new."""
-    args = ["run", "gemm_matmul_transpose.onnx", "--budget", "12"]
+    resumes all of them, measures nothing twice and nothing new. With two problems
+    searched at once (a batch each per round), the budget is still spent exactly."""
+    args = ["run", "gemm_matmul_transpose.onnx", "--budget", "12", "--parallel-problems", parallel]
     assert CliRunner().invoke(cli, args).exit_code == 0
     database = folder / "generated/tuning.jsonl"
     first = [json.loads(line) for line in database.read_text().splitlines()]
@@ -250,6 +252,7 @@ def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder):
     for record in first:
         per_problem[record["problem"]] = per_problem.get(record["problem"], 0) + 1
     assert max(per_problem.values()) > 4 + 1  # one problem got more than n_trial, plus default
+    assert len(first) == 12 + 2  # the budget and the two defaults
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     after = [json.loads(line) for line in database.read_text().splitlines()]

@@ -85,6 +85,16 @@ def test_hopper_tensor_cores_are_used(built):
     assert "wgmma" in open(binary.ptx_path).read()
 
 
+def test_loads_are_asynchronous_and_pipelined(built):
+    """Triton is told that IREE's bindings are 16-byte aligned: it then copies tiles with
+    cp.async, one buffer per stage (3 stages of a 128x64 and a 64x128 f16 tile). Without
+    that, every element was its own load and 4096^3 took 1.5 ms instead of about 0.2."""
+    _, binary, _ = built["plain"]
+    ptx = open(binary.ptx_path).read()
+    assert "cp.async" in ptx
+    assert binary.shared_bytes >= 3 * (128 * 64 + 64 * 128) * 2
+
+
 def test_the_ptx_compiler_runs_in_its_own_process(tmp_path):
     from autosched.records import problem_shape
 
