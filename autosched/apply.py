@@ -623,6 +623,22 @@ def compare_outputs(
 
 
 @dataclass
+class CustomProof:
+    """The model with custom kernels in place of contractions (and the spec for the rest),
+    against the same default and spec-only builds of the same proof."""
+
+    replaced: int  # contractions that run a custom kernel
+    ms: float | None = None
+    cv: float | None = None
+    speedup: float | None = None  # default over this build
+    over_spec: float | None = None  # the spec-only build over this one
+    outputs_match: bool = False
+    max_error: float | None = None
+    rounds_ms: list[float] = dataclasses.field(default_factory=list)
+    message: str = ""
+
+
+@dataclass
 class ModelProof:
     """The model compiled without and with the spec: answers compared, calls timed.
 
@@ -642,12 +658,26 @@ class ModelProof:
     default_rounds_ms: list[float] = dataclasses.field(default_factory=list)
     tuned_rounds_ms: list[float] = dataclasses.field(default_factory=list)
     message: str = ""  # why the outputs differ, or why the tuned module could not be timed
+    custom: CustomProof | None = None  # with `custom_spec`: the build with custom kernels
 
 
 def _summary(rounds: list[float]) -> tuple[float, float]:
     mean = statistics.fmean(rounds)
-    cv = statistics.pstdev(rounds) / mean if mean > 0 else 0.0
+    cv = statistics.pstdev(rounds) / mean if mean else 0.0
     return statistics.median(rounds), cv
+
+
+@dataclass
+class _Build:
+    """One build of the model in a proof: its answers against the default's, its times."""
+
+    name: str
+    vmfb: str | None
+    runs: bool = True
+    match: bool = True
+    max_error: float | None = None
+    message: str = ""
+    rounds: list[float] = dataclasses.field(default_factory=list)
 
 
 def prove(
@@ -665,15 +695,18 @@ def prove(
     min_time: float = 0.05,
     tolerance: float | None = None,
     work_dir: str | None = None,
+    custom_spec: str | None = None,
 ) -> ModelProof:
     """Compiles the model without and with the spec, compares outputs, times both.
 
     Inputs are random with `seed`; outputs are compared per element type (verify.TOLERANCE,
-    integers exactly) unless `tolerance` is given. Timing: `rounds` rounds, each timing both
-    modules with iree-benchmark-module (`repetitions` x `min_time`), in alternating order.
-    A compile failure, or a default module that fails to run, is a UserError; a tuned module
-    that fails to run or to be timed is a proof with `outputs_match` False or no tuned time,
-    and the reason in `message`. `work_dir` keeps the vmfbs, inputs and outputs.
+    integers exactly) unless `tolerance` is given. Timing: `rounds` rounds, each timing every
+    build with iree-benchmark-module (`repetitions` x `min_time`), in an order that turns
+    each round. A compile failure, or a default module that fails to run, is a UserError; a
+    tuned module that fails to run or to be timed is a proof with `outputs_match` False or no
+    tuned time, and the reason in `message`. `work_dir` keeps the vmfbs, inputs and outputs.
+    With `custom_spec` (substitution.py) a third build runs custom kernels in place of the
+    contractions it matches, with the spec for the rest (`custom`).
     """
     if rounds < 1:
         raise UserError(f"rounds is {rounds}: at least 1")
@@ -681,37 +714,49 @@ def prove(
     with tempfile.TemporaryDirectory(prefix="autosched-proof-") as scratch:
         work = work_dir or scratch
         source = prepare_model(model_path, work)
-        default_vmfb = _iree_compile(
-            source, flags, os.path.join(work, "default.vmfb"), timeout, model_path
+        default = _Build(
+            "default",
+            _iree_compile(source, flags, os.path.join(work, "default.vmfb"), timeout, model_path),
         )
-        tuned_vmfb = _iree_compile(
-            source, [*flags, *spec], os.path.join(work, "tuned.vmfb"), timeout, model_path
+        tuned = _Build(
+            "tuned",
+            _iree_compile(
+                source, [*flags, *spec], os.path.join(work, "tuned.vmfb"), timeout, model_path
+            ),
         )
+        builds = [default, tuned]
+        custom = None
+        if custom_spec:
+            custom = _custom_build(source, custom_spec, flags, spec, work, timeout)
+            builds.append(custom[0])
         entry = _entry_function(source, flags, function, work, timeout, model_path)
         inputs = make_inputs(entry, os.path.join(work, "inputs"), seed)
         try:
             expected = run_outputs(
-                default_vmfb, device, entry, inputs, os.path.join(work, "default"), timeout
+                default.vmfb, device, entry, inputs, os.path.join(work, "default"), timeout
             )
         except RunFailed as error:
             raise UserError(f"{model_path}: the model without the spec fails: {error}") from None
-        try:
-            outputs = run_outputs(
-                tuned_vmfb, device, entry, inputs, os.path.join(work, "tuned"), timeout
-            )
-            match, max_error, message = compare_outputs(outputs, expected, entry, tolerance)
-            runs = True
-        except RunFailed as error:
-            match, max_error, message, runs = False, None, f"the tuned model fails: {error}", False
-        default_rounds, tuned_rounds = [], []
+        for build in builds[1:]:
+            if not build.runs:
+                continue
+            try:
+                outputs = run_outputs(
+                    build.vmfb, device, entry, inputs, os.path.join(work, build.name), timeout
+                )
+                build.match, build.max_error, build.message = compare_outputs(
+                    outputs, expected, entry, tolerance
+                )
+            except RunFailed as error:
+                build.match, build.runs = False, False
+                build.message = f"the {build.name} model fails: {error}"
         for round_index in range(rounds):
-            order = ("default", "tuned") if round_index % 2 == 0 else ("tuned", "default")
-            for which in order:
-                if which == "tuned" and not runs:
+            shift = round_index % len(builds)
+            for build in builds[shift:] + builds[:shift]:
+                if not build.runs:
                     continue
-                vmfb = default_vmfb if which == "default" else tuned_vmfb
                 timing = time_module(
-                    vmfb,
+                    build.vmfb,
                     device,
                     inputs,
                     dispatch_repeat=1,
@@ -720,23 +765,23 @@ def prove(
                     timeout=timeout,
                     function=entry.name,
                 )
-                if timing.status != "ok":
-                    if which == "default":
-                        raise UserError(
-                            f"{model_path}: timing the model without the spec failed: "
-                            f"{timing.message}"
-                        )
-                    runs = False
-                    message = "; ".join(
-                        m for m in (message, f"timing the tuned model: {timing.message}") if m
-                    )
-                    tuned_rounds = []
+                if timing.status == "ok":
+                    build.rounds.append(timing.median_ms)
                     continue
-                (default_rounds if which == "default" else tuned_rounds).append(timing.median_ms)
-    default_ms, default_cv = _summary(default_rounds)
+                if build is default:
+                    raise UserError(
+                        f"{model_path}: timing the model without the spec failed: {timing.message}"
+                    )
+                build.runs, build.rounds = False, []
+                build.message = "; ".join(
+                    m
+                    for m in (build.message, f"timing the {build.name} model: {timing.message}")
+                    if m
+                )
+    default_ms, default_cv = _summary(default.rounds)
     tuned_ms = tuned_cv = speedup = None
-    if tuned_rounds:
-        tuned_ms, tuned_cv = _summary(tuned_rounds)
+    if tuned.rounds:
+        tuned_ms, tuned_cv = _summary(tuned.rounds)
         speedup = default_ms / tuned_ms if tuned_ms > 0 else None
     return ModelProof(
         function=entry.name,
@@ -745,10 +790,53 @@ def prove(
         default_cv=default_cv,
         tuned_cv=tuned_cv,
         speedup=speedup,
-        outputs_match=match,
-        max_error=max_error,
+        outputs_match=tuned.match,
+        max_error=tuned.max_error,
         outputs=len(entry.outputs),
-        default_rounds_ms=default_rounds,
-        tuned_rounds_ms=tuned_rounds,
-        message=message,
+        default_rounds_ms=default.rounds,
+        tuned_rounds_ms=tuned.rounds,
+        message=tuned.message,
+        custom=_custom_proof(custom, default_ms, tuned_ms) if custom else None,
     )
+
+
+def _custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Build, int]:
+    """The model with custom kernels in place of their contractions (a build that does not
+    compile is one that does not run: the spec-only proof stands)."""
+    from autosched.substitution import RESUME_FLAG, rewrite_model
+
+    build = _Build("custom", None)
+    try:
+        rewritten, replaced = rewrite_model(
+            source, custom_spec, flags, os.path.join(work, "custom.mlir"), timeout
+        )
+        build.vmfb = _iree_compile(
+            rewritten,
+            [*flags, *spec, RESUME_FLAG],
+            os.path.join(work, "custom.vmfb"),
+            timeout,
+            source,
+        )
+    except (RuntimeError, UserError) as error:
+        build.runs, build.match, build.message = False, False, f"does not compile: {error}"
+        return build, 0
+    if not replaced:
+        build.runs, build.match = False, False
+        build.message = "the custom-kernel spec matched no contraction of the model"
+    return build, replaced
+
+
+def _custom_proof(custom: tuple[_Build, int], default_ms: float, tuned_ms: float | None):
+    build, replaced = custom
+    proof = CustomProof(
+        replaced=replaced,
+        outputs_match=build.match and build.runs,
+        max_error=build.max_error,
+        rounds_ms=build.rounds,
+        message=build.message,
+    )
+    if build.rounds:
+        proof.ms, proof.cv = _summary(build.rounds)
+        proof.speedup = default_ms / proof.ms
+        proof.over_spec = tuned_ms / proof.ms if tuned_ms else None
+    return proof

@@ -306,13 +306,19 @@ def _tune(config: RunConfig, target, analysis: Analysis, paths: RunPaths, resume
 
 @cli.command()
 @click.argument("model_file", metavar="MODEL")
-@click.option("--spec", "spec_path", required=True, help="tuning spec to apply (a .mlir file)")
+@click.option("--spec", "spec_path", help="tuning spec to apply (a .mlir file)")
 @click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
 @click.option("--target", type=click.Choice(TARGETS), help="backend")
 @click.option("--arch", help="GPU architecture for --target cuda")
 @click.option("--device", help="IREE device URI for the runs")
 @click.option("--seed", type=int, help="seed for the random inputs")
-def apply(model_file, spec_path, config_path, **overrides) -> None:
+@click.option(
+    "--custom",
+    "custom_spec",
+    help="custom-kernel spec of a model run (results.custom.mlir): a third build, with the "
+    "kernels in place of their contractions",
+)
+def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
     """Prove SPEC on MODEL: which dispatches it configures, outputs compared, latency before and
     after (exit 1 when the outputs differ)."""
     from autosched.model_run import apply_spec
@@ -320,11 +326,14 @@ def apply(model_file, spec_path, config_path, **overrides) -> None:
     config = with_overrides(load_config(config_path), input_file=model_file, **overrides)
     if not os.path.isfile(model_file):
         raise UserError(f"{model_file}: no such file")
-    if not os.path.isfile(spec_path):
-        raise UserError(f"{spec_path}: no such tuning spec")
+    if not spec_path and not custom_spec:
+        raise UserError("give a tuning spec (--spec), a custom-kernel spec (--custom), or both")
+    for path, what in ((spec_path, "tuning spec"), (custom_spec, "custom-kernel spec")):
+        if path and not os.path.isfile(path):
+            raise UserError(f"{path}: no such {what}")
     interrupts.install()
     try:
-        apply_spec(config, spec_path)
+        apply_spec(config, spec_path, custom_spec)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -41,6 +41,10 @@ def compiler_path() -> str:
     return processes.tool_path("iree-compile", find_tool("iree-compile"))
 
 
+def opt_path() -> str:
+    return processes.tool_path("iree-opt", find_tool("iree-opt"))
+
+
 def compile_one(job: CompileJob, timeout: float) -> CompileResult:
     """iree-compile on one variant (after the command that writes it, if it has one)."""
     os.makedirs(os.path.dirname(job.output) or ".", exist_ok=True)

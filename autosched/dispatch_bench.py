@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from autosched import processes
-from autosched.compile import compiler_path
+from autosched.compile import compiler_path, opt_path
 from autosched.errors import UserError
 from autosched.model import walk_ops
 
@@ -38,12 +38,6 @@ class DispatchBenchmark:
     check_source: str = ""  # the dispatch alone behind a function of its operands (.mlir)
     check_inputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per operand
     check_outputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per result
-
-
-def _opt_tool() -> str:
-    from iree.compiler.tools.binaries import find_tool
-
-    return processes.tool_path("iree-opt", find_tool("iree-opt"))
 
 
 def _entries(path: str) -> tuple[str, str] | None:
@@ -93,7 +87,7 @@ def dump_dispatch_benchmarks(
         stripped = os.path.join(folder, name)
         done = processes.run(
             [
-                _opt_tool(),
+                opt_path(),
                 os.path.join(raw, name),
                 "--iree-codegen-strip-compilation-info",
                 "-o",

@@ -167,6 +167,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     progress.start_model(f"{os.path.basename(config.input_file):<40}", budget + len(problems))
     try:
         report = run_campaign(tuning, problems, progress, budget, config.mode, time_budget)
+        custom = search_custom_kernels(tuning, problems, progress)
     except KeyboardInterrupt as interrupt:
         tuning.csv.finish(tuning.retimed, set())
         tuning.close()
@@ -174,6 +175,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     progress.finish()
     results = [entry.result for entry in problems]
     chosen = {(r.problem.name, r.best.config if r.best else "iree_default") for r in results}
+    chosen |= {(r.problem.name, r.best.config) for r in custom.values()}
     tuning.csv.finish(tuning.retimed, chosen)
     tuning.close()
     report.skipped = skipped
@@ -184,6 +186,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
 
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
     spec_path = write_spec(paths.spec, best, config.starter_spec)
+    custom_spec = write_custom_spec(paths.custom_spec, target, problems, custom, tuning.log)
     applied: dict[str, bool] = {}
     proof = None
     if spec_path:
@@ -193,10 +196,15 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
             message = f"WARNING: the spec's configuration for {name} is NOT applied in the model"
             tuning.log.write(message)
             click.echo(click.style(message, fg="red", bold=True), err=True)
-        proof = _prove(model_path, target, spec_path, config, tuning)
-    else:
+    elif not custom_spec:
         click.echo("no tuning spec: nothing beat IREE's default configurations")
+    if spec_path or custom_spec:
+        proof = _prove(model_path, target, spec_path, config, tuning, custom_spec)
     report.problems = problem_rows(problems, applied)
+    for row in report.problems:
+        result = custom.get(row["problem"])
+        row["custom_ms"] = result.best_ms if result and result.best else None
+        row["route"] = route_of(row, custom_spec is not None and result is not None)
     shares = share_table(report.problems)
     tuning.log.write(shares)
     click.echo("\n" + shares)
@@ -207,7 +215,85 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
             f"tuned model: iree-compile {config.input_file} "
             f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
         )
+    if custom_spec:
+        click.echo(custom_commands(model_path, target, spec_path, custom_spec, config.work_dir))
     _log_budget(tuning, report)
+
+
+def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress: Progress):
+    """Problem name -> the custom-kernel search of each problem the target's custom family
+    covers (when the cfg's pipeline list names it): its points only, n_trial of them, each
+    checked against numpy and timed on its bare kernel (a custom kernel has no place in
+    IREE's dispatch benchmark; the whole-model proof is what judges it)."""
+    from functools import partial
+
+    from autosched.space import build_space
+    from autosched.substitution import substitutable
+
+    target, knobs = tuning.target, tuning.config.knob_space
+    covered = [
+        entry.problem
+        for entry in problems
+        if not substitutable(entry.problem)
+        and any(not target.in_spec(p) for p in build_space(entry.problem, target, knobs).points)
+    ]
+    if not covered:
+        return {}
+    click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
+    results = tuning.concurrently(
+        [
+            partial(tuning.tune_problem, p, progress, own_bar=False, custom_only=True)
+            for p in covered
+        ]
+    )
+    return {result.problem.name: result for result in results}
+
+
+def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: dict, log):
+    """The custom kernels that beat both IREE's default kernel and the campaign's best
+    dispatch time, as the spec that replaces their contractions; None when there are none."""
+    from autosched.substitution import write_substitution
+
+    winners = []
+    for entry in problems:
+        result = custom.get(entry.problem.name)
+        if result is None or result.best is None:
+            continue
+        iree_ms = entry.result.best_ms if entry.result.best else entry.result.baseline_ms
+        if iree_ms and result.best_ms >= iree_ms:
+            log.write(
+                f"{entry.problem.name}: custom kernel {result.best_ms:.4g} ms, not under IREE's "
+                f"{iree_ms:.4g} ms on the dispatch: not substituted"
+            )
+            continue
+        winners.append((entry.problem, result.best.point))
+    if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
+        for why in write_substitution(path, winners, target):
+            log.write(f"not substituted: {why}")
+    return path if os.path.exists(path) else None
+
+
+def route_of(row: dict, substituted: bool) -> str:
+    """Which route a problem's winner took, for the summary (the honest name of it)."""
+    if substituted and row.get("custom_ms") is not None:
+        return "custom kernel"
+    return "IREE configuration" if row["in_spec"] else "IREE default"
+
+
+def custom_commands(model_path, target, spec_path, custom_spec, work_dir) -> str:
+    """The exact commands that build the model with its custom kernels."""
+    import shlex
+
+    from autosched.substitution import RESUME_FLAG, rewrite_commands
+
+    flags = target.compile_flags()
+    out = os.path.join(work_dir, "model", "model.custom.mlir")
+    steps = [command for _, command in rewrite_commands(model_path, custom_spec, flags, out)]
+    spec = target.spec_flags(spec_path) if spec_path else []
+    steps.append(["iree-compile", out, *flags, *spec, RESUME_FLAG, "-o", "model.vmfb"])
+    return "tuned model with custom kernels:\n  " + " &&\n  ".join(
+        shlex.join([os.path.basename(step[0]), *step[1:]]) for step in steps
+    )
 
 
 def share_table(rows: list[dict]) -> str:
@@ -250,7 +336,7 @@ def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:
     return applied
 
 
-def run_proof(model_path, target, spec_path, config: RunConfig):
+def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None):
     """apply.prove with the run's target, device, seed and timing settings."""
     from autosched.apply import prove
 
@@ -266,16 +352,20 @@ def run_proof(model_path, target, spec_path, config: RunConfig):
         repetitions=config.repetitions,
         min_time=config.min_time,
         work_dir=os.path.join(config.work_dir, "model", "proof"),
+        custom_spec=custom_spec,
     )
 
 
-def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning) -> dict:
+def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning, custom_spec) -> dict:
     """The whole model with and without the spec: one line and the summary's numbers."""
-    proof = run_proof(model_path, target, spec_path, config)
-    line = model_line(proof)
-    tuning.log.write(line)
-    click.echo(line)
+    from dataclasses import asdict
+
+    proof = run_proof(model_path, target, spec_path, config, custom_spec)
+    for line in [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]:
+        tuning.log.write(line)
+        click.echo(line)
     return {
+        "custom": asdict(proof.custom) if proof.custom else None,
         "function": proof.function,
         "default_ms": proof.default_ms,
         "tuned_ms": proof.tuned_ms,
@@ -299,6 +389,23 @@ def model_line(proof) -> str:
     return f"model: {proof.default_ms:.4g} ms -> {tuned}{speedup}, {answer}"
 
 
+def custom_line(custom) -> str:
+    """`with custom kernels (N replaced): C ms (X× over the default, Y× over the spec alone),
+    outputs match`."""
+    if custom.ms is None:
+        return f"with custom kernels: no time ({custom.message})"
+    over = f", {custom.over_spec:.2f}x over the spec alone" if custom.over_spec else ""
+    answer = (
+        f"outputs match (max error {custom.max_error or 0:.2g})"
+        if custom.outputs_match
+        else f"OUTPUTS DIFFER: {custom.message}"
+    )
+    return (
+        f"with custom kernels ({custom.replaced} contraction(s) replaced): {custom.ms:.4g} ms "
+        f"({custom.speedup:.2f}x over the default{over}), {answer}"
+    )
+
+
 def _log_budget(tuning: Tuning, report: CampaignReport) -> None:
     tuning.log.write(
         f"budget: {report.trials} of {report.budget} trials used ({report.mode} mode), "
@@ -306,7 +413,7 @@ def _log_budget(tuning: Tuning, report: CampaignReport) -> None:
     )
 
 
-def apply_spec(config: RunConfig, spec_path: str) -> None:
+def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None = None) -> None:
     """`autosched apply`: which dispatches the spec configures, and the whole-model proof."""
     from autosched.apply import spec_coverage
     from autosched.targets import make_target
@@ -316,15 +423,20 @@ def apply_spec(config: RunConfig, spec_path: str) -> None:
     path = config.input_file
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)
-    configs = spec_coverage(
-        model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
-    )
-    changed = [c for c in configs if c.changed]
-    click.echo(f"{len(changed)} of {len(configs)} contraction dispatch(es) configured by the spec")
-    for c in configs:
-        state = "spec" if c.changed else "IREE default"
-        click.echo(f"  {c.entry_point}: {c.contraction} ({state})")
-    proof = run_proof(model_path, target, spec_path, config)
+    if spec_path:
+        configs = spec_coverage(
+            model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
+        )
+        changed = [c for c in configs if c.changed]
+        click.echo(
+            f"{len(changed)} of {len(configs)} contraction dispatch(es) configured by the spec"
+        )
+        for c in configs:
+            state = "spec" if c.changed else "IREE default"
+            click.echo(f"  {c.entry_point}: {c.contraction} ({state})")
+    proof = run_proof(model_path, target, spec_path, config, custom_spec)
     click.echo(model_line(proof))
-    if not proof.outputs_match:
+    if proof.custom:
+        click.echo(custom_line(proof.custom))
+    if not proof.outputs_match or (proof.custom and not proof.custom.outputs_match):
         raise SystemExit(1)

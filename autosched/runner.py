@@ -414,6 +414,7 @@ class Tuning:
         own_bar: bool = True,
         benchmark: DispatchBenchmark | None = None,
         resume_at_most: int | None = None,
+        custom_only: bool = False,
     ) -> ProblemSearch:
         """The space, the inputs, the default (measured or resumed) and the resumed trials.
 
@@ -422,12 +423,17 @@ class Tuning:
         """
         log, config, target = self.log, self.config, self.target
         space = build_space(problem, target, config.knob_space)
-        if benchmark is not None:  # IREE's dispatch takes a spec, not a custom kernel
-            kept = [p for p in space.points if target.in_spec(p)]
+        if benchmark is not None or custom_only:
+            # IREE's dispatch takes a spec, not a custom kernel: a model's custom kernels are
+            # searched on their bare kernel, in a pass of their own (`custom_only`).
+            kept = [p for p in space.points if target.in_spec(p) != custom_only]
+            why = (
+                "IREE configurations are searched on the model's dispatches"
+                if custom_only
+                else "custom kernels are searched on the bare kernel, after the campaign"
+            )
             if len(kept) < len(space.points):
-                space.rejected["custom kernels are not timed on a model's dispatches yet"] += len(
-                    space.points
-                ) - len(kept)
+                space.rejected[why] += len(space.points) - len(kept)
                 space.points = kept
         if own_bar:
             progress.start(problem, min(config.n_trial, len(space.points)) + 1)
@@ -552,11 +558,16 @@ class Tuning:
         return search.result
 
     def tune_problem(
-        self, problem: MatmulProblem, progress: Progress, own_bar: bool = True
+        self,
+        problem: MatmulProblem,
+        progress: Progress,
+        own_bar: bool = True,
+        custom_only: bool = False,
     ) -> ProblemResult:
-        """One problem to the end: n_trial points, or fewer with early stopping."""
+        """One problem to the end: n_trial points, or fewer with early stopping (only the
+        points of custom kernels with `custom_only`)."""
         config = self.config
-        search = self.start_problem(problem, progress, own_bar)
+        search = self.start_problem(problem, progress, own_bar, custom_only=custom_only)
         if search.state is not None:
             stopped = run_search(
                 search.state,

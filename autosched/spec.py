@@ -23,9 +23,9 @@ ANY_OP = "!transform.any_op"
 PARAM = "!transform.param<i64>"
 
 
-def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str, str]:
-    """(name, named_sequence text) matching the problem's contractions and giving its config."""
-    name = f"match_{problem.name}"
+def match_contraction(problem: MatmulProblem) -> str:
+    """Transform ops that match `%op` to the problem's contractions, in whatever form (named
+    op or linalg.generic): element types, indexing maps and every dimension."""
     batch = f"[{problem.batch}]" if problem.batch else "[]"
     dims = [
         ("%batch", batch),
@@ -34,14 +34,22 @@ def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str,
         ("%k", f"[{problem.k}]"),
     ]
     checks = "".join(f"    transform.iree.match.dims_equal {v}, {d} : {PARAM}\n" for v, d in dims)
-    text = (
-        f"  transform.named_sequence @{name}(%op: {ANY_OP} {{transform.readonly}})"
-        f" -> ({ANY_OP}, !transform.any_param) {{\n"
+    return (
         f"    %batch, %m, %n, %k = transform.iree.match.contraction %op,"
         f" lhs_type = {problem.lhs_type}, rhs_type = {problem.rhs_type},"
         f" output_type = {problem.acc_type}, indexing_maps = {problem.indexing_maps}"
         f" : {ANY_OP} -> {PARAM}\n"
         f"{checks}"
+    )
+
+
+def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str, str]:
+    """(name, named_sequence text) matching the problem's contractions and giving its config."""
+    name = f"match_{problem.name}"
+    text = (
+        f"  transform.named_sequence @{name}(%op: {ANY_OP} {{transform.readonly}})"
+        f" -> ({ANY_OP}, !transform.any_param) {{\n"
+        f"{match_contraction(problem)}"
         f"    %config = transform.param.constant {target.lowering_config(problem, point)}"
         f" -> !transform.any_param\n"
         f"    transform.yield %op, %config : {ANY_OP}, !transform.any_param\n"
@@ -101,7 +109,7 @@ def merge_with_starter(tuned: str, starter_path: str) -> str:
     makes one entry point that tries them in order. The tuned spec comes first: where both
     match an op, the first spec's configuration is the one IREE keeps (checked on the CPU).
     """
-    from iree.compiler.tools.binaries import find_tool
+    from autosched.compile import opt_path
 
     context = ir.Context()
     starter = read_starter(starter_path, context)
@@ -112,8 +120,8 @@ def merge_with_starter(tuned: str, starter_path: str) -> str:
         nested = os.path.join(folder, "nested.mlir")
         with open(nested, "w", encoding="utf-8") as handle:
             handle.write(str(outer))
-        tool = processes.tool_path("iree-opt", find_tool("iree-opt"))
-        finished = processes.run([tool, nested, "--iree-codegen-link-tuning-specs"], LINK_TIMEOUT)
+        command = [opt_path(), nested, "--iree-codegen-link-tuning-specs"]
+        finished = processes.run(command, LINK_TIMEOUT)
     if finished.timed_out or finished.returncode != 0:
         reason = processes.describe_failure(finished, "iree-opt")
         raise UserError(

@@ -1,62 +1,50 @@
-"""Custom-kernel winners as a preprocessing transform spec: the matched op is replaced by
-a call to a function that runs the kernel as a `hal.dispatch.extern` (issue 12).
+"""Custom-kernel winners as a transform spec: each matched contraction is replaced by a call
+to a function that runs the kernel as a `hal.dispatch.extern` (issue 12).
 
 A lowering configuration cannot say "use this PTX", so the winners of the custom family
-are applied before IREE forms dispatches: `iree-compile
---iree-preprocessing-transform-spec-filename=SPEC` matches each tuned op by its name, its
-operand types and a zero-filled accumulator (the family computes C = A·B from zero), and
-`cast_and_call`s the kernel's function in its place, as IREE's own custom-kernel samples
-do (../shared/probes/README.md: on the H200 the matmul became the extern dispatch and the
-outputs matched the default build's).
+replace their ops before IREE forms dispatches. The spec matches a contraction as the tuning
+spec does (element types, indexing maps, every dimension, in any form: named op or
+linalg.generic) whose accumulator is a `linalg.fill` (the family computes C = A·B from
+zero), and `cast_and_call`s the kernel's function in its place, as IREE's own custom-kernel
+samples do.
+
+Two routes apply it:
+- a module written by hand: `iree-compile --iree-preprocessing-transform-spec-filename=SPEC`
+  (its ops already have their final form when preprocessing runs);
+- a model (`rewrite_model`): the model is lowered to global optimization, where each
+  contraction has the form its dispatch will have (a torch `nn.Linear` is a broadcast
+  batch_matmul of a transposed weight before it, a matmul with a transposed map after), the
+  spec is applied there with iree-opt, and iree-compile goes on from that phase.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
+from autosched import processes
 from autosched.analysis import MatmulProblem
-from autosched.manifest import tensor_type
-from autosched.triton_kernels import KernelBinary, KernelParams, extern_function
+from autosched.spec import match_contraction
+from autosched.triton_kernels import KernelBinary, KernelParams, extern_function, unsupported
 
 SPEC_FLAG = "--iree-preprocessing-transform-spec-filename"
+REWRITE_PHASE = "global-optimization"  # where a model's contractions have their dispatch form
+RESUME_FLAG = f"--compile-from={REWRITE_PHASE}"  # compiles a rewritten model the rest of the way
+FUNCTION_PREFIX = "autosched_custom_"
 ANY_OP, ANY_VALUE = "!transform.any_op", "!transform.any_value"
-# Ops a substitution can name: the named contractions (a `linalg.generic` cannot be told
-# from other generics by its name and types alone).
-NAMED_OPS = (
-    "linalg.matmul",
-    "linalg.batch_matmul",
-    "linalg.matmul_transpose_b",
-    "linalg.batch_matmul_transpose_b",
-)
 
 
 def substitutable(problem: MatmulProblem) -> str | None:
     """Why a custom winner for this problem cannot be substituted, or None."""
-    if problem.op_name not in NAMED_OPS:
-        return f"{problem.op_name} cannot be matched by name"
-    if problem.transpose_b and problem.n == problem.k and problem.op_name.endswith("matmul"):
-        # B's type alone does not tell a transposed operand from a plain one.
-        return "a square transposed B is ambiguous by type"
-    return None
+    return unsupported(problem)
 
 
 def _matcher(index: int, problem: MatmulProblem) -> str:
-    types = [
-        tensor_type(problem.lhs_shape, problem.lhs_type),
-        tensor_type(problem.rhs_shape, problem.rhs_type),
-        tensor_type(problem.acc_shape, problem.acc_type),
-    ]
-    checks = []
-    for operand, type_text in enumerate(types):
-        checks += [
-            f"    %in{operand} = transform.get_operand %op[{operand}] : ({ANY_OP}) -> {ANY_VALUE}",
-            f"    transform.iree.match.cast_compatible_type %in{operand} = {type_text} "
-            f": {ANY_VALUE}",
-        ]
     return "\n".join(
         [
             f"  transform.named_sequence @match_custom_{index}"
             f"(%op: {ANY_OP} {{transform.readonly}}) -> ({ANY_OP}) {{",
-            f'    transform.match.operation_name %op ["{problem.op_name}"] : {ANY_OP}',
-            *checks,
+            match_contraction(problem).rstrip("\n"),
             # The family starts from zero: the accumulator must come from a linalg.fill.
             f"    %init = transform.get_producer_of_operand %op[2] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
@@ -72,7 +60,7 @@ def _caller(index: int) -> str:
             f"  transform.named_sequence @call_custom_{index}"
             f"(%op: {ANY_OP} {{transform.readonly}}) {{",
             f"    %module = transform.util.get_nearest_symbol_table %op : ({ANY_OP}) -> {ANY_OP}",
-            f"    %func = transform.util.import_symbol @autosched_custom_{index} into %module "
+            f"    %func = transform.util.import_symbol @{FUNCTION_PREFIX}{index} into %module "
             f"if undefined : ({ANY_OP}) -> {ANY_OP}",
             f"    %ins = transform.get_operand %op[0, 1] : ({ANY_OP}) -> {ANY_VALUE}",
             f"    %outs = transform.get_result %op[all] : ({ANY_OP}) -> {ANY_VALUE}",
@@ -91,7 +79,7 @@ def substitution_spec(
     """The preprocessing spec that puts each winner's kernel in place of its op."""
     functions = [
         extern_function(
-            problem, params, binary, executable_target, f"autosched_custom_{i}", "util.func"
+            problem, params, binary, executable_target, f"{FUNCTION_PREFIX}{i}", "util.func"
         )
         for i, (problem, params, binary) in enumerate(winners)
     ]
@@ -125,8 +113,6 @@ def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], tar
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
     left by an earlier run is removed first."""
-    import os
-
     from autosched.triton_kernels import compile_ptx
 
     if os.path.exists(path):
@@ -152,3 +138,56 @@ def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], tar
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))
     return refused
+
+
+def rewrite_commands(
+    source: str, spec: str, flags: Sequence[str], out: str
+) -> list[tuple[str, list[str]]]:
+    """(tool, command) to lower the model to global optimization and apply the spec there;
+    `out` gets the rewritten module, to compile on with `flags` and RESUME_FLAG."""
+    from autosched.compile import compiler_path, opt_path
+
+    lowered = _lowered(out)
+    pipeline = (
+        f"builtin.module(iree-preprocessing-transform-interpreter{{transform-spec-path={spec}}})"
+    )
+    return [
+        (
+            "iree-compile",
+            [compiler_path(), source, *flags, f"--compile-to={REWRITE_PHASE}", "-o", lowered],
+        ),
+        ("iree-opt", [opt_path(), lowered, f"--pass-pipeline={pipeline}", "-o", out]),
+    ]
+
+
+def rewrite_model(
+    source: str, spec: str, flags: Sequence[str], out: str, timeout: float
+) -> tuple[str, int]:
+    """The model at global optimization with the spec's kernels in place of their ops, and how
+    many ops were replaced. A failing tool is a RuntimeError with its one telling line."""
+    for tool, command in rewrite_commands(source, spec, flags, out):
+        finished = processes.run(command, timeout)
+        if finished.timed_out or finished.returncode != 0:
+            why = (
+                f"over {timeout:g} s"
+                if finished.timed_out
+                else processes.describe_failure(finished, tool)
+            )
+            raise RuntimeError(f"{tool}: {why}")
+    return out, count_externs(out) - count_externs(_lowered(out))
+
+
+def _lowered(out: str) -> str:
+    """Where the model lowered to global optimization is kept, beside the rewritten one."""
+    return out.removesuffix(".mlir") + ".global.mlir"
+
+
+def count_externs(path: str) -> int:
+    """Custom dispatches (`hal.dispatch.extern`) in a module, read with the bindings: the
+    rewrite adds one for each contraction that now runs a custom kernel."""
+    from iree.compiler import ir
+
+    from autosched.model import walk_ops
+
+    module = ir.Module.parseFile(path, ir.Context())
+    return sum(1 for op in walk_ops(module.operation) if op.name == "hal.dispatch.extern")

@@ -278,3 +278,115 @@ def test_custom_winners_replace_their_ops_before_dispatches_form(tmp_path):
     text = flow.read_text()
     assert text.count("flow.dispatch @extern_dispatch") == 1  # the zero-filled one
     assert text.count("_matmul_256x384x512") >= 1  # the accumulating one: IREE's dispatch
+
+
+LINEAR_MODEL = """
+func.func @main(%x: tensor<256x512xf16>, %w: tensor<384x512xf16>) -> tensor<256x384xf16> {
+  %e = tensor.empty() : tensor<512x384xf16>
+  %t = linalg.transpose ins(%w : tensor<384x512xf16>) outs(%e : tensor<512x384xf16>)
+      permutation = [1, 0]
+  %zero = arith.constant 0.0 : f16
+  %o = tensor.empty() : tensor<256x384xf16>
+  %f = linalg.fill ins(%zero : f16) outs(%o : tensor<256x384xf16>) -> tensor<256x384xf16>
+  %r = linalg.matmul ins(%x, %t : tensor<256x512xf16>, tensor<512x384xf16>)
+      outs(%f : tensor<256x384xf16>) -> tensor<256x384xf16>
+  %s = math.sin %r : tensor<256x384xf16>
+  return %s : tensor<256x384xf16>
+}
+"""
+
+
+def test_a_models_contraction_is_replaced_where_its_dispatch_form_is_known(tmp_path):
+    """A model (nn.Linear as torch lowers it: a transposed weight, then a matmul) is found as
+    the transposed-B matmul IREE's dispatch holds; the spec written for that problem replaces
+    it once the model is lowered to global optimization, and iree-compile goes on from there
+    to an sm_90 module with the kernel as a custom dispatch."""
+    from autosched.compile import compiler_path
+    from autosched.host import Machine
+    from autosched.model import analyze_model
+    from autosched.model_run import model_for_target
+    from autosched.substitution import RESUME_FLAG, rewrite_model, write_substitution
+    from autosched.targets.cuda import CudaTarget
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    (tmp_path / "linear.mlir").write_text(LINEAR_MODEL)
+    model = model_for_target(str(tmp_path / "linear.mlir"), target, str(tmp_path / "work"))
+    (contraction,) = analyze_model(model, target.compile_flags()).contractions
+    problem = contraction.as_matmul_problem()
+    assert problem.transpose_b and (problem.m, problem.n, problem.k) == (256, 384, 512)
+    point = {"tile_m": 128, "tile_n": 128, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
+    spec = str(tmp_path / "results.custom.mlir")
+    assert write_substitution(spec, [(problem, {**point, "group_m": 8})], target) == []
+    flags = target.compile_flags()
+    rewritten, replaced = rewrite_model(model, spec, flags, str(tmp_path / "rewritten.mlir"), 300)
+    assert replaced == 1
+    vmfb = tmp_path / "model.vmfb"
+    done = subprocess.run(
+        [compiler_path(), rewritten, *flags, RESUME_FLAG, "-o", str(vmfb)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # The same spec on the model as written (before global optimization) finds nothing: its
+    # matmul there takes the transposed copy, not the weight.
+    plain = tmp_path / "plain.mlir"
+    lowered = subprocess.run(
+        [compiler_path(), model, *flags, "--compile-to=input", "-o", str(plain)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert lowered.returncode == 0, lowered.stderr[-2000:]
+    assert (
+        "hal.dispatch.extern"
+        not in subprocess.run(
+            [
+                compiler_path(),
+                str(plain),
+                *flags,
+                f"--iree-preprocessing-transform-spec-filename={spec}",
+                "--compile-to=flow",
+                "-o",
+                "-",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
+    )
+
+
+def _linear_model_with_custom_spec(folder) -> tuple[str, str]:
+    """LINEAR_MODEL and a custom-kernel spec for its one contraction (as a run writes it)."""
+    from autosched.host import Machine
+    from autosched.model import analyze_model
+    from autosched.model_run import model_for_target
+    from autosched.substitution import write_substitution
+    from autosched.targets.cuda import CudaTarget
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    (folder / "linear.mlir").write_text(LINEAR_MODEL)
+    model = model_for_target(str(folder / "linear.mlir"), target, str(folder / "work"))
+    (contraction,) = analyze_model(model, target.compile_flags()).contractions
+    point = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
+    spec = str(folder / "results.custom.mlir")
+    problem = contraction.as_matmul_problem()
+    assert write_substitution(spec, [(problem, {**point, "group_m": 1})], target) == []
+    return str(folder / "linear.mlir"), spec
+
+
+@pytest.mark.gpu
+def test_a_model_with_its_custom_kernel_gives_the_default_builds_outputs(tmp_path, monkeypatch):
+    """`autosched apply MODEL --custom SPEC` on the GPU: the third build runs the kernel in
+    place of the model's contraction, and its outputs match IREE's default build."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    model, spec = _linear_model_with_custom_spec(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", model, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (1 contraction(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
