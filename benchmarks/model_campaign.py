@@ -63,7 +63,8 @@ repetitions = 3
 min_time = {min_time}
 retime_top = 3
 timer = {timer}
-"""
+{custom}"""
+CUSTOM_CFG = "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute, Custom]\n"
 
 
 def rms_norm(x, weight):
@@ -192,6 +193,9 @@ def main() -> None:
     parser.add_argument("--target", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--timer", default="tool", choices=["tool", "worker"])
     parser.add_argument("--devices", default="", help="[Env] devices, e.g. all")
+    parser.add_argument(
+        "--custom", action="store_true", help="custom kernels too (sm_90 with Triton, issue 12)"
+    )
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -211,6 +215,7 @@ def main() -> None:
                     min_time=0.03 if options.target == "cuda" else 0.01,
                     timer=options.timer,
                     devices=options.devices,
+                    custom=CUSTOM_CFG if options.custom else "",
                 )
             )
         code, wall, output = run_autosched(folder, model_path, options.target, options.budget)
@@ -244,6 +249,8 @@ PROBLEM_HEADER = [
     "trials",
     "in spec",
     "applied",
+    "route",
+    "custom kernel ms",
 ]
 
 
@@ -255,7 +262,9 @@ def write_table(path: str, rows, options) -> None:
     command = (
         f"python3 benchmarks/model_campaign.py --out DIR --budget {options.budget} "
         f"--scale {options.scale} --target {options.target} --models {options.models} "
-        f"--timer {options.timer}" + (f" --devices {options.devices}" if options.devices else "")
+        f"--timer {options.timer}"
+        + (f" --devices {options.devices}" if options.devices else "")
+        + (" --custom" if options.custom else "")
     )
     lines = [
         f"# Whole models: IREE default, autosched, torch eager ({options.target})",
@@ -291,12 +300,31 @@ def write_table(path: str, rows, options) -> None:
                 ]
             )
         )
+        custom = model.get("custom")
+        if custom:  # the third build of the proof: custom kernels in place of contractions
+            answer = "match" if custom["outputs_match"] else "DIFFER"
+            ms = f"{custom['ms']:.3f} ({custom['cv']:.1%})" if custom.get("ms") else "-"
+            lines.append(
+                table_row(
+                    [
+                        f"{name} + {custom['replaced']} custom kernel(s)",
+                        f"{model['default_ms']:.3f}",
+                        ms,
+                        f"{custom['speedup'] or 0:.2f}x",
+                        eager_text,
+                        f"{answer} (max err {custom['max_error'] or 0:.2g})",
+                        "",
+                        "",
+                    ]
+                )
+            )
         details += [f"\n## {name} {shape}\n", table_row(PROBLEM_HEADER)]
         details.append(table_row(["---"] * len(PROBLEM_HEADER)))
         for p in summary["problems"]:
             cells = [p["problem"], p["occurrences"], f"{p['share']:.1%}", f"{p['share_after']:.1%}"]
             cells += [f"{p['default_ms']:.4g}", f"{p['best_ms']:.4g}", f"{p['speedup'] or 1:.2f}x"]
-            cells += [p["trials"], p["in_spec"], p["applied_in_model"]]
+            cells += [p["trials"], p["in_spec"], p["applied_in_model"], p.get("route", "")]
+            cells.append(f"{p['custom_ms']:.4g}" if p.get("custom_ms") else "-")
             details.append(table_row(cells))
         if summary.get("skipped"):
             details.append(f"\nnot tuned: {summary['skipped']}")

@@ -51,3 +51,22 @@ def test_oversized_vector_tiles_are_rejected(write_module):
     space = build_space(problem, CpuTarget(RunConfig()), lists)
     assert [p["vec_m"] * p["vec_n"] * p["vec_k"] for p in space.points] == [16 * 16 * 8]
     assert sum(space.rejected.values()) == 3
+
+
+def test_custom_blocks_larger_than_the_problem_have_features(write_module):
+    """A custom kernel's block may overhang M (16 rows, blocks of 64 to 256): every point of
+    the space still has finite features, so the cost model can be built (a 0-workgroup log
+    failed on the H200)."""
+    import math
+
+    from autosched.host import Machine
+    from autosched.runner import feature_matrix
+    from autosched.targets.cuda import CudaTarget
+
+    problem = analyze_file(write_module(matmul_function("f", 16, 4096, 4096, "f16"))).problems[0]
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    lists = {"pipeline": ["TileAndFuse", "VectorDistribute", "Custom"]}
+    space = build_space(problem, target, lists)
+    custom = [p for p in space.points if not target.in_spec(p)]
+    assert custom and min(p["tile_m"] for p in custom) > problem.m
+    assert all(math.isfinite(v) for v in feature_matrix(problem, target, space.points).flat)

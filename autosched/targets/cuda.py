@@ -665,7 +665,8 @@ class CudaTarget(Target):
     def features(self, problem: MatmulProblem, point: Point) -> dict[str, float]:
         tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
         threads = self.threads(point)
-        workgroups = (problem.m // tm) * (problem.n // tn) * max(problem.batch, 1)
+        # Ceiling: a custom kernel's block may overhang M or N (its loads are masked).
+        workgroups = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * max(problem.batch, 1)
         waves = workgroups / self.sm_count
         shared = self.shared_memory(problem, point)
         element = ELEMENT_BYTES[problem.lhs_type]
