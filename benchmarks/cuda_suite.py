@@ -275,7 +275,7 @@ def write_table(
         "",
         f"Measured on {len(devices)} device(s) ({', '.join(devices)}), {parallel} problem(s) "
         f"searched at a time: {trials} trials in {wall:.0f} s of tuning (defaults, search and "
-        "re-timing of every problem), {trials / wall:.2f} candidates per second, "
+        f"re-timing of every problem), {trials / wall:.2f} candidates per second, "
         f"{wall / trials:.2f} s per candidate.",
         "",
     ]
