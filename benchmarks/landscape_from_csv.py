@@ -5,8 +5,8 @@ to what `autosched simulate` and benchmarks/repeatability.py read.
 
 The CSV's target column names the architecture (`cuda:sm_90`) only as text; give it with
 `--arch`. The matmul's operand layout is not in the CSV and is taken as plain (no transposed
-operand), as the suite's and the held-out shapes' modules are. `gflops` is the CSV's own, which on a run over
-several devices is already on the first device's scale.
+operand), as the suite's and the held-out shapes' modules are. `gflops` is the CSV's own,
+which on a run over several devices is already on the first device's scale.
 """
 
 from __future__ import annotations

@@ -277,11 +277,17 @@ def test_signal_during_a_run_on_two_devices_loses_and_duplicates_nothing(tuning,
     ends the run with its exit code and one line, no process left (a worker a thread was
     starting included), and the database and the CSV agree; the same command resumes."""
     tuning.configure(n_trial=8)
-    devices = ("--devices", "local-task,local-sync")
-    process = tuning.start(*devices)
+    _interrupt_and_resume(tuning, ("--devices", "local-task,local-sync"), signum, after)
+    assert len(tuning.rows()) == 9  # the default and 8 points
+
+
+def _interrupt_and_resume(tuning, options, signum, after) -> None:
+    """A signal after `after` records: the run's exit code and one line, nothing left
+    running, the database and the CSV agree; the same command then runs to the end."""
+    process = tuning.start(*options)
     tuning.wait_for_records(process, after)
     if signum == signal.SIGINT:
-        os.killpg(process.pid, signum)
+        os.killpg(process.pid, signum)  # as a terminal's Ctrl-C: the whole group
     else:
         process.send_signal(signum)
     _, stderr = process.communicate(timeout=30)
@@ -289,10 +295,9 @@ def test_signal_during_a_run_on_two_devices_loses_and_duplicates_nothing(tuning,
     assert_clean_stderr(stderr)
     tuning.assert_no_leftovers()
     assert_once_each(tuning)
-    rerun = tuning.run(*devices)
+    rerun = tuning.run(*options)
     assert rerun.returncode == 0, rerun.stderr
     assert_once_each(tuning)
-    assert len(tuning.rows()) == 9  # the default and 8 points
 
 
 @pytest.mark.slow
@@ -306,17 +311,7 @@ def test_signal_while_problems_are_searched_at_once_loses_and_duplicates_nothing
     )
     tuning.configure(n_trial=8)
     options = ("--devices", "local-task,local-sync", "--parallel-problems", "2")
-    process = tuning.start(*options)
-    tuning.wait_for_records(process, after)
-    os.killpg(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=30)
-    assert process.returncode in (0, 130), stderr
-    assert_clean_stderr(stderr)
-    tuning.assert_no_leftovers()
-    assert_once_each(tuning)
-    rerun = tuning.run(*options)
-    assert rerun.returncode == 0, rerun.stderr
-    assert_once_each(tuning)
+    _interrupt_and_resume(tuning, options, signal.SIGINT, after)
     assert len(tuning.rows()) == 18  # per problem, the default and 8 points
 
 
