@@ -85,6 +85,27 @@ def test_hopper_tensor_cores_are_used(built):
     assert "wgmma" in open(binary.ptx_path).read()
 
 
+def test_the_output_is_written_by_the_kernel_alone(built, tmp_path):
+    """No copy into C: a zero-filled output, or a bare empty one, became a hoisted constant
+    copied into C on every call, as large as C; the kernel writes every element itself."""
+    from autosched.compile import compiler_path
+
+    problem, binary, result = built["plain"]
+    source = result.job.source
+    stream = tmp_path / "stream.mlir"
+    flags = [f for f in result.job.flags if not f.startswith("--iree-hal-benchmark")]
+    done = subprocess.run(
+        [compiler_path(), source, *flags, "--compile-to=stream", "-o", str(stream)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = stream.read_text()
+    assert "stream.cmd.dispatch @extern_dispatch" in text
+    assert "stream.cmd.copy" not in text
+
+
 def test_loads_are_asynchronous_and_pipelined(built):
     """Triton is told that IREE's bindings are 16-byte aligned: it then copies tiles with
     cp.async, one buffer per stage (3 stages of a 128x64 and a 64x128 f16 tile). Without
