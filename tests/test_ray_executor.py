@@ -114,6 +114,24 @@ def test_a_ray_run_agrees_with_the_local_executor(tmp_path, cluster):
     assert len(rows) == 8
 
 
+def test_a_models_problems_run_at_the_same_time_on_the_cluster(tmp_path, cluster):
+    """Two problems searched at once, both handing candidates to the cluster's actors:
+    every point of each measured once, and the database and the CSV agree."""
+    folder = _project(tmp_path / "two")
+    (folder / "mm.mlir").write_text(
+        matmul_function("mm", 64, 64, 64) + matmul_function("other", 64, 32, 128)
+    )
+    options = ("--executor", "ray", "--ray-address", cluster, "--parallel-problems", "2")
+    ran = _autosched(folder, *options, *TWO_ACTORS)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    records = _records(folder)
+    keys = [(r["problem"], r["config"]) for r in records]
+    assert len(keys) == 14 and len(set(keys)) == 14, keys  # per problem, default and 6 points
+    assert all(r["status"] == "ok" for r in records), [r["message"] for r in records]
+    rows = (folder / "generated" / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 14
+
+
 def test_a_killed_actor_loses_nothing(tmp_path, cluster):
     folder = _project(tmp_path / "kill", min_time=0.2)  # slow enough to kill one mid-run
     run = _autosched(folder, "--executor", "ray", "--ray-address", cluster, *TWO_ACTORS, wait=False)
