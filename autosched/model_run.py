@@ -201,9 +201,10 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     if spec_path or custom_spec:
         proof = _prove(model_path, target, spec_path, config, tuning, custom_spec)
     report.problems = problem_rows(problems, applied)
-    for row in report.problems:
-        result = custom.get(row["problem"])
-        row["custom_ms"] = result.best_ms if result and result.best else None
+    for entry, row in zip(problems, report.problems, strict=True):
+        result = custom_winner(entry, custom, target)
+        row["in_spec"] = row["in_spec"] and target.in_spec(entry.result.best.point)
+        row["custom_ms"] = result.best_ms if result else None
         row["route"] = route_of(row, custom_spec is not None and result is not None)
     shares = share_table(report.problems)
     tuning.log.write(shares)
@@ -234,7 +235,8 @@ def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress
     covered = [
         entry.problem
         for entry in problems
-        if not substitutable(entry.problem)
+        if entry.benchmark is not None  # timed as a kernel, its campaign searched them already
+        and not substitutable(entry.problem)
         and any(not target.in_spec(p) for p in build_space(entry.problem, target, knobs).points)
     ]
     if not covered:
@@ -256,11 +258,11 @@ def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: d
 
     winners = []
     for entry in problems:
-        result = custom.get(entry.problem.name)
-        if result is None or result.best is None:
+        result = custom_winner(entry, custom, target)
+        if result is None:
             continue
         iree_ms = entry.result.best_ms if entry.result.best else entry.result.baseline_ms
-        if iree_ms and result.best_ms >= iree_ms:
+        if result is not entry.result and iree_ms and result.best_ms >= iree_ms:
             log.write(
                 f"{entry.problem.name}: custom kernel {result.best_ms:.4g} ms, not under IREE's "
                 f"{iree_ms:.4g} ms on the dispatch: not substituted"
@@ -271,6 +273,17 @@ def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: d
         for why in write_substitution(path, winners, target):
             log.write(f"not substituted: {why}")
     return path if os.path.exists(path) else None
+
+
+def custom_winner(entry: ModelProblem, custom: dict, target):
+    """The search whose best is a custom kernel for this problem: the custom pass's, or the
+    campaign's own when it timed kernels (`time_on = kernel` searches custom points with
+    IREE's); None when neither found one."""
+    campaign = entry.result
+    if campaign.best is not None and not target.in_spec(campaign.best.point):
+        return campaign
+    result = custom.get(entry.problem.name)
+    return result if result is not None and result.best is not None else None
 
 
 def route_of(row: dict, substituted: bool) -> str:
@@ -325,7 +338,7 @@ def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:
     applied = {}
     for entry in problems:
         best = entry.result.best if entry.result else None
-        if best is None:
+        if best is None or not target.in_spec(best.point):  # a custom kernel: not in the spec
             continue
         expected = target.lowering_config(entry.problem, best.point)
         # By dispatch, not by the root's name: GPU codegen turns a named batch_matmul into

@@ -411,3 +411,43 @@ def test_a_model_with_its_custom_kernel_gives_the_default_builds_outputs(tmp_pat
     assert result.exit_code == 0, result.output
     assert "with custom kernels (1 contraction(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+@pytest.mark.parametrize(("custom_ms", "substituted"), [(0.05, True), (0.2, False)])
+def test_a_custom_kernel_replaces_a_contraction_only_under_iree_s_best(
+    tmp_path, custom_ms, substituted
+):
+    """After a model's campaign, a custom kernel goes into results.custom.mlir only when its
+    time is under the best IREE dispatch time of its problem (0.1 ms here)."""
+    from autosched.campaign import ModelProblem
+    from autosched.host import Machine
+    from autosched.model import analyze_model
+    from autosched.model_run import model_for_target, write_custom_spec
+    from autosched.records import Trial
+    from autosched.report import RunLog
+    from autosched.runner import ProblemResult
+    from autosched.space import build_space
+    from autosched.targets.cuda import CudaTarget
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    (tmp_path / "linear.mlir").write_text(LINEAR_MODEL)
+    model = model_for_target(str(tmp_path / "linear.mlir"), target, str(tmp_path / "work"))
+    (contraction,) = analyze_model(model, target.compile_flags()).contractions
+    problem = contraction.as_matmul_problem()
+    space = build_space(problem, target, {"pipeline": ["TileAndFuse", "Custom"]})
+    iree = next(p for p in space.points if target.in_spec(p))
+    custom = next(p for p in space.points if not target.in_spec(p))
+
+    def result(point, ms) -> ProblemResult:
+        name = target.config_name(point)
+        best = Trial(problem.name, "cuda", "sm_90", name, point, False, "ok", median_ms=ms)
+        return ProblemResult(problem, space, [best], best=best, best_ms=ms, baseline_ms=0.3)
+
+    entry = ModelProblem(problem, contraction, result=result(iree, 0.1))
+    log = RunLog(str(tmp_path / "run.log"))
+    spec = str(tmp_path / "results.custom.mlir")
+    found = {problem.name: result(custom, custom_ms)}
+    written = write_custom_spec(spec, target, [entry], found, log)
+    assert (written == spec) is substituted
+    if not substituted:
+        assert "not under IREE's" in (tmp_path / "run.log").read_text()
