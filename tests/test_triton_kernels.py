@@ -39,6 +39,17 @@ def _problem(m, n, k, element="f16", acc="f32", batch=0, transpose_b=False, zero
     )
 
 
+def _iree_compile(*arguments: str) -> str:
+    """The real iree-compile on `arguments`; its stdout (the test fails on an error)."""
+    from autosched.compile import compiler_path
+
+    done = subprocess.run(
+        [compiler_path(), *arguments], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 CASES = {
     "plain": (_problem(256, 384, 512), KernelParams(128, 128, 64, 4, 3, 8)),
     # Weights as nn.Linear stores them, bf16 in and out.
@@ -88,20 +99,9 @@ def test_hopper_tensor_cores_are_used(built):
 def test_the_output_is_written_by_the_kernel_alone(built, tmp_path):
     """No copy into C: a zero-filled output, or a bare empty one, became a hoisted constant
     copied into C on every call, as large as C; the kernel writes every element itself."""
-    from autosched.compile import compiler_path
-
     problem, binary, result = built["plain"]
-    source = result.job.source
-    stream = tmp_path / "stream.mlir"
     flags = [f for f in result.job.flags if not f.startswith("--iree-hal-benchmark")]
-    done = subprocess.run(
-        [compiler_path(), source, *flags, "--compile-to=stream", "-o", str(stream)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    text = stream.read_text()
+    text = _iree_compile(result.job.source, *flags, "--compile-to=stream")
     assert "stream.cmd.dispatch @extern_dispatch" in text
     assert "stream.cmd.copy" not in text
 
@@ -248,7 +248,6 @@ def test_custom_winners_replace_their_ops_before_dispatches_form(tmp_path):
     """The preprocessing spec puts the kernel in place of the zero-filled matmul it was
     tuned for; a matmul of the same types that accumulates into an input keeps IREE's
     code (the family starts from zero)."""
-    from autosched.compile import compiler_path
     from autosched.host import Machine
     from autosched.substitution import SPEC_FLAG, write_substitution
     from autosched.targets.cuda import CudaTarget
@@ -280,23 +279,12 @@ def test_custom_winners_replace_their_ops_before_dispatches_form(tmp_path):
         f" outs(%acc : {t}) -> {t}\n"
         f"    return %r, %r2 : {t}, {t}\n  }}\n}}\n"
     )
-    flow = tmp_path / "flow.mlir"
-    done = subprocess.run(
-        [
-            compiler_path(),
-            str(tmp_path / "model.mlir"),
-            *target.compile_flags(),
-            f"{SPEC_FLAG}={spec}",
-            "--compile-to=flow",
-            "-o",
-            str(flow),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    text = _iree_compile(
+        str(tmp_path / "model.mlir"),
+        *target.compile_flags(),
+        f"{SPEC_FLAG}={spec}",
+        "--compile-to=flow",
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    text = flow.read_text()
     assert text.count("flow.dispatch @extern_dispatch") == 1  # the zero-filled one
     assert text.count("_matmul_256x384x512") >= 1  # the accumulating one: IREE's dispatch
 
@@ -322,11 +310,10 @@ def test_a_models_contraction_is_replaced_where_its_dispatch_form_is_known(tmp_p
     the transposed-B matmul IREE's dispatch holds; the spec written for that problem replaces
     it once the model is lowered to global optimization, and iree-compile goes on from there
     to an sm_90 module with the kernel as a custom dispatch."""
-    from autosched.compile import compiler_path
     from autosched.host import Machine
     from autosched.model import analyze_model
     from autosched.model_run import model_for_target
-    from autosched.substitution import RESUME_FLAG, rewrite_model, write_substitution
+    from autosched.substitution import RESUME_FLAG, SPEC_FLAG, rewrite_model, write_substitution
     from autosched.targets.cuda import CudaTarget
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
@@ -341,41 +328,13 @@ def test_a_models_contraction_is_replaced_where_its_dispatch_form_is_known(tmp_p
     flags = target.compile_flags()
     rewritten, replaced = rewrite_model(model, spec, flags, str(tmp_path / "rewritten.mlir"), 300)
     assert replaced == 1
-    vmfb = tmp_path / "model.vmfb"
-    done = subprocess.run(
-        [compiler_path(), rewritten, *flags, RESUME_FLAG, "-o", str(vmfb)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    _iree_compile(rewritten, *flags, RESUME_FLAG, "-o", str(tmp_path / "model.vmfb"))
     # The same spec on the model as written (before global optimization) finds nothing: its
     # matmul there takes the transposed copy, not the weight.
     plain = tmp_path / "plain.mlir"
-    lowered = subprocess.run(
-        [compiler_path(), model, *flags, "--compile-to=input", "-o", str(plain)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert lowered.returncode == 0, lowered.stderr[-2000:]
-    assert (
-        "hal.dispatch.extern"
-        not in subprocess.run(
-            [
-                compiler_path(),
-                str(plain),
-                *flags,
-                f"--iree-preprocessing-transform-spec-filename={spec}",
-                "--compile-to=flow",
-                "-o",
-                "-",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        ).stdout
-    )
+    _iree_compile(model, *flags, "--compile-to=input", "-o", str(plain))
+    flow = _iree_compile(str(plain), *flags, f"{SPEC_FLAG}={spec}", "--compile-to=flow")
+    assert "hal.dispatch.extern" not in flow
 
 
 def _linear_model_with_custom_spec(folder) -> tuple[str, str]:
