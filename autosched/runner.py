@@ -542,6 +542,8 @@ class Tuning:
         """Measures up to `count` more points the tuner proposes; [] when it has none left."""
         if search.state is None:
             return []
+        # A model's batches move between problems (several at once): name each one's problem.
+        self.log.write(f"{search.problem.name}: a batch of up to {count}")
         trials: list[Trial] = []
         search_step(search.state, count, self._measure_points(search, progress, trials))
         return trials
@@ -639,6 +641,7 @@ class Tuning:
             log.write("no candidate compiled, ran and gave the right answer")
             return
         entries = ([result.baseline] if result.baseline.ok else []) + contenders
+        log.write(f"{problem.name}: the top {len(contenders)} re-timed beside the default")
         modules = self.modules_for(problem, entries, search.repeat, search)
         rounds: list[dict[str, float]] = []  # per round: config -> ms, timed back to back
         for _ in range(RETIME_ROUNDS):
