@@ -13,7 +13,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -98,6 +99,17 @@ class Bench:
         # One measurement at a time on the device: problems searched at the same time
         # share it, and a timing must never overlap another candidate's run.
         self.lock = threading.RLock()
+        self.busy_s = 0.0  # seconds spent checking and timing: the rest, the device waited
+
+    @contextmanager
+    def _busy(self) -> Iterator[None]:
+        """Holds the device, and counts the time held."""
+        with self.lock:
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.busy_s += time.perf_counter() - started
 
     def time(
         self,
@@ -114,7 +126,7 @@ class Bench:
         With `timer = worker` either is timed in the verifier's worker, which keeps the
         device and the inputs open; iree-benchmark-module stays the fallback.
         """
-        with self.lock:
+        with self._busy():
             return self._time(module, data, repeat, settings, repetitions, benchmark_function)
 
     def _time(
@@ -177,7 +189,7 @@ class Bench:
 
     def run(self, task: MeasureTask) -> Measurement:
         """Check, then time; a failure at either step is the outcome."""
-        with self.lock:
+        with self._busy():
             return self._run(task)
 
     def _run(self, task: MeasureTask) -> Measurement:
@@ -238,6 +250,9 @@ class Executor(Protocol):
         benchmark_function: str | None,
     ) -> dict[str, Timing]:
         """The module timed on every bench but the primary (each device's own default)."""
+
+    def busy(self) -> dict[str, float]:
+        """Seconds each bench spent checking and timing so far (the rest, it waited)."""
 
     def close(self) -> None:
         """Stops the benches."""
@@ -319,6 +334,9 @@ class LocalExecutor:
             )
             for bench in self.benches[1:]
         }
+
+    def busy(self) -> dict[str, float]:
+        return {bench.device: bench.busy_s for bench in self.benches}
 
     def compile(self, jobs: list[CompileJob]) -> Iterable[CompileResult]:
         results = compile_all(jobs, self.compile_timeout, self.jobs)

@@ -168,6 +168,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     try:
         report = run_campaign(tuning, problems, progress, budget, config.mode, time_budget)
         custom = search_custom_kernels(tuning, problems, progress)
+        tuning.log_device_use()
     except KeyboardInterrupt as interrupt:
         tuning.csv.finish(tuning.retimed, set())
         tuning.close()

@@ -84,6 +84,9 @@ class MeasuringActor:
     def time(self, module, data, repeat, settings, repetitions=None, benchmark_function=None):
         return self.bench.time(module, data, repeat, settings, repetitions, benchmark_function)
 
+    def busy(self) -> float:
+        return self.bench.busy_s
+
     def close(self) -> None:
         self.bench.close()
 
@@ -243,6 +246,16 @@ class RayExecutor:
                 idle.append(bench)
                 outcome.device = bench.device  # the slot's name, as its default is keyed
                 done(candidate, builds, outcome)
+
+    def busy(self) -> dict[str, float]:
+        """Each actor's busy seconds (an actor replaced after a death starts again at 0)."""
+        busy = {}
+        for bench in self.benches:
+            try:
+                busy[bench.device] = self.ray.get(bench.actor.busy.remote(), timeout=30)
+            except self.ray.exceptions.RayError:
+                continue
+        return busy
 
     def _compiled(self, ref, job: CompileJob) -> CompileResult:
         """The compile task's result, named by the driver's job (a lost task is a failure)."""

@@ -177,6 +177,7 @@ class Tuning:
             len(self.devices) + 1 if target.timing_overlaps_compile else 1
         )
         self.lock = threading.RLock()  # records, the database and the executor's notes
+        self.started = time.perf_counter()  # for the devices' busy share
         self.finished: list[ProblemResult] = []  # problems searched to the end, in that order
         # Told of every trial, new or resumed, after the database: the CSV and run.log (a
         # caller may add its own).
@@ -766,10 +767,22 @@ class Tuning:
         progress.finish()
         return results
 
+    def device_use(self) -> dict[str, float]:
+        """Each measuring device's busy share since the run began (checking and timing);
+        the rest it waited for compiles, the tuner or the run's own bookkeeping."""
+        wall = time.perf_counter() - self.started
+        return {device: busy / wall for device, busy in self.executor.busy().items()}
+
+    def log_device_use(self) -> None:
+        shares = ", ".join(f"{d} {share:.0%}" for d, share in self.device_use().items())
+        self.log.write(f"devices busy measuring: {shares}")
+
     def run(self, analysis: Analysis, progress: Progress) -> list[ProblemResult]:
         """Tunes every problem; the CSV gets its ranks even when the run is interrupted."""
         try:
-            return self.tune_all(analysis.problems, progress)
+            results = self.tune_all(analysis.problems, progress)
+            self.log_device_use()
+            return results
         finally:
             chosen = {
                 (r.problem.name, r.best.config if r.best else BASELINE) for r in self.finished

@@ -163,6 +163,7 @@ def main() -> None:
     start = time.perf_counter()
     results = tuning.tune_all(analysis.problems, Printer())
     total_wall = time.perf_counter() - start
+    busy = tuning.device_use()
     for problem, result in zip(analysis.problems, results, strict=True):
         wall = result.search_s  # from its start to its final re-timing
         m, n, k = problem.m, problem.n, problem.k
@@ -196,7 +197,7 @@ def main() -> None:
         }
         rows.append(row)
         print(row, flush=True)
-    write_table(args, rows, target, tuning.devices, tuning.parallel, total_wall)
+    write_table(args, rows, target, tuning.devices, tuning.parallel, total_wall, busy)
     tuning.csv.finish(tuning.retimed, set())
     tuning.close()
     with open(args.out) as handle:
@@ -225,7 +226,13 @@ def stage_medians(trials) -> str:
 
 
 def write_table(
-    args, rows: list[dict], target, devices: list[str], parallel: int, wall: float
+    args,
+    rows: list[dict],
+    target,
+    devices: list[str],
+    parallel: int,
+    wall: float,
+    busy: dict[str, float],
 ) -> None:
     from autosched.records import iree_version
 
@@ -276,7 +283,10 @@ def write_table(
         f"Measured on {len(devices)} device(s) ({', '.join(devices)}), {parallel} problem(s) "
         f"searched at a time: {trials} trials in {wall:.0f} s of tuning (defaults, search and "
         f"re-timing of every problem), {trials / wall:.2f} candidates per second, "
-        f"{wall / trials:.2f} s per candidate.",
+        f"{wall / trials:.2f} s per candidate. Share of that time each device spent "
+        "checking and timing (the rest it waited for compiles and the tuner): "
+        + ", ".join(f"{d} {share:.0%}" for d, share in busy.items())
+        + ".",
         "",
     ]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -288,6 +298,7 @@ def write_table(
         "trials": trials,
         "parallel_problems": parallel,
         "wall_s": wall,
+        "busy": busy,
         "geomean": geomean,
         "rows": [{k: v for k, v in r.items()} for r in rows],
     }

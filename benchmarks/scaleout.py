@@ -89,12 +89,14 @@ def main() -> None:
         "",
         "| mode | devices | problems at once | trials | tuning wall s | candidates/s | "
         "s per candidate | vs one GPU | geomean speedup | compile / verify / time s "
-        "(median per trial) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(median per trial) | GPUs busy measuring |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for mode, result in results.items():
         if "failed" in result:
-            lines.append(f"| {mode} | - | - | - | - | - | - | - | - | exit {result['failed']} |")
+            lines.append(
+                f"| {mode} | - | - | - | - | - | - | - | - | - | exit {result['failed']} |"
+            )
             continue
         rate = result["trials"] / result["wall_s"]
         lines.append(
@@ -102,7 +104,9 @@ def main() -> None:
             f"{result['trials']} | "
             f"{result['wall_s']:.0f} | {rate:.2f} | {1 / rate:.2f} | "
             + (f"{rate / base_rate:.2f}x" if base_rate else "-")
-            + f" | {result['geomean']:.2f}x | {stage_medians(result['rows'])} |"
+            + f" | {result['geomean']:.2f}x | {stage_medians(result['rows'])} | "
+            + ", ".join(f"{share:.0%}" for share in result.get("busy", {}).values())
+            + " |"
         )
     with open(os.path.join(options.out, "scaleout.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")

@@ -128,6 +128,11 @@ def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch)
         others = {c for p, configs in by_problem.items() if p != name for c in configs}
         assert set(by_problem[name]) - {"iree_default"} <= own
         assert not (own & others) - set(by_problem[name])
+    # How much of the run each device spent measuring (issue 11's idle share is the rest).
+    (busy,) = [line for line in log.splitlines() if line.startswith("devices busy measuring")]
+    shares = dict(part.rsplit(" ", 1) for part in busy.split(": ", 1)[1].split(", "))
+    assert set(shares) == {"local-task", "local-sync"}
+    assert all(0 < int(share.rstrip("%")) <= 100 for share in shares.values()), busy
     again = CliRunner().invoke(cli, command)
     assert again.exit_code == 0, again.output
     assert len(open("generated/tuning.jsonl").read().splitlines()) == len(records)
