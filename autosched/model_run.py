@@ -176,7 +176,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     progress.finish()
     results = [entry.result for entry in problems]
     chosen = {(r.problem.name, r.best.config if r.best else "iree_default") for r in results}
-    chosen |= {(r.problem.name, r.best.config) for r in custom.values()}
+    chosen |= {(r.problem.name, r.best.config) for r in custom.values() if r.best is not None}
     tuning.csv.finish(tuning.retimed, chosen)
     tuning.close()
     report.skipped = skipped
@@ -218,7 +218,16 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
             f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
         )
     if custom_spec:
-        click.echo(custom_commands(model_path, target, spec_path, custom_spec, config.work_dir))
+        verdict = (proof or {}).get("custom") or {}
+        if verdict.get("outputs_match") and (verdict.get("over_spec") or 0) > 1:
+            click.echo(custom_commands(model_path, target, spec_path, custom_spec, config.work_dir))
+        else:
+            message = (
+                f"WARNING: the custom kernels of {custom_spec} did not make the model faster "
+                "with the same outputs (see the proof above): build it with the spec alone"
+            )
+            tuning.log.write(message)
+            click.echo(click.style(message, fg="red", bold=True), err=True)
     _log_budget(tuning, report)
 
 
