@@ -118,6 +118,7 @@ class CampaignReport:
     search_s: float
     problems: list[dict] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    custom_trials: int = 0  # custom kernels searched on their bare kernels after the campaign
 
 
 def run_campaign(

@@ -180,6 +180,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     tuning.csv.finish(tuning.retimed, chosen)
     tuning.close()
     report.skipped = skipped
+    report.custom_trials = sum(len(r.trials) - r.resumed for r in custom.values())
     summary = summary_rows(results)
     tuning.log.section("result")
     tuning.log.write(summary)
@@ -430,8 +431,9 @@ def custom_line(custom) -> str:
 
 
 def _log_budget(tuning: Tuning, report: CampaignReport) -> None:
+    custom = f", and {report.custom_trials} of custom kernels" if report.custom_trials else ""
     tuning.log.write(
-        f"budget: {report.trials} of {report.budget} trials used ({report.mode} mode), "
+        f"budget: {report.trials} of {report.budget} trials used ({report.mode} mode){custom}, "
         f"search {report.search_s:.1f} s"
     )
 
