@@ -86,6 +86,8 @@ def with_env(line: str, section: str = "Env") -> str:
         (with_env("tuner = annealing", "SearchStrategy"), "expected one of"),
         (with_env("seed = 99999999999999999999999", "SearchStrategy"), "must be at most"),
         (with_env("jobs = ten"), "expected int"),
+        (with_env("parallel_problems = two"), "expected int"),
+        (with_env("parallel_problems = -1"), "must be at least 0"),
         (with_env("target = tpu"), "expected one of"),
         (with_env("device = " + "x" * 10_000_000), "characters is too long"),
         (with_env("tile_m = [0, 32]", "SearchSpace"), "is not an integer from 1"),
@@ -221,3 +223,10 @@ def test_simulate_on_records_it_did_not_write(folder):
     assert result.exit_code in (0, 2), result.output
     if result.exit_code == 2:
         assert result.output.strip().splitlines()[-1].startswith("Error: ")
+
+
+def test_apply_needs_a_spec_of_one_kind(folder):
+    assert_one_error(invoke("apply", "mm.mlir"), "give a tuning spec (--spec)")
+    assert_one_error(
+        invoke("apply", "mm.mlir", "--custom", "nothere.mlir"), "no such custom-kernel spec"
+    )
