@@ -10,11 +10,11 @@ device of this host; `ray_executor.RayExecutor` runs benches as Ray actors. The 
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -90,6 +90,25 @@ class Measurement:
     timing_s: float | None = None
 
 
+def _holding_device(method):
+    """The bench method runs holding the device (one measurement at a time), and the time
+    held counts as busy once, however the calls nest (run times through time)."""
+
+    @functools.wraps(method)
+    def held(self, *args, **kwargs):
+        with self.lock:
+            if self._held:
+                return method(self, *args, **kwargs)
+            self._held, started = True, time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._held = False
+                self.busy_s += time.perf_counter() - started
+
+    return held
+
+
 class Bench:
     """One device's measuring station, alive for the whole run."""
 
@@ -100,17 +119,9 @@ class Bench:
         # share it, and a timing must never overlap another candidate's run.
         self.lock = threading.RLock()
         self.busy_s = 0.0  # seconds spent checking and timing: the rest, the device waited
+        self._held = False  # a holding call is running (read and written under the lock)
 
-    @contextmanager
-    def _busy(self) -> Iterator[None]:
-        """Holds the device, and counts the time held."""
-        with self.lock:
-            started = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.busy_s += time.perf_counter() - started
-
+    @_holding_device
     def time(
         self,
         module: str,
@@ -126,18 +137,6 @@ class Bench:
         With `timer = worker` either is timed in the verifier's worker, which keeps the
         device and the inputs open; iree-benchmark-module stays the fallback.
         """
-        with self._busy():
-            return self._time(module, data, repeat, settings, repetitions, benchmark_function)
-
-    def _time(
-        self,
-        module: str,
-        data: ProblemData,
-        repeat: int,
-        settings: MeasureSettings,
-        repetitions: int | None,
-        benchmark_function: str | None,
-    ) -> Timing:
         repetitions = repetitions or settings.repetitions
         if settings.timer == "worker":
             timing = self.verifier.time(
@@ -187,12 +186,9 @@ class Bench:
         match, error, message = compare_outputs(outputs, check.reference, check.entry)
         return Verification("correct" if match else "wrong_answer", error, message[:300])
 
+    @_holding_device
     def run(self, task: MeasureTask) -> Measurement:
         """Check, then time; a failure at either step is the outcome."""
-        with self._busy():
-            return self._run(task)
-
-    def _run(self, task: MeasureTask) -> Measurement:
         outcome = Measurement(self.device)
         started = time.perf_counter()
         verdict = self.check(task)
