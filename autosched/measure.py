@@ -74,6 +74,9 @@ class MeasureTask:
     settings: MeasureSettings
     check: DispatchCheck | None = None  # check on IREE's dispatch, not the bare kernel
     benchmark_function: str | None = None  # time IREE's dispatch benchmark, not the kernel
+    # A dispatch slower than this (ms) cannot win: the worker times it once, not
+    # `repetitions` times (None: every candidate gets every repetition).
+    slow_ms: float | None = None
 
 
 @dataclass
@@ -130,6 +133,7 @@ class Bench:
         settings: MeasureSettings,
         repetitions: int | None = None,
         benchmark_function: str | None = None,
+        slow_ms: float | None = None,
     ) -> Timing:
         """Time per dispatch: of the kernel on the problem's inputs, or of IREE's own
         dispatch (its benchmark function takes the repeat count, and no inputs).
@@ -147,6 +151,7 @@ class Bench:
                 settings.min_time,
                 settings.run_timeout,
                 benchmark_function,
+                slow_ms,
             )
             if timing is not None:
                 return timing
@@ -204,6 +209,7 @@ class Bench:
             task.repeat,
             task.settings,
             benchmark_function=task.benchmark_function,
+            slow_ms=task.slow_ms,
         )
         outcome.timing_s = round(time.perf_counter() - started, 3)
         outcome.timing = timing

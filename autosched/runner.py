@@ -58,6 +58,9 @@ BASELINE = "iree_default"
 DISPATCH_FLAG = " [timed on the dispatch]"  # marks such records' flags
 DRIFT_WARNING = 0.10  # flag a baseline that moved more than this between start and end
 RETIME_ROUNDS = 3
+# A candidate over this many times the default's first time is timed with one repetition
+# in the worker: it cannot win, and its rank among losers needs no second sample.
+SLOW_FACTOR = 2.0
 Result = TypeVar("Result")
 
 
@@ -327,6 +330,7 @@ class Tuning:
             settings=self.settings,
             check=search.check,
             benchmark_function=search.benchmark.function if search.benchmark else None,
+            slow_ms=SLOW_FACTOR * search.baseline_ms if search.baseline_ms else None,
         )
 
     def _trial(

@@ -240,15 +240,28 @@ TIME = "time"  # a timing request's tag (a check request is a plain tuple)
 KEPT_PROBLEMS = 4  # problems whose inputs a worker keeps (problems searched at once share it)
 
 
-def time_calls(function, arguments: list, repetitions: int, min_time: float) -> list[float]:
-    """Milliseconds per call, one sample per repetition of at least `min_time` seconds,
-    after a warm-up of the same length. The function is IREE's synchronous export, which
-    returns once its work on the device is done."""
-    started = time.perf_counter()
-    while True:
-        function(*arguments)
-        if time.perf_counter() - started >= min_time:
-            break
+def time_calls(
+    function,
+    arguments: list,
+    repetitions: int,
+    min_time: float,
+    warm: bool = False,
+    slow_ms: float | None = None,
+) -> list[float]:
+    """Milliseconds per call, one sample per repetition of at least `min_time` seconds.
+
+    The function is IREE's synchronous export, which returns once its work on the device is
+    done. A warm-up of `min_time` comes first unless the module has just run (`warm`: the
+    check that precedes a timing already loaded it and ran it on these inputs). A call
+    slower than `slow_ms` in its first repetition is a candidate that cannot win: it keeps
+    that one sample, since more repetitions would only sharpen a loser's time.
+    """
+    if not warm:
+        started = time.perf_counter()
+        while True:
+            function(*arguments)
+            if time.perf_counter() - started >= min_time:
+                break
     samples = []
     for _ in range(repetitions):
         calls, started = 0, time.perf_counter()
@@ -259,6 +272,8 @@ def time_calls(function, arguments: list, repetitions: int, min_time: float) -> 
             if elapsed >= min_time:
                 break
         samples.append(elapsed * 1e3 / calls)
+        if slow_ms is not None and samples[0] > slow_ms:
+            break
     return samples
 
 
@@ -315,34 +330,46 @@ def _serve_requests(connection, device: str) -> None:
             cached[("host", path)] = np.load(path)
         return cached[("host", path)]
 
+    # The module loaded last: a candidate's timing follows its check, on the same module
+    # when the checked build is the timed one, and need not load it again.
+    last: dict = {}
+
     def load(vmfb: str, name: str = KERNEL_FUNCTION):
+        """(the function, whether it is the one loaded last)"""
+        info = os.stat(vmfb)  # a module rebuilt at the same path is loaded again
+        key = (vmfb, info.st_ino, info.st_size, info.st_mtime_ns, name)
+        if last.get("key") == key:
+            return last["function"], True
+        last.clear()
         context = runtime.SystemContext(config=config)
         module = runtime.VmModule.mmap(config.vm_instance, vmfb)
         context.add_vm_module(module)
-        return context, context.modules[module.name][name]
+        last.update(key=key, context=context, function=context.modules[module.name][name])
+        return last["function"], False
 
     while True:
         request = connection.recv()
         if request is None:
             return
         if request[0] == TIME:
-            _, vmfb, input_paths, reference_path, repetitions, min_time, benchmark = request
+            _, vmfb, input_paths, reference_path, repetitions, min_time, benchmark, slow = request
             cached = use(reference_path)
             try:
                 _injected_fault()
                 if benchmark is not None:
                     # IREE's dispatch benchmark: its one argument is how often to dispatch.
                     name, count = benchmark
-                    context, function = load(vmfb, name)
+                    function, warm = load(vmfb, name)
                     arguments = [count]
                 else:
-                    context, function = load(vmfb)
+                    function, warm = load(vmfb)
                     # Every input stays on the device, the accumulator too: timing an
                     # in-place kernel on its own output changes its values, not its speed.
                     arguments = [on_device(p) for p in input_paths]
-                answer = (TIME, time_calls(function, arguments, repetitions, min_time))
-                del function, context
+                samples = time_calls(function, arguments, repetitions, min_time, warm, slow)
+                answer = (TIME, samples)
             except Exception as error:  # noqa: BLE001 - a failed timing is the outcome
+                last.clear()
                 lines = [line for line in str(error).splitlines() if line.strip()]
                 answer = ("runtime_error", (lines[0] if lines else repr(error))[:300])
             connection.send(answer)
@@ -351,17 +378,18 @@ def _serve_requests(connection, device: str) -> None:
         cached = use(reference_path)
         try:
             _injected_fault()
-            context, function = load(vmfb)
+            function, _ = load(vmfb)
             # A kernel that accumulates into its third input writes that buffer in place:
             # only lhs and rhs stay on the device, the accumulator is copied in every time.
             lhs_rhs = [on_device(p) for p in input_paths[:2]]
             result = function(*lhs_rhs, *[on_host(p) for p in input_paths[2:]])
             output = result.to_host()
-            del result, function, context
+            del result
             if "scale" not in cached:
                 cached["scale"] = max_abs_difference(on_host(reference_path))
             answer = compare(output, on_host(reference_path), allowed, cached["scale"])
         except Exception as error:  # noqa: BLE001 - any failure of a candidate is its outcome
+            last.clear()
             lines = [line for line in str(error).splitlines() if line.strip()]
             answer = Verification(
                 "runtime_error", message=(lines[0] if lines else repr(error))[:300]
@@ -488,13 +516,15 @@ class Verifier:
         min_time: float,
         timeout: float,
         benchmark_function: str | None = None,
+        slow_ms: float | None = None,
     ):
         """Time per dispatch, measured in the worker that keeps the device and the inputs
         open (no new process per candidate); None where the worker cannot (bf16 or fp8
         inputs, no device), so that the caller falls back to iree-benchmark-module.
 
         With `benchmark_function`, the module is one of IREE's dispatch benchmarks: that
-        function is called with the dispatch count, on no inputs."""
+        function is called with the dispatch count, on no inputs. A dispatch slower than
+        `slow_ms` is timed once (see `time_calls`)."""
         from autosched.bench import Timing, summarize
 
         benchmark = (benchmark_function, dispatch_repeat) if benchmark_function else None
@@ -502,7 +532,8 @@ class Verifier:
             if not self._usable(None if benchmark else data):  # a benchmark takes no inputs
                 return None
             request = (TIME, os.path.abspath(vmfb), data.input_paths, data.reference_path)
-            kind, answer = self._ask((*request, repetitions, min_time, benchmark), timeout)
+            slow = slow_ms * dispatch_repeat if slow_ms else None  # per call
+            kind, answer = self._ask((*request, repetitions, min_time, benchmark, slow), timeout)
         if kind != "answer":
             return Timing(kind, message=answer)
         status, value = answer

@@ -41,6 +41,12 @@ def main() -> None:
         help="no: compare with the best points any run saw, not an exhaustive sweep",
     )
     parser.add_argument("--sweep-devices", default=None, help="[Env] devices for the sweep")
+    parser.add_argument(
+        "--reference-configs",
+        default="",
+        help="comma-separated config names timed beside the winners: with --sweep no, the "
+        "best points of an earlier sweep (its committed CSV)",
+    )
     options = parser.parse_args()
 
     from autosched.analysis import analyze_file
@@ -97,6 +103,7 @@ def main() -> None:
         pool, label = [t for _, r in runs for t in r.trials], "best 3 any run saw"
         swept = "- no exhaustive sweep: the reference is the best point any run measured"
     ranked = sorted((t for t in pool if t.ok), key=lambda t: t.median_ms)
+    ranked = list({t.config: t for t in reversed(ranked)}.values())[::-1]  # each point once
     print(f"reference: best {ranked[0].config}", flush=True)
 
     # Every contender once, by config name: the default, each run's winner, the best 3.
@@ -106,6 +113,19 @@ def main() -> None:
             contenders.setdefault(result.best.config, result.best)
     for trial in ranked[:3]:
         contenders.setdefault(trial.config, trial)
+    references = [name for name in options.reference_configs.split(",") if name]
+    if references:  # points by name, from the space the runs searched
+        from types import SimpleNamespace
+
+        target = runs[0][0].target
+        by_name = {target.config_name(p): p for p in runs[0][1].space.points}
+        unknown = [name for name in references if name not in by_name]
+        if unknown:
+            raise SystemExit(f"not in the space: {', '.join(unknown)}")
+        for name in references:
+            contenders.setdefault(
+                name, SimpleNamespace(config=name, point=by_name[name], baseline=False)
+            )
     from autosched.verify import make_problem_data
 
     repeat = sweep_tuning.config.dispatch_repeat or sweep_tuning.target.dispatch_repeat(problem)
@@ -137,6 +157,7 @@ def main() -> None:
         f"--n-trial {options.n_trial} --runs {options.runs} --timer {options.timer} "
         f"--target {options.target} --sweep {options.sweep}"
         + (f" --sweep-devices {options.sweep_devices}" if options.sweep_devices else "")
+        + (f" --reference-configs {options.reference_configs}" if references else "")
         + "`",
         swept,
         f"- final: every contender timed again in {ROUNDS} interleaved rounds (median; CV "
@@ -158,6 +179,12 @@ def main() -> None:
             f"| {label} | `{name}` | {final[name]:.4f} | {cv[name]:.1%} | "
             f"{best_ms / final[name]:.3f} |"
         )
+    for name in references:
+        if name in final:
+            lines.append(
+                f"| earlier sweep | `{name}` | {final[name]:.4f} | {cv[name]:.1%} | "
+                f"{best_ms / final[name]:.3f} |"
+            )
     lines.append(
         f"| IREE default | `{BASELINE}` | {final[BASELINE]:.4f} | {cv[BASELINE]:.1%} | "
         f"{best_ms / final[BASELINE]:.3f} |"

@@ -131,3 +131,28 @@ def test_the_verifier_keeps_inputs_on_the_device_unchanged_across_checks(write_m
                 assert result.status == "correct", result.message
     finally:
         verifier.close()
+
+
+def test_the_worker_reuses_a_checked_module_for_its_timing_but_never_a_rebuilt_one(
+    write_module, tmp_path
+):
+    """A timing after its check skips the reload and the warm-up; a module rebuilt at the
+    same path is the new one; a candidate slower than `slow_ms` keeps one sample."""
+    problem = analyze_file(write_module(matmul_function("f", 64, 64, 64))).problems[0]
+    data = make_problem_data(problem, str(tmp_path / "data"))
+    right = kernel_module_text(problem)
+    wrong = right.replace("arith.constant 0.0", "arith.constant 1.0")
+    vmfb = compile_text(right, tmp_path, "k")
+    verifier = Verifier("local-task")
+    try:
+        assert verifier.check(vmfb, data, problem, 60).status == "correct"
+        timing = verifier.time(vmfb, data, 1, 3, 0.01, 60)  # after its check: reused
+        assert timing.status == "ok" and len(timing.samples_ms) == 3
+        assert compile_text(wrong, tmp_path, "k") == vmfb  # rebuilt in place
+        assert verifier.check(vmfb, data, problem, 60).status == "wrong_answer"
+        loser = verifier.time(vmfb, data, 1, 3, 0.01, 60, slow_ms=timing.median_ms / 1e3)
+        assert loser.status == "ok" and len(loser.samples_ms) == 1
+        fine = verifier.time(vmfb, data, 1, 3, 0.01, 60, slow_ms=timing.median_ms * 1e3)
+        assert fine.status == "ok" and len(fine.samples_ms) == 3
+    finally:
+        verifier.close()
