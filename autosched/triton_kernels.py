@@ -244,10 +244,14 @@ def extern_function(
     """A function `name(A, B) -> C` that runs the kernel as a `hal.dispatch.extern` (`kind`
     util.func for a substitution spec to call).
 
-    The output is an empty tensor behind an optimization barrier: the kernel stores every
-    element of C (it computes A·B from zero in registers). A zero-filled output, or a bare
-    empty one, is hoisted into a constant that IREE then copies into C on every call (64 MB
-    at 4096² f32); behind the barrier C is just allocated.
+    The output is a `flow.tensor.alloca`: memory with undefined contents, never hoisted,
+    since the kernel stores every element of C (it computes A·B from zero in registers). A
+    zero-filled output, or a bare empty one, is hoisted into a constant that IREE then
+    copies into C on every call (64 MB at 4096² f32). An optimization barrier on the empty
+    tensor stops that, but it is a host-side step between device work: each custom
+    dispatch then ended the model's command buffer. (A decoder layer with nine of them ran
+    slower than IREE's default on the H200; that split was the difference we found in its
+    stream IR.)
     """
     lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
@@ -265,8 +269,7 @@ def extern_function(
     visibility = " private" if kind == "util.func" else ""
     lines = [
         f"  {kind}{visibility} @{name}(%a: {lhs}, %b: {rhs}) -> {out} {{",
-        f"    %empty = tensor.empty() : {out}",
-        f"    %c = util.optimization_barrier %empty : {out}",
+        f"    %c = flow.tensor.alloca : {out}",
         *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
         f'    %r = hal.dispatch.extern "{binary.entry}"'
         f"(%a, %b, %c{''.join(', ' + v for v in scratch_values)}) : "

@@ -337,6 +337,49 @@ def test_a_models_contraction_is_replaced_where_its_dispatch_form_is_known(tmp_p
     assert "hal.dispatch.extern" not in flow
 
 
+TWO_LAYERS = """
+func.func @main(%x: tensor<256x512xf16>, %w: tensor<512x512xf16>, %v: tensor<512x512xf16>)
+    -> tensor<256x512xf16> {
+  %zero = arith.constant 0.0 : f16
+  %o = tensor.empty() : tensor<256x512xf16>
+  %f = linalg.fill ins(%zero : f16) outs(%o : tensor<256x512xf16>) -> tensor<256x512xf16>
+  %h = linalg.matmul ins(%x, %w : tensor<256x512xf16>, tensor<512x512xf16>)
+      outs(%f : tensor<256x512xf16>) -> tensor<256x512xf16>
+  %s = math.sin %h : tensor<256x512xf16>
+  %r = linalg.matmul ins(%s, %v : tensor<256x512xf16>, tensor<512x512xf16>)
+      outs(%f : tensor<256x512xf16>) -> tensor<256x512xf16>
+  return %r : tensor<256x512xf16>
+}
+"""
+
+
+def test_custom_kernels_keep_the_model_in_one_command_buffer(tmp_path):
+    """Two contractions replaced by custom dispatches: the model's device work is still one
+    command buffer, with no copy into either output. A barrier on the output tensor made
+    each custom dispatch end the command buffer (a host-side step between them)."""
+    from autosched.host import Machine
+    from autosched.model import analyze_model
+    from autosched.model_run import model_for_target
+    from autosched.substitution import RESUME_FLAG, rewrite_model, write_substitution
+    from autosched.targets.cuda import CudaTarget
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    (tmp_path / "two.mlir").write_text(TWO_LAYERS)
+    model = model_for_target(str(tmp_path / "two.mlir"), target, str(tmp_path / "work"))
+    (contraction,) = analyze_model(model, target.compile_flags()).contractions
+    point = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
+    spec = str(tmp_path / "results.custom.mlir")
+    problem = contraction.as_matmul_problem()
+    assert write_substitution(spec, [(problem, {**point, "group_m": 8})], target) == []
+    flags = target.compile_flags()
+    rewritten, replaced = rewrite_model(model, spec, flags, str(tmp_path / "rewritten.mlir"), 300)
+    assert replaced == 2
+    text = _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+    assert text.count("stream.cmd.dispatch @extern_dispatch") == 2
+    assert text.count("stream.cmd.execute") == 1
+    assert "stream.cmd.copy" not in text
+
+
 def _linear_model_with_custom_spec(folder) -> tuple[str, str]:
     """LINEAR_MODEL and a custom-kernel spec for its one contraction (as a run writes it)."""
     from autosched.host import Machine
