@@ -203,7 +203,7 @@ def cli() -> None:
 @click.option(
     "--parallel-problems",
     type=int,
-    help="problems searched at once (default: one per measuring device + 1 on a GPU)",
+    help="problems searched at once (default: two per measuring device on a GPU)",
 )
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     """Tune the matmuls of FILE.mlir, or a whole model (.onnx, .mlirbc, torch/linalg MLIR)."""

@@ -39,7 +39,7 @@ class RunConfig:
     devices: str = ""  # measure on several devices: a comma list of URIs, or all; empty: device
     executor: str = "local"  # local: this host's cores and devices; ray: a Ray cluster
     ray_address: str = "auto"  # the Ray cluster to join (ray.init's address)
-    parallel_problems: int = 0  # problems searched at once; 0: one per measuring device + 1 (GPU)
+    parallel_problems: int = 0  # problems searched at once; 0: two per measuring device (GPU)
     # [SearchStrategy]
     tuner: str = "grid"
     n_trial: int = 32
