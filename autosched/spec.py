@@ -23,9 +23,9 @@ ANY_OP = "!transform.any_op"
 PARAM = "!transform.param<i64>"
 
 
-def match_contraction(problem: MatmulProblem) -> str:
-    """Transform ops that match `%op` to the problem's contractions, in whatever form (named
-    op or linalg.generic): element types, indexing maps and every dimension."""
+def match_contraction(problem: MatmulProblem, handle: str = "%op") -> str:
+    """Transform ops that match `handle` to the problem's contractions, in whatever form
+    (named op or linalg.generic): element types, indexing maps and every dimension."""
     batch = f"[{problem.batch}]" if problem.batch else "[]"
     dims = [
         ("%batch", batch),
@@ -35,7 +35,7 @@ def match_contraction(problem: MatmulProblem) -> str:
     ]
     checks = "".join(f"    transform.iree.match.dims_equal {v}, {d} : {PARAM}\n" for v, d in dims)
     return (
-        f"    %batch, %m, %n, %k = transform.iree.match.contraction %op,"
+        f"    %batch, %m, %n, %k = transform.iree.match.contraction {handle},"
         f" lhs_type = {problem.lhs_type}, rhs_type = {problem.rhs_type},"
         f" output_type = {problem.acc_type}, indexing_maps = {problem.indexing_maps}"
         f" : {ANY_OP} -> {PARAM}\n"

@@ -8,6 +8,12 @@ linalg.generic) whose accumulator is a `linalg.fill` (the family computes C = A�
 zero), and `cast_and_call`s the kernel's function in its place, as IREE's own custom-kernel
 samples do.
 
+A contraction that accumulates in f32 and whose result only goes through a `truncf` to its
+input type (what torch exports for f16 and bf16 layers) is replaced together with that
+`truncf` by the kernel built to store the narrow type itself: its f32 accumulator is
+rounded as `truncf` rounds (to nearest even), and the f32 tensor (537 MB for a decoder's
+q·kᵀ) is neither written nor read again.
+
 Two routes apply it:
 - a module written by hand: `iree-compile --iree-preprocessing-transform-spec-filename=SPEC`
   (its ops already have their final form when preprocessing runs);
@@ -19,8 +25,10 @@ Two routes apply it:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from autosched import processes
 from autosched.analysis import MatmulProblem
@@ -32,6 +40,29 @@ REWRITE_PHASE = "global-optimization"  # where a model's contractions have their
 RESUME_FLAG = f"--compile-from={REWRITE_PHASE}"  # compiles a rewritten model the rest of the way
 FUNCTION_PREFIX = "autosched_custom_"
 ANY_OP, ANY_VALUE = "!transform.any_op", "!transform.any_value"
+
+
+NARROW_FROM = "f32"  # an accumulator type whose truncf consumer the kernel can take over
+
+
+@dataclass(frozen=True)
+class Substitute:
+    """One winner as the spec uses it: its kernel, and the kernel that stores the narrow
+    type for the contraction-then-truncf form (None where the output is already narrow)."""
+
+    problem: MatmulProblem
+    params: KernelParams
+    binary: KernelBinary
+    narrow: tuple[MatmulProblem, KernelBinary] | None = None
+
+
+def narrowed(problem: MatmulProblem) -> MatmulProblem | None:
+    """The problem with its output in its input type, when its f32 output may be followed
+    by a truncf to that type; None otherwise."""
+    if problem.acc_type != NARROW_FROM or unsupported(problem):
+        return None
+    narrow = dataclasses.replace(problem, acc_type=problem.lhs_type, sites=[])
+    return None if unsupported(narrow) else narrow
 
 
 def substitutable(problem: MatmulProblem) -> str | None:
@@ -54,15 +85,59 @@ def _matcher(index: int, problem: MatmulProblem) -> str:
     )
 
 
-def _caller(index: int) -> str:
+def _narrow_matcher(index: int, problem: MatmulProblem, narrow: str) -> str:
+    """Matches a `truncf` to `narrow` (an elementwise linalg.generic of nothing else) whose
+    input is one of the problem's zero-filled contractions; yields both."""
+    rank = len(problem.acc_shape)
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    identity = f"affine_map<({dims}) -> ({dims})>"
+    wide = f"tensor<{'?x' * rank}{NARROW_FROM}>"
+    thin = f"tensor<{'?x' * rank}{narrow}>"
+    parallel = ", ".join(['"parallel"'] * rank)
     return "\n".join(
         [
-            f"  transform.named_sequence @call_custom_{index}"
-            f"(%op: {ANY_OP} {{transform.readonly}}) {{",
+            f"  transform.named_sequence @match_narrow_{index}"
+            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({ANY_OP}, {ANY_OP}) {{",
+            "    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root %op {",
+            f"    ^bb0(%in: {wide}, %out: {thin}):",
+            f"      %r = linalg.generic {{indexing_maps = [{identity}, {identity}], "
+            f"iterator_types = [{parallel}]}} ins(%in : {wide}) outs(%out : {thin}) {{",
+            f"      ^bb1(%a: {NARROW_FROM}, %b: {narrow}):",
+            f"        %c = arith.truncf %a : {NARROW_FROM} to {narrow}",
+            f"        linalg.yield %c : {narrow}",
+            f"      }} -> {thin}",
+            f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+            f"    %mm = transform.get_producer_of_operand %op[0] : ({ANY_OP}) -> {ANY_OP}",
+            match_contraction(problem, "%mm").rstrip("\n"),
+            # The truncf is the contraction's only user: else its f32 result is still needed.
+            f"    transform.match.structured %mm : {ANY_OP} {{",
+            f"    ^bb2(%s: {ANY_OP}):",
+            f"      %user = transform.match.structured.result %s[0] single"
+            f" : ({ANY_OP}) -> {ANY_OP}",
+            "      transform.match.structured.yield",
+            "    }",
+            f"    %init = transform.get_producer_of_operand %mm[2] : ({ANY_OP}) -> {ANY_OP}",
+            f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
+            f"    transform.yield %op, %mm : {ANY_OP}, {ANY_OP}",
+            "  }",
+        ]
+    )
+
+
+def _caller(name: str, function: str, narrow: bool = False) -> str:
+    """Calls `function` on the contraction's A and B in place of the matched op's result
+    (`narrow`: the matched op is the truncf, its operand's producer the contraction)."""
+    params = f"%op: {ANY_OP} {{transform.readonly}}"
+    if narrow:
+        params += f", %mm: {ANY_OP} {{transform.readonly}}"
+    contraction = "%mm" if narrow else "%op"
+    return "\n".join(
+        [
+            f"  transform.named_sequence @{name}({params}) {{",
             f"    %module = transform.util.get_nearest_symbol_table %op : ({ANY_OP}) -> {ANY_OP}",
-            f"    %func = transform.util.import_symbol @{FUNCTION_PREFIX}{index} into %module "
+            f"    %func = transform.util.import_symbol @{function} into %module "
             f"if undefined : ({ANY_OP}) -> {ANY_OP}",
-            f"    %ins = transform.get_operand %op[0, 1] : ({ANY_OP}) -> {ANY_VALUE}",
+            f"    %ins = transform.get_operand {contraction}[0, 1] : ({ANY_OP}) -> {ANY_VALUE}",
             f"    %outs = transform.get_result %op[all] : ({ANY_OP}) -> {ANY_VALUE}",
             "    transform.util.cast_and_call %func(%ins) -> %outs before %op {",
             "      transform.type_conversion.tensor.cast_shape_dynamic_dims",
@@ -73,37 +148,53 @@ def _caller(index: int) -> str:
     )
 
 
-def substitution_spec(
-    winners: list[tuple[MatmulProblem, KernelParams, KernelBinary]], executable_target: str
-) -> str:
-    """The preprocessing spec that puts each winner's kernel in place of its op."""
-    functions = [
-        extern_function(
-            problem, params, binary, executable_target, f"{FUNCTION_PREFIX}{i}", "util.func"
+def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
+    """The preprocessing spec that puts each winner's kernel in place of its op: first every
+    contraction-then-truncf pair that a narrow kernel covers, then the contractions left."""
+    functions, narrow_arms, narrow_matchers = [], [], []
+    for i, w in enumerate(winners):
+        name = f"{FUNCTION_PREFIX}{i}"
+        functions.append(
+            extern_function(w.problem, w.params, w.binary, executable_target, name, "util.func")
         )
-        for i, (problem, params, binary) in enumerate(winners)
+        if w.narrow is not None:
+            problem, binary = w.narrow
+            functions.append(
+                extern_function(
+                    problem, w.params, binary, executable_target, f"{name}_narrow", "util.func"
+                )
+            )
+            narrow_arms.append(i)
+            narrow_matchers.append(_narrow_matcher(i, w.problem, problem.acc_type))
+    passes = [
+        ", ".join(f"@match_narrow_{i} -> @call_narrow_{i}" for i in narrow_arms),
+        ", ".join(f"@match_custom_{i} -> @call_custom_{i}" for i in range(len(winners))),
     ]
-    arms = ", ".join(f"@match_custom_{i} -> @call_custom_{i}" for i in range(len(winners)))
-    main = "\n".join(
-        [
-            f"  transform.named_sequence @__transform_main(%module: {ANY_OP}) {{",
-            '    %funcs = transform.structured.match ops{["func.func", "util.func"]} in %module '
-            f": ({ANY_OP}) -> {ANY_OP}",
-            f"    transform.foreach %funcs : {ANY_OP} {{",
+    main = [f"  transform.named_sequence @__transform_main(%module: {ANY_OP}) {{"]
+    # The narrow pass must see the contractions unreplaced; each pass matches the functions
+    # afresh (a pass's matching invalidates the handles it walked).
+    for index, arms in enumerate(filter(None, passes)):
+        main += [
+            f'    %funcs{index} = transform.structured.match ops{{["func.func", "util.func"]}} '
+            f"in %module : ({ANY_OP}) -> {ANY_OP}",
+            f"    transform.foreach %funcs{index} : {ANY_OP} {{",
             f"      ^bb1(%f: {ANY_OP}):",
             f"        transform.foreach_match in %f {arms} : ({ANY_OP}) -> ({ANY_OP})",
             "    }",
-            f"    transform.apply_dce to %module : {ANY_OP}",
-            f'    transform.apply_registered_pass "inline" to %module : ({ANY_OP}) -> {ANY_OP}',
-            "    transform.yield",
-            "  }",
         ]
-    )
+    main += [
+        f"    transform.apply_dce to %module : {ANY_OP}",
+        f'    transform.apply_registered_pass "inline" to %module : ({ANY_OP}) -> {ANY_OP}',
+        "    transform.yield",
+        "  }",
+    ]
     parts = [
         *functions,
-        *(_matcher(i, p) for i, (p, _, _) in enumerate(winners)),
-        *(_caller(i) for i in range(len(winners))),
-        main,
+        *narrow_matchers,
+        *(_matcher(i, w.problem) for i, w in enumerate(winners)),
+        *(_caller(f"call_narrow_{i}", f"{FUNCTION_PREFIX}{i}_narrow", True) for i in narrow_arms),
+        *(_caller(f"call_custom_{i}", f"{FUNCTION_PREFIX}{i}") for i in range(len(winners))),
+        "\n".join(main),
     ]
     body = "\n".join(parts)
     return f"module attributes {{transform.with_named_sequence}} {{\n{body}\n}}\n"
@@ -133,7 +224,12 @@ def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], tar
             point["group_m"],
         )
         ptx = os.path.join(folder, f"{problem.name}.ptx")
-        kept.append((problem, params, compile_ptx(problem, params, target.arch, ptx)))
+        binary = compile_ptx(problem, params, target.arch, ptx)
+        narrow = narrowed(problem)
+        if narrow is not None:
+            ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
+            narrow = (narrow, compile_ptx(narrow, params, target.arch, ptx))
+        kept.append(Substitute(problem, params, binary, narrow))
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
@@ -380,8 +381,9 @@ def test_custom_kernels_keep_the_model_in_one_command_buffer(tmp_path):
     assert "stream.cmd.copy" not in text
 
 
-def _linear_model_with_custom_spec(folder) -> tuple[str, str]:
-    """LINEAR_MODEL and a custom-kernel spec for its one contraction (as a run writes it)."""
+def _linear_model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str]:
+    """A model (LINEAR_MODEL unless `text`) and a custom-kernel spec for its one contraction
+    problem (as a run writes it)."""
     from autosched.host import Machine
     from autosched.model import analyze_model
     from autosched.model_run import model_for_target
@@ -389,7 +391,7 @@ def _linear_model_with_custom_spec(folder) -> tuple[str, str]:
     from autosched.targets.cuda import CudaTarget
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
-    (folder / "linear.mlir").write_text(LINEAR_MODEL)
+    (folder / "linear.mlir").write_text(text)
     model = model_for_target(str(folder / "linear.mlir"), target, str(folder / "work"))
     (contraction,) = analyze_model(model, target.compile_flags()).contractions
     point = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
@@ -400,18 +402,23 @@ def _linear_model_with_custom_spec(folder) -> tuple[str, str]:
 
 
 @pytest.mark.gpu
-def test_a_model_with_its_custom_kernel_gives_the_default_builds_outputs(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("layers", "replaced"), [("linear", 1), ("f32 then truncf", 2)])
+def test_a_model_with_its_custom_kernel_gives_the_default_builds_outputs(
+    tmp_path, monkeypatch, layers, replaced
+):
     """`autosched apply MODEL --custom SPEC` on the GPU: the third build runs the kernel in
-    place of the model's contraction, and its outputs match IREE's default build."""
+    place of the model's contractions (for f32 accumulators truncated to f16, the kernel
+    that stores f16 itself), and its outputs match IREE's default build."""
     from click.testing import CliRunner
 
     from autosched.cli import cli
 
     monkeypatch.chdir(tmp_path)
-    model, spec = _linear_model_with_custom_spec(tmp_path)
+    text = LINEAR_MODEL if layers == "linear" else _narrowing_model(second_use=False)
+    model, spec = _linear_model_with_custom_spec(tmp_path, text)
     result = CliRunner().invoke(cli, ["apply", model, "--custom", spec, "--target", "cuda"])
     assert result.exit_code == 0, result.output
-    assert "with custom kernels (1 contraction(s) replaced)" in result.output
+    assert f"with custom kernels ({replaced} contraction(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
 
 
@@ -453,3 +460,68 @@ def test_a_custom_kernel_replaces_a_contraction_only_under_iree_s_best(
     assert (written == spec) is substituted
     if not substituted:
         assert "not under IREE's" in (tmp_path / "run.log").read_text()
+
+
+def _narrowing_model(second_use: bool) -> str:
+    """Two f16 layers as torch exports them: f32 accumulators, each result truncated to f16
+    (with `second_use`, the first layer's f32 result is also returned)."""
+    t32, t16, w = "tensor<256x512xf32>", "tensor<256x512xf16>", "tensor<512x512xf16>"
+    identity = "affine_map<(i, j) -> (i, j)>"
+
+    def layer(out: str, lhs: str, rhs: str) -> str:
+        return (
+            f"  %{out}_f32 = linalg.matmul ins({lhs}, {rhs} : {t16}, {w}) outs(%f : {t32})"
+            f" -> {t32}\n"
+            f"  %{out} = linalg.generic {{indexing_maps = [{identity}, {identity}], "
+            f'iterator_types = ["parallel", "parallel"]}} ins(%{out}_f32 : {t32}) '
+            f"outs(%e16 : {t16}) {{\n"
+            "  ^bb0(%a: f32, %b: f16):\n"
+            "    %c = arith.truncf %a : f32 to f16\n"
+            "    linalg.yield %c : f16\n"
+            f"  }} -> {t16}\n"
+        )
+
+    results = f"%y, %h_f32 : {t16}, {t32}" if second_use else f"%y : {t16}"
+    types = f"({t16}, {t32})" if second_use else t16
+    return (
+        f"func.func @main(%x: {t16}, %w: {w}, %v: {w}) -> {types} {{\n"
+        "  %zero = arith.constant 0.0 : f32\n"
+        f"  %e = tensor.empty() : {t32}\n"
+        f"  %e16 = tensor.empty() : {t16}\n"
+        f"  %f = linalg.fill ins(%zero : f32) outs(%e : {t32}) -> {t32}\n"
+        + layer("h", "%x", "%w")
+        + layer("y", "%h", "%v")
+        + f"  return {results}\n}}\n"
+    )
+
+
+@pytest.mark.parametrize("second_use", [False, True])
+def test_a_contraction_and_its_truncf_become_one_narrow_kernel(tmp_path, second_use):
+    """f32 accumulation truncated to f16 (torch's f16 layers): the truncf goes into the
+    kernel, which stores f16 itself, so no f32 tensor is written and read again. Where the
+    f32 result has another user, that layer keeps the f32 kernel and its truncf."""
+    from autosched.host import Machine
+    from autosched.model import analyze_model, walk_ops
+    from autosched.model_run import model_for_target
+    from autosched.substitution import RESUME_FLAG, rewrite_model, write_substitution
+    from autosched.targets.cuda import CudaTarget
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    (tmp_path / "layers.mlir").write_text(_narrowing_model(second_use))
+    model = model_for_target(str(tmp_path / "layers.mlir"), target, str(tmp_path / "work"))
+    (contraction,) = analyze_model(model, target.compile_flags()).contractions
+    problem = contraction.as_matmul_problem()
+    assert problem.acc_type == "f32"
+    point = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
+    spec = str(tmp_path / "results.custom.mlir")
+    assert write_substitution(spec, [(problem, {**point, "group_m": 8})], target) == []
+    flags = target.compile_flags()
+    rewritten, replaced = rewrite_model(model, spec, flags, str(tmp_path / "rewritten.mlir"), 300)
+    assert replaced == 2
+    module = ir.Module.parseFile(rewritten, ir.Context())
+    externs = [op for op in walk_ops(module.operation) if op.name == "hal.dispatch.extern"]
+    narrow = [op for op in externs if str(op.results[0].type).endswith("xf16>")]
+    truncs = [op for op in walk_ops(module.operation) if op.name == "arith.truncf"]
+    assert (len(narrow), len(truncs)) == ((1, 1) if second_use else (2, 0))
+    text = _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+    assert text.count("stream.cmd.execute") == 1 and "stream.cmd.copy" not in text
