@@ -358,32 +358,16 @@ def test_custom_kernels_keep_the_model_in_one_command_buffer(tmp_path):
     """Two contractions replaced by custom dispatches: the model's device work is still one
     command buffer, with no copy into either output. A barrier on the output tensor made
     each custom dispatch end the command buffer (a host-side step between them)."""
-    from autosched.host import Machine
-    from autosched.model import analyze_model
-    from autosched.model_run import model_for_target
-    from autosched.substitution import RESUME_FLAG, rewrite_model, write_substitution
-    from autosched.targets.cuda import CudaTarget
-
-    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
-    (tmp_path / "two.mlir").write_text(TWO_LAYERS)
-    model = model_for_target(str(tmp_path / "two.mlir"), target, str(tmp_path / "work"))
-    (contraction,) = analyze_model(model, target.compile_flags()).contractions
-    point = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
-    spec = str(tmp_path / "results.custom.mlir")
-    problem = contraction.as_matmul_problem()
-    assert write_substitution(spec, [(problem, {**point, "group_m": 8})], target) == []
-    flags = target.compile_flags()
-    rewritten, replaced = rewrite_model(model, spec, flags, str(tmp_path / "rewritten.mlir"), 300)
-    assert replaced == 2
-    text = _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+    _, text = _rewritten_to_stream(tmp_path, TWO_LAYERS, replaced=2)
     assert text.count("stream.cmd.dispatch @extern_dispatch") == 2
     assert text.count("stream.cmd.execute") == 1
     assert "stream.cmd.copy" not in text
 
 
-def _linear_model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str]:
-    """A model (LINEAR_MODEL unless `text`) and a custom-kernel spec for its one contraction
-    problem (as a run writes it)."""
+def _model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str, str]:
+    """A model (LINEAR_MODEL unless `text`) with its one contraction problem, and a
+    custom-kernel spec for that problem as a run writes it: (the model as written, the model
+    lowered for sm_90, the spec)."""
     from autosched.host import Machine
     from autosched.model import analyze_model
     from autosched.model_run import model_for_target
@@ -391,14 +375,26 @@ def _linear_model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[st
     from autosched.targets.cuda import CudaTarget
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
-    (folder / "linear.mlir").write_text(text)
-    model = model_for_target(str(folder / "linear.mlir"), target, str(folder / "work"))
+    (folder / "model.mlir").write_text(text)
+    model = model_for_target(str(folder / "model.mlir"), target, str(folder / "work"))
     (contraction,) = analyze_model(model, target.compile_flags()).contractions
     point = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
     spec = str(folder / "results.custom.mlir")
     problem = contraction.as_matmul_problem()
-    assert write_substitution(spec, [(problem, {**point, "group_m": 1})], target) == []
-    return str(folder / "linear.mlir"), spec
+    assert write_substitution(spec, [(problem, {**point, "group_m": 8})], target) == []
+    return str(folder / "model.mlir"), model, spec
+
+
+def _rewritten_to_stream(folder, text: str, replaced: int) -> tuple[str, str]:
+    """The model rewritten with its custom spec (`replaced` contractions, checked), and the
+    stream IR iree-compile makes of it: (rewritten module path, stream text)."""
+    from autosched.substitution import RESUME_FLAG, rewrite_model
+
+    _, model, spec = _model_with_custom_spec(folder, text)
+    flags = make_target(RunConfig(target="cuda", arch="sm_90")).compile_flags()
+    rewritten, count = rewrite_model(model, spec, flags, str(folder / "rewritten.mlir"), 300)
+    assert count == replaced
+    return rewritten, _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
 
 
 @pytest.mark.gpu
@@ -415,7 +411,7 @@ def test_a_model_with_its_custom_kernel_gives_the_default_builds_outputs(
 
     monkeypatch.chdir(tmp_path)
     text = LINEAR_MODEL if layers == "linear" else _narrowing_model(second_use=False)
-    model, spec = _linear_model_with_custom_spec(tmp_path, text)
+    model, _, spec = _model_with_custom_spec(tmp_path, text)
     result = CliRunner().invoke(cli, ["apply", model, "--custom", spec, "--target", "cuda"])
     assert result.exit_code == 0, result.output
     assert f"with custom kernels ({replaced} contraction(s) replaced)" in result.output
@@ -500,28 +496,12 @@ def test_a_contraction_and_its_truncf_become_one_narrow_kernel(tmp_path, second_
     """f32 accumulation truncated to f16 (torch's f16 layers): the truncf goes into the
     kernel, which stores f16 itself, so no f32 tensor is written and read again. Where the
     f32 result has another user, that layer keeps the f32 kernel and its truncf."""
-    from autosched.host import Machine
-    from autosched.model import analyze_model, walk_ops
-    from autosched.model_run import model_for_target
-    from autosched.substitution import RESUME_FLAG, rewrite_model, write_substitution
-    from autosched.targets.cuda import CudaTarget
+    from autosched.model import walk_ops
 
-    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
-    (tmp_path / "layers.mlir").write_text(_narrowing_model(second_use))
-    model = model_for_target(str(tmp_path / "layers.mlir"), target, str(tmp_path / "work"))
-    (contraction,) = analyze_model(model, target.compile_flags()).contractions
-    problem = contraction.as_matmul_problem()
-    assert problem.acc_type == "f32"
-    point = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3}
-    spec = str(tmp_path / "results.custom.mlir")
-    assert write_substitution(spec, [(problem, {**point, "group_m": 8})], target) == []
-    flags = target.compile_flags()
-    rewritten, replaced = rewrite_model(model, spec, flags, str(tmp_path / "rewritten.mlir"), 300)
-    assert replaced == 2
+    rewritten, text = _rewritten_to_stream(tmp_path, _narrowing_model(second_use), replaced=2)
     module = ir.Module.parseFile(rewritten, ir.Context())
     externs = [op for op in walk_ops(module.operation) if op.name == "hal.dispatch.extern"]
     narrow = [op for op in externs if str(op.results[0].type).endswith("xf16>")]
     truncs = [op for op in walk_ops(module.operation) if op.name == "arith.truncf"]
     assert (len(narrow), len(truncs)) == ((1, 1) if second_use else (2, 0))
-    text = _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
     assert text.count("stream.cmd.execute") == 1 and "stream.cmd.copy" not in text
