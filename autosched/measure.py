@@ -89,6 +89,7 @@ class Measurement:
     verification: str = ""
     max_error: float | None = None
     verify_s: float | None = None
+    verify_phases: dict[str, float] = field(default_factory=dict)  # Verification.phases
     timing: Timing | None = None
     timing_s: float | None = None
 
@@ -199,6 +200,7 @@ class Bench:
         verdict = self.check(task)
         outcome.verify_s = round(time.perf_counter() - started, 3)
         outcome.verification, outcome.max_error = verdict.status, verdict.max_error
+        outcome.verify_phases = verdict.phases
         if verdict.status != "correct":
             outcome.status, outcome.message = verdict.status, verdict.message
             return outcome

@@ -39,6 +39,7 @@ class Trial:
     samples_ms: list[float] | None = None
     gflops: float | None = None
     verify_s: float | None = None  # wall seconds spent checking the answer
+    verify_phases: dict = field(default_factory=dict)  # its steps in the worker, in seconds
     timing_s: float | None = None  # wall seconds spent in iree-benchmark-module
     message: str = ""
     iree_version: str = ""
@@ -159,7 +160,7 @@ def trial_from_record(raw: object) -> Trial:
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"status ok with {key} = {value!r}")
     known = {k: v for k, v in raw.items() if k in _FIELDS}  # newer fields are ignored
-    for key in ("shape", "features"):
+    for key in ("shape", "features", "verify_phases"):
         if not isinstance(known.get(key, {}), dict):
             raise ValueError(f"{key} is not an object")
     for key in ("compile_status", "verification", "message", "iree_version", "device", "flags"):

@@ -366,6 +366,7 @@ class Tuning:
             return trial
         trial.device = self._record_device(outcome.device)
         trial.verify_s, trial.timing_s = outcome.verify_s, outcome.timing_s
+        trial.verify_phases = dict(outcome.verify_phases)
         trial.verification, trial.max_error = outcome.verification, outcome.max_error
         trial.status, trial.message = outcome.status, outcome.message
         if outcome.status != "ok":

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -143,6 +143,12 @@ class Verification:
     status: str  # correct, wrong_answer, runtime_error, timeout
     max_error: float | None = None  # relative to the reference's largest magnitude
     message: str = ""
+    # Seconds of each step of a check in the worker (CHECK_PHASES), to see where a check's
+    # time goes on the device; empty where the check ran elsewhere.
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+CHECK_PHASES = ("load", "run", "to_host", "compare")  # a worker check's steps, in order
 
 
 def run_tool() -> str:
@@ -378,16 +384,25 @@ def _serve_requests(connection, device: str) -> None:
         cached = use(reference_path)
         try:
             _injected_fault()
+            marks = [time.perf_counter()]
             function, _ = load(vmfb)
             # A kernel that accumulates into its third input writes that buffer in place:
             # only lhs and rhs stay on the device, the accumulator is copied in every time.
             lhs_rhs = [on_device(p) for p in input_paths[:2]]
+            marks.append(time.perf_counter())
             result = function(*lhs_rhs, *[on_host(p) for p in input_paths[2:]])
+            marks.append(time.perf_counter())
             output = result.to_host()
             del result
+            marks.append(time.perf_counter())
             if "scale" not in cached:
                 cached["scale"] = max_abs_difference(on_host(reference_path))
             answer = compare(output, on_host(reference_path), allowed, cached["scale"])
+            marks.append(time.perf_counter())
+            answer.phases = {
+                phase: round(end - start, 4)
+                for phase, start, end in zip(CHECK_PHASES, marks[:-1], marks[1:], strict=True)
+            }
         except Exception as error:  # noqa: BLE001 - any failure of a candidate is its outcome
             last.clear()
             lines = [line for line in str(error).splitlines() if line.strip()]

@@ -192,6 +192,7 @@ def main() -> None:
             "wall_s": wall,
             "per_trial_s": wall / max(1, len(result.trials)),
             "stage_s": stage_medians(result.trials),
+            "check_phases": check_phases(result.trials),
             "config": result.best.config if result.best else "(IREE default)",
             "route": route(target, result.best),
         }
@@ -223,6 +224,15 @@ def stage_medians(trials) -> str:
         median([getattr(t, stage) for t in trials])
         for stage in ("compile_s", "verify_s", "timing_s")
     )
+
+
+def check_phases(trials) -> dict[str, float]:
+    """Median seconds of each step of a check in the measuring worker (load, run, to_host,
+    compare), over the trials that report them."""
+    from autosched.verify import CHECK_PHASES
+
+    timed = [t.verify_phases for t in trials if t.verify_phases]
+    return {phase: statistics.median(p[phase] for p in timed) for phase in CHECK_PHASES if timed}
 
 
 def write_table(
@@ -258,22 +268,26 @@ def write_table(
         "dispatch, median of repetitions; the default and the tuned point are the final "
         "interleaved re-timing.",
         "- compile / verify / time: median seconds per trial of each stage; compiles run "
-        "16 at a time while the GPU verifies and times, so the wall time per trial is less "
-        "than their sum.",
+        f"{os.cpu_count()} at a time while the GPU verifies and times, so the wall time per "
+        "trial is less than their sum. check: the verify stage's steps in the measuring "
+        "worker (loading the module, one call, copying the output to the host, comparing it "
+        "with numpy's), median seconds.",
         "- cuBLAS: torch.matmul, TF32 off, replayed from a CUDA graph, CUDA events, median of 7.",
         "",
         "| problem | IREE default TFLOP/s | tuned TFLOP/s | speedup | cuBLAS TFLOP/s | of cuBLAS "
         "| tuned CV | trials (failed) / space | search s | s per trial "
-        "| compile / verify / time s | route | best config |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| compile / verify / time s | check: load / run / to host / compare s "
+        "| route | best config |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
+        phases = " / ".join(f"{v:.3f}" for v in r["check_phases"].values()) or "-"
         lines.append(
             f"| {r['problem']} | {f(r['default_tflops'])} | {f(r['tuned_tflops'])} | "
             f"{f(r['speedup'])}x | {f(r['cublas_tflops'])} | {f(r['of_cublas'], 2)} | "
             f"{f(r['best_cv'], 2)} | {r['trials']} ({r['failed']}) / {r['space']} | "
-            f"{r['wall_s']:.0f} | {r['per_trial_s']:.2f} | {r['stage_s']} | {r['route']} | "
-            f"`{r['config']}` |"
+            f"{r['wall_s']:.0f} | {r['per_trial_s']:.2f} | {r['stage_s']} | {phases} | "
+            f"{r['route']} | `{r['config']}` |"
         )
     trials = sum(r["trials"] for r in rows)
     lines += [

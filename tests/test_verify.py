@@ -9,7 +9,7 @@ from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.manifest import kernel_module_text, kernel_variant
 from autosched.targets.cpu import CpuTarget
-from autosched.verify import Verifier, make_problem_data, verify_module
+from autosched.verify import CHECK_PHASES, Verifier, make_problem_data, verify_module
 
 TARGET = CpuTarget(RunConfig())
 
@@ -145,7 +145,10 @@ def test_the_worker_reuses_a_checked_module_for_its_timing_but_never_a_rebuilt_o
     vmfb = compile_text(right, tmp_path, "k")
     verifier = Verifier("local-task")
     try:
-        assert verifier.check(vmfb, data, problem, 60).status == "correct"
+        checked = verifier.check(vmfb, data, problem, 60)
+        assert checked.status == "correct"
+        assert list(checked.phases) == list(CHECK_PHASES)  # where a check's time went
+        assert all(seconds >= 0 for seconds in checked.phases.values())
         timing = verifier.time(vmfb, data, 1, 3, 0.01, 60)  # after its check: reused
         assert timing.status == "ok" and len(timing.samples_ms) == 3
         assert compile_text(wrong, tmp_path, "k") == vmfb  # rebuilt in place

@@ -4,6 +4,7 @@ benchmark)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 
 from click.testing import CliRunner
@@ -16,7 +17,7 @@ from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.manifest import kernel_variant
 from autosched.targets.cpu import CpuTarget
-from autosched.verify import Verifier, make_problem_data
+from autosched.verify import CHECK_PHASES, Verifier, make_problem_data
 
 
 def test_worker_timing_agrees_with_iree_benchmark_module(tmp_path):
@@ -61,3 +62,7 @@ def test_a_run_with_the_worker_timer(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     lines = (tmp_path / "generated/results.csv").read_text().splitlines()
     assert len(lines) == 1 + 3 and all(",ok," in line for line in lines[1:])
+    # Each record keeps the steps of its check in the worker (cuda_suite.py reports them).
+    records = [json.loads(line) for line in open(tmp_path / "generated/tuning.jsonl")]
+    assert len(records) == 3
+    assert all(set(r["verify_phases"]) == set(CHECK_PHASES) for r in records)
