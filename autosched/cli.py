@@ -120,16 +120,25 @@ def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
         space = build_space(problem, target, config.knob_space)
         tuner = space_tuner(config, target, space)
         chosen = tuner.next_batch(config.n_trial) if space.points else []
+        written = 0
         for index in chosen:
             point = space.points[index]
-            write_text(
-                variant_path(config.work_dir, problem, target.config_name(point)),
-                kernel_variant(problem, target, point),
-            )
+            path = variant_path(config.work_dir, problem, target.config_name(point))
+            if target.source_command(problem, point, path):
+                continue  # its module comes from its own compiler (Triton): none runs here
+            write_text(path, kernel_variant(problem, target, point))
+            written += 1
         rejected = ", ".join(f"{n} {r}" for r, n in space.rejected.most_common()) or "none"
+        compiled = len(chosen) - written
         click.echo(
             f"{problem.name}: {space.total} points, {len(space.points)} valid, "
-            f"{len(chosen)} variants written; rejected: {rejected}"
+            f"{written} variants written"
+            + (
+                f" ({compiled} custom kernels not: Triton writes them when compiling)"
+                if compiled
+                else ""
+            )
+            + f"; rejected: {rejected}"
         )
     click.echo(f"variants under {os.path.join(config.work_dir, 'linalg')}")
 

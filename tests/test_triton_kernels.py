@@ -5,6 +5,7 @@ answers as numpy for plain, transposed, batched and unevenly divided problems.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -505,3 +506,29 @@ def test_a_contraction_and_its_truncf_become_one_narrow_kernel(tmp_path, second_
     truncs = [op for op in walk_ops(module.operation) if op.name == "arith.truncf"]
     assert (len(narrow), len(truncs)) == ((1, 1) if second_use else (2, 0))
     assert text.count("stream.cmd.execute") == 1 and "stream.cmd.copy" not in text
+
+
+def test_a_dry_run_of_the_custom_family_sweep_writes_no_custom_variant(tmp_path, monkeypatch):
+    """`--dry-run` runs no compiler: custom points, whose modules Triton writes at compile
+    time, are counted and not written (they were an internal error), and the shipped sweep
+    cfg covers the whole family."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            os.path.join(root, "examples/matmul_f16_4096.mlir"),
+            "--config",
+            os.path.join(root, "configs/cuda_custom_sweep.cfg"),
+            "--dry-run",
+            "--arch",
+            "sm_90",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "168 valid, 0 variants written (168 custom kernels not" in result.output
