@@ -124,8 +124,8 @@ def _dry_run(config: RunConfig, target, analysis: Analysis) -> None:
         for index in chosen:
             point = space.points[index]
             path = variant_path(config.work_dir, problem, target.config_name(point))
-            if target.source_command(problem, point, path):
-                continue  # its module comes from its own compiler (Triton): none runs here
+            if not target.in_spec(point):
+                continue  # a custom kernel: Triton writes its module, and none runs here
             write_text(path, kernel_variant(problem, target, point))
             written += 1
         rejected = ", ".join(f"{n} {r}" for r, n in space.rejected.most_common()) or "none"

@@ -103,7 +103,10 @@ def main() -> None:
         pool, label = [t for _, r in runs for t in r.trials], "best 3 any run saw"
         swept = "- no exhaustive sweep: the reference is the best point any run measured"
     ranked = sorted((t for t in pool if t.ok), key=lambda t: t.median_ms)
-    ranked = list({t.config: t for t in reversed(ranked)}.values())[::-1]  # each point once
+    fastest: dict[str, object] = {}  # each point once, at its fastest measurement
+    for trial in ranked:
+        fastest.setdefault(trial.config, trial)
+    ranked = list(fastest.values())
     print(f"reference: best {ranked[0].config}", flush=True)
 
     # Every contender once, by config name: the default, each run's winner, the best 3.
