@@ -309,8 +309,10 @@ def _tune(config: RunConfig, target, analysis: Analysis, paths: RunPaths, resume
                 f"  (MODEL.mlir must carry the {target.arch} target: copy the module attributes "
                 f"of {best_path} onto it, or compile {best_path} itself)"
             )
-    else:
+    elif not os.path.exists(paths.custom_spec):
         click.echo("no tuning spec: nothing beat IREE's default configurations")
+    else:
+        click.echo("no tuning spec: only custom kernels beat IREE's default configurations")
 
 
 @cli.command()

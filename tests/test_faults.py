@@ -571,3 +571,18 @@ def test_sigterm_during_a_model_run_keeps_every_record_once(tuning, tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_compiles_run_below_the_measuring_workers_priority():
+    """A tool started with a niceness runs (with what it starts) at that lower priority."""
+    from autosched import processes
+    from autosched.compile import COMPILE_NICENESS
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    # The shell waits a moment, so the priority set after the start is in place; `nice`
+    # is a child of the shell, so the whole group is lowered.
+    finished = processes.run(["sh", "-c", "sleep 0.3; nice"], 10, niceness=COMPILE_NICENESS)
+    assert finished.returncode == 0
+    assert int(finished.stdout) == min(base + COMPILE_NICENESS, 19)
+    plain = processes.run(["sh", "-c", "nice"], 10)
+    assert int(plain.stdout) == base
