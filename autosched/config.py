@@ -46,6 +46,7 @@ class RunConfig:
     seed: int = 0
     batch_size: int = 8  # points proposed per tuner round
     early_stopping: int = 0  # stop a problem after this many trials without improvement; 0: never
+    starting_points: str = "target"  # target: its known-good points go first; none: tuner alone
     mode: str = "normal"  # models: fast | normal | extreme, the budget when none is given
     budget: int = 0  # models: total trials over all problems; 0: from the mode
     time_budget: float = 0.0  # models: wall-clock minutes for the search; 0: no limit
@@ -104,6 +105,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "seed": int,
         "batch_size": int,
         "early_stopping": int,
+        "starting_points": str,
         "mode": str,
         "budget": int,
         "time_budget": float,
@@ -121,6 +123,7 @@ MODES = ("fast", "normal", "extreme")
 TIME_ON = ("dispatch", "kernel")
 TIMERS = ("tool", "worker")
 EXECUTORS = ("local", "ray")
+STARTING_POINTS = ("target", "none")
 _CHOICES = {
     "target": TARGETS,
     "tuner": TUNERS,
@@ -128,6 +131,7 @@ _CHOICES = {
     "time_on": TIME_ON,
     "timer": TIMERS,
     "executor": EXECUTORS,
+    "starting_points": STARTING_POINTS,
 }
 _MINIMUM = {
     "jobs": 0,

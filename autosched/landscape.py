@@ -48,6 +48,7 @@ class Landscape:
     baseline: float  # the default configuration's GFLOP/s; NaN when unknown
     descriptions: list[str]  # one human-readable line per point
     feature_names: list[str] = field(default_factory=list)
+    starting: list[int] = field(default_factory=list)  # the target's known-good points here
 
     @property
     def n_points(self) -> int:
@@ -211,6 +212,19 @@ def _target_for(name: str, arch: str):
     return make_target(RunConfig(target=name, arch=arch))
 
 
+def _target_starting(record: dict, points: list[dict]) -> list[int]:
+    """Which recorded points today's target measures first (`Target.starting_points`)."""
+    from autosched.records import problem_from_shape
+    from autosched.space import matching_points
+
+    try:
+        problem = problem_from_shape(record.get("shape") or {})
+        target = _target_for(record["target"], record.get("arch") or "")
+        return matching_points(points, target.starting_points(problem))
+    except (KeyError, TypeError, ValueError, click.ClickException):
+        return []
+
+
 def _target_features(record: dict) -> dict[str, float] | None:
     """The features today's target computes for the record's point, when it can.
 
@@ -266,7 +280,7 @@ def _from_jsonl(text: str, path: str) -> list[Landscape]:
         if not isinstance(record, dict) or not isinstance(record.get("problem"), str):
             continue
         key = (record["problem"], str(record.get("target", "")), str(record.get("arch", "")))
-        group = groups.setdefault(key, {"points": {}, "baseline": math.nan})
+        group = groups.setdefault(key, {"points": {}, "baseline": math.nan, "record": record})
         if record.get("baseline"):
             score = _record_score(record)
             if not math.isnan(score):
@@ -280,7 +294,8 @@ def _from_jsonl(text: str, path: str) -> list[Landscape]:
         score = _record_score(record)
         # A point measured twice keeps its successful measurement, the later one if both are.
         if previous is None or not math.isnan(score):
-            group["points"][name] = (_record_features(record), score, _describe_point(point, name))
+            features = _record_features(record)
+            group["points"][name] = (features, score, _describe_point(point, name), point)
 
     problem_counts: dict[str, int] = {}
     for problem, _, _ in groups:
@@ -290,17 +305,18 @@ def _from_jsonl(text: str, path: str) -> list[Landscape]:
         points = list(group["points"].values())
         if not points:
             continue
-        names = sorted({name for feats, _, _ in points for name in feats})
-        features = np.array([[feats.get(n, 0.0) for n in names] for feats, _, _ in points])
+        names = sorted({name for feats, *_ in points for name in feats})
+        features = np.array([[feats.get(n, 0.0) for n in names] for feats, *_ in points])
         label = problem if problem_counts[problem] == 1 else f"{problem} ({target} {arch})"
         landscapes.append(
             Landscape(
                 problem=label,
                 features=features.reshape(len(points), len(names)).astype(np.float64),
-                scores=np.array([s for _, s, _ in points], dtype=np.float64),
+                scores=np.array([s for _, s, _, _ in points], dtype=np.float64),
                 baseline=group["baseline"],
-                descriptions=[d for _, _, d in points],
+                descriptions=[d for _, _, d, _ in points],
                 feature_names=names,
+                starting=_target_starting(group["record"], [p for *_, p in points]),
             )
         )
     if not landscapes and groups == {}:

@@ -48,7 +48,7 @@ from autosched.report import CsvReport, RunLog, table
 from autosched.search import SearchState
 from autosched.search import search as run_search
 from autosched.search import step as search_step
-from autosched.space import SearchSpace, build_space
+from autosched.space import SearchSpace, build_space, matching_points
 from autosched.spec import tuning_spec
 from autosched.targets.base import Point, Target
 from autosched.tuners import make_tuner
@@ -491,7 +491,15 @@ class Tuning:
             log.write("no point of the space passes the constraints (see the rejections above)")
             return search
         search.names = [target.config_name(p) for p in space.points]
-        search.state = SearchState(space_tuner(config, target, space))
+        starting = []
+        if config.starting_points == "target":
+            starting = matching_points(space.points, target.starting_points(problem))
+        search.state = SearchState(space_tuner(config, target, space), queued=list(starting))
+        if starting:
+            log.write(
+                f"measured first: {', '.join(search.names[i] for i in starting)} "
+                "(the target's known-good points; starting_points = none leaves them out)"
+            )
         index_of = {name: i for i, name in enumerate(search.names)}
         earlier_by_name = {t.config: t for t in earlier if not t.baseline}
         resumed = [(index_of[n], t) for n, t in earlier_by_name.items() if n in index_of]

@@ -27,9 +27,14 @@ class SearchState:
     best: float = 0.0  # best score so far
     since_best: int = 0  # trials since the best improved
     exhausted: bool = False  # the tuner has nothing left to propose
+    # Points measured before the tuner's own picks (the target's known-good points): they
+    # make up the first batch, which the tuner tops up.
+    queued: list[int] = field(default_factory=list)
 
     def resume(self, index: int, score: float | None) -> None:
         """A point measured earlier (a resumed record): the tuner hears of it, no trial."""
+        if index in self.queued:
+            self.queued.remove(index)
         self.tuner.update([(index, score)])
         self.order.append(index)
         self.scores.append(score)
@@ -41,7 +46,10 @@ def step(state: SearchState, count: int, measure: Measure) -> list[int]:
     """Measures up to `count` more points the tuner proposes; [] when it has none left."""
     if state.exhausted or count <= 0:
         return []
-    batch = state.tuner.next_batch(count)
+    batch, state.queued = state.queued[:count], state.queued[count:]
+    if len(batch) < count:
+        # The tuner does not know of the queued points yet: one it proposes too is dropped.
+        batch += [i for i in state.tuner.next_batch(count - len(batch)) if i not in batch]
     if not batch:
         state.exhausted = True
         return []

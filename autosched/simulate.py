@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import click
 import numpy as np
 
+from autosched.config import STARTING_POINTS
 from autosched.errors import UserError
 from autosched.landscape import Landscape, load_landscapes
 from autosched.search import SearchState, search
@@ -73,6 +74,7 @@ def replay(
     batch_size: int = 8,
     noise: float = 0.0,
     noise_seed: int = 0,
+    starting: bool = True,
 ) -> Replay:
     """Runs one tuner over the landscape; see the module docstring for the stopping rule.
 
@@ -84,7 +86,7 @@ def replay(
     jitter = np.random.default_rng(noise_seed)
     best = landscape.best
     tuner = make_tuner(tuner_name, landscape.n_points, seed, landscape.features, budget=n_trial)
-    state = SearchState(tuner)
+    state = SearchState(tuner, queued=list(landscape.starting) if starting else [])
     seen: list[float] = []
 
     def look_up(batch: list[int]) -> list[float | None]:
@@ -142,13 +144,17 @@ def simulate(
     n_trial: int,
     seeds: int,
     batch_size: int = 8,
+    starting: bool = True,
 ) -> ProblemResult:
     """Replays every tuner with seeds 0..seeds-1 and takes medians."""
     if not np.isfinite(landscape.best):
         raise UserError(f"problem {landscape.problem}: every recorded point failed")
     summaries = {}
     for name in tuner_names:
-        runs = [replay(landscape, name, seed, n_trial, batch_size) for seed in range(seeds)]
+        runs = [
+            replay(landscape, name, seed, n_trial, batch_size, starting=starting)
+            for seed in range(seeds)
+        ]
         trials = [r.trials_to_95 for r in runs]
         summaries[name] = TunerSummary(
             trials_to_95=float(statistics.median(trials)),
@@ -208,6 +214,13 @@ def results_json(results: list[ProblemResult]) -> dict:
 @click.option("--n-trial", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--seeds", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--starting-points",
+    default="target",
+    show_default=True,
+    type=click.Choice(STARTING_POINTS),
+    help="target: the target's known-good points are measured first, as in a run; none: not.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def simulate_command(
     landscape: str,
@@ -215,12 +228,14 @@ def simulate_command(
     n_trial: int,
     seeds: int,
     batch_size: int,
+    starting_points: str,
     as_json: bool,
 ) -> None:
     """Replay tuners against a recorded LANDSCAPE (CSV or tuning-database JSON lines)."""
     names = list(tuners) or list(TUNER_NAMES)
     landscapes = load_landscapes(landscape)
-    results = [simulate(ls, names, n_trial, seeds, batch_size) for ls in landscapes]
+    starting = starting_points == "target"
+    results = [simulate(ls, names, n_trial, seeds, batch_size, starting) for ls in landscapes]
     if as_json:
         click.echo(json.dumps(results_json(results)))
     else:

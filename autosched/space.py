@@ -54,6 +54,20 @@ def build_space(problem: MatmulProblem, target: Target, user_lists: dict[str, li
     return space
 
 
+def matching_points(points: list[Point], partials: list[Point]) -> list[int]:
+    """For each partial point, the index of the first point agreeing on all its knobs (in
+    the partials' order, each index once; a partial no point agrees with is skipped)."""
+    found: list[int] = []
+    for partial in partials:
+        index = next(
+            (i for i, p in enumerate(points) if all(p.get(k) == v for k, v in partial.items())),
+            None,
+        )
+        if index is not None and index not in found:
+            found.append(index)
+    return found
+
+
 def _enumerate(space: SearchSpace, problem, order: list[str], lists, constraints) -> None:
     """Appends the valid points of one product of knob lists to `space`."""
     # A constraint runs at the depth where the last knob it needs gets a value.

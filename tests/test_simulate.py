@@ -191,3 +191,54 @@ def test_a_csv_landscape_has_the_cuda_targets_own_features():
     names = [n for n in f16.feature_names if not n.startswith("pipeline=")]
     assert names == list(expected)
     assert list(f16.features[0][: len(names)]) == pytest.approx(list(expected.values()))
+
+
+def test_starting_points_go_first_and_the_tuner_tops_up_their_batch():
+    """The target's known-good points make up the first batch, and no point is measured
+    twice, for every tuner: a starting point the tuner also proposes is dropped."""
+    rng = np.random.default_rng(5)
+    features = rng.random((60, 3))
+    scores = features.sum(axis=1) + 1.0
+    landscape = Landscape("toy", features, scores, math.nan, [""] * 60, starting=[7, 0, 41])
+    for tuner in ("grid", "random", "xgboost"):
+        run = replay(landscape, tuner, seed=0, n_trial=60, batch_size=8)
+        assert run.order[:3] == [7, 0, 41]
+        assert len(run.order) == len(set(run.order)) == 60
+        plain = replay(landscape, tuner, seed=0, n_trial=60, batch_size=8, starting=False)
+        assert plain.order[:3] != [7, 0, 41]
+    # Starting at the best point reaches it on the first trial.
+    best = int(np.argmax(scores))
+    landscape.starting = [best]
+    assert replay(landscape, "grid", seed=0, n_trial=8).trials_to_95 == 1
+
+
+def test_a_resumed_starting_point_is_not_measured_again():
+    from autosched.search import SearchState, step
+    from autosched.tuners import make_tuner
+
+    state = SearchState(make_tuner("grid", 10, 0), queued=[4, 2])
+    state.resume(4, 1.0)
+    measured = step(state, 3, lambda batch: [1.0] * len(batch))
+    assert measured == [2, 0, 1]
+    assert state.order == [4, 2, 0, 1]
+
+
+def test_a_recorded_landscape_knows_the_targets_starting_points(tmp_path):
+    """A CUDA database's custom points: the one Triton's list names first is found."""
+    shape = {"m": 4096, "n": 4096, "k": 4096, "batch": 0, "op": "linalg.matmul"}
+    shape |= {"lhs_type": "f16", "rhs_type": "f16", "acc_type": "f32", "zero_init": True}
+    shape |= {"transpose_a": False, "transpose_b": False}
+    neutral = {k: 0 for k in ("block_dim_x", "block_dim_y", "block_dim_z")}
+    neutral |= {k: 0 for k in ("subgroup_m", "subgroup_n", "thread_m", "thread_n")}
+    lines = []
+    for tiles, warps, gflops in (((64, 64, 32), 4, 2.7e5), ((128, 256, 64), 8, 5.6e5)):
+        point = dict(zip(("tile_m", "tile_n", "tile_k"), tiles, strict=True), **neutral)
+        point |= {"pipeline": "Custom", "mma_kind": "none", "promote_operands": 1}
+        point |= {"pipeline_depth": 3, "warps": warps, "group_m": 8}
+        record = {"problem": "mm", "target": "cuda", "arch": "sm_90", "shape": shape}
+        record |= {"point": point, "config": str(tiles), "gflops": gflops, "status": "ok"}
+        lines.append(json.dumps(record))
+    path = tmp_path / "tuning.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    (landscape,) = load_landscapes(str(path))
+    assert landscape.starting == [1]

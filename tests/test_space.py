@@ -70,3 +70,24 @@ def test_custom_blocks_larger_than_the_problem_have_features(write_module):
     custom = [p for p in space.points if not target.in_spec(p)]
     assert custom and min(p["tile_m"] for p in custom) > problem.m
     assert all(math.isfinite(v) for v in feature_matrix(problem, target, space.points).flat)
+
+
+def test_the_custom_familys_known_good_points_are_found_in_the_space(write_module):
+    """CUDA's starting points (Triton's tuned list) name custom kernels: each matches one
+    point of a space that has the family, and none of a space without it."""
+    from autosched.host import Machine
+    from autosched.space import matching_points
+    from autosched.targets.cuda import CUSTOM_STARTING, CudaTarget
+
+    problem = analyze_file(write_module(matmul_function("f", 4096, 4096, 4096, "f16"))).problems[0]
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    with_custom = build_space(problem, target, {"pipeline": ["TileAndFuse", "Custom"]})
+    found = matching_points(with_custom.points, target.starting_points(problem))
+    assert len(found) == len(CUSTOM_STARTING)
+    blocks = [
+        tuple(with_custom.points[i][k] for k in ("tile_m", "tile_n", "tile_k")) for i in found
+    ]
+    assert blocks == [values[:3] for values in CUSTOM_STARTING]
+    assert all(not target.in_spec(with_custom.points[i]) for i in found)
+    iree_only = build_space(problem, target, {"pipeline": ["TileAndFuse"]})
+    assert matching_points(iree_only.points, target.starting_points(problem)) == []

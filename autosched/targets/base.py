@@ -124,6 +124,14 @@ class Target(ABC):
         """None when the target can tune this problem, else the reason it cannot."""
         return None
 
+    def starting_points(self, problem: MatmulProblem) -> list[Point]:
+        """Points known to be good on this target, measured before the tuner's own picks.
+
+        Each names only the knobs that matter (a partial point); the first point of the
+        space that agrees on all of them is measured. Most targets know none.
+        """
+        return []
+
     @abstractmethod
     def candidates(self, knob: str, problem: MatmulProblem) -> list[Knob]:
         """Values for a knob the cfg leaves out, generated from the problem."""
