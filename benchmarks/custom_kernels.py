@@ -27,7 +27,14 @@ from autosched.config import RunConfig  # noqa: E402
 from autosched.manifest import KERNEL_FUNCTION, kernel_variant, write_text  # noqa: E402
 from autosched.records import problem_from_shape  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
-from autosched.triton_kernels import KernelParams, compile_ptx, extern_module  # noqa: E402
+from autosched.triton_kernels import (  # noqa: E402
+    KernelParams,
+    _kernel,
+    _strides,
+    compile_ptx,
+    extern_module,
+    grid,
+)
 from autosched.verify import Verifier, make_problem_data  # noqa: E402
 
 GRID = {
@@ -60,26 +67,91 @@ def parse_shape(text: str):
     )
 
 
-def cublas_ms(problem) -> float:
+TORCH_TYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+
+
+def graph_ms(launch, inner: int = 20, repetitions: int = 7) -> float:
+    """Milliseconds per launch: `inner` launches captured in a CUDA graph, replayed and timed
+    with CUDA events, median of `repetitions` (no Python overhead counted)."""
     import torch
 
-    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[problem.lhs_type]
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # warm-up (and Triton's compile) off the capture
+        for _ in range(3):
+            launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            launch()
+    samples = []
+    for _ in range(repetitions):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / inner)
+    return statistics.median(samples)
+
+
+def operands(problem):
+    """A, B (NxK transposed when the problem's B is) and an output, on the GPU."""
+    import torch
+
+    dtype = getattr(torch, TORCH_TYPES[problem.lhs_type])
     a = torch.randn(problem.m, problem.k, device="cuda", dtype=dtype)
     b = torch.randn(problem.n, problem.k, device="cuda", dtype=dtype)
     b = b.t() if problem.transpose_b else b.t().contiguous()
-    for _ in range(5):
-        torch.matmul(a, b)
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(7):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(50):
-            torch.matmul(a, b)
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / 50)
-    return statistics.median(samples)
+    out = torch.empty(
+        problem.m, problem.n, device="cuda", dtype=getattr(torch, TORCH_TYPES[problem.acc_type])
+    )
+    return a, b, out
+
+
+def ptxas_versions(system: str) -> str:
+    """The release line of the ptxas IREE assembles with and of the one Triton bundles."""
+    import subprocess
+
+    import triton.backends.nvidia
+
+    bundled = os.path.join(os.path.dirname(triton.backends.nvidia.__file__), "bin", "ptxas")
+    found = []
+    for name, path in (("IREE's (--iree-cuda-use-ptxas-from)", system), ("Triton's", bundled)):
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+            found.append(f"{name} {path}: {out.strip().splitlines()[-1]}")
+        except (OSError, IndexError):
+            found.append(f"{name} {path}: not found")
+    return "; ".join(found)
+
+
+def cublas_ms(problem) -> float:
+    """torch.matmul; its output is the input type (cuBLAS through torch writes no f32 for
+    f16 inputs), so an f32-output problem stores half the bytes here."""
+    import torch
+
+    a, b, _ = operands(problem)
+    out = torch.empty(problem.m, problem.n, device="cuda", dtype=a.dtype)
+    return graph_ms(lambda: torch.matmul(a, b, out=out))
+
+
+def triton_direct_ms(problem, params: KernelParams) -> float:
+    """The same kernel launched by Triton itself (its own launcher and its bundled ptxas),
+    to tell the kernel's speed from what running it inside IREE adds."""
+    a, b, c = operands(problem)
+    kernel = _kernel()
+    even = problem.m % params.block_m == 0 and problem.n % params.block_n == 0
+    even = even and problem.k % params.block_k == 0
+    constants = {"M": problem.m, "N": problem.n, "K": problem.k, **_strides(problem)}
+    constants |= {"BM": params.block_m, "BN": params.block_n, "BK": params.block_k}
+    constants |= {"G": params.group_m, "EVEN": even}
+    blocks = grid(problem, params)[:2]
+    return graph_ms(
+        lambda: kernel[blocks](
+            a, b, c, **constants, num_warps=params.warps, num_stages=params.stages
+        )
+    )
 
 
 @dataclass
@@ -113,14 +185,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--shapes", default="4096x4096x4096xf16xf32,2048x4096x4096txf16xf16")
+    parser.add_argument(
+        "--points",
+        default="",
+        help="points instead of the grid, as BMxBNxBKxWARPSxSTAGESxGROUP (comma-separated)",
+    )
+    parser.add_argument(
+        "--routes",
+        action="store_true",
+        help="also time each point built without ptxas (the driver compiles the PTX at load) "
+        "and launched by Triton itself, outside IREE",
+    )
     options = parser.parse_args()
+    points = [KernelParams(*map(int, p.split("x"))) for p in options.points.split(",") if p]
+    points = points or [KernelParams(*values) for values in itertools.product(*GRID.values())]
     os.makedirs(options.out, exist_ok=True)
     target = make_target(RunConfig(target="cuda", arch="sm_90"))
     verifier = Verifier(target.device)
     lines = [
         f"# Custom Triton kernels in IREE against IREE's default and cuBLAS ({target.describe()})",
         "",
-        f"Command: `python3 benchmarks/custom_kernels.py --out DIR --shapes {options.shapes}`",
+        "Command: `python3 benchmarks/custom_kernels.py --out DIR --shapes "
+        + options.shapes
+        + (f" --points {options.points}" if options.points else "")
+        + (" --routes" if options.routes else "")
+        + "`",
+        "",
+        f"ptxas: {ptxas_versions(target.ptxas)}",
         "",
         "| shape | kernel | ms per dispatch | TFLOP/s | vs IREE default | of cuBLAS | answer |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -135,11 +226,12 @@ def main() -> None:
 
         shape = ShapeBench(problem, folder, data, repeat, flags, plain, verifier)
         measure = shape.measure
+        unassembled = [f for f in flags if not f.startswith("--iree-cuda-use-ptxas")]
+        jit = ShapeBench(problem, folder, data, repeat, unassembled, unassembled[:-1], verifier)
         default_ms, default_note = measure("iree_default", kernel_variant(problem, target, None))
         reference = cublas_ms(problem)
         rows = [("IREE default", default_ms, default_note)]
-        for values in itertools.product(*GRID.values()):
-            params = KernelParams(*values)
+        for params in points:
             try:
                 binary = compile_ptx(
                     problem, params, "sm_90", os.path.join(folder, f"{params.name}.ptx")
@@ -153,6 +245,12 @@ def main() -> None:
             ms, note = measure(params.name, module)
             rows.append((params.name, ms, note))
             print(text, params.name, ms, note, flush=True)
+            if options.routes:
+                ms, note = jit.measure(params.name + "_jit", module)
+                rows.append((f"{params.name} (PTX compiled by the driver at load)", ms, note))
+                ms = triton_direct_ms(problem, params)
+                rows.append((f"{params.name} (launched by Triton, outside IREE)", ms, "-"))
+                print(text, params.name, "routes", rows[-2:], flush=True)
         rows.append(("cuBLAS (torch.matmul)", reference, "-"))
         for name, ms, note in rows:
             if ms is None:
