@@ -102,8 +102,9 @@ def find_ptxas(config: RunConfig) -> str:
     """The ptxas that turns each kernel's PTX into machine code at compile time, or "".
 
     With PTX in the module the driver compiles each candidate when it is loaded, on the
-    timing path: on an H200 that was 0.1 s of every verification. ptxas runs in the parallel
-    compiles instead, and the kernels time the same. No ptxas: PTX, as IREE does by default.
+    measuring path (0.03-0.6 s of a check on the H200). ptxas runs in the parallel compiles
+    instead (compile.py: iree-compile 3.13 ignores its own ptxas flag). No ptxas: PTX, as
+    IREE does by default.
     """
     if config.ptxas == PTXAS_OFF:
         return ""

@@ -340,3 +340,50 @@ def test_dispatch_modules_of_a_model_keep_the_sm_90_target(tmp_path) -> None:
             CompileJob(source, source + ".vmfb", [*flags, *target.spec_flags(str(spec))]), 300
         )
         assert built.status == "ok", built.message
+
+
+def _kernel_image(vmfb: str) -> bytes:
+    """The module's one executable image (a cubin is an ELF file; PTX is text)."""
+    data = open(vmfb, "rb").read()
+    return b"ELF" if b"\x7fELF" in data else b"PTX" if b".version" in data else b"?"
+
+
+def test_kernels_are_assembled_by_the_named_ptxas(tmp_path) -> None:
+    """iree-compile 3.13 embeds PTX even with --iree-cuda-use-ptxas; the compile step
+    assembles the dumped PTX itself and rebuilds with the cubin. A ptxas that fails leaves
+    the PTX build, and nothing of the step is left on disk."""
+    from autosched.compile import CompileJob, compile_one
+    from autosched.host import find_ptxas
+
+    ptxas = find_ptxas(RunConfig(target="cuda"))
+    if not ptxas:
+        pytest.skip("no ptxas on this machine")
+    source = tmp_path / "mm.mlir"
+    source.write_text(matmul_function("mm", 256, 256, 128, "f16"))
+    problem = analyze_file(str(source)).problems[0]
+    from autosched.host import Machine
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(ptxas=ptxas))
+    point = next(p for p in build_space(problem, target, {}).points if p["mma_kind"] != "none")
+    variant = tmp_path / "variant.mlir"
+    variant.write_text(kernel_variant(problem, target, point))
+    plain = [f for f in target.compile_flags() if "ptxas" not in f]
+    failing = tmp_path / "failing_ptxas"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(0o755)
+    cases = {
+        "assembled": (target.compile_flags(), b"ELF"),
+        "plain": (plain, b"PTX"),
+        "failed": (
+            [*plain, "--iree-cuda-use-ptxas", f"--iree-cuda-use-ptxas-from={failing}"],
+            b"PTX",
+        ),
+    }
+    for name, (flags, image) in cases.items():
+        output = tmp_path / f"{name}.vmfb"
+        result = compile_one(CompileJob(str(variant), str(output), flags), 300)
+        assert result.status == "ok", result.message
+        assert _kernel_image(str(output)) == image, name
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["mm.mlir", "variant.mlir", "failing_ptxas", *(f"{n}.vmfb" for n in cases)]
+    )
