@@ -47,6 +47,7 @@ class RunConfig:
     batch_size: int = 8  # points proposed per tuner round
     early_stopping: int = 0  # stop a problem after this many trials without improvement; 0: never
     starting_points: str = "target"  # target: its known-good points go first; none: tuner alone
+    history: str = "database"  # database: other problems' records teach the cost model first
     mode: str = "normal"  # models: fast | normal | extreme, the budget when none is given
     budget: int = 0  # models: total trials over all problems; 0: from the mode
     time_budget: float = 0.0  # models: wall-clock minutes for the search; 0: no limit
@@ -106,6 +107,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "batch_size": int,
         "early_stopping": int,
         "starting_points": str,
+        "history": str,
         "mode": str,
         "budget": int,
         "time_budget": float,
@@ -124,6 +126,7 @@ TIME_ON = ("dispatch", "kernel")
 TIMERS = ("tool", "worker")
 EXECUTORS = ("local", "ray")
 STARTING_POINTS = ("target", "none")
+HISTORIES = ("database", "none")
 _CHOICES = {
     "target": TARGETS,
     "tuner": TUNERS,
@@ -132,6 +135,7 @@ _CHOICES = {
     "timer": TIMERS,
     "executor": EXECUTORS,
     "starting_points": STARTING_POINTS,
+    "history": HISTORIES,
 }
 _MINIMUM = {
     "jobs": 0,

@@ -49,6 +49,7 @@ class Landscape:
     descriptions: list[str]  # one human-readable line per point
     feature_names: list[str] = field(default_factory=list)
     starting: list[int] = field(default_factory=list)  # the target's known-good points here
+    lhs_type: str = ""  # the input element type, for a replay's history; "" when unknown
 
     @property
     def n_points(self) -> int:
@@ -191,6 +192,7 @@ def _from_csv(text: str, path: str) -> list[Landscape]:
         landscapes.append(
             Landscape(
                 problem=f"matmul_{m}x{n}x{k}_{dtype}",
+                lhs_type=dtype,
                 features=np.asarray(rows, dtype=np.float64),
                 scores=np.asarray([g for _, _, g, _ in points], dtype=np.float64),
                 baseline=entry["baseline"],
@@ -317,6 +319,7 @@ def _from_jsonl(text: str, path: str) -> list[Landscape]:
                 descriptions=[d for _, _, d, _ in points],
                 feature_names=names,
                 starting=_target_starting(group["record"], [p for *_, p in points]),
+                lhs_type=str((group["record"].get("shape") or {}).get("lhs_type") or ""),
             )
         )
     if not landscapes and groups == {}:

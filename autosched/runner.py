@@ -23,6 +23,7 @@ from autosched.analysis import Analysis, MatmulProblem
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
 from autosched.dispatch_bench import CHECK_FUNCTION, DispatchBenchmark
+from autosched.history import database_history
 from autosched.interrupts import critical
 from autosched.manifest import kernel_variant, variant_path, write_text
 from autosched.measure import (
@@ -51,7 +52,7 @@ from autosched.search import step as search_step
 from autosched.space import SearchSpace, build_space, matching_points
 from autosched.spec import tuning_spec
 from autosched.targets.base import Point, Target
-from autosched.tuners import make_tuner
+from autosched.tuners import History, make_tuner
 from autosched.verify import ProblemData, make_problem_data
 
 BASELINE = "iree_default"
@@ -494,7 +495,15 @@ class Tuning:
         starting = []
         if config.starting_points == "target":
             starting = matching_points(space.points, target.starting_points(problem))
-        search.state = SearchState(space_tuner(config, target, space), queued=list(starting))
+        history = self._history(problem, space) if config.history == "database" else []
+        search.state = SearchState(
+            space_tuner(config, target, space, history), queued=list(starting)
+        )
+        if history:
+            log.write(
+                f"the cost model starts from {len(history)} other problem(s) of "
+                f"{config.database} (history = none leaves them out)"
+            )
         if starting:
             log.write(
                 f"measured first: {', '.join(search.names[i] for i in starting)} "
@@ -597,6 +606,15 @@ class Tuning:
             if stopped == "early_stopping":
                 self.log.write(f"early stop: {search.state.since_best} trials without improvement")
         return self.finish_problem(search)
+
+    def _history(self, problem: MatmulProblem, space: SearchSpace) -> History:
+        """Other problems' records in the database, in this space's feature columns."""
+        if not space.points:
+            return []
+        with self.lock:  # not while another problem's thread appends
+            trials = self.database.records()
+        columns = list(self.target.features(problem, space.points[0]))
+        return database_history(trials, self.target, problem, columns)
 
     def _earlier(self, search: ProblemSearch, progress: Progress) -> list[Trial]:
         """This problem's records that can be resumed; unreadable lines are a warning."""
@@ -862,10 +880,13 @@ def _describe(trial: Trial) -> str:
     return f"{trial.status}: {trial.message}"
 
 
-def space_tuner(config: RunConfig, target: Target, space: SearchSpace):
-    """The cfg's tuner over one problem's space, with the target's features of its points."""
+def space_tuner(config: RunConfig, target: Target, space: SearchSpace, history: History = ()):
+    """The cfg's tuner over one problem's space, with the target's features of its points
+    (and other problems' measurements in the same columns, `history`)."""
     features = feature_matrix(space.problem, target, space.points)
-    return make_tuner(config.tuner, len(space.points), config.seed, features, budget=config.n_trial)
+    return make_tuner(
+        config.tuner, len(space.points), config.seed, features, config.n_trial, history
+    )
 
 
 def feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) -> np.ndarray:

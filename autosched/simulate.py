@@ -26,9 +26,10 @@ import numpy as np
 
 from autosched.config import STARTING_POINTS
 from autosched.errors import UserError
+from autosched.history import landscape_history
 from autosched.landscape import Landscape, load_landscapes
 from autosched.search import SearchState, search
-from autosched.tuners import TUNER_NAMES, make_tuner
+from autosched.tuners import TUNER_NAMES, History, make_tuner
 
 TARGET_FRACTION = 0.95
 LOOSE_FRACTION = 0.90
@@ -75,6 +76,7 @@ def replay(
     noise: float = 0.0,
     noise_seed: int = 0,
     starting: bool = True,
+    history: History = (),
 ) -> Replay:
     """Runs one tuner over the landscape; see the module docstring for the stopping rule.
 
@@ -85,7 +87,7 @@ def replay(
     scores = landscape.scores
     jitter = np.random.default_rng(noise_seed)
     best = landscape.best
-    tuner = make_tuner(tuner_name, landscape.n_points, seed, landscape.features, budget=n_trial)
+    tuner = make_tuner(tuner_name, landscape.n_points, seed, landscape.features, n_trial, history)
     state = SearchState(tuner, queued=list(landscape.starting) if starting else [])
     seen: list[float] = []
 
@@ -145,6 +147,7 @@ def simulate(
     seeds: int,
     batch_size: int = 8,
     starting: bool = True,
+    history: History = (),
 ) -> ProblemResult:
     """Replays every tuner with seeds 0..seeds-1 and takes medians."""
     if not np.isfinite(landscape.best):
@@ -152,7 +155,7 @@ def simulate(
     summaries = {}
     for name in tuner_names:
         runs = [
-            replay(landscape, name, seed, n_trial, batch_size, starting=starting)
+            replay(landscape, name, seed, n_trial, batch_size, starting=starting, history=history)
             for seed in range(seeds)
         ]
         trials = [r.trials_to_95 for r in runs]
@@ -221,6 +224,15 @@ def results_json(results: list[ProblemResult]) -> dict:
     type=click.Choice(STARTING_POINTS),
     help="target: the target's known-good points are measured first, as in a run; none: not.",
 )
+@click.option(
+    "--history",
+    "history_from",
+    default="none",
+    show_default=True,
+    type=click.Choice(["none", "others"]),
+    help="others: each problem's tuner starts from the file's other problems of the same "
+    "input element type, as a run starts from its database's (history = database).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def simulate_command(
     landscape: str,
@@ -229,13 +241,25 @@ def simulate_command(
     seeds: int,
     batch_size: int,
     starting_points: str,
+    history_from: str,
     as_json: bool,
 ) -> None:
     """Replay tuners against a recorded LANDSCAPE (CSV or tuning-database JSON lines)."""
     names = list(tuners) or list(TUNER_NAMES)
     landscapes = load_landscapes(landscape)
     starting = starting_points == "target"
-    results = [simulate(ls, names, n_trial, seeds, batch_size, starting) for ls in landscapes]
+    results = [
+        simulate(
+            ls,
+            names,
+            n_trial,
+            seeds,
+            batch_size,
+            starting,
+            landscape_history(ls, landscapes) if history_from == "others" else (),
+        )
+        for ls in landscapes
+    ]
     if as_json:
         click.echo(json.dumps(results_json(results)))
     else:

@@ -242,3 +242,26 @@ def test_a_recorded_landscape_knows_the_targets_starting_points(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     (landscape,) = load_landscapes(str(path))
     assert landscape.starting == [1]
+
+
+def test_a_replay_history_is_the_files_other_problems_of_the_same_input_type():
+    """`--history others`: each landscape's history is the file's other landscapes of its
+    input type, their columns put in its own order by name (0 where one lacks a feature)."""
+    from autosched.history import landscape_history
+
+    def landscape(name, lhs, names, rows):
+        features = np.asarray(rows, dtype=float)
+        scores = np.arange(1.0, len(rows) + 1)
+        return Landscape(name, features, scores, math.nan, [""] * len(rows), names, lhs_type=lhs)
+
+    target = landscape("t", "f16", ["a", "b"], [[0, 0]] * 4)
+    same = landscape("s", "f16", ["b", "c", "a"], [[1, 9, 2], [3, 9, 4], [5, 9, 6], [7, 9, 8]])
+    other = landscape("o", "f32", ["a", "b"], [[0, 0]] * 4)
+    ((rows, scores),) = landscape_history(target, [target, same, other])
+    assert rows.tolist() == [[2, 1], [4, 3], [6, 5], [8, 7]] and scores.tolist() == [1, 2, 3, 4]
+    result = CliRunner().invoke(
+        simulate_command,
+        [str(LANDSCAPE), "--tuner", "xgboost", "--n-trial", "8", "--seeds", "1"]
+        + ["--history", "others"],
+    )
+    assert result.exit_code == 0, result.output

@@ -117,3 +117,88 @@ def test_xgboost_beats_random_on_the_recorded_landscape():
         random_trials = result.tuners["random"].trials_to_95
         assert xgb_trials <= 0.6 * random_trials, (landscape.problem, xgb_trials, random_trials)
         assert result.tuners["xgboost"].best_fraction_at_n >= 0.95
+
+
+def test_a_history_lets_the_model_choose_the_first_batch():
+    """Another problem whose points ranked the same way: with it as history the first batch
+    is the model's pick and holds the best point; without it the batch is spread out."""
+    features = _grid_features([6, 6, 4])
+    score = 100.0 - (features[:, 0] - 4) ** 2 - (features[:, 1] - 1) ** 2 - features[:, 2]
+    rng = np.random.default_rng(0)
+    seen = rng.choice(len(features), 40, replace=False)  # what the other problem measured
+    history = [(features[seen] + 0.0, 2.0 * score[seen])]  # its own scale: only order counts
+    best = int(np.argmax(score))
+    with_history = XGBoostTuner(len(features), 0, features, history=history).next_batch(8)
+    plain = XGBoostTuner(len(features), 0, features).next_batch(8)
+    assert best in with_history
+    assert max(score[with_history]) > max(score[plain])
+
+
+def test_a_history_in_other_columns_is_refused():
+    features = _grid_features([3, 3])
+    try:
+        XGBoostTuner(len(features), 0, features, history=[(np.zeros((5, 3)), np.ones(5))])
+    except ValueError as error:
+        assert "history of shape (5, 3) for 2 features" in str(error)
+    else:
+        raise AssertionError("a history with 3 columns for 2 features was accepted")
+
+
+def test_the_database_history_holds_other_problems_of_the_same_input_type(write_module):
+    """Newest problem first, each point's newest record, in the space's feature columns;
+    the problem itself, baselines, other input types and problems with too few successful
+    points are left out."""
+    import math
+
+    from conftest import matmul_function
+
+    from autosched.analysis import analyze_file
+    from autosched.config import RunConfig
+    from autosched.history import MIN_POINTS, database_history
+    from autosched.records import Trial, problem_shape
+    from autosched.runner import feature_matrix
+    from autosched.space import build_space
+    from autosched.targets.cpu import CpuTarget
+
+    target = CpuTarget(RunConfig())
+
+    def problem(name, m, n, k, element="f32"):
+        return analyze_file(write_module(matmul_function(name, m, n, k, element))).problems[0]
+
+    def trials(p, count, failed=0, start=0.0):
+        points = build_space(p, target, {}).points[:count]
+        return [
+            Trial(
+                p.name,
+                target.name,
+                target.arch,
+                f"c{i}",
+                point,
+                False,
+                "ok" if i >= failed else "runtime_error",
+                gflops=float(10 + i) if i >= failed else None,
+                shape=problem_shape(p),
+                time=start + i,
+            )
+            for i, point in enumerate(points)
+        ]
+
+    own, older, newer = (
+        problem("own", 64, 64, 64),
+        problem("a", 32, 64, 64),
+        problem("b", 64, 32, 64),
+    )
+    few, other_type = problem("c", 32, 32, 64), problem("d", 64, 64, 32, "f16")
+    records = trials(older, 6) + trials(own, 5) + trials(newer, 7, failed=2)
+    records += trials(few, MIN_POINTS, failed=1) + trials(other_type, 6)
+    records.append(
+        Trial(newer.name, target.name, target.arch, "default", {}, True, "ok", gflops=1.0)
+    )
+    records += trials(older, 1)  # a newer record of older's first point: older is now newest
+    space = build_space(own, target, {})
+    columns = list(target.features(own, space.points[0]))
+    history = database_history(records, target, own, columns)
+    assert [len(scores) for _, scores in history] == [6, 7]
+    rows, scores = history[1]
+    assert rows.shape == (7, feature_matrix(own, target, space.points).shape[1])
+    assert sum(math.isnan(s) for s in scores) == 2

@@ -6,10 +6,10 @@ from importlib import import_module
 
 import numpy as np
 
-from autosched.tuners.base import Tuner
+from autosched.tuners.base import History, Tuner
 from autosched.tuners.registry import TUNER_NAMES, TUNERS
 
-__all__ = ["TUNER_NAMES", "Tuner", "make_tuner"]
+__all__ = ["TUNER_NAMES", "History", "Tuner", "make_tuner"]
 
 
 def make_tuner(
@@ -18,8 +18,10 @@ def make_tuner(
     seed: int,
     features: np.ndarray | None = None,
     budget: int | None = None,
+    history: History = (),
 ) -> Tuner:
     if name not in TUNERS:
         raise ValueError(f"unknown tuner {name!r}")
     module, cls = TUNERS[name]
-    return getattr(import_module(module), cls)(n_points, seed, features, budget=budget)
+    tuner = getattr(import_module(module), cls)
+    return tuner(n_points, seed, features, budget=budget, history=history)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import numpy as np
+
+# Other problems' measurements: (their points' features, in this space's columns; scores).
+History = Sequence[tuple[np.ndarray, np.ndarray]]
 
 
 class Tuner(ABC):
@@ -14,10 +18,18 @@ class Tuner(ABC):
     (GFLOP/s); None marks a point that failed (compile error, crash, wrong answer).
     """
 
-    def __init__(self, n_points: int, seed: int, features: np.ndarray | None = None):
+    def __init__(
+        self,
+        n_points: int,
+        seed: int,
+        features: np.ndarray | None = None,
+        history: History = (),
+    ):
         self.n_points = n_points
         self.seed = seed
         self.features = features
+        # What other problems measured (a tuner that learns may start from it).
+        self.history = list(history)
         self.measured: dict[int, float | None] = {}
 
     @abstractmethod
@@ -41,8 +53,10 @@ class FixedOrderTuner(Tuner):
 
     order: list[int]
 
-    def __init__(self, n_points: int, seed: int, features: np.ndarray | None = None):
-        super().__init__(n_points, seed, features)
+    def __init__(
+        self, n_points: int, seed: int, features: np.ndarray | None = None, history: History = ()
+    ):
+        super().__init__(n_points, seed, features, history)
         self.cursor = 0
 
     def next_batch(self, size: int) -> list[int]:

@@ -8,8 +8,10 @@ from autosched.tuners.base import FixedOrderTuner
 
 
 class GridTuner(FixedOrderTuner):
-    def __init__(self, n_points: int, seed: int, features=None, budget: int | None = None):
-        super().__init__(n_points, seed, features)
+    def __init__(
+        self, n_points: int, seed: int, features=None, budget: int | None = None, history=()
+    ):
+        super().__init__(n_points, seed, features, history)
         budget = n_points if budget is None else min(budget, n_points)
         # Evenly spaced indices; all of them when the budget covers the space.
         self.order = sorted({int(i) for i in np.linspace(0, n_points - 1, budget).round()})

@@ -8,6 +8,8 @@ from autosched.tuners.base import FixedOrderTuner
 
 
 class RandomTuner(FixedOrderTuner):
-    def __init__(self, n_points: int, seed: int, features=None, budget: int | None = None):
-        super().__init__(n_points, seed, features)
+    def __init__(
+        self, n_points: int, seed: int, features=None, budget: int | None = None, history=()
+    ):
+        super().__init__(n_points, seed, features, history)
         self.order = np.random.default_rng(seed).permutation(n_points).tolist()

@@ -3,8 +3,12 @@
 The loop (after TVM's AutoTVM XGBoost tuner):
 
 1. The first batch is spread over the space (greedy farthest-point sampling on the
-   standardized features), so the model sees every corner before it guesses.
-2. After each batch the model is refit on every measurement so far.
+   standardized features), so the model sees every corner before it guesses; with a
+   history (other problems' measurements, as AutoTVM's transfer learning) the model is fit
+   on it first and picks the first batch itself.
+2. After each batch the model is refit on every measurement so far, the history's too:
+   each problem is a ranking group of its own, so only the order of points within one
+   problem is learnt, never one problem's speed against another's.
 3. The next batch is the unmeasured points with the best predictions: all points are
    scored when the space has at most `EXHAUSTIVE_LIMIT` of them, otherwise a batch of
    simulated-annealing chains walks the space and the best points they visit are kept.
@@ -22,7 +26,7 @@ import math
 import numpy as np
 import xgboost as xgb
 
-from autosched.tuners.base import Tuner
+from autosched.tuners.base import History, Tuner
 
 EXHAUSTIVE_LIMIT = 20_000  # above this many points, search with annealing instead of scoring all
 DIVERSE_POOL = 4096  # farthest-point sampling looks at most at this many random candidates
@@ -50,6 +54,7 @@ class XGBoostTuner(Tuner):
         seed: int,
         features: np.ndarray | None = None,
         budget: int | None = None,
+        history: History = (),
         *,
         objective: str = "rank:pairwise",
         epsilon: float = 0.1,
@@ -65,7 +70,10 @@ class XGBoostTuner(Tuner):
         features = np.where(np.isfinite(features), features, np.nan)
         if features.shape[0] != n_points:
             raise ValueError(f"features has {features.shape[0]} rows for {n_points} points")
-        super().__init__(n_points, seed, features)
+        super().__init__(n_points, seed, features, history)
+        for rows, scores in self.history:
+            if rows.shape != (len(scores), features.shape[1]):
+                raise ValueError(f"history of shape {rows.shape} for {features.shape[1]} features")
         self.budget = budget
         self.objective = objective
         self.epsilon = epsilon
@@ -101,21 +109,33 @@ class XGBoostTuner(Tuner):
 
     # --- model -------------------------------------------------------------------------
 
-    def _fit(self) -> xgb.Booster | None:
-        """Refits on all measurements; None while there is nothing to learn from."""
-        indices = np.fromiter(self.measured, dtype=np.int64)
-        scores = np.array([np.nan if s is None else s for s in self.measured.values()], float)
+    def _labels(self, scores: np.ndarray) -> np.ndarray | None:
+        """One problem's training labels, relative to its best; None if it teaches nothing."""
+        scores = np.where(np.isfinite(scores), scores, np.nan)
         ok = np.isfinite(scores) & (scores > 0)
         if ok.sum() < 2 or np.ptp(scores[ok]) == 0:
             return None
         if self.objective.startswith("rank:"):
             # Relevance = throughput relative to the best; failed points rank last at 0.
-            labels = np.where(ok, scores / scores[ok].max(), 0.0)
-        else:
-            # Log relative throughput; failed points one e-fold below the worst success.
-            logs = np.log(np.where(ok, scores, 1.0) / scores[ok].max())
-            labels = np.where(ok, logs, logs[ok].min() - 1.0)
-        data = xgb.DMatrix(self.features[indices], label=labels, nthread=self.nthread)
+            return np.where(ok, scores / scores[ok].max(), 0.0)
+        # Log relative throughput; failed points one e-fold below the worst success.
+        logs = np.log(np.where(ok, scores, 1.0) / scores[ok].max())
+        return np.where(ok, logs, logs[ok].min() - 1.0)
+
+    def _fit(self) -> xgb.Booster | None:
+        """Refits on all measurements and the history; None while nothing teaches anything."""
+        indices = np.fromiter(self.measured, dtype=np.int64)
+        scores = np.array([np.nan if s is None else s for s in self.measured.values()], float)
+        groups = [(self.features[indices], scores), *self.history]
+        taught = [(rows, self._labels(s)) for rows, s in groups]
+        taught = [(rows, labels) for rows, labels in taught if labels is not None]
+        if not taught:
+            return None
+        data = xgb.DMatrix(
+            np.concatenate([rows for rows, _ in taught]),
+            label=np.concatenate([labels for _, labels in taught]),
+            nthread=self.nthread,
+        )
         params = {
             "objective": self.objective,
             "max_depth": self.max_depth,
@@ -128,7 +148,7 @@ class XGBoostTuner(Tuner):
             "verbosity": 0,
         }
         if self.objective.startswith("rank:"):
-            data.set_group([len(indices)])
+            data.set_group([len(labels) for _, labels in taught])
             params.update(lambdarank_pair_method="mean", lambdarank_num_pair_per_sample=16)
         return xgb.train(params, data, num_boost_round=self.n_rounds)
 
