@@ -47,7 +47,7 @@ class RunConfig:
     batch_size: int = 8  # points proposed per tuner round
     early_stopping: int = 0  # stop a problem after this many trials without improvement; 0: never
     starting_points: str = "target"  # target: its known-good points go first; none: tuner alone
-    history: str = "database"  # database: other problems' records teach the cost model first
+    history: str = "none"  # database: other problems' records teach the cost model first
     mode: str = "normal"  # models: fast | normal | extreme, the budget when none is given
     budget: int = 0  # models: total trials over all problems; 0: from the mode
     time_budget: float = 0.0  # models: wall-clock minutes for the search; 0: no limit

@@ -5,8 +5,9 @@ before measuring anything in it, instead of spreading its first batch blindly. E
 problem is one group of (features, scores) rows in the new space's feature columns; the
 xgboost tuner ranks within groups only, so one problem's speed is never compared with
 another's. In replay over the H200's recorded 2048x8192x1024 f16 sweep, with the ten-problem
-suite's records as history, the median trials to come within 5 % of the best fell from 33 to
-19.5 (the worst seed from 81 to 25; benchmarks/results/history_replay.md).
+suite's records as history, the median trials to come within 5 % of the best fell from 34 to
+18 (the worst seed from 81 to 26); on two CPU landscapes one problem gained and the other lost
+(benchmarks/results/history_replay.md), so a run uses it only when asked (`history`).
 """
 
 from __future__ import annotations

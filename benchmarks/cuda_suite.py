@@ -110,6 +110,12 @@ def main() -> None:
     parser.add_argument(
         "--parallel-problems", type=int, default=None, help="[Env] parallel_problems (0: auto)"
     )
+    parser.add_argument(
+        "--history",
+        choices=["none", "database"],
+        default=None,
+        help="[SearchStrategy] history: database lets later problems start from earlier ones",
+    )
     args = parser.parse_args()
 
     from autosched.analysis import analyze_file
@@ -137,6 +143,7 @@ def main() -> None:
         executor=args.executor,
         ray_address=args.ray_address,
         parallel_problems=args.parallel_problems,
+        history=args.history,
         n_trial=args.n_trial,
         work_dir=args.work_dir,
         output_file=os.path.join(args.work_dir, "results.csv"),

@@ -246,10 +246,17 @@ def test_early_stopping_ends_a_problem_without_improvement(workdir):
 
 
 def test_a_later_problem_starts_from_the_database_history(workdir):
-    """A run's database teaches the cost model of the next problem (history = database):
-    the second run's problem, a new shape, starts from the first run's records; with
-    `history = none` it does not."""
-    workdir.configure(tuner="xgboost", n_trial=6, extra="dispatch_repeat = 2")
+    """With `history = database` a run's database teaches the cost model of the next
+    problem: the second run's problem, a new shape, starts from the first run's records;
+    with the default, `history = none`, the third does not."""
+    cfg = workdir / "auto-scheduler.cfg"
+
+    def configure(history: str) -> None:
+        workdir.configure(tuner="xgboost", n_trial=6, extra="dispatch_repeat = 2")
+        text = cfg.read_text()
+        cfg.write_text(text.replace("batch_size = 2", f"batch_size = 2\n{history}"))
+
+    configure("history = database")
     (workdir / "first.mlir").write_text(matmul_function("first", 64, 64, 32))
     (workdir / "second.mlir").write_text(matmul_function("second", 32, 64, 64))
     assert CliRunner().invoke(cli, ["run", "first.mlir"]).exit_code == 0
@@ -257,8 +264,7 @@ def test_a_later_problem_starts_from_the_database_history(workdir):
     assert result.exit_code == 0, result.output
     log = (workdir / "generated" / "run.log").read_text()
     assert "the cost model starts from 1 other problem(s) of generated/tuning.jsonl" in log
-    cfg = workdir / "auto-scheduler.cfg"
-    cfg.write_text(cfg.read_text().replace("batch_size = 2", "batch_size = 2\nhistory = none"))
+    configure("")
     (workdir / "third.mlir").write_text(matmul_function("third", 64, 32, 64))
     assert CliRunner().invoke(cli, ["run", "third.mlir"]).exit_code == 0
     last_run = (workdir / "generated" / "run.log").read_text().split("\n=====")[-1]
