@@ -126,17 +126,22 @@ def ptxas_versions(system: str) -> str:
     return "; ".join(found)
 
 
-def cublas_ms(problem) -> float:
+# Launches per CUDA-graph replay in the long-burst rows: about as long as the IREE timings'
+# repetitions (tens of ms at 4096^3), where a short burst may still run at boost clocks.
+LONG_BURST = 250
+
+
+def cublas_ms(problem, inner: int = 20) -> float:
     """torch.matmul; its output is the input type (cuBLAS through torch writes no f32 for
     f16 inputs), so an f32-output problem stores half the bytes here."""
     import torch
 
     a, b, _ = operands(problem)
     out = torch.empty(problem.m, problem.n, device="cuda", dtype=a.dtype)
-    return graph_ms(lambda: torch.matmul(a, b, out=out))
+    return graph_ms(lambda: torch.matmul(a, b, out=out), inner)
 
 
-def triton_direct_ms(problem, params: KernelParams) -> float:
+def triton_direct_ms(problem, params: KernelParams, inner: int = 20) -> float:
     """The same kernel launched by Triton itself (its own launcher and its bundled ptxas),
     to tell the kernel's speed from what running it inside IREE adds."""
     a, b, c = operands(problem)
@@ -150,7 +155,8 @@ def triton_direct_ms(problem, params: KernelParams) -> float:
     return graph_ms(
         lambda: kernel[blocks](
             a, b, c, **constants, num_warps=params.warps, num_stages=params.stages
-        )
+        ),
+        inner,
     )
 
 
@@ -195,8 +201,9 @@ def main() -> None:
         action="store_true",
         help="also time each point built without ptxas (the driver compiles the PTX at load), "
         "with its dispatch repeated 8 times as often per call (a cost paid once per call, "
-        "such as allocating the output, then weighs 8 times less per dispatch), and launched "
-        "by Triton itself, outside IREE",
+        "such as allocating the output, then weighs 8 times less per dispatch), with the "
+        "largest shared-memory carveout, and launched by Triton itself, outside IREE, in "
+        "short and long bursts (clocks); cuBLAS in a long burst too",
     )
     options = parser.parse_args()
     points = [KernelParams(*map(int, p.split("x"))) for p in options.points.split(",") if p]
@@ -270,8 +277,13 @@ def main() -> None:
                 )
                 ms = triton_direct_ms(problem, params)
                 rows.append((f"{params.name} (launched by Triton, outside IREE)", ms, "-"))
-                print(text, params.name, "routes", rows[-3:], flush=True)
+                ms = triton_direct_ms(problem, params, LONG_BURST)
+                rows.append((f"{params.name} (launched by Triton, {LONG_BURST} in a row)", ms, "-"))
+                print(text, params.name, "routes", rows[-5:], flush=True)
         rows.append(("cuBLAS (torch.matmul)", reference, "-"))
+        if options.routes:
+            long_burst = cublas_ms(problem, LONG_BURST)
+            rows.append((f"cuBLAS (torch.matmul, {LONG_BURST} in a row)", long_burst, "-"))
         for name, ms, note in rows:
             if ms is None:
                 lines.append(f"| {text} | `{name}` | - | - | - | - | {note} |")
