@@ -43,7 +43,6 @@ def database_history(
         points = by_problem.pop(trial.problem, {})  # re-inserted: the newest problem last
         points[trial.config] = trial
         by_problem[trial.problem] = points
-    neutral = {k.name: 0 for k in target.knobs if not k.choices}  # knobs added since
     history = []
     for points in reversed(by_problem.values()):
         try:
@@ -53,7 +52,7 @@ def database_history(
         rows, scores = [], []
         for trial in points.values():
             try:
-                features = target.features(other, {**neutral, **trial.point})
+                features = target.features(other, target.recorded_point(trial.point))
                 rows.append([float(features[c]) for c in columns])
             except (KeyError, TypeError, ValueError, ZeroDivisionError):
                 continue  # a point today's target cannot describe

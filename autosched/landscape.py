@@ -241,9 +241,7 @@ def _target_features(record: dict) -> dict[str, float] | None:
     try:
         problem = problem_from_shape(shape)
         target = _target_for(record["target"], record.get("arch") or "")
-        # A knob added after the record was written has its neutral value, 0, there.
-        point = {**{k.name: 0 for k in target.knobs if not k.choices}, **point}
-        return target.features(problem, point)
+        return target.features(problem, target.recorded_point(point))
     except (KeyError, TypeError, ValueError, ZeroDivisionError, click.ClickException):
         return None
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autosched.history import landscape_history  # noqa: E402
 from autosched.landscape import load_landscapes  # noqa: E402
-from autosched.simulate import replay  # noqa: E402
+from autosched.simulate import simulate  # noqa: E402
 
 
 def shape_of(name: str) -> str:
@@ -48,23 +47,20 @@ def main() -> None:
         for target in load_landscapes(path):
             others = [ls for ls in pool if shape_of(ls.problem) != shape_of(target.problem)]
             for history in ((), landscape_history(target, others)):
-                runs = [
-                    replay(
-                        target,
-                        "xgboost",
-                        seed,
-                        options.n_trial,
-                        options.batch_size,
-                        history=history,
-                    )
-                    for seed in range(options.seeds)
-                ]
-                trials = [r.trials_to_95 for r in runs]
+                result = simulate(
+                    target,
+                    ["xgboost"],
+                    options.n_trial,
+                    options.seeds,
+                    options.batch_size,
+                    history=history,
+                ).tuners["xgboost"]
+                trials = result.trials_to_95_per_seed
                 lines.append(
                     f"| {target.problem} ({os.path.basename(path)}) | {target.n_points} | "
-                    f"{len(history) or 'none'} | {statistics.median(trials):g} | {max(trials)} | "
+                    f"{len(history) or 'none'} | {result.trials_to_95:g} | {max(trials)} | "
                     f"{sum(t <= options.n_trial for t in trials)} / {len(trials)} | "
-                    f"{statistics.median(r.best_fraction_at_n for r in runs):.3f} |"
+                    f"{result.best_fraction_at_n:.3f} |"
                 )
                 print(lines[-1], flush=True)
     command = " ".join(["python3", "benchmarks/history_replay.py", *sys.argv[1:]])

@@ -124,6 +124,11 @@ class Target(ABC):
         """None when the target can tune this problem, else the reason it cannot."""
         return None
 
+    def recorded_point(self, point: Point) -> Point:
+        """A point as an older record wrote it, with the integer knobs added since at their
+        neutral value, 0 (so today's features can describe it)."""
+        return {**{k.name: 0 for k in self.knobs if not k.choices}, **point}
+
     def starting_points(self, problem: MatmulProblem) -> list[Point]:
         """Points known to be good on this target, measured before the tuner's own picks.
 
