@@ -59,8 +59,10 @@ def time_module(
     min_time: float,
     timeout: float,
     function: str = KERNEL_FUNCTION,
+    runtime_flags: tuple[str, ...] = (),
 ) -> Timing:
-    """Median time of one dispatch; the tool's own warm-up run is not counted."""
+    """Median time of one dispatch; the tool's own warm-up run is not counted.
+    `runtime_flags` are IREE runtime flags, such as the CUDA driver's --cuda_use_streams."""
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as folder:
         report_path = os.path.join(folder, "report.json")
         command = [
@@ -75,6 +77,7 @@ def time_module(
             f"--benchmark_min_warmup_time={min_time}",
             f"--benchmark_out={report_path}",
             "--benchmark_out_format=json",
+            *runtime_flags,
         ]
         finished = processes.run(command, timeout)
         if finished.timed_out:

@@ -57,7 +57,11 @@ class RunConfig:
     dispatch_repeat: int = 0  # 0: the target's default
     retime_top: int = 3
     time_on: str = "dispatch"  # models: IREE's own dispatch (fused ops and all) or the kernel
-    timer: str = "tool"  # tool: iree-benchmark-module per candidate; worker: the verifier's
+    # tool: iree-benchmark-module per candidate; worker: the verifier's long-lived worker;
+    # auto: the target's (worker on CUDA, where it agrees with the tool within 2 %)
+    timer: str = "auto"
+    # IREE runtime flags for checking and timing candidates; "": the target's own
+    runtime_flags: str = ""
     # [SearchSpace]: knob name -> candidate values, as the user wrote them
     search_space: dict[str, list[Knob]] = field(default_factory=dict)
     # [SearchSpace.<target>]: the same, used only when that target runs
@@ -119,11 +123,12 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "retime_top": int,
         "time_on": str,
         "timer": str,
+        "runtime_flags": str,
     },
 }
 MODES = ("fast", "normal", "extreme")
 TIME_ON = ("dispatch", "kernel")
-TIMERS = ("tool", "worker")
+TIMERS = ("auto", "tool", "worker")
 EXECUTORS = ("local", "ray")
 STARTING_POINTS = ("target", "none")
 HISTORIES = ("database", "none")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +26,7 @@ from autosched import processes
 from autosched.analysis import MatmulProblem
 from autosched.bench import Timing, time_module
 from autosched.compile import CompileJob, CompileResult, compile_all
+from autosched.errors import UserError
 from autosched.manifest import KERNEL_FUNCTION
 from autosched.targets.base import Point
 from autosched.verify import ProblemData, Verification, Verifier
@@ -116,9 +119,10 @@ def _holding_device(method):
 class Bench:
     """One device's measuring station, alive for the whole run."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, runtime_flags: tuple[str, ...] = ()):
         self.device = device
-        self.verifier = Verifier(device)
+        self.runtime_flags = runtime_flags  # IREE runtime flags of every run here
+        self.verifier = Verifier(device, runtime_flags)
         # One measurement at a time on the device: problems searched at the same time
         # share it, and a timing must never overlap another candidate's run.
         self.lock = threading.RLock()
@@ -165,6 +169,7 @@ class Bench:
             settings.min_time,
             settings.run_timeout,
             function=benchmark_function or KERNEL_FUNCTION,
+            runtime_flags=self.runtime_flags,
         )
 
     def check(self, task: MeasureTask) -> Verification:
@@ -419,6 +424,33 @@ def describe_devices(devices: list[str]) -> str:
     return ", ".join(devices) if len(devices) > 1 else devices[0]
 
 
+def measure_settings(config, target) -> MeasureSettings:
+    """How long and how often to time, with `timer = auto` resolved by the target."""
+    timer = target.default_timer if config.timer == "auto" else config.timer
+    return MeasureSettings(config.repetitions, config.min_time, config.run_timeout, timer)
+
+
+def runtime_flags(config) -> tuple[str, ...]:
+    """The cfg's `runtime_flags`. A flag IREE's runtime does not know is the user's error,
+    found by parsing them in a throwaway interpreter (flags are global to a process)."""
+    import shlex
+
+    if not config.runtime_flags:
+        return ()
+    try:
+        flags = tuple(shlex.split(config.runtime_flags))
+    except ValueError as error:
+        raise UserError(f"runtime_flags = {config.runtime_flags}: {error}") from None
+    check = "import sys, iree.runtime as r\nr.flags.parse_flags(*sys.argv[1:])"
+    finished = subprocess.run(
+        [sys.executable, "-c", check, *flags], capture_output=True, text=True, timeout=120
+    )
+    if finished.returncode != 0:
+        reason = (finished.stderr.strip().splitlines() or ["not accepted"])[-1]
+        raise UserError(f"runtime_flags = {config.runtime_flags}: {reason[:200]}")
+    return flags
+
+
 def make_executor(config, target, jobs: int) -> Executor:
     """The executor the cfg asks for: this host's devices (`devices`), or a Ray cluster."""
     from autosched.host import measuring_devices
@@ -428,8 +460,9 @@ def make_executor(config, target, jobs: int) -> Executor:
 
         return RayExecutor(config, target, jobs)
     devices = measuring_devices(config, target.device, target.machine)
+    flags = runtime_flags(config)
     return LocalExecutor(
-        [Bench(device) for device in devices],
+        [Bench(device, flags) for device in devices],
         jobs,
         config.compile_timeout,
         target.timing_overlaps_compile,

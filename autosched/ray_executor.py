@@ -30,6 +30,7 @@ from autosched.measure import (
     Prepare,
     _Pending,
     builds_of,
+    runtime_flags,
 )
 from autosched.verify import ProblemData
 
@@ -68,10 +69,10 @@ def _check_reachable(address: str) -> None:
 class MeasuringActor:
     """One device of the cluster, as a Ray actor: a `Bench` that lives on its node."""
 
-    def __init__(self, device: str, work_dir: str):
+    def __init__(self, device: str, work_dir: str, flags: tuple[str, ...] = ()):
         if not os.path.isdir(work_dir):
             raise RuntimeError(f"{work_dir} is not visible on this node")
-        self.bench = Bench(device)
+        self.bench = Bench(device, flags)
 
     def where(self) -> str:
         import socket
@@ -167,7 +168,8 @@ class RayExecutor:
         # Actors reserve no CPU: on a small node, CPU actors holding its slots would leave
         # none for the compile tasks, and the run would wait forever.
         options = {"num_cpus": 0, **({"num_gpus": 1} if self.target.name == "cuda" else {})}
-        actor = self.actor_class.options(**options).remote(device, self.work_dir)
+        flags = runtime_flags(self.config)
+        actor = self.actor_class.options(**options).remote(device, self.work_dir, flags)
         try:
             self.ray.get(actor.where.remote(), timeout=300)
         except self.ray.exceptions.RayError as error:

@@ -34,9 +34,9 @@ from autosched.measure import (
     DispatchCheck,
     Executor,
     Measurement,
-    MeasureSettings,
     MeasureTask,
     make_executor,
+    measure_settings,
 )
 from autosched.records import (
     MeasureContext,
@@ -163,9 +163,7 @@ class Tuning:
         self.version = iree_version()
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.built: set[str] = set()  # modules compiled by this run (not left by another)
-        self.settings = MeasureSettings(
-            config.repetitions, config.min_time, config.run_timeout, config.timer
-        )
+        self.settings = measure_settings(config, target)
         self.executor = executor or make_executor(config, target, self.jobs)
         self.devices = self.executor.devices
         self.context = MeasureContext(

@@ -283,7 +283,7 @@ def time_calls(
     return samples
 
 
-def _serve(connection, device: str) -> None:
+def _serve(connection, device: str, runtime_flags: list[str]) -> None:
     """The verifier process: one IREE device for its whole life, inputs cached per problem.
 
     It runs in a session of its own, so a Ctrl-C to the terminal never reaches it (not even
@@ -292,7 +292,7 @@ def _serve(connection, device: str) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        _serve_requests(connection, device)
+        _serve_requests(connection, device, runtime_flags)
     except (EOFError, OSError, KeyboardInterrupt):
         return
 
@@ -301,14 +301,16 @@ WORKER = (
     "import sys\n"
     "from multiprocessing.connection import Connection\n"
     "from autosched.verify import _serve\n"
-    "_serve(Connection(int(sys.argv[1])), sys.argv[2])\n"
+    "_serve(Connection(int(sys.argv[1])), sys.argv[2], sys.argv[3:])\n"
 )
 
 
-def _serve_requests(connection, device: str) -> None:
+def _serve_requests(connection, device: str, runtime_flags: list[str]) -> None:
     import iree.runtime as runtime
 
     try:
+        if runtime_flags:  # the driver's flags (such as --cuda_use_streams) come first
+            runtime.flags.parse_flags(*runtime_flags)
         config = runtime.Config(device=runtime.get_device(device))  # a URI: cuda, cuda://1, ...
     except Exception as error:  # noqa: BLE001 - reported to the parent, which falls back
         connection.send(UNAVAILABLE + str(error).splitlines()[0][:200])
@@ -423,8 +425,9 @@ class Verifier:
     problems, which numpy cannot hold, go through iree-run-module.
     """
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, runtime_flags: tuple[str, ...] = ()):
         self.device = device
+        self.runtime_flags = runtime_flags  # IREE runtime flags, as iree-run-module takes them
         self.unavailable = ""  # why the worker could not open the device, if it could not
         self.process = None
         self.connection = None
@@ -447,7 +450,14 @@ class Verifier:
         mine, theirs = socket.socketpair()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", WORKER, str(theirs.fileno()), self.device],
+                [
+                    sys.executable,
+                    "-c",
+                    WORKER,
+                    str(theirs.fileno()),
+                    self.device,
+                    *self.runtime_flags,
+                ],
                 pass_fds=[theirs.fileno()],
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,

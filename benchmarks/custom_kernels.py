@@ -18,7 +18,7 @@ import itertools
 import os
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -129,6 +129,7 @@ def ptxas_versions(system: str) -> str:
 # Launches per CUDA-graph replay in the long-burst rows: about as long as the IREE timings'
 # repetitions (tens of ms at 4096^3), where a short burst may still run at boost clocks.
 LONG_BURST = 250
+GRAPH_FLAG = "--cuda_use_streams=false"  # IREE's CUDA driver records command buffers as graphs
 
 
 def cublas_ms(problem, inner: int = 20) -> float:
@@ -172,6 +173,9 @@ class ShapeBench:
     plain: list[str]  # the checked build
     verifier: Verifier
 
+    graphs: Verifier | None = None  # times the timed build again with graph command buffers
+    graph_ms: dict = field(default_factory=dict)  # name -> that time
+
     def measure(self, name: str, source_text: str) -> tuple[float | None, str]:
         source = write_text(os.path.join(self.folder, f"{name}.mlir"), source_text)
         timed = compile_one(CompileJob(source, source[:-5] + ".x.vmfb", self.flags), 300)
@@ -184,6 +188,10 @@ class ShapeBench:
         timing = self.verifier.time(timed.job.output, self.data, self.repeat, 5, 0.05, 120)
         if timing is None or timing.status != "ok":
             return None, "timing failed"
+        if self.graphs is not None:
+            graph = self.graphs.time(timed.job.output, self.data, self.repeat, 5, 0.05, 120)
+            ok = graph is not None and graph.status == "ok"
+            self.graph_ms[name] = graph.median_ms if ok else None
         return timing.median_ms, f"correct (max error {answer.max_error:.2g})"
 
 
@@ -205,12 +213,19 @@ def main() -> None:
         "largest shared-memory carveout, and launched by Triton itself, outside IREE, in "
         "short and long bursts (clocks); cuBLAS in a long burst too",
     )
+    parser.add_argument(
+        "--graphs",
+        action="store_true",
+        help="also time each IREE row with the CUDA driver's graph command buffers "
+        f"({GRAPH_FLAG}): a dispatch then costs no host launch of its own",
+    )
     options = parser.parse_args()
     points = [KernelParams(*map(int, p.split("x"))) for p in options.points.split(",") if p]
     points = points or [KernelParams(*values) for values in itertools.product(*GRID.values())]
     os.makedirs(options.out, exist_ok=True)
     target = make_target(RunConfig(target="cuda", arch="sm_90"))
     verifier = Verifier(target.device)
+    graphs = Verifier(target.device, (GRAPH_FLAG,)) if options.graphs else None
     lines = [
         f"# Custom Triton kernels in IREE against IREE's default and cuBLAS ({target.describe()})",
         "",
@@ -218,6 +233,7 @@ def main() -> None:
         + options.shapes
         + (f" --points {options.points}" if options.points else "")
         + (" --routes" if options.routes else "")
+        + (" --graphs" if options.graphs else "")
         + "`",
         "",
         f"ptxas: {ptxas_versions(target.ptxas)}",
@@ -233,7 +249,7 @@ def main() -> None:
         flags = [*target.compile_flags(), f"--iree-hal-benchmark-dispatch-repeat-count={repeat}"]
         plain = target.compile_flags()
 
-        shape = ShapeBench(problem, folder, data, repeat, flags, plain, verifier)
+        shape = ShapeBench(problem, folder, data, repeat, flags, plain, verifier, graphs)
         measure = shape.measure
         unassembled = [f for f in flags if not f.startswith("--iree-cuda-use-ptxas")]
         jit = ShapeBench(problem, folder, data, repeat, unassembled, unassembled[:-1], verifier)
@@ -242,6 +258,10 @@ def main() -> None:
         default_ms, default_note = measure("iree_default", kernel_variant(problem, target, None))
         reference = cublas_ms(problem)
         rows = [("IREE default", default_ms, default_note)]
+        if graphs is not None:
+            rows.append(
+                ("IREE default (graph command buffers)", shape.graph_ms.get("iree_default"), "-")
+            )
         if options.routes:
             ms, note = per_call.measure("iree_default_x8", kernel_variant(problem, target, None))
             rows.append((f"IREE default ({8 * repeat} dispatches a call)", ms, note))
@@ -258,6 +278,9 @@ def main() -> None:
             )
             ms, note = measure(params.name, module)
             rows.append((params.name, ms, note))
+            if graphs is not None:
+                graph = shape.graph_ms.get(params.name)
+                rows.append((f"{params.name} (graph command buffers)", graph, "-"))
             print(text, params.name, ms, note, flush=True)
             if options.routes:
                 ms, note = jit.measure(params.name + "_jit", module)
@@ -294,6 +317,8 @@ def main() -> None:
                 + f" | {reference / ms:.2f} | {note} |"
             )
     verifier.close()
+    if graphs is not None:
+        graphs.close()
     with open(os.path.join(options.out, "custom_kernels.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autosched.compile import CompileJob, compile_all  # noqa: E402
 from autosched.config import load_config, with_overrides  # noqa: E402
 from autosched.manifest import kernel_variant, variant_path, write_text  # noqa: E402
-from autosched.measure import Bench, MeasureSettings  # noqa: E402
+from autosched.measure import Bench, measure_settings, runtime_flags  # noqa: E402
 from autosched.records import problem_from_shape  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
 from autosched.verify import make_problem_data  # noqa: E402
@@ -83,10 +83,8 @@ def main() -> None:
         modules = build(problem, target, ok, repeat, args.work_dir, os.cpu_count() or 1)
         print(f"{name}: {len(modules)} modules ready in {time.perf_counter() - started:.0f} s")
         # Timed like a run times them, on one bench, without a run's CSV, log or database.
-        bench = Bench(target.device)
-        settings = MeasureSettings(
-            config.repetitions, config.min_time, config.run_timeout, config.timer
-        )
+        bench = Bench(target.device, runtime_flags(config))
+        settings = measure_settings(config, target)
         samples: dict[str, list[float]] = {r["config"]: [] for r in ok}
         for round_index in range(args.rounds):
             names = [r["config"] for r in ok if r["config"] in modules]

