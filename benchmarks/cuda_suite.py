@@ -189,6 +189,7 @@ def main() -> None:
     target = make_target(config)
     analysis = analyze_file(path)
     tuning = Tuning(config, target, resume=False)
+    args.timer = tuning.settings.timer  # `timer = auto` resolved, for the table
 
     class Printer(Progress):
         def start(self, problem, total):
@@ -311,7 +312,7 @@ def write_table(
         f"- target: {target.describe()}; IREE {iree_version()}",
         f"- command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`",
         f"- tuner {args.tuner}, budget {args.n_trial} trials per problem, timer "
-        f"{args.timer or 'from configs/cuda_suite.cfg'}; times are per "
+        f"{args.timer}; times are per "
         "dispatch, median of repetitions; the default and the tuned point are the final "
         "interleaved re-timing.",
         "- compile / verify / time: median seconds per trial of each stage; compiles run "
