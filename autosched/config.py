@@ -60,7 +60,7 @@ class RunConfig:
     # tool: iree-benchmark-module per candidate; worker: the verifier's long-lived worker;
     # auto: the target's (worker on CUDA, where it agrees with the tool within 2 %)
     timer: str = "auto"
-    # IREE runtime flags for checking and timing candidates; "": the target's own
+    # IREE runtime flags for checking and timing candidates ("": none)
     runtime_flags: str = ""
     # [SearchSpace]: knob name -> candidate values, as the user wrote them
     search_space: dict[str, list[Knob]] = field(default_factory=dict)

@@ -128,6 +128,7 @@ class RayExecutor:
     def __init__(self, config, target, jobs: int):
         self.ray = ray = import_ray()
         self.config, self.target = config, target
+        self.flags = runtime_flags(config)  # checked once, before joining the cluster
         self.started_ray = False
         self.events: list[str] = []  # what the run log should say (actors lost, ...)
         self.lock = threading.Lock()
@@ -168,8 +169,7 @@ class RayExecutor:
         # Actors reserve no CPU: on a small node, CPU actors holding its slots would leave
         # none for the compile tasks, and the run would wait forever.
         options = {"num_cpus": 0, **({"num_gpus": 1} if self.target.name == "cuda" else {})}
-        flags = runtime_flags(self.config)
-        actor = self.actor_class.options(**options).remote(device, self.work_dir, flags)
+        actor = self.actor_class.options(**options).remote(device, self.work_dir, self.flags)
         try:
             self.ray.get(actor.where.remote(), timeout=300)
         except self.ray.exceptions.RayError as error:
