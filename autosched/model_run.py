@@ -253,12 +253,13 @@ def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress
     if not covered:
         return {}
     click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
-    results = tuning.concurrently(
+    searches = tuning.concurrently(
         [
-            partial(tuning.tune_problem, p, progress, own_bar=False, custom_only=True)
+            partial(tuning.search_problem, p, progress, own_bar=False, custom_only=True)
             for p in covered
         ]
     )
+    results = tuning.finish_all(searches)
     return {result.problem.name: result for result in results}
 
 

@@ -212,7 +212,10 @@ def test_invalid_device_is_an_error_before_any_measurement(folder):
 
 @pytest.mark.parametrize(
     "flags, expected",
-    [("--no_such_flag=1", "flag 'no_such_flag' not recognized"), ("'--task", "No closing quotation")],
+    [
+        ("--no_such_flag=1", "flag 'no_such_flag' not recognized"),
+        ("'--task", "No closing quotation"),
+    ],
 )
 def test_runtime_flags_iree_does_not_know_are_an_error_before_any_measurement(
     folder, flags, expected

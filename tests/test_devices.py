@@ -90,7 +90,8 @@ def test_a_device_that_does_not_open_is_one_error_line(tmp_path, monkeypatch):
 
 def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch):
     """Three problems, two at a time, on two devices: every point once in the database and
-    the CSV, each problem's run-log section in one piece, and a rerun resumes everything."""
+    the CSV, each problem's run-log section in one piece, re-timing after every search, and
+    a rerun resumes everything."""
     import csv
 
     monkeypatch.chdir(tmp_path)
@@ -128,6 +129,12 @@ def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch)
         others = {c for p, configs in by_problem.items() if p != name for c in configs}
         assert set(by_problem[name]) - {"iree_default"} <= own
         assert not (own & others) - set(by_problem[name])
+    # Re-timing waits for every search to end: no compile runs beside it.
+    lines = log.splitlines()
+    configs = {c for names in by_problem.values() for c in names}
+    trial_lines = [i for i, line in enumerate(lines) if line.strip().split(":")[0] in configs]
+    retimes = [i for i, line in enumerate(lines) if "re-timed beside the default" in line]
+    assert len(retimes) == 3 and max(trial_lines) < min(retimes)
     # How much of the run each device spent measuring (issue 11's idle share is the rest).
     (busy,) = [line for line in log.splitlines() if line.startswith("devices busy measuring")]
     shares = dict(part.rsplit(" ", 1) for part in busy.split(": ", 1)[1].split(", "))

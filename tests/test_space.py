@@ -54,9 +54,10 @@ def test_oversized_vector_tiles_are_rejected(write_module):
 
 
 def test_custom_blocks_larger_than_the_problem_have_features(write_module):
-    """A custom kernel's block may overhang M (16 rows, blocks of 64 to 256): every point of
+    """A custom kernel's block may overhang M (16 rows, blocks of 32 and 64): every point of
     the space still has finite features, so the cost model can be built (a 0-workgroup log
-    failed on the H200)."""
+    failed on the H200). A skinny problem gets blocks of 16-64 rows and 32-256 columns; a
+    large one 64-256 of each."""
     import math
 
     from autosched.host import Machine
@@ -68,7 +69,11 @@ def test_custom_blocks_larger_than_the_problem_have_features(write_module):
     lists = {"pipeline": ["TileAndFuse", "VectorDistribute", "Custom"]}
     space = build_space(problem, target, lists)
     custom = [p for p in space.points if not target.in_spec(p)]
-    assert custom and min(p["tile_m"] for p in custom) > problem.m
+    assert {p["tile_m"] for p in custom} == {16, 32, 64}
+    assert {p["tile_n"] for p in custom} == {32, 64, 128, 256}
+    big = analyze_file(write_module(matmul_function("b", 4096, 4096, 4096, "f16"))).problems[0]
+    big_custom = [p for p in build_space(big, target, lists).points if not target.in_spec(p)]
+    assert {p["tile_m"] for p in big_custom} == {p["tile_n"] for p in big_custom} == {64, 128, 256}
     assert all(math.isfinite(v) for v in feature_matrix(problem, target, space.points).flat)
 
 

@@ -53,6 +53,7 @@ def mma_k(kind: str) -> int:
 CUSTOM = "Custom"  # a Triton kernel run as an IREE custom dispatch (triton_kernels.py)
 PIPELINES = ("TileAndFuse", "VectorDistribute", CUSTOM)
 CUSTOM_ARCHS = ("sm_90",)  # the family is written for Hopper's wgmma
+SKINNY_ROWS = 64  # a problem with at most this many rows of C gets the skinny custom blocks
 CUSTOM_KNOBS = ("warps", "group_m")  # knobs of custom kernels only (0 for IREE's pipelines)
 # Custom kernels measured first: the fp16 configurations Triton's matmul tutorial autotunes
 # over on NVIDIA GPUs (block M, N, K, warps, stages; launch group 8) that fit the family,
@@ -169,6 +170,16 @@ def _is_mma(point: Point) -> bool:
 
 def _is_custom(point: Point) -> bool:
     return point["pipeline"] == CUSTOM
+
+
+def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
+    """Block M and N of the custom family: 64-256, and for skinny problems (M up to
+    SKINNY_ROWS) 16-64 rows and 32-256 columns. Why: at 16x4096x4096 f16 the
+    64x64 block gave 64 workgroups for the H200's 132 SMs and 0.7 of cuBLAS; the product
+    is bound by reading B, so more, narrower blocks keep more SMs reading."""
+    if problem.m > SKINNY_ROWS:
+        return {"tile_m": [64, 128, 256], "tile_n": [64, 128, 256]}
+    return {"tile_m": [16, 32, 64], "tile_n": [32, 64, 128, 256]}
 
 
 class CudaTarget(Target):
@@ -343,8 +354,7 @@ class CudaTarget(Target):
                 **{knob: [DERIVE] for knob in neutral},
             },
             candidates={
-                "tile_m": [64, 128, 256],
-                "tile_n": [64, 128, 256],
+                **custom_blocks(problem),
                 "tile_k": [32, 64, 128],
                 "pipeline_depth": [3, 4],
                 "warps": [4, 8],
