@@ -83,7 +83,12 @@ def test_the_targets_known_good_points_are_found_in_the_space(write_module):
     f32 problem has no mma points)."""
     from autosched.host import Machine
     from autosched.space import matching_points
-    from autosched.targets.cuda import CUSTOM_STARTING, IREE_MMA_STARTING, CudaTarget
+    from autosched.targets.cuda import (
+        CUSTOM_STARTING,
+        IREE_MMA_STARTING,
+        SKINNY_STARTING,
+        CudaTarget,
+    )
 
     problem = analyze_file(write_module(matmul_function("f", 4096, 4096, 4096, "f16"))).problems[0]
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
@@ -111,6 +116,12 @@ def test_the_targets_known_good_points_are_found_in_the_space(write_module):
     space = build_space(skinny, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
     found = matching_points(space.points, target.starting_points(skinny))
     assert (space.points[found[0]]["tile_m"], space.points[found[0]]["tile_n"]) == (16, 32)
+    # A skinny problem's custom points start from the skinny list, which a large one lacks.
+    lists = {"pipeline": ["TileAndFuse", "Custom"]}
+    space = build_space(skinny, target, lists)
+    found = matching_points(space.points, target.starting_points(skinny))
+    blocks = [tuple(space.points[i][k] for k in ("tile_m", "tile_n", "tile_k")) for i in found]
+    assert [values[:3] for values in SKINNY_STARTING] == [b for b in blocks if b[1] == 32]
     f32 = analyze_file(write_module(matmul_function("g", 512, 512, 512, "f32"))).problems[0]
     simt = build_space(f32, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
     assert matching_points(simt.points, target.starting_points(f32)) == []

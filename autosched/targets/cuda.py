@@ -69,6 +69,15 @@ CUSTOM_STARTING = (
     (64, 128, 32, 4, 4),
 )
 
+# Custom kernels measured first for skinny problems (M up to SKINNY_ROWS), after those above:
+# the three best of all 272 points at 16x4096x4096 f16 on the H200 (12.3-12.8 us against the
+# 64x64 block's 13.7 and IREE's default 33.6; h200/custom_sweep_16x4096x4096_f16.jsonl).
+SKINNY_STARTING = (
+    (64, 32, 128, 4, 4),
+    (16, 32, 64, 4, 4),
+    (16, 32, 128, 4, 3),
+)
+
 # IREE configurations measured first for problems on the mma intrinsics (pipeline, tile M, N,
 # K, subgroups along M and N): the winners of the H200 suite's f16 problems across sessions,
 # large to skinny (benchmarks/results/h200/suite_records_s7.jsonl). The first is also the best
@@ -364,12 +373,14 @@ class CudaTarget(Target):
         return [iree, custom]
 
     def starting_points(self, problem: MatmulProblem) -> list[Point]:
-        """The custom family's known-good points (CUSTOM_STARTING), then IREE's on the mma
-        intrinsics (IREE_MMA_STARTING), where the problem's space has them."""
+        """The custom family's known-good points (CUSTOM_STARTING, and SKINNY_STARTING for
+        few rows), then IREE's on the mma intrinsics (IREE_MMA_STARTING), where the
+        problem's space has them."""
         knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
+        skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
         custom = [
             {"pipeline": CUSTOM, **dict(zip(knobs, values, strict=True)), "group_m": 8}
-            for values in CUSTOM_STARTING
+            for values in CUSTOM_STARTING + skinny
         ]
         knobs = ("pipeline", "tile_m", "tile_n", "tile_k", "subgroup_m", "subgroup_n")
         iree = [dict(zip(knobs, values, strict=True)) for values in IREE_MMA_STARTING]
