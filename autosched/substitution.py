@@ -56,6 +56,12 @@ class Substitute:
     narrow: tuple[MatmulProblem, KernelBinary] | None = None
 
 
+def narrow_params(params: KernelParams) -> KernelParams:
+    """The narrow kernel's point: shares of K add up in C, so one that writes f16 or bf16
+    runs its K whole."""
+    return dataclasses.replace(params, split_k=1)
+
+
 def narrowed(problem: MatmulProblem) -> MatmulProblem | None:
     """The problem with its output in its input type, when its f32 output may be followed
     by a truncf to that type; None otherwise."""
@@ -161,7 +167,12 @@ def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
             problem, binary = w.narrow
             functions.append(
                 extern_function(
-                    problem, w.params, binary, executable_target, f"{name}_narrow", "util.func"
+                    problem,
+                    narrow_params(w.params),
+                    binary,
+                    executable_target,
+                    f"{name}_narrow",
+                    "util.func",
                 )
             )
             narrow_arms.append(i)
@@ -215,20 +226,13 @@ def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], tar
         if why:
             refused.append(f"{problem.name}: {why}")
             continue
-        params = KernelParams(
-            point["tile_m"],
-            point["tile_n"],
-            point["tile_k"],
-            point["warps"],
-            point["pipeline_depth"],
-            point["group_m"],
-        )
+        params = KernelParams.from_point(point)
         ptx = os.path.join(folder, f"{problem.name}.ptx")
         binary = compile_ptx(problem, params, target.arch, ptx)
         narrow = narrowed(problem)
         if narrow is not None:
             ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
-            narrow = (narrow, compile_ptx(narrow, params, target.arch, ptx))
+            narrow = (narrow, compile_ptx(narrow, narrow_params(params), target.arch, ptx))
         kept.append(Substitute(problem, params, binary, narrow))
     if kept:
         with open(path, "w", encoding="utf-8") as handle:

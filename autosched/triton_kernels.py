@@ -45,12 +45,27 @@ class KernelParams:
     warps: int
     stages: int
     group_m: int  # rows of blocks launched together, for L2 reuse
+    split_k: int = 1  # workgroups that share one block's K, adding up in turn (serial split-K)
 
     @property
     def name(self) -> str:
+        split = f"_k{self.split_k}" if self.split_k > 1 else ""
         return (
             f"tr_b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps}"
-            f"_s{self.stages}_g{self.group_m}"
+            f"_s{self.stages}_g{self.group_m}{split}"
+        )
+
+    @classmethod
+    def from_point(cls, point: dict) -> KernelParams:
+        """A custom point of the CUDA target's space (records older than split_k: 1)."""
+        return cls(
+            block_m=point["tile_m"],
+            block_n=point["tile_n"],
+            block_k=point["tile_k"],
+            warps=point["warps"],
+            stages=point["pipeline_depth"],
+            group_m=point["group_m"],
+            split_k=max(point.get("split_k", 1), 1),
         )
 
 
@@ -74,6 +89,18 @@ def unsupported(problem: MatmulProblem) -> str | None:
         return f"custom kernels write f32, f16 or bf16, not {problem.acc_type}"
     if not problem.zero_init:
         return "custom kernels start from a zero accumulator"
+    return None
+
+
+def split_unsupported(problem: MatmulProblem, params: KernelParams) -> str | None:
+    """Why a point cannot split K, or None: the shares add up in C itself, so C must be
+    f32, and each share must be whole blocks of K."""
+    if params.split_k == 1:
+        return None
+    if problem.acc_type != "f32":
+        return f"split-K adds up in C, which must be f32, not {problem.acc_type}"
+    if problem.k % (params.split_k * params.block_k):
+        return f"split-K needs K ({problem.k}) in {params.split_k} shares of whole blocks"
     return None
 
 
@@ -117,6 +144,7 @@ def _kernel():
         a,
         b,
         c,
+        locks,
         M: tl.constexpr,
         N: tl.constexpr,
         K: tl.constexpr,
@@ -134,9 +162,12 @@ def _kernel():
         BK: tl.constexpr,
         G: tl.constexpr,
         EVEN: tl.constexpr,
+        SPLIT: tl.constexpr,
+        K_PART: tl.constexpr,
     ):
         pid = tl.program_id(0)
         batch = tl.program_id(1)
+        part = tl.program_id(2)  # this workgroup's share of K (serial split-K)
         blocks_m = tl.cdiv(M, BM)
         blocks_n = tl.cdiv(N, BN)
         group = pid // (G * blocks_n)
@@ -146,11 +177,11 @@ def _kernel():
         pn = (pid % (G * blocks_n)) // size
         rm = pm * BM + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)
-        rk = tl.arange(0, BK)
+        rk = part * K_PART + tl.arange(0, BK)
         pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
         pb = b + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K, BK):
+        for k in range(0, K_PART, BK):
             if EVEN:  # M, N and K are multiples of the blocks: no masks
                 x = tl.load(pa)
                 y = tl.load(pb)
@@ -161,19 +192,38 @@ def _kernel():
             pa += BK * sak
             pb += BK * sbk
         out = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
+        if SPLIT > 1:
+            # The block's K shares add up in order, as CUTLASS's serial split-K does: share
+            # s waits until the block's lock reads s, adds what C holds, stores, and passes
+            # the lock on; the last share sets it back to 0 for the next call. Share s-1 was
+            # launched before share s (z is the slowest grid axis), so the wait ends.
+            lock = locks + batch * tl.num_programs(0) + pid
+            if part > 0:
+                while tl.atomic_cas(lock, part, part, sem="acquire") != part:
+                    pass
+                inside = (rm[:, None] < M) & (rn[None, :] < N)
+                # From L2 (.cg): an SM's L1 does not see another SM's stores.
+                acc += tl.load(out, mask=inside, cache_modifier=".cg")
         value = acc.to(c.dtype.element_ty)
         if EVEN:
             tl.store(out, value)
         else:
             tl.store(out, value, mask=(rm[:, None] < M) & (rn[None, :] < N))
+        if SPLIT > 1:
+            tl.debug_barrier()  # every thread's store lands before the lock moves on
+            tl.atomic_xchg(lock, (part + 1) % SPLIT, sem="release")
 
     return matmul
 
 
 def grid(problem: MatmulProblem, params: KernelParams) -> tuple[int, int, int]:
-    """Workgroups: one per output block, times the batch."""
-    blocks = math.ceil(problem.m / params.block_m) * math.ceil(problem.n / params.block_n)
-    return blocks, max(problem.batch, 1), 1
+    """Workgroups: one per output block, times the batch, times the shares of K."""
+    return blocks(problem, params), max(problem.batch, 1), params.split_k
+
+
+def blocks(problem: MatmulProblem, params: KernelParams) -> int:
+    """Output blocks of one batch entry."""
+    return math.ceil(problem.m / params.block_m) * math.ceil(problem.n / params.block_n)
 
 
 def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: str) -> KernelBinary:
@@ -184,6 +234,10 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
 
     kernel = _kernel()
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
+    why = split_unsupported(problem, params)
+    if why:
+        raise UserError(f"{params.name}: {why}")
+    k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
     even = (
         problem.m % params.block_m == 0
         and problem.n % params.block_n == 0
@@ -199,8 +253,12 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
         "BK": params.block_k,
         "G": params.group_m,
         "EVEN": even,
+        "SPLIT": params.split_k,
+        "K_PART": k_part,
     }
-    signature = {"a": f"*{element}", "b": f"*{element}", "c": f"*{output}"}
+    signature = {"a": f"*{element}", "b": f"*{element}", "c": f"*{output}", "locks": "*i32"}
+    if params.split_k == 1:
+        constants["locks"] = None  # no lock pointer in the kernel's parameters
     signature.update({name: "constexpr" for name in constants})
     # IREE's bindings are 16-byte aligned. Told so, Triton loads with vector and
     # asynchronous copies and pipelines its stages; untold, each element is its own load
@@ -262,24 +320,29 @@ def extern_function(
     lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
     out = tensor_type(problem.acc_shape, problem.acc_type)
-    scratch = binary.pointers - 3
+    x, y, z = grid(problem, params)
+    # Split-K's locks, one per output block: zeros that the kernel leaves at zero.
+    locks = [f"tensor<{x * y}xi32>"] if params.split_k > 1 else []
+    scratch = binary.pointers - 3 - len(locks)
     scratch_values = [f"%s{i}" for i in range(scratch)]
-    operand_types = [lhs, rhs, out] + ["tensor<256xi8>"] * scratch
+    operand_types = [lhs, rhs, out, *locks] + ["tensor<256xi8>"] * scratch
+    operands = ["%a", "%b", "%c", *["%l" for _ in locks], *scratch_values]
     bindings = (
         ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 2
-        + ["#hal.pipeline.binding<storage_buffer>"]
+        + ["#hal.pipeline.binding<storage_buffer>"] * (1 + len(locks))
         + ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * scratch
     )
-    x, y, z = grid(problem, params)
     returns = "util.return" if kind == "util.func" else "return"
     visibility = " private" if kind == "util.func" else ""
+    results = "(%c, %l)" if locks else "%c"
+    result = "%r#0" if locks else "%r"
     lines = [
         f"  {kind}{visibility} @{name}(%a: {lhs}, %b: {rhs}) -> {out} {{",
         f"    %c = flow.tensor.alloca : {out}",
+        *[f"    %l = arith.constant dense<0> : {t}" for t in locks],
         *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
-        f'    %r = hal.dispatch.extern "{binary.entry}"'
-        f"(%a, %b, %c{''.join(', ' + v for v in scratch_values)}) : "
-        f"({', '.join(operand_types)}) -> %c",
+        f'    %r{":2" if locks else ""} = hal.dispatch.extern "{binary.entry}"'
+        f"({', '.join(operands)}) : ({', '.join(operand_types)}) -> {results}",
         "      count(%device: !hal.device) -> (index, index, index) {",
         f"        %x = arith.constant {x} : index",
         f"        %y = arith.constant {y} : index",
@@ -293,7 +356,7 @@ def extern_function(
         "      })",
         f"      <{{workgroup_size = [{binary.threads} : index, 1 : index, 1 : index], "
         f"subgroup_size = 32 : index, workgroup_local_memory = {binary.shared_bytes} : index}}>",
-        f"    {returns} %r : {out}",
+        f"    {returns} {result} : {out}",
         "  }",
     ]
     return "\n".join(lines) + "\n"

@@ -17,7 +17,13 @@ from autosched.config import RunConfig
 from autosched.manifest import KERNEL_FUNCTION
 from autosched.records import problem_from_shape
 from autosched.targets import make_target
-from autosched.triton_kernels import KernelParams, compile_ptx, extern_module, unsupported
+from autosched.triton_kernels import (
+    KernelParams,
+    compile_ptx,
+    extern_module,
+    split_unsupported,
+    unsupported,
+)
 from autosched.verify import Verifier, make_problem_data
 
 pytest.importorskip("triton")
@@ -62,6 +68,9 @@ CASES = {
     "batched": (_problem(128, 128, 64, batch=3), KernelParams(64, 64, 32, 4, 2, 1)),
     # M, N and K that no block divides: masked loads and stores.
     "uneven": (_problem(200, 300, 100), KernelParams(64, 64, 32, 4, 2, 4)),
+    # Serial split-K: a skinny product in 4 shares of K; batched, masked rows in 8 shares.
+    "split_skinny": (_problem(16, 512, 1024), KernelParams(16, 32, 128, 4, 3, 8, 4)),
+    "split_batched": (_problem(50, 96, 512, batch=2), KernelParams(64, 32, 64, 4, 3, 1, 8)),
 }
 
 
@@ -122,6 +131,25 @@ def test_loads_are_asynchronous_and_pipelined(built):
     assert binary.shared_bytes >= 3 * (128 * 64 + 64 * 128) * 2
 
 
+def test_split_k_shares_pass_a_lock_on_in_order(built, tmp_path):
+    """Split-K: one workgroup per block and share (grid z), one lock per block and batch
+    entry bound after C, taken with an acquire and passed on with a release; the locks
+    are zeros filled on the device, not a constant copied in."""
+    problem, binary, result = built["split_batched"]
+    params = CASES["split_batched"][1]
+    source = open(result.job.source).read()
+    assert "%l = arith.constant dense<0> : tensor<6xi32>" in source  # 3 blocks x 2 entries
+    assert "-> (%c, %l)" in source and f"%z = arith.constant {params.split_k}" in source
+    ptx = open(binary.ptx_path).read()
+    assert "atom.global.acquire.gpu.cas.b32" in ptx and "release.exch.b32" in ptx
+    assert "ld.global.cg" in ptx
+    flags = [f for f in result.job.flags if not f.startswith("--iree-hal-benchmark")]
+    text = _iree_compile(result.job.source, *flags, "--compile-to=stream")
+    assert "stream.cmd.fill" in text and "stream.cmd.copy" not in text
+    # A kernel that does not split has no lock parameter at all.
+    assert built["plain"][1].pointers == binary.pointers - 1
+
+
 def test_the_ptx_compiler_runs_in_its_own_process(tmp_path):
     from autosched.records import problem_shape
 
@@ -153,6 +181,10 @@ def test_what_the_family_does_not_cover():
     assert "f16 or bf16" in unsupported(_problem(64, 64, 64, "f32"))
     assert "zero accumulator" in unsupported(_problem(64, 64, 64, zero_init=False))
     assert unsupported(_problem(64, 64, 64)) is None
+    split = KernelParams(64, 64, 32, 4, 3, 1, 4)
+    assert "must be f32" in split_unsupported(_problem(64, 64, 256, acc="f16"), split)
+    assert "shares of whole blocks" in split_unsupported(_problem(64, 64, 96), split)
+    assert split_unsupported(_problem(64, 64, 128), split) is None
 
 
 @pytest.mark.gpu
@@ -163,6 +195,24 @@ def test_custom_kernels_give_numpys_answer(built, name, tmp_path):
     verifier = Verifier("cuda")
     try:
         check = verifier.check(result.job.output, data, problem, 120)
+    finally:
+        verifier.close()
+    assert check.status == "correct", check.message
+
+
+@pytest.mark.gpu
+def test_split_k_locks_are_left_at_zero_for_the_next_dispatch(built, tmp_path):
+    """Five dispatches of a split-K kernel in one call, as a timed module runs them: a lock
+    left anywhere but 0 would hang the second dispatch (the verifier's timeout), and a
+    share that read C before the one ahead of it stored would give a wrong answer."""
+    problem, _, result = built["split_skinny"]
+    flags = [*result.job.flags, "--iree-hal-benchmark-dispatch-repeat-count=5"]
+    repeated = compile_one(CompileJob(result.job.source, str(tmp_path / "x5.vmfb"), flags), 300)
+    assert repeated.status == "ok", repeated.message
+    data = make_problem_data(problem, str(tmp_path / "inputs"))
+    verifier = Verifier("cuda")
+    try:
+        check = verifier.check(repeated.job.output, data, problem, 60)
     finally:
         verifier.close()
     assert check.status == "correct", check.message

@@ -11,7 +11,7 @@ holds two points that compile to the same kernel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
@@ -25,6 +25,7 @@ from autosched.targets.base import (
     Target,
     problem_candidates,
 )
+from autosched.triton_kernels import KernelParams, split_unsupported
 
 NONE = "none"  # mma_kind for SIMT code (no tensor cores)
 DERIVE = 0  # sentinel: a knob that is derived from the others, or unused by this point's kind
@@ -54,7 +55,10 @@ CUSTOM = "Custom"  # a Triton kernel run as an IREE custom dispatch (triton_kern
 PIPELINES = ("TileAndFuse", "VectorDistribute", CUSTOM)
 CUSTOM_ARCHS = ("sm_90",)  # the family is written for Hopper's wgmma
 SKINNY_ROWS = 64  # a problem with at most this many rows of C gets the skinny custom blocks
-CUSTOM_KNOBS = ("warps", "group_m")  # knobs of custom kernels only (0 for IREE's pipelines)
+CUSTOM_KNOBS = ("warps", "group_m", "split_k")  # custom kernels only (0 for IREE's pipelines)
+# Split-K is searched where C is f32 and has at most this many elements (1024x1024, or 16x4096
+# twice over: too few blocks to fill the GPU, each with a long run of K to itself).
+SPLIT_K_MAX_OUTPUT = 1024 * 1024
 # Custom kernels measured first: the fp16 configurations Triton's matmul tutorial autotunes
 # over on NVIDIA GPUs (block M, N, K, warps, stages; launch group 8) that fit the family,
 # plus the probe's 128x128x64. At 4096^3 f16 on the H200, xgboost alone needed a median of
@@ -191,6 +195,12 @@ def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
     return {"tile_m": [16, 32, 64], "tile_n": [32, 64, 128, 256]}
 
 
+def split_k_candidates(problem: MatmulProblem) -> list[int]:
+    """Shares of K for the custom family: 1, and 2-8 for a small f32 C (SPLIT_K_MAX_OUTPUT)."""
+    small = problem.m * problem.n <= SPLIT_K_MAX_OUTPUT and problem.acc_type == "f32"
+    return [1, 2, 4, 8] if small else [1]
+
+
 class CudaTarget(Target):
     name = "cuda"
     default_device = "cuda"
@@ -235,6 +245,11 @@ class CudaTarget(Target):
         KnobSpec(
             "group_m",
             "custom kernels: rows of blocks launched together, for L2 reuse (0 for IREE's)",
+            minimum=0,
+        ),
+        KnobSpec(
+            "split_k",
+            "custom kernels: workgroups that share a block's K, adding up in turn (0 for IREE's)",
             minimum=0,
         ),
     )
@@ -368,6 +383,7 @@ class CudaTarget(Target):
                 "pipeline_depth": [3, 4],
                 "warps": [4, 8],
                 "group_m": [1, 8],
+                "split_k": split_k_candidates(problem),
             },
         )
         return [iree, custom]
@@ -427,6 +443,15 @@ class CudaTarget(Target):
                 f"shared memory over the {self.arch} limit",
                 ("tile_m", "tile_n", "tile_k", "pipeline_depth"),
                 lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
+            ),
+            Constraint(
+                "custom kernels: split-K needs an f32 C and K in shares of whole blocks",
+                ("tile_k", "split_k"),
+                lambda p, x: (
+                    x["split_k"] >= 1
+                    and split_unsupported(p, KernelParams(1, 1, x["tile_k"], 4, 1, 1, x["split_k"]))
+                    is None
+                ),
             ),
         ]
 
@@ -646,14 +671,7 @@ class CudaTarget(Target):
 
         from autosched.records import problem_shape
 
-        params = {
-            "block_m": point["tile_m"],
-            "block_n": point["tile_n"],
-            "block_k": point["tile_k"],
-            "warps": point["warps"],
-            "stages": point["pipeline_depth"],
-            "group_m": point["group_m"],
-        }
+        params = asdict(KernelParams.from_point(point))
         return [
             sys.executable,
             "-m",
@@ -712,7 +730,11 @@ class CudaTarget(Target):
     def config_name(self, point: Point) -> str:
         tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
         if _is_custom(point):
-            return f"tr_{tiles}_w{point['warps']}_s{point['pipeline_depth']}_g{point['group_m']}"
+            split = point.get("split_k", 1)
+            return (
+                f"tr_{tiles}_w{point['warps']}_s{point['pipeline_depth']}_g{point['group_m']}"
+                + (f"_k{split}" if split > 1 else "")
+            )
         prefix = {"TileAndFuse": "tf", "VectorDistribute": "vd"}[point["pipeline"]]
         if _is_mma(point):
             shape = "_16x8x32_" if mma_k(point["mma_kind"]) == 32 else "_16x8x16_"
@@ -726,7 +748,9 @@ class CudaTarget(Target):
         tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
         threads = self.threads(point)
         # Ceiling: a custom kernel's block may overhang M or N (its loads are masked).
+        split = max(point.get("split_k", 1), 1)
         workgroups = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * max(problem.batch, 1)
+        workgroups *= split
         waves = workgroups / self.sm_count
         shared = self.shared_memory(problem, point)
         element = ELEMENT_BYTES[problem.lhs_type]
@@ -745,7 +769,7 @@ class CudaTarget(Target):
             "waves": waves,
             # Fraction of the SMs busy in the last wave: a half-empty last wave wastes time.
             "wave_efficiency": waves / math.ceil(waves),
-            "k_steps": problem.k / tk,
+            "k_steps": problem.k / tk / split,
             "tile_intensity": tm * tn / (tm + tn),  # flops per byte loaded, up to a constant
             "tile_bytes_per_step": (tm + tn) * tk * element,
             "accumulators_per_thread": per_thread,
