@@ -73,13 +73,15 @@ CUSTOM_STARTING = (
     (64, 128, 32, 4, 4),
 )
 
-# Custom kernels measured first for skinny problems (M up to SKINNY_ROWS), after those above:
-# the three best of all 272 points at 16x4096x4096 f16 on the H200 (12.3-12.8 us against the
-# 64x64 block's 13.7 and IREE's default 33.6; h200/custom_sweep_16x4096x4096_f16.jsonl).
+# Custom kernels measured first for skinny problems (M up to SKINNY_ROWS), after those above
+# (block M, N, K, warps, stages, split_k): the best at 16x4096x4096 f16 on the H200, where the
+# 64x64 block took 13.7 us and IREE's default 33.6; in 2 shares of K 10.9-11.6 us, whole
+# 11.9-12.3 (h200/custom_sweep_16x4096x4096_f16.jsonl, h200/custom_split_k_sweeps.jsonl).
 SKINNY_STARTING = (
-    (64, 32, 128, 4, 4),
-    (16, 32, 64, 4, 4),
-    (16, 32, 128, 4, 3),
+    (16, 64, 128, 4, 3, 2),
+    (64, 64, 128, 4, 4, 2),
+    (64, 32, 128, 4, 4, 1),
+    (16, 32, 64, 4, 4, 1),
 )
 
 # IREE configurations measured first for problems on the mma intrinsics (pipeline, tile M, N,
@@ -102,7 +104,10 @@ SHARED_ROW_PAD = 8  # bytes IREE adds to each row of a promoted tile
 # accumulators spill out of the 255 registers a thread may hold: slow and slow to compile.
 MAX_MMA_TILES_PER_WARP = 32
 MAX_THREAD_TILE = 64
-MAX_DISPATCH_REPEAT = 256
+# A call of 256 dispatches of a 5 us kernel (128^3 to 1024^3 f16 on the H200) is 1.3 ms, and
+# the 0.3 ms each call costs added 1.2 us to every dispatch; at 4096 it adds 0.07 us. The
+# module then holds 4096 dispatch commands: 1 s to compile, 0.3 MB.
+MAX_DISPATCH_REPEAT = 4096
 # The knobs the derived workgroup size reads.
 WORKGROUP_SIZE_KNOBS = (
     "mma_kind",
@@ -392,11 +397,11 @@ class CudaTarget(Target):
         """The custom family's known-good points (CUSTOM_STARTING, and SKINNY_STARTING for
         few rows), then IREE's on the mma intrinsics (IREE_MMA_STARTING), where the
         problem's space has them."""
-        knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
+        knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth", "split_k")
         skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
         custom = [
             {"pipeline": CUSTOM, **dict(zip(knobs, values, strict=True)), "group_m": 8}
-            for values in CUSTOM_STARTING + skinny
+            for values in [(*values, 1) for values in CUSTOM_STARTING] + list(skinny)
         ]
         knobs = ("pipeline", "tile_m", "tile_n", "tile_k", "subgroup_m", "subgroup_n")
         iree = [dict(zip(knobs, values, strict=True)) for values in IREE_MMA_STARTING]
