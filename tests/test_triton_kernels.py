@@ -191,13 +191,18 @@ def test_what_the_family_does_not_cover():
 @pytest.mark.parametrize("name", list(CASES))
 def test_custom_kernels_give_numpys_answer(built, name, tmp_path):
     problem, _, result = built[name]
+    check = _check_on_the_gpu(result.job.output, problem, tmp_path)
+    assert check.status == "correct", check.message
+
+
+def _check_on_the_gpu(vmfb: str, problem, tmp_path, timeout: float = 120):
+    """The verifier's answer for a module on the GPU, against numpy."""
     data = make_problem_data(problem, str(tmp_path / "inputs"))
     verifier = Verifier("cuda")
     try:
-        check = verifier.check(result.job.output, data, problem, 120)
+        return verifier.check(vmfb, data, problem, timeout)
     finally:
         verifier.close()
-    assert check.status == "correct", check.message
 
 
 @pytest.mark.gpu
@@ -209,12 +214,7 @@ def test_split_k_locks_are_left_at_zero_for_the_next_dispatch(built, tmp_path):
     flags = [*result.job.flags, "--iree-hal-benchmark-dispatch-repeat-count=5"]
     repeated = compile_one(CompileJob(result.job.source, str(tmp_path / "x5.vmfb"), flags), 300)
     assert repeated.status == "ok", repeated.message
-    data = make_problem_data(problem, str(tmp_path / "inputs"))
-    verifier = Verifier("cuda")
-    try:
-        check = verifier.check(repeated.job.output, data, problem, 60)
-    finally:
-        verifier.close()
+    check = _check_on_the_gpu(repeated.job.output, problem, tmp_path, 60)
     assert check.status == "correct", check.message
 
 
