@@ -56,9 +56,6 @@ PIPELINES = ("TileAndFuse", "VectorDistribute", CUSTOM)
 CUSTOM_ARCHS = ("sm_90",)  # the family is written for Hopper's wgmma
 SKINNY_ROWS = 64  # a problem with at most this many rows of C gets the skinny custom blocks
 CUSTOM_KNOBS = ("warps", "group_m", "split_k")  # custom kernels only (0 for IREE's pipelines)
-# Split-K is searched where C is f32 and has at most this many elements (1024x1024, or 16x4096
-# twice over: too few blocks to fill the GPU, each with a long run of K to itself).
-SPLIT_K_MAX_OUTPUT = 1024 * 1024
 # Custom kernels measured first: the fp16 configurations Triton's matmul tutorial autotunes
 # over on NVIDIA GPUs (block M, N, K, warps, stages; launch group 8) that fit the family,
 # plus the probe's 128x128x64. At 4096^3 f16 on the H200, xgboost alone needed a median of
@@ -203,9 +200,12 @@ def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
 
 
 def split_k_candidates(problem: MatmulProblem) -> list[int]:
-    """Shares of K for the custom family: 1, and 2-8 for a small f32 C (SPLIT_K_MAX_OUTPUT)."""
-    small = problem.m * problem.n <= SPLIT_K_MAX_OUTPUT and problem.acc_type == "f32"
-    return [1, 2, 4, 8] if small else [1]
+    """Shares of K for the custom family: 1, and 2-8 for a skinny problem with an f32 C.
+    On the H200 two shares took 16x4096x4096 f16 from 11.9 to 10.9 us; at 512^3 and 1024^3
+    every split was slower (7.2 and 12.9 us against 5.1 and 7.7): passing a block's lock on
+    costs about 2 us, more than a short run of K saves (h200_custom_skinny_split.md)."""
+    skinny = problem.m <= SKINNY_ROWS and problem.acc_type == "f32"
+    return [1, 2, 4, 8] if skinny else [1]
 
 
 class CudaTarget(Target):
