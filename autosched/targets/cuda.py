@@ -68,6 +68,10 @@ CUSTOM_STARTING = (
     (128, 128, 32, 4, 4),
     (128, 64, 32, 4, 4),
     (64, 128, 32, 4, 4),
+    # The best at 1024^3 and at 512^3 f16 on the H200 (7.7 and 5.1-5.4 us; session 9's
+    # sweeps, h200/custom_split_k_sweeps.jsonl): mid-size problems' blocks.
+    (64, 128, 64, 4, 4),
+    (64, 64, 64, 4, 4),
 )
 
 # Custom kernels measured first for skinny problems (M up to SKINNY_ROWS), after those above
