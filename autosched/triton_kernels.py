@@ -167,7 +167,12 @@ def _kernel():
     ):
         pid = tl.program_id(0)
         batch = tl.program_id(1)
-        part = tl.program_id(2)  # this workgroup's share of K (serial split-K)
+        # This workgroup's share of K (serial split-K). A constant 0 when K is whole, so
+        # that the kernel is the one without split-K, instruction for instruction.
+        if SPLIT > 1:
+            part = tl.program_id(2)
+        else:
+            part = 0
         blocks_m = tl.cdiv(M, BM)
         blocks_n = tl.cdiv(N, BN)
         group = pid // (G * blocks_n)
