@@ -173,7 +173,7 @@ def run_campaign(
                 entry.done = True
             elif mode == "fast" and entry.default_ms and entry.search.best_ms:
                 entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
-    results = tuning.finish_all([p.search for p in problems])
+    results = tuning.finish_all([p.search for p in problems], progress)
     for entry, result in zip(problems, results, strict=True):
         entry.result = result
     return CampaignReport(

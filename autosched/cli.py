@@ -64,6 +64,10 @@ class BarProgress(Progress):
     def note(self, message: str) -> None:
         click.echo(f"\nwarning: {message}", err=True)
 
+    def retiming(self, problem, index: int, total: int) -> None:
+        self.finish()
+        click.echo(f"re-timing the finalists of {problem.name} ({index}/{total})", err=True)
+
     def start_model(self, label: str, total: int) -> None:
         """One bar for a whole model, whose problems are searched in turns."""
         self.finish()

@@ -259,7 +259,7 @@ def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress
             for p in covered
         ]
     )
-    results = tuning.finish_all(searches)
+    results = tuning.finish_all(searches, progress)
     return {result.problem.name: result for result in results}
 
 

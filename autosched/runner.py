@@ -102,6 +102,9 @@ class Progress:
     def start_model(self, label: str, total: int) -> None:
         """A model's problems are searched in turns: one display for all of them."""
 
+    def retiming(self, problem: MatmulProblem, index: int, total: int) -> None:
+        """Problem `index` of `total` is re-timed, after every search has ended."""
+
 
 @dataclass
 class ProblemSearch:
@@ -583,12 +586,19 @@ class Tuning:
             self.finished.append(search.result)
         return search.result
 
-    def finish_all(self, searches: list[ProblemSearch]) -> list[ProblemResult]:
+    def finish_all(
+        self, searches: list[ProblemSearch], progress: Progress | None = None
+    ) -> list[ProblemResult]:
         """Finishes searches one at a time, once all of them have ended, so that no compile
         or other problem's timing runs beside a re-timing. On the H200 IREE's default at
         512^3 and 1024^3 f16 re-timed 44-63 % slower while another problem's kernels
         compiled, and the paired verdict then could not tell a 1.3x gain from the noise."""
-        return [self.finish_problem(search) for search in searches]
+        results = []
+        for index, search in enumerate(searches, 1):
+            if progress is not None and len(searches) > 1:
+                progress.retiming(search.problem, index, len(searches))
+            results.append(self.finish_problem(search))
+        return results
 
     def tune_problem(
         self,
@@ -815,7 +825,7 @@ class Tuning:
             [partial(self.search_problem, problem, progress, own_bar=False) for problem in problems]
         )
         progress.finish()
-        return self.finish_all(searches)
+        return self.finish_all(searches, progress)
 
     def device_use(self) -> dict[str, float]:
         """Each measuring device's busy share since the run began (checking and timing);

@@ -135,6 +135,7 @@ def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch)
     trial_lines = [i for i, line in enumerate(lines) if line.strip().split(":")[0] in configs]
     retimes = [i for i, line in enumerate(lines) if "re-timed beside the default" in line]
     assert len(retimes) == 3 and max(trial_lines) < min(retimes)
+    assert "re-timing the finalists of" in result.output and "(3/3)" in result.output
     # How much of the run each device spent measuring (issue 11's idle share is the rest).
     (busy,) = [line for line in log.splitlines() if line.startswith("devices busy measuring")]
     shares = dict(part.rsplit(" ", 1) for part in busy.split(": ", 1)[1].split(", "))
