@@ -57,7 +57,8 @@ class KernelParams:
 
     @classmethod
     def from_point(cls, point: dict) -> KernelParams:
-        """A custom point of the CUDA target's space (records older than split_k: 1)."""
+        """A custom point of the CUDA target's space (a record older than split_k has
+        none: K whole)."""
         return cls(
             block_m=point["tile_m"],
             block_n=point["tile_n"],
@@ -92,15 +93,15 @@ def unsupported(problem: MatmulProblem) -> str | None:
     return None
 
 
-def split_unsupported(problem: MatmulProblem, params: KernelParams) -> str | None:
-    """Why a point cannot split K, or None: the shares add up in C itself, so C must be
-    f32, and each share must be whole blocks of K."""
-    if params.split_k == 1:
+def split_unsupported(problem: MatmulProblem, block_k: int, split_k: int) -> str | None:
+    """Why K cannot be split in `split_k` shares, or None: the shares add up in C itself,
+    so C must be f32, and each share must be whole blocks of K."""
+    if split_k == 1:
         return None
     if problem.acc_type != "f32":
         return f"split-K adds up in C, which must be f32, not {problem.acc_type}"
-    if problem.k % (params.split_k * params.block_k):
-        return f"split-K needs K ({problem.k}) in {params.split_k} shares of whole blocks"
+    if problem.k % (split_k * block_k):
+        return f"split-K needs K ({problem.k}) in {split_k} shares of whole {block_k}-blocks"
     return None
 
 
@@ -200,8 +201,9 @@ def _kernel():
         if SPLIT > 1:
             # The block's K shares add up in order, as CUTLASS's serial split-K does: share
             # s waits until the block's lock reads s, adds what C holds, stores, and passes
-            # the lock on; the last share sets it back to 0 for the next call. Share s-1 was
-            # launched before share s (z is the slowest grid axis), so the wait ends.
+            # the lock on; the last share sets it back to 0 for the next call. Share s-1 is
+            # launched before share s (z is the slowest grid axis; CUDA starts blocks in
+            # order, which CUTLASS relies on too), so the wait ends.
             lock = locks + batch * tl.num_programs(0) + pid
             if part > 0:
                 while tl.atomic_cas(lock, part, part, sem="acquire") != part:
@@ -239,7 +241,7 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
 
     kernel = _kernel()
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
-    why = split_unsupported(problem, params)
+    why = split_unsupported(problem, params.block_k, params.split_k)
     if why:
         raise UserError(f"{params.name}: {why}")
     k_part = problem.k // params.split_k if params.split_k > 1 else problem.k

@@ -181,10 +181,10 @@ def test_what_the_family_does_not_cover():
     assert "f16 or bf16" in unsupported(_problem(64, 64, 64, "f32"))
     assert "zero accumulator" in unsupported(_problem(64, 64, 64, zero_init=False))
     assert unsupported(_problem(64, 64, 64)) is None
-    split = KernelParams(64, 64, 32, 4, 3, 1, 4)
-    assert "must be f32" in split_unsupported(_problem(64, 64, 256, acc="f16"), split)
-    assert "shares of whole blocks" in split_unsupported(_problem(64, 64, 96), split)
-    assert split_unsupported(_problem(64, 64, 128), split) is None
+    assert "must be f32" in split_unsupported(_problem(64, 64, 256, acc="f16"), 32, 4)
+    assert "shares of whole 32-blocks" in split_unsupported(_problem(64, 64, 96), 32, 4)
+    assert split_unsupported(_problem(64, 64, 128), 32, 4) is None
+    assert split_unsupported(_problem(64, 64, 96, acc="f16"), 32, 1) is None
 
 
 @pytest.mark.gpu

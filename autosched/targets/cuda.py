@@ -466,9 +466,7 @@ class CudaTarget(Target):
                 "custom kernels: split-K needs an f32 C and K in shares of whole blocks",
                 ("tile_k", "split_k"),
                 lambda p, x: (
-                    x["split_k"] >= 1
-                    and split_unsupported(p, KernelParams(1, 1, x["tile_k"], 4, 1, 1, x["split_k"]))
-                    is None
+                    x["split_k"] >= 1 and split_unsupported(p, x["tile_k"], x["split_k"]) is None
                 ),
             ),
         ]
