@@ -74,7 +74,8 @@ def test_custom_blocks_larger_than_the_problem_have_features(write_module):
     big = analyze_file(write_module(matmul_function("b", 4096, 4096, 4096, "f16"))).problems[0]
     big_custom = [p for p in build_space(big, target, lists).points if not target.in_spec(p)]
     assert {p["tile_m"] for p in big_custom} == {p["tile_n"] for p in big_custom} == {64, 128, 256}
-    # Split-K for a small f32 C only, in shares of whole blocks of K; never for IREE's points.
+    # Split-K for skinny problems with an f32 C, in shares of whole blocks of K; never for
+    # IREE's points.
     assert {p["split_k"] for p in custom} == {1, 2, 4, 8}
     assert {p["split_k"] for p in big_custom} == {1}
     assert all(problem.k % (p["split_k"] * p["tile_k"]) == 0 for p in custom)
