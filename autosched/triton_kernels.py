@@ -334,11 +334,13 @@ def extern_function(
     scratch_values = [f"%s{i}" for i in range(scratch)]
     operand_types = [lhs, rhs, out, *locks] + ["tensor<256xi8>"] * scratch
     operands = ["%a", "%b", "%c", *["%l" for _ in locks], *scratch_values]
-    bindings = (
-        ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * 2
-        + ["#hal.pipeline.binding<storage_buffer>"] * (1 + len(locks))
-        + ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * scratch
-    )
+    # Indirect: the buffers come from the call's binding table, so IREE records the command
+    # buffer once and replays it. Without the flag an extern dispatch binds its buffers
+    # directly and the command buffer (every repeat of the dispatch) is recorded on every
+    # call, as IREE's own dispatches are not.
+    read_only = '#hal.pipeline.binding<storage_buffer, "ReadOnly|Indirect">'
+    written = "#hal.pipeline.binding<storage_buffer, Indirect>"
+    bindings = [read_only] * 2 + [written] * (1 + len(locks)) + [read_only] * scratch
     returns = "util.return" if kind == "util.func" else "return"
     visibility = " private" if kind == "util.func" else ""
     results = "(%c, %l)" if locks else "%c"

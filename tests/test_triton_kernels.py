@@ -121,6 +121,19 @@ def test_the_output_is_written_by_the_kernel_alone(built, tmp_path):
     assert "stream.cmd.copy" not in text
 
 
+@pytest.mark.parametrize("name", ["plain", "split_batched"])
+def test_the_command_buffer_is_recorded_once(built, name):
+    """The extern dispatch's bindings are indirect: IREE records the command buffer (the
+    timed module's repeats of the dispatch) once and replays it with each call's buffers,
+    as it does for its own dispatches. Bound directly, it was recorded on every call."""
+    _, _, result = built[name]
+    text = _iree_compile(result.job.source, *result.job.flags, "--compile-to=hal")
+    (apply,) = [
+        line for line in text.splitlines() if "util.func private @__main_memoize_apply" in line
+    ]
+    assert "@__main_memoize_apply()" in apply  # no buffers captured
+
+
 def test_loads_are_asynchronous_and_pipelined(built):
     """Triton is told that IREE's bindings are 16-byte aligned: it then copies tiles with
     cp.async, one buffer per stage (3 stages of a 128x64 and a 64x128 f16 tile). Without
