@@ -238,6 +238,7 @@ class Executor(Protocol):
     """What the search loop needs from an executor (LocalExecutor, ray_executor.RayExecutor)."""
 
     events: list[str]  # notes for the run log (an actor lost, ...), drained by the caller
+    benches: list  # one per device, the primary first: each re-times problems alone
 
     @property
     def primary(self) -> Bench:

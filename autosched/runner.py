@@ -6,7 +6,9 @@ others (a tuner never sees a file, a target never runs a process).
 
 from __future__ import annotations
 
+import itertools
 import os
+import queue
 import statistics
 import threading
 import time
@@ -225,9 +227,10 @@ class Tuning:
         repetitions: int,
         repeat: int,
         benchmark: DispatchBenchmark | None = None,
+        bench: Bench | None = None,
     ):
-        """Time per dispatch on the primary device (see `Bench.time`)."""
-        return self.primary.time(
+        """Time per dispatch on `bench`, the primary device unless told (see `Bench.time`)."""
+        return (bench or self.primary).time(
             vmfb,
             data,
             repeat,
@@ -574,14 +577,17 @@ class Tuning:
         search_step(search.state, count, self._measure_points(search, progress, trials))
         return trials
 
-    def finish_problem(self, search: ProblemSearch) -> ProblemResult:
-        """Re-times the top candidates beside the default and names the winner."""
+    def finish_problem(
+        self, search: ProblemSearch, bench: Bench | None = None, modules: dict | None = None
+    ) -> ProblemResult:
+        """Re-times the top candidates beside the default (on `bench`, the primary unless
+        told; `modules` when `finish_all` built them first) and names the winner."""
         if not search.result.search_s:
             search.result.search_s = time.perf_counter() - search.started
         if search.state is None:
             search.result.baseline_ms = search.result.baseline.median_ms
         else:
-            self._retime(search)
+            self._retime(search, bench or self.primary, modules)
         with self.lock:
             self.finished.append(search.result)
         return search.result
@@ -589,16 +595,53 @@ class Tuning:
     def finish_all(
         self, searches: list[ProblemSearch], progress: Progress | None = None
     ) -> list[ProblemResult]:
-        """Finishes searches one at a time, once all of them have ended, so that no compile
-        or other problem's timing runs beside a re-timing. On the H200 IREE's default at
-        512^3 and 1024^3 f16 re-timed 44-63 % slower while another problem's kernels
-        compiled, and the paired verdict then could not tell a 1.3x gain from the noise."""
-        results = []
-        for index, search in enumerate(searches, 1):
-            if progress is not None and len(searches) > 1:
-                progress.retiming(search.problem, index, len(searches))
-            results.append(self.finish_problem(search))
-        return results
+        """Finishes the searches once all of them have ended, so that no compile or search
+        runs beside a re-timing. On the H200 IREE's default at 512^3 and 1024^3 f16
+        re-timed 44-63 % slower while another problem's kernels compiled, and the paired
+        verdict then could not tell a 1.3x gain from the noise.
+
+        The finalists' modules are built first, then each device re-times one problem at a
+        time, its default and finalists on that device alone: on two H200s, re-timing every
+        problem on the primary left the other idle for a fifth of the run."""
+        benches = self.executor.benches
+        modules = [self._finalist_modules(search) for search in searches]
+        if len(benches) <= 1 or len(searches) <= 1:
+            results = []
+            for index, search in enumerate(searches, 1):
+                if progress is not None and len(searches) > 1:
+                    progress.retiming(search.problem, index, len(searches))
+                results.append(self.finish_problem(search, self.primary, modules[index - 1]))
+            return results
+        waiting: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for index in range(len(searches)):
+            waiting.put(index)
+        results: list[ProblemResult | None] = [None] * len(searches)
+        announce = threading.Lock()
+        started = itertools.count(1)
+
+        def serve(bench: Bench) -> None:
+            """Re-times problems on `bench` until none is left."""
+            while True:
+                try:
+                    index = waiting.get_nowait()
+                except queue.Empty:
+                    return
+                if progress is not None:
+                    with announce:
+                        progress.retiming(searches[index].problem, next(started), len(searches))
+                with self.log.buffered():
+                    results[index] = self.finish_problem(searches[index], bench, modules[index])
+
+        pool = ThreadPoolExecutor(len(benches), thread_name_prefix="retime")
+        try:
+            for future in [pool.submit(serve, bench) for bench in benches]:
+                future.result()
+        except BaseException:
+            processes.stop_all()  # an error on one device stops the others (a signal has)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return [result for result in results if result is not None]
 
     def tune_problem(
         self,
@@ -693,17 +736,37 @@ class Tuning:
         if not trial.baseline:
             self.log.write(f"  {trial.config}: {_describe(trial)}")
 
-    def _retime(self, search: ProblemSearch) -> None:
-        """Times the top few again, interleaved with the default, before naming a winner."""
-        log, problem, result = self.log, search.problem, search.result
+    def _finalists(self, search: ProblemSearch) -> tuple[list[Trial], list[Trial]]:
+        """The top few of a search, and those with the default: what is re-timed."""
+        result = search.result
         ranked = sorted((t for t in result.trials if t.ok), key=lambda t: t.median_ms)
         contenders = ranked[: max(self.config.retime_top, 1)]
+        entries = ([result.baseline] if result.baseline.ok and contenders else []) + contenders
+        return contenders, entries
+
+    def _finalist_modules(self, search: ProblemSearch) -> dict[str, str]:
+        """The timed module of each finalist and the default (compiled again if resumed)."""
+        if search.state is None:
+            return {}
+        _, entries = self._finalists(search)
+        return self.modules_for(search.problem, entries, search.repeat, search) if entries else {}
+
+    def _retime(
+        self, search: ProblemSearch, bench: Bench, modules: dict[str, str] | None = None
+    ) -> None:
+        """Times the top few again on `bench`, interleaved with the default, before naming a
+        winner."""
+        log, problem, result = self.log, search.problem, search.result
+        contenders, entries = self._finalists(search)
         if not contenders:
             log.write("no candidate compiled, ran and gave the right answer")
             return
-        entries = ([result.baseline] if result.baseline.ok else []) + contenders
-        log.write(f"{problem.name}: the top {len(contenders)} re-timed beside the default")
-        modules = self.modules_for(problem, entries, search.repeat, search)
+        log.write(
+            f"{problem.name}: the top {len(contenders)} re-timed beside the default"
+            + (f" on {bench.device}" if len(self.executor.benches) > 1 else "")
+        )
+        if modules is None:
+            modules = self.modules_for(problem, entries, search.repeat, search)
         rounds: list[dict[str, float]] = []  # per round: config -> ms, timed back to back
         for _ in range(RETIME_ROUNDS):
             timed_now = {}
@@ -716,6 +779,7 @@ class Tuning:
                     max(1, self.config.repetitions // 2),
                     search.repeat,
                     search.benchmark,
+                    bench,
                 )
                 if timing.status == "ok":
                     timed_now[trial.config] = timing.median_ms

@@ -135,6 +135,9 @@ def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch)
     trial_lines = [i for i, line in enumerate(lines) if line.strip().split(":")[0] in configs]
     retimes = [i for i, line in enumerate(lines) if "re-timed beside the default" in line]
     assert len(retimes) == 3 and max(trial_lines) < min(retimes)
+    # ... and each device re-times problems of its own, one at a time, not the primary alone.
+    retimed_on = {lines[i].rsplit(" on ", 1)[1] for i in retimes}
+    assert retimed_on == {"local-task", "local-sync"}, [lines[i] for i in retimes]
     assert "re-timing the finalists of" in result.output and "(3/3)" in result.output
     # How much of the run each device spent measuring (issue 11's idle share is the rest).
     (busy,) = [line for line in log.splitlines() if line.startswith("devices busy measuring")]
