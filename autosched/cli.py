@@ -366,6 +366,15 @@ except ImportError:  # pragma: no cover - simulate lands with the xgboost tuner
 
 def main() -> None:
     """The installed command: any error that escapes is still one line, never a traceback."""
+    interrupts.outside_runs()
+    try:
+        _run_command()
+    finally:
+        interrupts.shutting_down()
+
+
+def _run_command() -> None:
+    """The command line, with every error turned into its line and exit code."""
     try:
         cli(prog_name="autosched", standalone_mode=False)
     except click.ClickException as error:

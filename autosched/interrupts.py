@@ -8,7 +8,9 @@ so the database and the CSV never disagree by a row.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,8 +62,35 @@ def install() -> None:
 
 
 def restore() -> None:
+    """Back to the handlers outside a run (SIGTERM: `_exit_quietly`)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, _exit_quietly)
+
+
+def _exit_quietly(signum, frame) -> None:
+    """SIGTERM outside a run (starting up, or once every record is written): nothing is
+    left to keep, so the process ends as an interrupted run does, 143 and no traceback,
+    instead of dying by the signal while the interpreter shuts down."""
+    processes.stop_all()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):  # closed, or cut in the middle of a write
+            pass
+    os._exit(128 + signum)
+
+
+def outside_runs() -> None:
+    """From the command's first moment: SIGTERM before a run ends it quietly (143)."""
+    signal.signal(signal.SIGTERM, _exit_quietly)
+
+
+def shutting_down() -> None:
+    """After the command's last record and line. The interpreter's shutdown puts Python's
+    handlers back to the default, and a SIGTERM then killed the process (-15) although
+    nothing was lost; a signal ignored stays ignored through it, and the exit code stands."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 @contextmanager
