@@ -604,15 +604,7 @@ class Tuning:
         time, its default and finalists on that device alone: on two H200s, with every
         problem re-timed on the primary, the other was busy 55 % of the suite's run (69 %
         now), and the run took 75 s against 65."""
-        benches = self.executor.benches
         modules = [self._finalist_modules(search) for search in searches]
-        if len(benches) <= 1 or len(searches) <= 1:
-            finished = []
-            for index, search in enumerate(searches, 1):
-                if progress is not None and len(searches) > 1:
-                    progress.retiming(search.problem, index, len(searches))
-                finished.append(self.finish_problem(search, self.primary, modules[index - 1]))
-            return finished
         waiting: queue.SimpleQueue[int] = queue.SimpleQueue()
         for index in range(len(searches)):
             waiting.put(index)
@@ -627,21 +619,12 @@ class Tuning:
                     index = waiting.get_nowait()
                 except queue.Empty:
                     return
-                if progress is not None:
+                if progress is not None and len(searches) > 1:
                     with announce:
                         progress.retiming(searches[index].problem, next(started), len(searches))
-                with self.log.buffered():
-                    results[index] = self.finish_problem(searches[index], bench, modules[index])
+                results[index] = self.finish_problem(searches[index], bench, modules[index])
 
-        pool = ThreadPoolExecutor(len(benches), thread_name_prefix="retime")
-        try:
-            for future in [pool.submit(serve, bench) for bench in benches]:
-                future.result()
-        except BaseException:
-            processes.stop_all()  # an error on one device stops the others (a signal has)
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        self.concurrently([partial(serve, bench) for bench in self.executor.benches])
         return [result for result in results if result is not None]
 
     def tune_problem(
@@ -848,8 +831,9 @@ class Tuning:
         return {name: job.output for name, job in jobs.items() if job.output in self.built}
 
     def concurrently(self, calls: list[Callable[[], Result]]) -> list[Result]:
-        """Runs the calls (each one problem's work) on up to `parallel` threads, so that one
-        problem's compiles and tuner overlap another's measuring; results in call order.
+        """Runs the calls (each one problem's work, or one device's re-timings) on up to
+        `parallel` threads, so that one problem's compiles and tuner overlap another's
+        measuring; results in call order.
 
         Each call's run-log lines are written together when it ends. Records are made in
         the calls' threads, one at a time (`self.lock`); on an interrupt every thread
