@@ -659,6 +659,7 @@ class ModelProof:
     tuned_rounds_ms: list[float] = dataclasses.field(default_factory=list)
     message: str = ""  # why the outputs differ, or why the tuned module could not be timed
     custom: CustomProof | None = None  # with `custom_spec`: the build with custom kernels
+    default_only: bool = False  # no spec and no custom spec: the default alone was timed
 
 
 def _summary(rounds: list[float]) -> tuple[float, float]:
@@ -683,7 +684,7 @@ class _Build:
 def prove(
     model_path: str,
     flags: Sequence[str],
-    spec_path: str,
+    spec_path: str | None,
     device: str,
     seed: int = 0,
     rounds: int = 5,
@@ -706,7 +707,9 @@ def prove(
     tuned module that fails to run or to be timed is a proof with `outputs_match` False or no
     tuned time, and the reason in `message`. `work_dir` keeps the vmfbs, inputs and outputs.
     With `custom_spec` (substitution.py) a third build runs custom kernels in place of the
-    contractions it matches, with the spec for the rest (`custom`).
+    contractions it matches, with the spec for the rest (`custom`). With neither spec, the
+    default alone is compiled and timed (`default_only`): a run that found nothing faster
+    still reports the model's time.
     """
     if rounds < 1:
         raise UserError(f"rounds is {rounds}: at least 1")
@@ -718,13 +721,12 @@ def prove(
             "default",
             _iree_compile(source, flags, os.path.join(work, "default.vmfb"), timeout, model_path),
         )
-        tuned = _Build(
-            "tuned",
-            _iree_compile(
-                source, [*flags, *spec], os.path.join(work, "tuned.vmfb"), timeout, model_path
-            ),
-        )
-        builds = [default, tuned]
+        builds, tuned = [default], _Build("tuned", None, runs=False)
+        if spec_path is not None or custom_spec:
+            out = os.path.join(work, "tuned.vmfb")
+            tuned.vmfb = _iree_compile(source, [*flags, *spec], out, timeout, model_path)
+            tuned.runs = True
+            builds.append(tuned)
         custom = None
         if custom_spec:
             custom = _custom_build(source, custom_spec, flags, spec, work, timeout)
@@ -797,6 +799,7 @@ def prove(
         tuned_rounds_ms=tuned.rounds,
         message=tuned.message,
         custom=_custom_proof(custom, default_ms, tuned_ms) if custom else None,
+        default_only=len(builds) == 1,
     )
 
 

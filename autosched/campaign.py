@@ -205,6 +205,11 @@ def problem_rows(problems: list[ModelProblem], applied: dict[str, bool]) -> list
                 "speedup": p.result.speedup,
                 "trials": len(p.result.trials),
                 "timed_on": p.benchmark.entry_point if p.benchmark else "kernel",
+                "timed_form": p.result.timed_form,
+                "not_applied": p.result.not_applied,
+                "default_drift": p.result.drift,
+                "default_timings_ms": p.result.default_ms,
+                "stopped": p.result.stopped,
                 "in_spec": p.result.best is not None,
                 "applied_in_model": applied.get(name, False),
             }

@@ -8,8 +8,15 @@ dispatch of a compiled model as a module of its own
 function that runs it `--batch_size` times on scratch buffers. With IREE's chosen
 configuration stripped (`--iree-codegen-strip-compilation-info`), compiling that module
 alone gives IREE's default again, and compiling it with a one-candidate spec gives the
-candidate, fused consumers and all. Its buffers hold no chosen data, so answers are still
-checked on the bare kernel, against numpy.
+candidate, fused consumers and all. Its buffers hold no chosen data, so answers are checked
+on a module of its own (`dispatch_check_modules`).
+
+The benchmark is compiled from `executable-sources` on (`BENCHMARK_FLAGS`), never from the
+input phase: compiled from the start, dispatch creation runs a second time on the dumped
+dispatch, and on CUDA `FoldUnitExtentDims` turns a unit-batch `batch_matmul` (every 3-D
+`nn.Linear`) into a 5-loop generic that no spec written for the model's 4-loop form
+matches, so every candidate was IREE's default (issue 22). From executable sources the
+root keeps the form it has in the model.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from autosched.errors import UserError
 from autosched.model import walk_ops
 
 DUMP_TIMEOUT = 1800.0  # one full compile of the model
+# How a dumped benchmark is compiled: its dispatch as the model formed it (see above).
+BENCHMARK_FLAGS = ("--compile-from=executable-sources",)
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class DispatchBenchmark:
     check_source: str = ""  # the dispatch alone behind a function of its operands (.mlir)
     check_inputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per operand
     check_outputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per result
+    flags: tuple[str, ...] = BENCHMARK_FLAGS  # iree-compile flags the source is built with
 
 
 def _entries(path: str) -> tuple[str, str] | None:

@@ -11,6 +11,7 @@ import os
 
 import click
 
+from autosched.applied import form_of
 from autosched.campaign import (
     CampaignReport,
     ModelProblem,
@@ -186,22 +187,8 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     tuning.log.write(summary)
     click.echo(summary)
 
-    best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
-    spec_path = write_spec(paths.spec, best, config.starter_spec)
     custom_spec = write_custom_spec(paths.custom_spec, target, problems, custom, tuning.log)
-    applied: dict[str, bool] = {}
-    proof = None
-    if spec_path:
-        applied = check_applied(model_path, target, spec_path, problems)
-        missed = [name for name, ok in applied.items() if not ok]
-        for name in missed:
-            message = f"WARNING: the spec's configuration for {name} is NOT applied in the model"
-            tuning.log.write(message)
-            click.echo(click.style(message, fg="red", bold=True), err=True)
-    elif not custom_spec:
-        click.echo("no tuning spec: nothing beat IREE's default configurations")
-    if spec_path or custom_spec:
-        proof = _prove(model_path, target, spec_path, config, tuning, custom_spec)
+    spec_path, applied, proof = spec_never_slower(tuning, model_path, paths, problems, custom_spec)
     report.problems = problem_rows(problems, applied)
     for entry, row in zip(problems, report.problems, strict=True):
         result = custom_winner(entry, custom, target)
@@ -340,8 +327,60 @@ def share_table(rows: list[dict]) -> str:
     return table(headers, cells)
 
 
-def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:
-    """Problem name -> every dispatch of its contraction carries the tuned configuration."""
+def _warn(tuning: Tuning, message: str) -> None:
+    tuning.log.write(message)
+    click.echo(click.style(message, fg="red", bold=True), err=True)
+
+
+def spec_never_slower(tuning: Tuning, model_path, paths, problems, custom_spec):
+    """(spec path or None, applied, proof): the winners' spec, checked in the model and
+    proved on it. While the tuned model proves slower than IREE's default, the winner that
+    was to save the least model time is left out and the spec proved again; with none left,
+    no spec is written. Without any spec the default alone is timed, so the run always ends
+    with the model's line."""
+    config, target, starter = tuning.config, tuning.target, tuning.config.starter_spec
+    while True:
+        best = [(e.problem, target, e.result.best.point) for e in problems if e.result.best]
+        spec_path = write_spec(paths.spec, best, starter)
+        applied = check_applied(model_path, target, spec_path, problems, tuning.log)
+        for name in [name for name, ok in applied.items() if not ok]:
+            message = f"WARNING: the spec's configuration for {name} is NOT applied in the model"
+            _warn(tuning, message)
+        if not spec_path and not custom_spec:
+            click.echo("no tuning spec: nothing beat IREE's default configurations")
+        proof = _prove(model_path, target, spec_path, config, tuning, custom_spec)
+        if not spec_path or (proof["speedup"] or 1.0) >= 1.0:
+            return spec_path, applied, proof
+        left_out = _leave_out_least(problems)
+        if left_out is None:
+            starter = ""  # the starter spec alone was slower
+        _warn(
+            tuning,
+            f"WARNING: the tuned model is SLOWER than IREE's default ({proof['speedup']:.2f}x): "
+            + (f"{left_out} left out of the spec" if left_out else "no spec is written"),
+        )
+        if left_out is None and not best:
+            os.remove(spec_path)
+            return None, {}, _prove(model_path, target, None, config, tuning, custom_spec)
+
+
+def _leave_out_least(problems) -> str | None:
+    """Drops the winner expected to save the least model time; its name (None: none left)."""
+    winners = [e for e in problems if e.result.best is not None]
+    if not winners:
+        return None
+    least = min(
+        winners, key=lambda e: (e.result.baseline_ms - e.result.best_ms) * e.occurrences
+    )
+    least.result.best, least.result.best_ms = None, None
+    return least.problem.name
+
+
+def check_applied(model_path, target, spec_path, problems, log) -> dict[str, bool]:
+    """Problem name -> every dispatch of its contraction carries the tuned configuration,
+    on a root of the form its candidates were timed on."""
+    if not spec_path:
+        return {}
     from autosched.apply import spec_coverage
 
     configs = spec_coverage(
@@ -357,7 +396,12 @@ def check_applied(model_path, target, spec_path, problems) -> dict[str, bool]:
         # a linalg.generic before it configures it.
         dispatches = {site.entry_point for site in entry.contraction.sites}
         mine = [c for c in configs if c.entry_point in dispatches]
-        applied[entry.problem.name] = bool(mine) and all(c.carries(expected) for c in mine)
+        timed = entry.result.timed_form
+        other = [form_of(c) for c in mine if timed and form_of(c) != timed]
+        if other:
+            log.write(f"{entry.problem.name}: timed on {timed}, the model configures {other[0]}")
+        ok = bool(mine) and not other and all(c.carries(expected) for c in mine)
+        applied[entry.problem.name] = ok
     return applied
 
 
@@ -365,7 +409,8 @@ def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None
     """apply.prove with the run's target, device, seed and timing settings."""
     from autosched.apply import prove
 
-    click.echo("proving the spec on the whole model ...", err=True)
+    what = "proving the spec on" if spec_path or custom_spec else "timing"
+    click.echo(f"{what} the whole model ...", err=True)
     return prove(
         model_path,
         target.compile_flags(),
@@ -400,11 +445,14 @@ def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning, cus
         "outputs_match": proof.outputs_match,
         "max_error": proof.max_error,
         "message": proof.message,
+        "default_only": proof.default_only,
     }
 
 
 def model_line(proof) -> str:
-    """`model: A ms -> B ms (X×), outputs match (max error E)`."""
+    """`model: A ms -> B ms (X×), outputs match (max error E)`, or the default's time alone."""
+    if proof.default_only:
+        return f"model: {proof.default_ms:.4g} ms (IREE default; nothing faster)"
     tuned = f"{proof.tuned_ms:.4g} ms" if proof.tuned_ms else "no time"
     speedup = f" ({proof.speedup:.2f}x)" if proof.speedup else ""
     if proof.outputs_match:

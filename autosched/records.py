@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, field, fields
 
 from autosched.analysis import MatmulProblem
 
-FAILED = ("invalid", "compile_error", "runtime_error", "timeout", "wrong_answer")
+# not_applied: the module built for the point does not carry its configuration (a spec whose
+# matcher missed the root op IREE configures): never timed as if it were the candidate.
+FAILED = ("invalid", "compile_error", "not_applied", "runtime_error", "timeout", "wrong_answer")
 
 
 @dataclass
@@ -38,6 +40,9 @@ class Trial:
     cv: float | None = None
     samples_ms: list[float] | None = None
     gflops: float | None = None
+    # The default's timing this trial was scored against (re-timed between batches, on the
+    # same device): the score is this trial's speedup over it, on the first default's scale.
+    reference_ms: float | None = None
     verify_s: float | None = None  # wall seconds spent checking the answer
     verify_phases: dict = field(default_factory=dict)  # its steps in the worker, in seconds
     timing_s: float | None = None  # wall seconds spent in iree-benchmark-module
@@ -131,7 +136,16 @@ class MeasureContext:
 
 _FIELDS = {f.name: f for f in fields(Trial)}
 _TEXT = ("problem", "target", "arch", "config", "status")
-_NUMBERS = ("compile_s", "max_error", "median_ms", "cv", "gflops", "verify_s", "timing_s")
+_NUMBERS = (
+    "compile_s",
+    "max_error",
+    "median_ms",
+    "cv",
+    "gflops",
+    "reference_ms",
+    "verify_s",
+    "timing_s",
+)
 
 
 def _is_number(value: object) -> bool:

@@ -22,12 +22,14 @@ import numpy as np
 
 from autosched import processes
 from autosched.analysis import Analysis, MatmulProblem
+from autosched.applied import CONFIGS_FLAG, check_build, check_roots, roots_in
+from autosched.builds import dispatch_job, expected_config, kernel_job
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
 from autosched.dispatch_bench import CHECK_FUNCTION, DispatchBenchmark
 from autosched.history import database_history
 from autosched.interrupts import critical
-from autosched.manifest import kernel_variant, variant_path, write_text
+from autosched.manifest import variant_path
 from autosched.measure import (
     CHECK,
     TIMED,
@@ -52,13 +54,18 @@ from autosched.search import SearchState
 from autosched.search import search as run_search
 from autosched.search import step as search_step
 from autosched.space import SearchSpace, build_space, matching_points
-from autosched.spec import tuning_spec
+from autosched.spec import match_contraction
 from autosched.targets.base import Point, Target
 from autosched.tuners import History, make_tuner
 from autosched.verify import ProblemData, make_problem_data
 
 BASELINE = "iree_default"
-DISPATCH_FLAG = " [timed on the dispatch]"  # marks such records' flags
+SPEC_PROBE = "spec_probe"  # the build that checks, before a search, that a spec applies
+CONFIG_PHASE = "executable-configurations"
+# Marks the flags of records timed on IREE's dispatch, compiled from executable sources
+# (records timed on the dispatch compiled from the input phase timed IREE's default on CUDA
+# unit-batch matmuls: they are measured again, not resumed).
+DISPATCH_FLAG = " [timed on the dispatch from executable sources]"
 DRIFT_WARNING = 0.10  # flag a baseline that moved more than this between start and end
 RETIME_ROUNDS = 3
 # A candidate over this many times the default's first time is timed with one repetition
@@ -78,12 +85,26 @@ class ProblemResult:
     best_ms: float | None = None
     search_s: float = 0.0
     resumed: int = 0
+    timed_form: str = ""  # the root op as IREE configured it in the timed module
+    default_ms: list[float] = field(default_factory=list)  # the default's timings in the search
+    stopped: str = ""  # why the search stopped before its budget, when that is a warning
 
     @property
     def speedup(self) -> float | None:
         if self.best_ms and self.baseline_ms:
             return self.baseline_ms / self.best_ms
         return None
+
+    @property
+    def not_applied(self) -> int:
+        """Candidates whose built module did not carry their configuration."""
+        return sum(1 for t in self.trials if t.status == "not_applied")
+
+    @property
+    def drift(self) -> float | None:
+        """The default's largest relative move from its first timing during the search."""
+        first, *later = self.default_ms or [0.0]
+        return max((abs(ms / first - 1) for ms in later), default=0.0) if first else None
 
 
 class Progress:
@@ -129,6 +150,8 @@ class ProblemSearch:
     check: DispatchCheck | None = None  # check answers on that dispatch, not the kernel
     context: MeasureContext | None = None  # what this problem's records depend on
     device_default_ms: dict[str, float] = field(default_factory=dict)  # each bench's default
+    # Each bench's latest timing of the default: candidates are scored against it.
+    reference_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def trials(self) -> list[Trial]:
@@ -197,23 +220,14 @@ class Tuning:
 
     # ----- one candidate -------------------------------------------------------------
 
-    def _paths(self, problem: MatmulProblem, name: str) -> tuple[str, str]:
-        source = os.path.abspath(variant_path(self.config.work_dir, problem, name))
-        return source, source.removesuffix(".mlir") + ".vmfb"
+    def _source(self, problem: MatmulProblem, name: str) -> str:
+        """Where a candidate's module (and, beside it, its builds) are written."""
+        return os.path.abspath(variant_path(self.config.work_dir, problem, name))
 
     def _compile_job(
         self, problem: MatmulProblem, name: str, point: Point | None, repeat: int
     ) -> CompileJob:
-        source, output = self._paths(problem, name)
-        # A custom kernel's module is written by its own compiler, in the compile pool.
-        before = self.target.source_command(problem, point, source) if point else []
-        if not before:
-            write_text(source, kernel_variant(problem, self.target, point))
-        flags = list(self.target.compile_flags())
-        if repeat > 1:
-            flags.append(f"--iree-hal-benchmark-dispatch-repeat-count={repeat}")
-            output = output.removesuffix(".vmfb") + f".x{repeat}.vmfb"
-        return CompileJob(source, output, flags, before)
+        return kernel_job(problem, self.target, point, self._source(problem, name), repeat)
 
     @property
     def primary(self) -> Bench:
@@ -242,19 +256,8 @@ class Tuning:
     def _dispatch_job(
         self, search: ProblemSearch, name: str, point: Point | None, check: bool = False
     ) -> CompileJob:
-        """IREE's own dispatch built with this one point as a spec (or as IREE would): its
-        benchmark module, to time, or (`check`) the module that runs it on given inputs."""
-        source, _ = self._paths(search.problem, name)
-        stem = source.removesuffix(".mlir")
-        flags = list(self.target.compile_flags())
-        if point is not None:
-            spec = write_text(
-                stem + ".spec.mlir", tuning_spec([(search.problem, self.target, point)])
-            )
-            flags += self.target.spec_flags(spec)
-        if check:
-            return CompileJob(search.benchmark.check_source, stem + ".check.vmfb", flags)
-        return CompileJob(search.benchmark.source, stem + ".dispatch.vmfb", flags)
+        stem = self._source(search.problem, name).removesuffix(".mlir")
+        return dispatch_job(search.benchmark, search.problem, self.target, point, stem, check)
 
     def _prepare_check(self, search: ProblemSearch) -> None:
         """The default build's answer on the dispatch itself, to check candidates against.
@@ -322,10 +325,17 @@ class Tuning:
     def _task(
         self, search: ProblemSearch, candidate: Candidate, builds: dict[str, CompileResult]
     ) -> MeasureTask | None:
-        """What a bench measures for a compiled candidate; None when a build failed."""
+        """What a bench measures for a compiled candidate; None when a build failed.
+
+        A build that does not carry the point's configuration becomes a `not_applied`
+        result in `builds`, so that the candidate is recorded as such and never timed.
+        """
         for result in builds.values():
             if result.status == "ok":
                 self.built.add(result.job.output)
+        if any(result.status != "ok" for result in builds.values()):
+            return None
+        self._check_applied(search, candidate, builds)
         if any(result.status != "ok" for result in builds.values()):
             return None
         return MeasureTask(
@@ -339,6 +349,21 @@ class Tuning:
             benchmark_function=search.benchmark.function if search.benchmark else None,
             slow_ms=SLOW_FACTOR * search.baseline_ms if search.baseline_ms else None,
         )
+
+    def _check_applied(
+        self, search: ProblemSearch, candidate: Candidate, builds: dict[str, CompileResult]
+    ) -> None:
+        """Marks each build that does not carry the candidate's configuration `not_applied`;
+        the default's timed build names the form IREE configured (what is timed)."""
+        point = candidate.point
+        expected = expected_config(search.problem, self.target, point)
+        for role, result in builds.items():
+            verdict = check_build(result.job.output, expected)
+            if not verdict.ok:
+                message = f"{role} module: {verdict.message}"
+                builds[role] = replace(result, status="not_applied", message=message)
+            elif point is None and role == TIMED:
+                search.result.timed_form = verdict.form
 
     def _trial(
         self,
@@ -378,11 +403,13 @@ class Tuning:
             return trial
         timing = outcome.timing
         trial.median_ms, trial.cv, trial.samples_ms = timing.median_ms, timing.cv, timing.samples_ms
-        # On another device than the primary, the score is its own speedup over its own
-        # device's default, on the primary default's scale (the tuner compares one scale).
-        own_default = search.device_default_ms.get(outcome.device)
+        # The score is the trial's speedup over its own device's latest timing of the
+        # default, on the scale of the primary's first default (the tuner compares one
+        # scale): a default that drifts between batches moves the candidates with it.
+        own_default = search.reference_ms.get(outcome.device)
         primary_default = search.device_default_ms.get(self.primary.device)
         scale = primary_default / own_default if own_default and primary_default else 1.0
+        trial.reference_ms = own_default
         trial.gflops = problem.flops / (timing.median_ms * scale * 1e6)
         return trial
 
@@ -526,7 +553,43 @@ class Tuning:
         search.result.resumed = len(search.trials)
         if search.result.resumed:
             log.write(f"resumed {search.result.resumed} trials from {config.database}")
+        self._probe_spec(search, progress)
         return search
+
+    def _probe_spec(self, search: ProblemSearch, progress: Progress) -> None:
+        """Before the search: does a one-point spec reach the root op IREE configures in
+        the module that is timed? One compile to `executable-configurations`; when it does
+        not, the search stops loudly instead of timing IREE's default for every point."""
+        point = next((p for p in search.space.points if self.target.in_spec(p)), None)
+        if point is None or search.exhausted:
+            return
+        job = self._candidate(search, SPEC_PROBE, point).jobs[TIMED]
+        output = job.output.removesuffix(".vmfb") + ".configured.mlir"
+        flags = [f for f in job.flags if not f.startswith(CONFIGS_FLAG)]
+        flags.append(f"--compile-to={CONFIG_PHASE}")
+        built = compile_one(replace(job, output=output, flags=flags), self.config.compile_timeout)
+        if built.status != "ok":
+            return  # the probe's point does not build: each candidate is checked on its own
+        verdict = check_roots(roots_in(output), expected_config(search.problem, self.target, point))
+        if verdict.ok:
+            self.log.write(f"a one-point spec reaches the configured root ({verdict.form})")
+        else:
+            self._stop_not_applied(search, progress, verdict.message)
+
+    def _stop_not_applied(self, search: ProblemSearch, progress: Progress, why: str) -> None:
+        """Ends a search whose configurations do not reach the root, with a loud warning
+        that names the root's form and the spec's matcher."""
+        problem = search.problem
+        matcher = "; ".join(line.strip() for line in match_contraction(problem).splitlines())
+        message = (
+            f"{problem.name}: the spec does not reach the root op IREE configures, so every "
+            f"candidate would time IREE's default: {why}; the spec's matcher: {matcher}. "
+            "Search stopped."
+        )
+        search.result.stopped = message
+        if search.state is not None:
+            search.state.exhausted = True
+        self._warn(message, progress)
 
     def _device_defaults(self, search: ProblemSearch) -> None:
         """Each bench's own time of IREE's default: a candidate measured on a device is
@@ -535,22 +598,52 @@ class Tuning:
         if not baseline.ok:
             return
         search.device_default_ms[self.primary.device] = baseline.median_ms
+        search.reference_ms[self.primary.device] = baseline.median_ms
+        search.result.default_ms = [baseline.median_ms]
         if len(self.devices) == 1:
             return
-        module = self.modules_for(search.problem, [baseline], search.repeat, search)
-        timings = self.executor.time_others(
+        for device, timing in self._time_default_elsewhere(search).items():
+            if timing.status == "ok":
+                search.device_default_ms[device] = timing.median_ms
+                search.reference_ms[device] = timing.median_ms
+                self.log.write(f"IREE default on {device}: {timing.median_ms:.4g} ms")
+            else:
+                self.log.write(f"IREE default on {device}: {timing.status} {timing.message}")
+
+    def _time_default_elsewhere(self, search: ProblemSearch):
+        """The default timed on every bench but the primary."""
+        module = self.modules_for(search.problem, [search.result.baseline], search.repeat, search)
+        return self.executor.time_others(
             module[BASELINE],
             search.data,
             search.repeat,
             self.settings,
             search.benchmark.function if search.benchmark else None,
         )
+
+    def _retime_default(self, search: ProblemSearch) -> None:
+        """The default timed again on every bench before a batch, so that the batch is
+        scored against it: on the H200 identical builds of one dispatch timed 19 % apart
+        across a search while each timing's own CV was 0.1-2 %."""
+        baseline = search.result.baseline
+        if baseline is None or not baseline.ok:
+            return
+        module = self.modules_for(search.problem, [baseline], search.repeat, search)[BASELINE]
+        repetitions, repeat = self.settings.repetitions, search.repeat
+        primary = self.time_candidate(module, search.data, repetitions, repeat, search.benchmark)
+        timings = {self.primary.device: primary}
+        if len(self.devices) > 1:
+            timings.update(self._time_default_elsewhere(search))
         for device, timing in timings.items():
             if timing.status == "ok":
-                search.device_default_ms[device] = timing.median_ms
-                self.log.write(f"IREE default on {device}: {timing.median_ms:.4g} ms")
-            else:
-                self.log.write(f"IREE default on {device}: {timing.status} {timing.message}")
+                search.reference_ms[device] = timing.median_ms
+        if primary.status == "ok":
+            search.result.default_ms.append(primary.median_ms)
+            drift = primary.median_ms / search.result.default_ms[0] - 1
+            self.log.write(
+                f"{search.problem.name}: IREE default re-timed {primary.median_ms:.4g} ms "
+                f"(cv {primary.cv:.1%}, {drift:+.1%} from its first timing)"
+            )
 
     def _measure_points(self, search: ProblemSearch, progress: Progress, into: list[Trial]):
         """The search loop's measurer for this problem: points in, scores out; the trials
@@ -558,11 +651,15 @@ class Tuning:
         names, points = search.names, search.space.points
 
         def measure(batch: list[int]) -> list[float | None]:
+            if search.trials:  # each batch after the first is scored against a fresh default
+                self._retime_default(search)
             trials = self.measure(search, [(names[i], points[i]) for i in batch], progress)
             by_name = {t.config: t for t in trials}
             measured = [by_name[names[i]] for i in batch]
             into.extend(measured)
             search.trials.extend(measured)
+            if all(t.status == "not_applied" for t in search.trials):
+                self._stop_not_applied(search, progress, measured[0].message)
             return [t.gflops if t.ok else None for t in measured]
 
         return measure
@@ -723,7 +820,9 @@ class Tuning:
     def _finalists(self, search: ProblemSearch) -> tuple[list[Trial], list[Trial]]:
         """The top few of a search, and those with the default: what is re-timed."""
         result = search.result
-        ranked = sorted((t for t in result.trials if t.ok), key=lambda t: t.median_ms)
+        # By score: each trial's speedup over the default timed nearest to it (and on its
+        # own device), not its raw time, which moves with the machine.
+        ranked = sorted((t for t in result.trials if t.ok), key=lambda t: -t.gflops)
         contenders = ranked[: max(self.config.retime_top, 1)]
         entries = ([result.baseline] if result.baseline.ok and contenders else []) + contenders
         return contenders, entries
@@ -781,6 +880,12 @@ class Tuning:
             log.write(
                 f"IREE default re-timed: {result.baseline_ms:.4g} ms "
                 f"(first {result.baseline.median_ms:.4g} ms, {drift:+.1%}){note}"
+            )
+        if len(result.default_ms) > 1:
+            log.write(
+                f"IREE default over the search: {len(result.default_ms)} timings, "
+                f"{min(result.default_ms):.4g}-{max(result.default_ms):.4g} ms, "
+                f"drift up to {result.drift:.1%} (candidates scored against the latest)"
             )
         timed = [t for t in contenders if t.config in final]
         if not timed:
@@ -983,7 +1088,7 @@ def summary_rows(results: list[ProblemResult]) -> str:
                 r.problem.name,
                 f"{len(r.space.points)}",
                 f"{len(r.trials)}" + (f" ({r.resumed} resumed)" if r.resumed else ""),
-                f"{failed}",
+                f"{failed}" + (f" ({r.not_applied} not applied)" if r.not_applied else ""),
                 f"{r.baseline_ms:.4g}" if r.baseline_ms else "-",
                 f"{r.best_ms:.4g}" if r.best_ms else "-",
                 f"{r.problem.flops / (r.best_ms * 1e6):.4g}" if r.best_ms else "-",

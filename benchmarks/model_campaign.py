@@ -2,16 +2,18 @@
 
 Builds each model in torch, exports it with iree-turbine (weights as function arguments, so the
 export stays small), times torch eager on the same GPU, runs `autosched run` on the export with
-one budget, and writes a markdown table from each run's `results.summary.json`:
+one budget, and writes a markdown table from each run's `results.summary.json` (torch.compile
+is timed beside eager; `llama3_bf16` is transformers' own LlamaDecoderLayer, Llama-3-8B shape):
 
     python3 benchmarks/model_campaign.py --out DIR [--models decoder_f16,encoder_f32]
-        [--budget N] [--scale 1.0] [--target cuda]
+        [--budget N] [--scale 1.0] [--target cuda]   # or --models llama3_bf16
 
 On the H200 (after the device pack's bootstrap, with iree-turbine's wheel unpacked):
 
     python3 benchmarks/model_campaign.py --out $OUT --budget 160
 
-`--scale 0.0625` shrinks every dimension for a quick check on the CPU (`--target cpu`).
+`--scale 0.0625` shrinks every dimension for a quick check on the CPU (`--target cpu`;
+`--scale 0.03125` for llama3_bf16).
 """
 
 from __future__ import annotations
@@ -45,6 +47,20 @@ MODELS = {
         "encoder",
         torch.float16,
         {"batch": 8, "seq": 512, "hidden": 768, "heads": 12, "mlp": 3072},
+    ),
+    # transformers' own LlamaDecoderLayer in the Llama-3-8B shape (GQA 32/8 heads, SDPA, RoPE).
+    "llama3_bf16": (
+        "llama3",
+        torch.bfloat16,
+        {
+            "batch": 1,
+            "seq": 2048,
+            "hidden": 4096,
+            "heads": 32,
+            "kv_heads": 8,
+            "mlp": 14336,
+            "rope_theta": 500000.0,
+        },
     ),
 }
 
@@ -118,16 +134,93 @@ class Encoder(torch.nn.Module):
         return F.layer_norm(x + F.gelu(x @ w1) @ w2, (hidden,), g2, b2)
 
 
+class Llama3Layer(torch.nn.Module):
+    """transformers' LlamaDecoderLayer with its weights as arguments: forward(hidden_states, cos,
+    sin, *weights) runs the layer through torch.func.functional_call, so the export takes the
+    weights as function arguments. The rotary (cos, sin) come in as inputs, computed outside with
+    LlamaRotaryEmbedding. The mask is attention_mask=None: transformers' sdpa path then calls
+    scaled_dot_product_attention(is_causal=True, enable_gqa=True), which iree-turbine exports as
+    one torch.aten.scaled_dot_product_attention with the causal flag (no [1,1,seq,seq] mask input
+    to feed, and the same flash path in torch eager)."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+        self.names = [name for name, _ in layer.named_parameters()]
+
+    def forward(self, hidden_states, cos, sin, *weights):
+        out = torch.func.functional_call(
+            self.layer,
+            dict(zip(self.names, weights, strict=True)),
+            (hidden_states,),
+            {"attention_mask": None, "position_embeddings": (cos, sin)},
+        )
+        return out[0] if isinstance(out, tuple) else out  # a tuple in older transformers
+
+
+def llama3_shape(shape: dict, scale: float) -> dict:
+    """Scaled Llama-3 shape: heads scaled, kv heads dividing heads, head_dim = hidden / heads
+    (even, for the rotary halves), so hidden is rounded down to heads * head_dim."""
+    heads = max(1, int(shape["heads"] * scale))
+    kv_heads = max(1, min(heads, int(shape["kv_heads"] * scale)))
+    while heads % kv_heads:
+        kv_heads -= 1
+    head_dim = max(2, int(shape["hidden"] * scale) // heads // 2 * 2)
+    return {
+        "batch": shape["batch"],
+        "seq": max(1, int(shape["seq"] * scale)),
+        "hidden": heads * head_dim,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "mlp": max(1, int(shape["mlp"] * scale)),
+        "rope_theta": shape["rope_theta"],
+    }
+
+
+def build_llama3(dtype, shape: dict, rand, device: str):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    config = LlamaConfig(
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["mlp"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        head_dim=shape["head_dim"],
+        rope_theta=shape["rope_theta"],
+        max_position_embeddings=max(8192, shape["seq"]),
+        rms_norm_eps=1e-5,
+        attn_implementation="sdpa",
+    )
+    layer = LlamaDecoderLayer(config, layer_idx=0).to(dtype=dtype, device=device).eval()
+    model = Llama3Layer(layer)
+    x = rand(shape["batch"], shape["seq"], shape["hidden"], std=1.0)
+    positions = torch.arange(shape["seq"], device=device)[None].expand(shape["batch"], -1)
+    with torch.no_grad():
+        cos, sin = LlamaRotaryEmbedding(config).to(device)(x, positions)
+    # Random projections (std 0.02, Llama's initializer_range) and RMSNorm weights of one.
+    weights = [
+        rand(*p.shape) if p.dim() == 2 else torch.ones(p.shape, dtype=dtype, device=device)
+        for _, p in layer.named_parameters()
+    ]
+    return model, [x, cos, sin, *weights]
+
+
 def build(name: str, scale: float, device: str):
     kind, dtype, shape = MODELS[name]
-    s = {k: max(1, int(v * scale)) if k not in ("heads", "batch") else v for k, v in shape.items()}
-    if scale < 1:
-        s["heads"] = max(1, int(shape["heads"] * scale))
     generator = torch.Generator(device="cpu").manual_seed(0)
 
     def rand(*dims, std=0.02):
         return (torch.randn(*dims, generator=generator) * std).to(dtype).to(device)
 
+    if kind == "llama3":
+        s = llama3_shape(shape, scale)
+        model, args = build_llama3(dtype, s, rand, device)
+        return model, args, s
+    s = {k: max(1, int(v * scale)) if k not in ("heads", "batch") else v for k, v in shape.items()}
+    if scale < 1:
+        s["heads"] = max(1, int(shape["heads"] * scale))
     hidden, mlp = s["hidden"], s["mlp"]
     if kind == "decoder":
         model = Decoder(s["heads"])
@@ -147,9 +240,27 @@ def build(name: str, scale: float, device: str):
 
 def eager_ms(model, args, device: str) -> tuple[float, float]:
     """Median and CV of torch eager over 30 calls after 5 warm-ups (CUDA events on a GPU)."""
+    return time_calls(model, args, device, warmups=5)
+
+
+def compile_ms(model, args, device: str) -> tuple[float, float] | None:
+    """torch.compile(model) timed like eager_ms: compiled and warmed up on 5 calls, then 30 timed
+    calls. None when torch.compile fails (on a CPU it needs a C++ toolchain and may not work)."""
+    try:
+        compiled = torch.compile(model)
+        return time_calls(compiled, args, device, warmups=5)
+    except Exception as error:  # any failure only blanks the column
+        print(f"torch.compile failed: {type(error).__name__}: {error}"[:500], file=sys.stderr)
+        return None
+    finally:
+        torch._dynamo.reset()  # the next model compiles afresh
+
+
+def time_calls(model, args, device: str, warmups: int) -> tuple[float, float]:
+    """Median and CV of 30 calls after `warmups` untimed ones (CUDA events on a GPU)."""
     times = []
     with torch.no_grad():
-        for index in range(35):
+        for index in range(warmups + 30):
             if device == "cuda":
                 start, end = (
                     torch.cuda.Event(enable_timing=True),
@@ -164,7 +275,7 @@ def eager_ms(model, args, device: str) -> tuple[float, float]:
                 began = time.perf_counter()
                 model(*args)
                 elapsed = (time.perf_counter() - began) * 1e3
-            if index >= 5:
+            if index >= warmups:
                 times.append(elapsed)
     mean = statistics.fmean(times)
     return statistics.median(times), statistics.pstdev(times) / mean
@@ -205,6 +316,7 @@ def main() -> None:
         os.makedirs(folder, exist_ok=True)
         model, args, shape = build(name, options.scale, device)
         eager, eager_cv = eager_ms(model, args, device)
+        compiled = compile_ms(model, args, device)
         model_path = os.path.join(folder, f"{name}.mlir")
         export(model, args, model_path)
         with open(os.path.join(folder, "auto-scheduler.cfg"), "w") as handle:
@@ -223,7 +335,7 @@ def main() -> None:
             handle.write(output)
         summary_path = os.path.join(folder, "generated", "results.summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
-        rows.append((name, shape, eager, eager_cv, code, wall, summary))
+        rows.append((name, shape, eager, eager_cv, compiled, code, wall, summary))
         print(f"{name}: exit {code}, {wall:.0f} s", flush=True)
     write_table(os.path.join(options.out, "model_campaign.md"), rows, options)
 
@@ -234,6 +346,7 @@ HEADER = [
     "autosched ms (cv)",
     "speedup",
     "torch eager ms (cv)",
+    "torch.compile ms (cv)",
     "outputs",
     "trials / budget",
     "tuning wall s",
@@ -251,11 +364,23 @@ PROBLEM_HEADER = [
     "applied",
     "route",
     "custom kernel ms",
+    "not applied",
+    "default drift",
+    "timed form",
 ]
 
 
 def table_row(cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def contraction_line(problems: list[dict]) -> str:
+    """The tuned contraction dispatches' time per call, default against best (each problem's
+    dispatch time x its occurrences, re-timed figures)."""
+    before = sum(p["default_ms"] * p["occurrences"] for p in problems)
+    after = sum(p["best_ms"] * p["occurrences"] for p in problems)
+    speedup = before / after if after else 0.0
+    return f"\ncontraction dispatches: {before:.4g} ms -> {after:.4g} ms ({speedup:.2f}x)"
 
 
 def write_table(path: str, rows, options) -> None:
@@ -275,14 +400,16 @@ def write_table(path: str, rows, options) -> None:
         table_row(["---"] * len(HEADER)),
     ]
     details = []
-    for name, shape, eager, eager_cv, code, wall, summary in rows:
+    for name, shape, eager, eager_cv, compiled, code, wall, summary in rows:
         model = summary.get("model") or {}
         eager_text = f"{eager:.3f} ({eager_cv:.1%})"
+        compile_text = f"{compiled[0]:.3f} ({compiled[1]:.1%})" if compiled else "-"
         if not model:
             failed = f"exit {code}: see {name}/output.txt"
             if code == 0:
                 failed = "no candidate beat IREE's default by more than the noise: no spec"
-            lines.append(table_row([name, failed, "", "", eager_text, "", "", f"{wall:.0f}"]))
+            cells = [name, failed, "", "", eager_text, compile_text, "", "", f"{wall:.0f}"]
+            lines.append(table_row(cells))
             continue
         tuned = model.get("tuned_ms")
         answer = "match" if model["outputs_match"] else "DIFFER"
@@ -292,8 +419,9 @@ def write_table(path: str, rows, options) -> None:
                     name,
                     f"{model['default_ms']:.3f} ({model['default_cv']:.1%})",
                     f"{tuned:.3f} ({model['tuned_cv']:.1%})" if tuned else "-",
-                    f"{model['speedup'] or 0:.2f}x",
+                    f"{model['speedup']:.2f}x" if model.get("speedup") else "-",
                     eager_text,
+                    compile_text,
                     f"{answer} (max err {model['max_error'] or 0:.2g})",
                     f"{summary['trials']} / {summary['budget']}",
                     f"{wall:.0f}",
@@ -312,6 +440,7 @@ def write_table(path: str, rows, options) -> None:
                         ms,
                         f"{custom['speedup'] or 0:.2f}x",
                         eager_text,
+                        compile_text,
                         f"{answer} (max err {custom['max_error'] or 0:.2g})",
                         "",
                         "",
@@ -325,7 +454,12 @@ def write_table(path: str, rows, options) -> None:
             cells += [f"{p['default_ms']:.4g}", f"{p['best_ms']:.4g}", f"{p['speedup'] or 1:.2f}x"]
             cells += [p["trials"], p["in_spec"], p["applied_in_model"], p.get("route", "")]
             cells.append(f"{p['custom_ms']:.4g}" if p.get("custom_ms") else "-")
+            drift = p.get("default_drift")
+            cells.append(p.get("not_applied", ""))
+            cells.append(f"{drift:.1%}" if drift is not None else "")
+            cells.append(p.get("timed_form", "").replace("|", "\\|"))
             details.append(table_row(cells))
+        details.append(contraction_line(summary["problems"]))
         if summary.get("skipped"):
             details.append(f"\nnot tuned: {summary['skipped']}")
     with open(path, "w") as handle:

@@ -226,7 +226,8 @@ def test_signal_during_a_hung_compile_stops_at_once_and_kills_the_children(tunin
     process = tuning.start()
     tuning.wait_for_records(process, 1)  # the default is measured; the variants now hang
     time.sleep(0.5)
-    assert len(tuning.leftovers()) >= 3  # the wrappers and their children
+    # A wrapper and its child at least: the spec probe's compile hangs first, alone.
+    assert len(tuning.leftovers()) >= 2
     started = time.time()
     if signum == signal.SIGINT:
         os.killpg(process.pid, signum)

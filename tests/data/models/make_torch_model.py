@@ -1,9 +1,10 @@
-"""Writes the torch-dialect test models with iree-turbine: `llama_mlp.mlirbc`, `attention.mlirbc`.
+"""Writes the torch-dialect test models with iree-turbine: `llama_mlp.mlirbc`, `attention.mlirbc`,
+`hf_llama_mlp_f32.mlirbc` and `hf_llama_mlp_bf16.mlirbc`.
 
 iree-turbine and torch are not autosched dependencies; run this from a separate environment:
 
     python3.11 -m venv /tmp/turbine-venv
-    /tmp/turbine-venv/bin/pip install torch==2.13.0 iree-turbine
+    /tmp/turbine-venv/bin/pip install torch==2.13.0 iree-turbine transformers
     /tmp/turbine-venv/bin/python tests/data/models/make_torch_model.py
 
 Models (f32, weights small so the files stay small):
@@ -13,6 +14,10 @@ Models (f32, weights small so the files stay small):
 - `attention.mlirbc`: scaled_dot_product_attention on q, k, v [1, 4, 16, 16] (batch, heads,
   sequence, head dim), then the heads merged and multiplied by an output projection given as an
   input, w[64, 32]: one attention op and one matmul.
+- `hf_llama_mlp_{f32,bf16}.mlirbc`: transformers' own `LlamaMLP` (hidden 128, intermediate 256)
+  on x[1, 32, 128], its weights as arguments: each `nn.Linear` on the 3-D input is a unit-batch
+  `batch_matmul` where IREE forms its dispatches, the form whose specs IREE's re-formed
+  dispatch benchmark missed on CUDA (issue 22).
 """
 
 from __future__ import annotations
@@ -44,6 +49,28 @@ class Attention(nn.Module):
         return torch.matmul(merged, w)  # [1, 16, 32]
 
 
+class WeightsAsArguments(nn.Module):
+    """`inner` with its parameters passed as arguments, so the export holds no weights."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.names = [name for name, _ in inner.named_parameters()]
+
+    def forward(self, x, *weights):
+        return torch.func.functional_call(self.inner, dict(zip(self.names, weights)), (x,))
+
+
+def hf_llama_mlp(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP as HfLlamaMLP
+
+    config = LlamaConfig(hidden_size=128, intermediate_size=256, num_attention_heads=4)
+    mlp = HfLlamaMLP(config).to(dtype).eval()
+    weights = [p.detach() for p in mlp.parameters()]
+    return WeightsAsArguments(mlp), (torch.randn(1, 32, 128, dtype=dtype), *weights)
+
+
 def save(module: nn.Module, args: tuple, name: str) -> None:
     path = os.path.join(HERE, name)
     aot.export(module, *args).save_mlir(path)
@@ -55,3 +82,6 @@ if __name__ == "__main__":
     save(LlamaMLP().eval(), (torch.randn(1, 8, 64),), "llama_mlp.mlirbc")
     qkv = [torch.randn(1, 4, 16, 16) for _ in range(3)]
     save(Attention().eval(), (*qkv, torch.randn(64, 32)), "attention.mlirbc")
+    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        torch.manual_seed(0)
+        save(*hf_llama_mlp(dtype), f"hf_llama_mlp_{name}.mlirbc")

@@ -1,0 +1,165 @@
+"""The module timed is the candidate's (issue 22).
+
+transformers' own LlamaMLP (3-D `nn.Linear`s: unit-batch `batch_matmul`s where IREE forms its
+dispatches), in f32 and bf16, committed as exports. On CUDA (compiled here, no GPU needed) the
+dispatch benchmark compiled again from the input phase re-forms its root into a 5-loop generic
+that no spec matches; compiled from executable sources it keeps the model's form and carries
+the candidate. Every build is checked for its configuration, and a candidate that does not
+carry it is recorded `not_applied`, never timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from autosched import spec
+from autosched.applied import check_build, form_of
+from autosched.apply import dispatch_configs
+from autosched.builds import dispatch_job, expected_config
+from autosched.cli import cli
+from autosched.compile import compile_one
+from autosched.config import RunConfig
+from autosched.model import analyze_model
+from autosched.model_run import attach_benchmarks, model_problems
+from autosched.runner import Tuning
+from autosched.space import build_space
+from autosched.targets.cuda import CudaTarget
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+CFG = """
+[Env]
+jobs = 2
+[SearchStrategy]
+tuner = random
+n_trial = 4
+batch_size = 2
+[Benchmark]
+repetitions = 1
+min_time = 0.005
+retime_top = 1
+"""
+
+
+def cuda_problems(tmp_path, element: str):
+    """The bf16/f32 model's problems for sm_80, each with IREE's dispatch benchmark."""
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
+    model = os.path.join(MODELS, f"hf_llama_mlp_{element}.mlirbc")
+    flags = target.compile_flags()
+    problems, _ = model_problems(analyze_model(model, flags), target)
+    attach_benchmarks(problems, model, flags, str(tmp_path / "dispatches"))
+    return target, model, problems
+
+
+def first_point(problem, target):
+    return next(p for p in build_space(problem, target, {}).points if target.in_spec(p))
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16"])
+def test_cuda_timed_dispatch_carries_the_candidate(tmp_path, element):
+    target, model, problems = cuda_problems(tmp_path, element)
+    assert len(problems) == 2 and all(p.problem.batch == 1 for p in problems)
+    model_forms = {c.entry_point: form_of(c) for c in dispatch_configs(model, target.compile_flags())}
+    for entry in problems:
+        problem, point = entry.problem, first_point(entry.problem, target)
+        stem = str(tmp_path / problem.name)
+        timed = dispatch_job(entry.benchmark, problem, target, point, stem)
+        assert compile_one(timed, 300).status == "ok"
+        verdict = check_build(timed.output, expected_config(problem, target, point))
+        assert verdict.ok, verdict.message
+        # The default is IREE's default of the same form as the model's dispatch.
+        default = dispatch_job(entry.benchmark, problem, target, None, stem + "_default")
+        assert compile_one(default, 300).status == "ok"
+        form = check_build(default.output, None).form
+        assert form == verdict.form == model_forms[entry.benchmark.entry_point]
+
+
+def test_cuda_dispatch_re_formed_from_the_input_phase_is_caught(tmp_path):
+    """The old path (no `--compile-from`): the candidate's spec misses the re-formed root,
+    and the check says so, naming the 5-loop form."""
+    target, _, problems = cuda_problems(tmp_path, "bf16")
+    entry = problems[0]
+    point = first_point(entry.problem, target)
+    old = replace(entry.benchmark, flags=())
+    job = dispatch_job(old, entry.problem, target, point, str(tmp_path / "old"))
+    assert compile_one(job, 300).status == "ok"
+    verdict = check_build(job.output, expected_config(entry.problem, target, point))
+    assert not verdict.ok
+    assert "generic_mmnkk_1x32x" in verdict.form and "not the candidate's" in verdict.message
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(CFG)
+    for element in ("f32", "bf16"):
+        name = f"hf_llama_mlp_{element}.mlirbc"
+        shutil.copy(os.path.join(MODELS, name), tmp_path / name)
+    return tmp_path
+
+
+def records(folder) -> list[dict]:
+    return [json.loads(line) for line in (folder / "generated/tuning.jsonl").open()]
+
+
+def summary(folder) -> dict:
+    return json.loads((folder / "generated/results.summary.json").read_text())
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16"])
+def test_unit_batch_model_on_cpu_times_applied_candidates(folder, element):
+    result = CliRunner().invoke(cli, ["run", f"hf_llama_mlp_{element}.mlirbc", "--budget", "8"])
+    assert result.exit_code == 0, result.output
+    problems = summary(folder)["problems"]
+    assert len(problems) == 2
+    for problem in problems:
+        assert problem["not_applied"] == 0 and not problem["stopped"]
+        assert problem["timed_form"].startswith("linalg.batch_matmul batch_matmul_1x32x")
+    # The default is timed again before each batch after the first; candidates are scored
+    # against the latest timing.
+    assert any(len(p["default_timings_ms"]) >= 2 for p in problems)
+    measured = [r for r in records(folder) if not r["baseline"] and r["status"] == "ok"]
+    assert measured and all(r["reference_ms"] > 0 for r in measured)
+    assert "IREE default re-timed" in (folder / "generated/run.log").read_text()
+    # The run ends with the model's line, a spec or not.
+    assert "model: " in result.output
+
+
+def test_a_spec_that_misses_the_root_stops_the_search_loudly(folder, monkeypatch):
+    """A matcher that cannot match (its m is off by one): the probe before the search sees
+    IREE's default on the root, and the problem stops with a warning naming both."""
+    real = spec.match_contraction
+    monkeypatch.setattr(
+        spec, "match_contraction", lambda p, h="%op": real(replace(p, m=p.m + 1), h)
+    )
+    result = CliRunner().invoke(cli, ["run", "hf_llama_mlp_f32.mlirbc", "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    assert "does not reach the root op IREE configures" in result.output
+    assert "dims_equal %m, [32]" in result.output  # the matcher (as the spec should have it)
+    assert all(r["baseline"] for r in records(folder))  # nothing timed as a candidate
+    assert all(p["stopped"] for p in summary(folder)["problems"])
+
+
+def test_a_candidate_that_does_not_apply_is_recorded_not_timed(folder, monkeypatch):
+    """Without the probe, each candidate's build is checked: all are `not_applied`, none
+    timed, the search stops after its first batch, and the summary counts them."""
+    real = spec.match_contraction
+    monkeypatch.setattr(
+        spec, "match_contraction", lambda p, h="%op": real(replace(p, m=p.m + 1), h)
+    )
+    monkeypatch.setattr(Tuning, "_probe_spec", lambda self, search, progress: None)
+    result = CliRunner().invoke(cli, ["run", "hf_llama_mlp_f32.mlirbc", "--budget", "8"])
+    assert result.exit_code == 0, result.output
+    tuned = [r for r in records(folder) if not r["baseline"]]
+    assert tuned and {r["status"] for r in tuned} == {"not_applied"}
+    assert all(r["median_ms"] is None for r in tuned)
+    assert all("carries" in r["message"] for r in tuned)
+    problems = summary(folder)["problems"]
+    assert sum(p["not_applied"] for p in problems) == len(tuned)
+    assert len(tuned) == 2 * len(problems)  # one batch of two each, then stopped
+    assert "not applied" in result.output
