@@ -163,3 +163,27 @@ def test_a_candidate_that_does_not_apply_is_recorded_not_timed(folder, monkeypat
     assert sum(p["not_applied"] for p in problems) == len(tuned)
     assert len(tuned) == 2 * len(problems)  # one batch of two each, then stopped
     assert "not applied" in result.output
+
+
+def test_a_tuned_model_slower_than_the_default_gets_no_spec(folder):
+    """A starter spec that configures every matmul with 1x1 tiles makes the tuned model
+    slower: the run says so, leaves winners out, writes no spec, and still ends with the
+    default model's line."""
+    from autosched.spec import tuning_spec
+    from autosched.targets.cpu import CpuTarget
+
+    target = CpuTarget(RunConfig())
+    model = str(folder / "hf_llama_mlp_f32.mlirbc")
+    problems, _ = model_problems(analyze_model(model, target.compile_flags()), target)
+    slow = {"tile_m": 1, "tile_n": 1, "vec_m": 1, "vec_n": 1, "vec_k": 1}
+    starter = folder / "slow.spec.mlir"
+    starter.write_text(tuning_spec([(p.problem, target, slow) for p in problems]))
+    result = CliRunner().invoke(
+        cli, ["run", "hf_llama_mlp_f32.mlirbc", "--budget", "4", "--starter-spec", str(starter)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "the tuned model is SLOWER than IREE's default" in result.output
+    assert "no spec is written" in result.output
+    assert not (folder / "generated/results.spec.mlir").exists()
+    assert result.output.strip().count("(IREE default; nothing faster)") == 1
+    assert summary(folder)["model"]["default_only"]

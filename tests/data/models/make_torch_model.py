@@ -58,7 +58,7 @@ class WeightsAsArguments(nn.Module):
         self.names = [name for name, _ in inner.named_parameters()]
 
     def forward(self, x, *weights):
-        return torch.func.functional_call(self.inner, dict(zip(self.names, weights)), (x,))
+        return torch.func.functional_call(self.inner, dict(zip(self.names, weights, strict=True)), (x,))
 
 
 def hf_llama_mlp(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
