@@ -62,7 +62,7 @@ class BarProgress(Progress):
             self.bar = None
 
     def note(self, message: str) -> None:
-        click.echo(f"\nwarning: {message}", err=True)
+        click.echo(click.style(f"\nwarning: {message}", fg="red", bold=True), err=True)
 
     def retiming(self, problem, index: int, total: int) -> None:
         self.finish()

@@ -571,6 +571,9 @@ class Tuning:
         if built.status != "ok":
             return  # the probe's point does not build: each candidate is checked on its own
         verdict = check_roots(roots_in(output), expected_config(search.problem, self.target, point))
+        # The probe builds the default's source with the default's flags: its root's form is
+        # the one timed (a resumed default was not built by this run).
+        search.result.timed_form = search.result.timed_form or verdict.form
         if verdict.ok:
             self.log.write(f"a one-point spec reaches the configured root ({verdict.form})")
         else:
