@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass, field, fields, replace
 
 from autosched.errors import UserError
+from autosched.search.tuners.registry import TUNER_NAMES as TUNERS
 from autosched.targets.registry import TARGET_NAMES as TARGETS
-from autosched.tuners.registry import TUNER_NAMES as TUNERS
 
 DEFAULT_CONFIG_FILE = "auto-scheduler.cfg"
 

@@ -20,7 +20,7 @@ from iree.compiler import ir
 
 def function_inputs(path: str) -> dict[str, list[str]]:
     """Each public function's argument types, as iree-benchmark-module inputs (zero-filled)."""
-    from autosched.analysis import parse_module
+    from autosched.ops.matmul import parse_module
 
     context = ir.Context()
     module = parse_module(path, context)
@@ -46,10 +46,10 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="markdown file to write the table to")
     args = parser.parse_args()
 
-    from autosched.bench import time_module
     from autosched.compile import CompileJob, compile_one
     from autosched.config import load_config, with_overrides
-    from autosched.manifest import tuned_input_module, write_text
+    from autosched.measure.benchmark_tool import time_module
+    from autosched.ops.matmul_kernel import tuned_input_module, write_text
     from autosched.targets import make_target
 
     config = with_overrides(load_config(args.config), target=args.target, arch=args.arch)

@@ -147,9 +147,10 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from autosched.analysis import analyze_file
     from autosched.config import load_config, with_overrides
-    from autosched.runner import Progress, Tuning
+    from autosched.ops.matmul import analyze_file
+    from autosched.run.problem import Progress
+    from autosched.run.tuning import Tuning
     from autosched.targets import make_target
 
     os.makedirs(args.work_dir, exist_ok=True)
@@ -277,7 +278,7 @@ def stage_medians(trials) -> str:
 def check_phases(trials) -> dict[str, float]:
     """Median seconds of each step of a check in the measuring worker (load, run, to_host,
     compare), over the trials that report them."""
-    from autosched.verify import CHECK_PHASES
+    from autosched.measure.worker import CHECK_PHASES
 
     timed = [t.verify_phases for t in trials if t.verify_phases]
     return {phase: statistics.median(p[phase] for p in timed) for phase in CHECK_PHASES if timed}
@@ -292,7 +293,7 @@ def write_table(
     wall: float,
     busy: dict[str, float],
 ) -> None:
-    from autosched.records import iree_version
+    from autosched.outputs.records import iree_version
 
     def f(value, digits=3):
         return "-" if value is None else f"{value:.{digits}g}"

@@ -18,9 +18,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autosched.history import landscape_history  # noqa: E402
-from autosched.landscape import load_landscapes  # noqa: E402
-from autosched.simulate import simulate  # noqa: E402
+from autosched.drivers.simulate import simulate  # noqa: E402
+from autosched.search.history import landscape_history  # noqa: E402
+from autosched.search.landscape import load_landscapes  # noqa: E402
 
 
 def shape_of(name: str) -> str:

@@ -19,15 +19,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cuda_suite import module_text  # noqa: E402
 
-from autosched.analysis import analyze_file  # noqa: E402
-from autosched.bench import time_module  # noqa: E402
 from autosched.compile import CompileJob, compile_all  # noqa: E402
 from autosched.config import RunConfig, load_config, with_overrides  # noqa: E402
-from autosched.host import find_ptxas  # noqa: E402
-from autosched.manifest import kernel_variant, write_text  # noqa: E402
-from autosched.space import build_space  # noqa: E402
+from autosched.measure.benchmark_tool import time_module  # noqa: E402
+from autosched.measure.worker import Verifier, make_problem_data  # noqa: E402
+from autosched.ops.matmul import analyze_file  # noqa: E402
+from autosched.ops.matmul_kernel import kernel_variant, write_text  # noqa: E402
+from autosched.search.space import build_space  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
-from autosched.verify import Verifier, make_problem_data  # noqa: E402
+from autosched.targets.host import find_ptxas  # noqa: E402
 
 
 def main() -> None:

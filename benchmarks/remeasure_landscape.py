@@ -25,11 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autosched.compile import CompileJob, compile_all  # noqa: E402
 from autosched.config import load_config, with_overrides  # noqa: E402
-from autosched.manifest import kernel_variant, variant_path, write_text  # noqa: E402
-from autosched.measure import Bench, measure_settings, runtime_flags  # noqa: E402
-from autosched.records import problem_from_shape  # noqa: E402
+from autosched.measure.contract import measure_settings, runtime_flags  # noqa: E402
+from autosched.measure.local import Bench  # noqa: E402
+from autosched.measure.worker import make_problem_data  # noqa: E402
+from autosched.ops.matmul_kernel import kernel_variant, variant_path, write_text  # noqa: E402
+from autosched.outputs.records import problem_from_shape  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
-from autosched.verify import make_problem_data  # noqa: E402
 
 
 def build(problem, target, records: list[dict], repeat: int, work_dir: str, jobs: int):

@@ -26,8 +26,8 @@ import statistics  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from autosched.landscape import load_landscapes  # noqa: E402
-from autosched.simulate import replay  # noqa: E402
+from autosched.drivers.simulate import replay  # noqa: E402
+from autosched.search.landscape import load_landscapes  # noqa: E402
 
 RETIME_TOP, RETIME_ROUNDS = 3, 3  # as runner.py: retime_top = 3 in the shipped cfgs
 

@@ -49,9 +49,10 @@ def main() -> None:
     )
     options = parser.parse_args()
 
-    from autosched.analysis import analyze_file
     from autosched.config import load_config, with_overrides
-    from autosched.runner import BASELINE, Progress, Tuning
+    from autosched.ops.matmul import analyze_file
+    from autosched.run.problem import BASELINE, Progress
+    from autosched.run.tuning import Tuning
     from autosched.targets import make_target
 
     m, n, k, element = options.shape.split("x")
@@ -129,7 +130,7 @@ def main() -> None:
             contenders.setdefault(
                 name, SimpleNamespace(config=name, point=by_name[name], baseline=False)
             )
-    from autosched.verify import make_problem_data
+    from autosched.measure.worker import make_problem_data
 
     repeat = sweep_tuning.config.dispatch_repeat or sweep_tuning.target.dispatch_repeat(problem)
     modules = sweep_tuning.modules_for(problem, list(contenders.values()), repeat)

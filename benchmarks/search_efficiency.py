@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autosched.landscape import load_landscapes  # noqa: E402
-from autosched.simulate import ProblemResult, simulate  # noqa: E402
+from autosched.drivers.simulate import ProblemResult, simulate  # noqa: E402
+from autosched.search.landscape import load_landscapes  # noqa: E402
 
 TUNERS = ["grid", "random", "xgboost"]
 RESULTS = Path(__file__).resolve().parent / "results"

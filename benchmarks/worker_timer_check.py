@@ -20,13 +20,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autosched.analysis import analyze_file  # noqa: E402
-from autosched.bench import time_module  # noqa: E402
 from autosched.compile import CompileJob, compile_one  # noqa: E402
 from autosched.config import RunConfig  # noqa: E402
-from autosched.manifest import kernel_variant  # noqa: E402
+from autosched.measure.benchmark_tool import time_module  # noqa: E402
+from autosched.measure.worker import Verifier, make_problem_data  # noqa: E402
+from autosched.ops.matmul import analyze_file  # noqa: E402
+from autosched.ops.matmul_kernel import kernel_variant  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
-from autosched.verify import Verifier, make_problem_data  # noqa: E402
 
 MODULE = """
 func.func @mm(%a: tensor<{n}x{n}x{t}>, %b: tensor<{n}x{n}x{t}>) -> tensor<{n}x{n}xf32> {{

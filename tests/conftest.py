@@ -80,7 +80,7 @@ def write_module(tmp_path):
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` run only where an NVIDIA GPU answers."""
-    from autosched.host import nvidia_gpus
+    from autosched.targets.host import nvidia_gpus
 
     if nvidia_gpus():
         return

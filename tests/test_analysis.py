@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import BATCH, DYNAMIC, NO_MATMUL, TRANSPOSED_B, matmul_function
 
-from autosched.analysis import analyze_file
 from autosched.errors import UserError
+from autosched.ops.matmul import analyze_file
 
 
 def test_finds_every_matmul_with_shapes_types_and_layouts(write_module):

@@ -13,22 +13,20 @@ import os
 import numpy as np
 import pytest
 
-from autosched.apply import (
+from autosched.config import RunConfig
+from autosched.drivers.proof import compile_model, prove
+from autosched.errors import UserError
+from autosched.measure.module_io import (
     EntryFunction,
     TensorSpec,
     compare_outputs,
-    compile_model,
-    dispatch_configs,
     entry_function,
     make_inputs,
-    prove,
     run_outputs,
-    spec_coverage,
 )
-from autosched.config import RunConfig
-from autosched.errors import UserError
-from autosched.model import analyze_model
-from autosched.spec import tuning_spec
+from autosched.model.configured import dispatch_configs, spec_coverage
+from autosched.model.lowering import analyze_model
+from autosched.outputs.spec import tuning_spec
 from autosched.targets.cpu import CpuTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autosched.campaign import ModelProblem, budget_for, first_batch, pick_next, shares
+from autosched.drivers.campaign import ModelProblem, budget_for, first_batch, pick_next, shares
 
 
 @dataclass

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from conftest import BATCH, DYNAMIC, NO_MATMUL, TRANSPOSED_B, matmul_function
 from iree.compiler import ir
 
-from autosched.analysis import walk_matmuls
 from autosched.cli import cli
+from autosched.ops.matmul import walk_matmuls
 
 FAST_CFG = """
 [Env]

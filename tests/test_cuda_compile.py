@@ -15,11 +15,11 @@ from conftest import matmul_function
 from iree.compiler import ir
 from iree.compiler.tools.binaries import find_tool
 
-from autosched.analysis import MatmulProblem, analyze_file
 from autosched.config import RunConfig
 from autosched.errors import UserError
-from autosched.manifest import kernel_module_text, kernel_variant, tuned_input_module
-from autosched.space import build_space
+from autosched.ops.matmul import MatmulProblem, analyze_file
+from autosched.ops.matmul_kernel import kernel_module_text, kernel_variant, tuned_input_module
+from autosched.search.space import build_space
 from autosched.targets.base import Point
 from autosched.targets.cuda import CudaTarget
 
@@ -316,10 +316,10 @@ def test_dispatch_modules_of_a_model_keep_the_sm_90_target(tmp_path) -> None:
     a tensor-core candidate compiles for sm_90 and carries its mma config (built for a
     default GPU it failed: 'Cannot select: intrinsic mma.m16n8k16')."""
     from autosched.compile import CompileJob, compile_one
-    from autosched.dispatch_bench import dispatch_check_modules, dump_dispatch_benchmarks
-    from autosched.model import analyze_model, lower_to_dispatches
-    from autosched.model_run import model_for_target
-    from autosched.spec import tuning_spec
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
+    from autosched.model.lowering import analyze_model, lower_to_dispatches
+    from autosched.outputs.spec import tuning_spec
 
     (tmp_path / "model.mlir").write_text(F16_MODEL)
     target = _target("sm_90")
@@ -353,7 +353,7 @@ def test_kernels_are_assembled_by_the_named_ptxas(tmp_path) -> None:
     assembles the dumped PTX itself and rebuilds with the cubin. A ptxas that fails leaves
     the PTX build, and nothing of the step is left on disk."""
     from autosched.compile import CompileJob, compile_one
-    from autosched.host import find_ptxas
+    from autosched.targets.host import find_ptxas
 
     ptxas = find_ptxas(RunConfig(target="cuda"))
     if not ptxas:
@@ -361,7 +361,7 @@ def test_kernels_are_assembled_by_the_named_ptxas(tmp_path) -> None:
     source = tmp_path / "mm.mlir"
     source.write_text(matmul_function("mm", 256, 256, 128, "f16"))
     problem = analyze_file(str(source)).problems[0]
-    from autosched.host import Machine
+    from autosched.targets.host import Machine
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(ptxas=ptxas))
     point = next(p for p in build_space(problem, target, {}).points if p["mma_kind"] != "none")

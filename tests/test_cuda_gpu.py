@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import ONE_F16_TILE_AND_FUSE_POINT, matmul_function
 
-from autosched.analysis import analyze_file
 from autosched.cli import cli
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
-from autosched.manifest import kernel_variant
-from autosched.space import build_space
+from autosched.measure.worker import make_problem_data, verify_module
+from autosched.ops.matmul import analyze_file
+from autosched.ops.matmul_kernel import kernel_variant
+from autosched.search.space import build_space
 from autosched.targets.cuda import CudaTarget
-from autosched.verify import make_problem_data, verify_module
 
 pytestmark = pytest.mark.gpu
 

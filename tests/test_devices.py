@@ -16,7 +16,7 @@ from conftest import matmul_function
 from autosched.cli import cli
 from autosched.config import RunConfig
 from autosched.errors import UserError
-from autosched.host import Gpu, Machine, measuring_devices
+from autosched.targets.host import Gpu, Machine, measuring_devices
 
 H200 = Gpu(0, "NVIDIA H200", "9.0")
 

@@ -21,7 +21,7 @@ import time
 import pytest
 from conftest import matmul_function
 
-from autosched.records import trial_from_record
+from autosched.outputs.records import trial_from_record
 
 CFG = """
 [Env]

@@ -8,10 +8,10 @@ from conftest import BATCH, TRANSPOSED_B, matmul_function
 from iree.compiler import ir
 from iree.compiler.tools.binaries import find_tool
 
-from autosched.analysis import analyze_file, walk_matmuls
 from autosched.config import RunConfig
-from autosched.manifest import kernel_variant, tuned_input_module
-from autosched.space import build_space
+from autosched.ops.matmul import analyze_file, walk_matmuls
+from autosched.ops.matmul_kernel import kernel_variant, tuned_input_module
+from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
 
 LISTS = {"tile_m": [16], "tile_n": [16], "vec_m": [4], "vec_n": [8], "vec_k": [2]}

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from autosched.errors import UserError
-from autosched.model import analyze_model, find_contractions, lower_to_dispatches
+from autosched.model.lowering import analyze_model, find_contractions, lower_to_dispatches
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 CPU_FLAGS = [  # autosched.targets.cpu.CpuTarget.compile_flags()
@@ -215,7 +215,7 @@ def test_missing_onnx_extra_is_one_clear_error():
         "import sys\n"
         "sys.modules['onnx'] = None\n"  # `import onnx` now fails as if it were not installed
         "from autosched.errors import UserError\n"
-        "from autosched.model import lower_to_dispatches\n"
+        "from autosched.model.lowering import lower_to_dispatches\n"
         "try:\n"
         f"    lower_to_dispatches({model('gemm_matmul_transpose.onnx')!r}, [])\n"
         "except UserError as error:\n"

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from autosched.cli import cli
 from autosched.config import RunConfig
-from autosched.model import analyze_model
-from autosched.spec import tuning_spec
+from autosched.model.lowering import analyze_model
+from autosched.outputs.spec import tuning_spec
 from autosched.targets.cpu import CpuTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
@@ -179,7 +179,7 @@ done
 def test_candidates_are_checked_on_the_dispatch_against_the_default(folder, monkeypatch):
     """A candidate whose dispatch answers differently from IREE's default build on the same
     inputs is a wrong_answer (here iree-run-module's outputs are corrupted by a wrapper)."""
-    from autosched.verify import run_tool
+    from autosched.measure.worker import run_tool
 
     wrapper = folder / "corrupt.sh"
     wrapper.write_text(CORRUPT_OUTPUTS.format(real=run_tool(), python=sys.executable))
@@ -265,7 +265,7 @@ def test_the_worker_times_a_models_dispatches(folder, monkeypatch):
     """`timer = worker`: IREE's dispatch benchmarks are timed in the long-lived worker (its
     function takes the dispatch count), not by iree-benchmark-module (every call of which
     is logged by a wrapper around the real tool)."""
-    from autosched.bench import benchmark_tool
+    from autosched.measure.benchmark_tool import benchmark_tool
 
     calls = folder / "calls.txt"
     wrapper = folder / "bench.sh"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -130,6 +131,32 @@ def test_a_models_problems_run_at_the_same_time_on_the_cluster(tmp_path, cluster
     assert all(r["status"] == "ok" for r in records), [r["message"] for r in records]
     rows = (folder / "generated" / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 14
+
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+MODEL_CFG = (
+    "[Env]\njobs = 2\n[SearchStrategy]\ntuner = random\nn_trial = 2\nbatch_size = 2\n"
+    "[Benchmark]\nrepetitions = 1\nmin_time = 0.005\nretime_top = 1\ntimer = worker\n"
+)
+
+
+def test_a_models_dispatch_check_runs_on_the_actor(tmp_path, cluster):
+    """A model timed on its dispatches (`time_on = dispatch`) checks candidates against IREE's
+    default on the dispatch: that reference is computed by the measuring actor, whose slot
+    name (`ray:local-task#0`) is no IREE device the driver could run it on."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(os.path.join(MODELS, "gemm_matmul_transpose.onnx"), folder)
+    (folder / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    command = [sys.executable, "-m", "autosched", "run", "gemm_matmul_transpose.onnx"]
+    options = ["--executor", "ray", "--ray-address", cluster, "--budget", "2"]
+    ran = subprocess.run(command + options, cwd=folder, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    log = (folder / "generated" / "run.log").read_text()
+    assert "answers checked on the dispatch against IREE's default" in log, log[-3000:]
+    assert "the dispatch check could not run" not in log, log[-3000:]
+    records = _records(folder)
+    assert records and all(r["status"] == "ok" for r in records), records
 
 
 def test_a_killed_actor_loses_nothing(tmp_path, cluster):

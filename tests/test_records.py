@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from conftest import BATCH, TRANSPOSED_B, matmul_function
 
-from autosched.analysis import analyze_file
-from autosched.records import problem_from_shape, problem_shape
+from autosched.ops.matmul import analyze_file
+from autosched.outputs.records import problem_from_shape, problem_shape
 
 
 def test_a_problem_rebuilt_from_its_record_is_the_same_problem(write_module):

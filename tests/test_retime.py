@@ -3,7 +3,9 @@ the noise of the measurements themselves."""
 
 from __future__ import annotations
 
-from autosched.runner import BASELINE, paired_verdict
+from autosched.outputs.records import Trial
+from autosched.run.problem import BASELINE
+from autosched.run.retime import finalists, judge, paired_verdict, timed_rounds
 
 
 def rounds(default: list[float], candidate: list[float]) -> list[dict[str, float]]:
@@ -29,3 +31,47 @@ def test_a_gain_inside_the_noise_is_not_a_win():
 
 def test_no_paired_round_is_no_win():
     assert not paired_verdict([{BASELINE: 1.0}, {"c": 0.5}], "c").beats_default
+
+
+def trial(name: str, ms: float, gflops: float, baseline: bool = False) -> Trial:
+    return Trial(
+        problem="p", target="cpu", arch="", config=name, point={}, baseline=baseline,
+        status="ok", median_ms=ms, gflops=gflops,
+    )
+
+
+def test_retiming_with_a_fake_timer_names_the_steady_winner():
+    """Re-timing is pure over its timer: the finalists by score, timed round by round with
+    the default, and the fastest named only when it beats the default every round."""
+    default = trial(BASELINE, 10.0, 1.0, baseline=True)
+    trials = [trial("a", 9.0, 1.1), trial("b", 6.0, 1.6), trial("c", 7.0, 1.4), trial("d", 0.1, 0)]
+    trials[3].status = "wrong_answer"
+    contenders, entries = finalists(trials, default, top=2)
+    assert [t.config for t in contenders] == ["b", "c"]
+    assert [t.config for t in entries] == [BASELINE, "b", "c"]
+    times = {BASELINE: iter([10.0, 10.1, 9.9]), "b": iter([8.0, 8.1, 7.9]), "c": iter([7.5] * 3)}
+    calls = []
+
+    def fake(name: str) -> float | None:
+        calls.append(name)
+        return next(times[name])
+
+    found = judge(contenders, timed_rounds([t.config for t in entries], fake, rounds=3))
+    assert calls == [BASELINE, "b", "c"] * 3  # interleaved, round by round
+    assert found.winner.config == "c" and found.final["c"] == 7.5
+    assert found.baseline_ms == 10.0 and found.beats_default
+
+
+def test_retiming_a_candidate_that_loses_a_round_keeps_the_default():
+    default = trial(BASELINE, 10.0, 1.0, baseline=True)
+    contenders, entries = finalists([trial("a", 9.0, 1.1)], default, top=3)
+    times = {BASELINE: iter([10.0, 10.0, 10.0]), "a": iter([9.0, 10.5, 9.0])}
+    found = judge(contenders, timed_rounds([t.config for t in entries], lambda n: next(times[n])))
+    assert found.winner.config == "a" and not found.beats_default
+
+
+def test_a_finalist_that_fails_to_time_is_left_out():
+    default = trial(BASELINE, 10.0, 1.0, baseline=True)
+    contenders, entries = finalists([trial("a", 9.0, 1.1)], default, top=1)
+    found = judge(contenders, timed_rounds([t.config for t in entries], lambda n: None))
+    assert found.winner is None and found.baseline_ms is None

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from autosched.drivers.simulate import replay, simulate, simulate_command
 from autosched.errors import UserError
-from autosched.landscape import Landscape, load_landscapes
-from autosched.simulate import replay, simulate, simulate_command
+from autosched.search.landscape import Landscape, load_landscapes
 
 LANDSCAPE = Path(__file__).parent / "data" / "h200_matmul_4096_landscape.csv"
 
@@ -145,8 +145,8 @@ def test_a_run_that_never_reaches_95_counts_as_space_plus_one():
 def test_noisy_replays_repeat_per_noise_seed_and_differ_between_them():
     """Replays with measurement noise: the same noise seed gives the same run, and the
     tuner sees noisy scores (what benchmarks/repeatability.py measures)."""
-    from autosched.landscape import load_landscapes
-    from autosched.simulate import replay
+    from autosched.drivers.simulate import replay
+    from autosched.search.landscape import load_landscapes
 
     f16 = next(ls for ls in load_landscapes(str(LANDSCAPE)) if "f16" in ls.problem)
     quiet = replay(f16, "xgboost", 0, 24)
@@ -164,9 +164,9 @@ def test_a_csv_landscape_has_the_cuda_targets_own_features():
     feature model, one shared-memory formula), not a second set of its own."""
     import csv
 
-    from autosched.analysis import MatmulProblem
     from autosched.config import RunConfig
-    from autosched.landscape import _csv_point, load_landscapes
+    from autosched.ops.matmul import MatmulProblem
+    from autosched.search.landscape import _csv_point, load_landscapes
     from autosched.targets.cuda import CudaTarget
 
     path = "tests/data/h200_matmul_4096_landscape.csv"
@@ -213,8 +213,8 @@ def test_starting_points_go_first_and_the_tuner_tops_up_their_batch():
 
 
 def test_a_resumed_starting_point_is_not_measured_again():
-    from autosched.search import SearchState, step
-    from autosched.tuners import make_tuner
+    from autosched.search.loop import SearchState, step
+    from autosched.search.tuners import make_tuner
 
     state = SearchState(make_tuner("grid", 10, 0), queued=[4, 2])
     state.resume(4, 1.0)
@@ -247,7 +247,7 @@ def test_a_recorded_landscape_knows_the_targets_starting_points(tmp_path):
 def test_a_replay_history_is_the_files_other_problems_of_the_same_input_type():
     """`--history others`: each landscape's history is the file's other landscapes of its
     input type, their columns put in its own order by name (0 where one lacks a feature)."""
-    from autosched.history import landscape_history
+    from autosched.search.history import landscape_history
 
     def landscape(name, lhs, names, rows):
         features = np.asarray(rows, dtype=float)

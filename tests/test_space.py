@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from conftest import matmul_function
 
-from autosched.analysis import analyze_file
 from autosched.config import RunConfig
-from autosched.space import build_space
+from autosched.ops.matmul import analyze_file
+from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
 
 
@@ -60,9 +60,9 @@ def test_custom_blocks_larger_than_the_problem_have_features(write_module):
     large one 64-256 of each."""
     import math
 
-    from autosched.host import Machine
-    from autosched.runner import feature_matrix
+    from autosched.run.tuning import feature_matrix
     from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
 
     problem = analyze_file(write_module(matmul_function("f", 16, 4096, 4096, "f16"))).problems[0]
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
@@ -90,14 +90,10 @@ def test_the_targets_known_good_points_are_found_in_the_space(write_module):
     """CUDA's starting points: Triton's tuned list for the custom family first, each matching
     one custom point, then IREE's mma configurations; none where the space lacks them (an
     f32 problem has no mma points)."""
-    from autosched.host import Machine
-    from autosched.space import matching_points
-    from autosched.targets.cuda import (
-        CUSTOM_STARTING,
-        IREE_MMA_STARTING,
-        SKINNY_STARTING,
-        CudaTarget,
-    )
+    from autosched.search.space import matching_points
+    from autosched.targets.cuda import IREE_MMA_STARTING, CudaTarget
+    from autosched.targets.cuda_custom import CUSTOM_STARTING, SKINNY_STARTING
+    from autosched.targets.host import Machine
 
     problem = analyze_file(write_module(matmul_function("f", 4096, 4096, 4096, "f16"))).problems[0]
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))

@@ -7,10 +7,10 @@ import subprocess
 from conftest import ONE_F16_TILE_AND_FUSE_POINT, TRANSPOSED_B, matmul_function
 from iree.compiler.tools.binaries import find_tool
 
-from autosched.analysis import analyze_file
 from autosched.config import RunConfig
-from autosched.space import build_space
-from autosched.spec import tuning_spec
+from autosched.ops.matmul import analyze_file
+from autosched.outputs.spec import tuning_spec
+from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
 from autosched.targets.cuda import CudaTarget
 
@@ -80,7 +80,7 @@ def test_cuda_spec_is_applied_through_the_transform_library(write_module, tmp_pa
 def test_starter_spec_is_linked_and_the_tuned_config_wins(write_module, tmp_path):
     """The user's spec keeps configuring what the run did not tune; where both match an op,
     the tuned configuration is the one IREE applies."""
-    from autosched.spec import write_spec
+    from autosched.outputs.spec import write_spec
 
     path = write_module(matmul_function("a", 64, 64, 64) + matmul_function("b", 32, 64, 16))
     target = CpuTarget(RunConfig())

@@ -18,17 +18,15 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from autosched import spec
-from autosched.applied import check_build, form_of
-from autosched.apply import dispatch_configs
-from autosched.builds import dispatch_job, expected_config
 from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
-from autosched.model import analyze_model
-from autosched.model_run import attach_benchmarks, model_problems
-from autosched.runner import Tuning
-from autosched.space import build_space
+from autosched.drivers.model_run import attach_benchmarks, model_problems
+from autosched.model.configured import check_build, dispatch_configs, form_of
+from autosched.model.lowering import analyze_model
+from autosched.outputs import spec
+from autosched.run.builds import CandidateBuilds, dispatch_job, expected_config
+from autosched.search.space import build_space
 from autosched.targets.cuda import CudaTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
@@ -152,7 +150,7 @@ def test_a_candidate_that_does_not_apply_is_recorded_not_timed(folder, monkeypat
     monkeypatch.setattr(
         spec, "match_contraction", lambda p, h="%op": real(replace(p, m=p.m + 1), h)
     )
-    monkeypatch.setattr(Tuning, "_probe_spec", lambda self, search, progress: None)
+    monkeypatch.setattr(CandidateBuilds, "probe", lambda self, search: None)
     result = CliRunner().invoke(cli, ["run", "hf_llama_mlp_f32.mlirbc", "--budget", "8"])
     assert result.exit_code == 0, result.output
     tuned = [r for r in records(folder) if not r["baseline"]]
@@ -169,7 +167,7 @@ def test_a_tuned_model_slower_than_the_default_gets_no_spec(folder):
     """A starter spec that configures every matmul with 1x1 tiles makes the tuned model
     slower: the run says so, leaves winners out, writes no spec, and still ends with the
     default model's line."""
-    from autosched.spec import tuning_spec
+    from autosched.outputs.spec import tuning_spec
     from autosched.targets.cpu import CpuTarget
 
     target = CpuTarget(RunConfig())

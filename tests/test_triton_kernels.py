@@ -14,17 +14,17 @@ from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
-from autosched.manifest import KERNEL_FUNCTION
-from autosched.records import problem_from_shape
+from autosched.measure.worker import Verifier, make_problem_data
+from autosched.ops.matmul_kernel import KERNEL_FUNCTION
+from autosched.outputs.records import problem_from_shape
 from autosched.targets import make_target
-from autosched.triton_kernels import (
+from autosched.targets.cuda_custom import (
     KernelParams,
     compile_ptx,
     extern_module,
     split_unsupported,
     unsupported,
 )
-from autosched.verify import Verifier, make_problem_data
 
 pytest.importorskip("triton")
 
@@ -164,7 +164,7 @@ def test_split_k_shares_pass_a_lock_on_in_order(built, tmp_path):
 
 
 def test_the_ptx_compiler_runs_in_its_own_process(tmp_path):
-    from autosched.records import problem_shape
+    from autosched.outputs.records import problem_shape
 
     problem, params = CASES["uneven"]
     shape = problem_shape(problem)
@@ -173,7 +173,7 @@ def test_the_ptx_compiler_runs_in_its_own_process(tmp_path):
         [
             sys.executable,
             "-m",
-            "autosched.triton_kernels",
+            "autosched.targets.cuda_custom_compile",
             "--shape",
             json.dumps(shape),
             "--params",
@@ -232,7 +232,7 @@ def test_split_k_locks_are_left_at_zero_for_the_next_dispatch(built, tmp_path):
 
 
 def _cuda(tmp_path, triton=True):
-    from autosched.host import Machine
+    from autosched.targets.host import Machine
 
     config = RunConfig(
         target="cuda",
@@ -247,7 +247,7 @@ def _cuda(tmp_path, triton=True):
 
 
 def test_custom_kernels_join_the_space_when_asked(tmp_path):
-    from autosched.space import build_space
+    from autosched.search.space import build_space
 
     problem, _ = CASES["plain"]
     _, target = _cuda(tmp_path)
@@ -270,8 +270,8 @@ def test_a_custom_point_compiles_through_the_runs_own_jobs(tmp_path):
     """The run's compile job for a custom point: Triton writes the PTX and the extern module
     in the compile pool, then iree-compile builds it (with the dispatch repeated)."""
     from autosched.compile import compile_all
-    from autosched.runner import Tuning
-    from autosched.space import build_space
+    from autosched.run.tuning import Tuning
+    from autosched.search.space import build_space
 
     problem, _ = CASES["uneven"]
     config, target = _cuda(tmp_path)
@@ -279,7 +279,7 @@ def test_a_custom_point_compiles_through_the_runs_own_jobs(tmp_path):
     points = space.points[:2]
     tuning = Tuning(config, target, resume=False)
     try:
-        jobs = [tuning._compile_job(problem, target.config_name(p), p, 20) for p in points]
+        jobs = [tuning.builds.kernel_job(problem, target.config_name(p), p, 20) for p in points]
         results = list(compile_all(jobs, 300, 2))
     finally:
         tuning.close()
@@ -317,9 +317,9 @@ def test_custom_winners_replace_their_ops_before_dispatches_form(tmp_path):
     """The preprocessing spec puts the kernel in place of the zero-filled matmul it was
     tuned for; a matmul of the same types that accumulates into an input keeps IREE's
     code (the family starts from zero)."""
-    from autosched.host import Machine
-    from autosched.substitution import SPEC_FLAG, write_substitution
+    from autosched.model.substitution import SPEC_FLAG, write_substitution
     from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
     problem, params = CASES["plain"]
@@ -379,11 +379,16 @@ def test_a_models_contraction_is_replaced_where_its_dispatch_form_is_known(tmp_p
     the transposed-B matmul IREE's dispatch holds; the spec written for that problem replaces
     it once the model is lowered to global optimization, and iree-compile goes on from there
     to an sm_90 module with the kernel as a custom dispatch."""
-    from autosched.host import Machine
-    from autosched.model import analyze_model
-    from autosched.model_run import model_for_target
-    from autosched.substitution import RESUME_FLAG, SPEC_FLAG, rewrite_model, write_substitution
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.lowering import analyze_model
+    from autosched.model.substitution import (
+        RESUME_FLAG,
+        SPEC_FLAG,
+        rewrite_model,
+        write_substitution,
+    )
     from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
     (tmp_path / "linear.mlir").write_text(LINEAR_MODEL)
@@ -432,7 +437,7 @@ def test_custom_kernels_keep_the_model_in_one_command_buffer(tmp_path):
     assert "stream.cmd.copy" not in text
     # ...recorded once at load and replayed with each call's buffers, as a model without
     # custom dispatches is (their bindings are indirect).
-    from autosched.substitution import RESUME_FLAG
+    from autosched.model.substitution import RESUME_FLAG
 
     flags = make_target(RunConfig(target="cuda", arch="sm_90")).compile_flags()
     hal = _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=hal")
@@ -443,11 +448,11 @@ def _model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str,
     """A model (LINEAR_MODEL unless `text`) with its one contraction problem, and a
     custom-kernel spec for that problem as a run writes it: (the model as written, the model
     lowered for sm_90, the spec)."""
-    from autosched.host import Machine
-    from autosched.model import analyze_model
-    from autosched.model_run import model_for_target
-    from autosched.substitution import write_substitution
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.lowering import analyze_model
+    from autosched.model.substitution import write_substitution
     from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
     (folder / "model.mlir").write_text(text)
@@ -463,7 +468,7 @@ def _model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str,
 def _rewritten_to_stream(folder, text: str, replaced: int) -> tuple[str, str]:
     """The model rewritten with its custom spec (`replaced` contractions, checked), and the
     stream IR iree-compile makes of it: (rewritten module path, stream text)."""
-    from autosched.substitution import RESUME_FLAG, rewrite_model
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model
 
     _, model, spec = _model_with_custom_spec(folder, text)
     flags = make_target(RunConfig(target="cuda", arch="sm_90")).compile_flags()
@@ -499,15 +504,15 @@ def test_a_custom_kernel_replaces_a_contraction_only_under_iree_s_best(
 ):
     """After a model's campaign, a custom kernel goes into results.custom.mlir only when its
     time is under the best IREE dispatch time of its problem (0.1 ms here)."""
-    from autosched.campaign import ModelProblem
-    from autosched.host import Machine
-    from autosched.model import analyze_model
-    from autosched.model_run import model_for_target, write_custom_spec
-    from autosched.records import Trial
-    from autosched.report import RunLog
-    from autosched.runner import ProblemResult
-    from autosched.space import build_space
+    from autosched.drivers.campaign import ModelProblem
+    from autosched.drivers.model_run import model_for_target, write_custom_spec
+    from autosched.model.lowering import analyze_model
+    from autosched.outputs.records import Trial
+    from autosched.outputs.report import RunLog
+    from autosched.run.problem import ProblemResult
+    from autosched.search.space import build_space
     from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
 
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
     (tmp_path / "linear.mlir").write_text(LINEAR_MODEL)
@@ -571,7 +576,7 @@ def test_a_contraction_and_its_truncf_become_one_narrow_kernel(tmp_path, second_
     """f32 accumulation truncated to f16 (torch's f16 layers): the truncf goes into the
     kernel, which stores f16 itself, so no f32 tensor is written and read again. Where the
     f32 result has another user, that layer keeps the f32 kernel and its truncf."""
-    from autosched.model import walk_ops
+    from autosched.model.lowering import walk_ops
 
     rewritten, text = _rewritten_to_stream(tmp_path, _narrowing_model(second_use), replaced=2)
     module = ir.Module.parseFile(rewritten, ir.Context())

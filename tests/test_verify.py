@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from conftest import TRANSPOSED_B, matmul_function
 
-from autosched.analysis import analyze_file
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
-from autosched.manifest import kernel_module_text, kernel_variant
+from autosched.measure.worker import CHECK_PHASES, Verifier, make_problem_data, verify_module
+from autosched.ops.matmul import analyze_file
+from autosched.ops.matmul_kernel import kernel_module_text, kernel_variant
 from autosched.targets.cpu import CpuTarget
-from autosched.verify import CHECK_PHASES, Verifier, make_problem_data, verify_module
 
 TARGET = CpuTarget(RunConfig())
 

@@ -10,14 +10,14 @@ import statistics
 from click.testing import CliRunner
 from conftest import matmul_function
 
-from autosched.analysis import analyze_file
-from autosched.bench import time_module
 from autosched.cli import cli
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
-from autosched.manifest import kernel_variant
+from autosched.measure.benchmark_tool import time_module
+from autosched.measure.worker import CHECK_PHASES, Verifier, make_problem_data
+from autosched.ops.matmul import analyze_file
+from autosched.ops.matmul_kernel import kernel_variant
 from autosched.targets.cpu import CpuTarget
-from autosched.verify import CHECK_PHASES, Verifier, make_problem_data
 
 
 def test_worker_timing_agrees_with_iree_benchmark_module(tmp_path):
@@ -74,10 +74,10 @@ def test_timer_auto_is_the_worker_where_it_was_checked_against_the_tool():
     from dataclasses import replace
 
     from autosched.config import RunConfig
-    from autosched.host import Machine
-    from autosched.measure import measure_settings
+    from autosched.measure.contract import measure_settings
     from autosched.targets.cpu import CpuTarget
     from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
 
     config = RunConfig()
     assert config.timer == "auto"

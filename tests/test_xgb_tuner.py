@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.landscape import load_landscapes
-from autosched.simulate import simulate
-from autosched.tuners import make_tuner
-from autosched.tuners.xgb import XGBoostTuner
+from autosched.drivers.simulate import simulate
+from autosched.search.landscape import load_landscapes
+from autosched.search.tuners import make_tuner
+from autosched.search.tuners.xgb import XGBoostTuner
 
 LANDSCAPE = Path(__file__).parent / "data" / "h200_matmul_4096_landscape.csv"
 
@@ -152,12 +152,12 @@ def test_the_database_history_holds_other_problems_of_the_same_input_type(write_
 
     from conftest import matmul_function
 
-    from autosched.analysis import analyze_file
     from autosched.config import RunConfig
-    from autosched.history import MIN_POINTS, database_history
-    from autosched.records import Trial, problem_shape
-    from autosched.runner import feature_matrix
-    from autosched.space import build_space
+    from autosched.ops.matmul import analyze_file
+    from autosched.outputs.records import Trial, problem_shape
+    from autosched.run.tuning import feature_matrix
+    from autosched.search.history import MIN_POINTS, database_history
+    from autosched.search.space import build_space
     from autosched.targets.cpu import CpuTarget
 
     target = CpuTarget(RunConfig())

@@ -13,13 +13,13 @@ from autosched.targets.registry import TARGETS
 
 if TYPE_CHECKING:
     from autosched.config import RunConfig
-    from autosched.host import Machine
     from autosched.targets.base import Target
+    from autosched.targets.host import Machine
 
 
 def make_target(config: RunConfig, machine: Machine | None = None) -> Target:
     """The configured backend, told what this host has (discovered here when not given)."""
-    from autosched.host import discover
+    from autosched.targets.host import discover
 
     if config.target not in TARGETS:
         raise ValueError(f"unknown target {config.target!r}")

@@ -6,11 +6,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
-from autosched.host import Machine
-from autosched.spec_flags import SPEC_SAFE_FLAGS
+from autosched.ops.matmul import MatmulProblem
+from autosched.outputs.spec_flags import SPEC_SAFE_FLAGS
+from autosched.targets.host import Machine
 
 Point = dict[str, Knob]
 MAX_KNOB = 1 << 20  # no tile, vector or thread count of a real kernel comes near this

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from autosched.analysis import MatmulProblem
+from autosched.ops.matmul import MatmulProblem
 from autosched.targets.base import Constraint, KnobSpec, Point, Target, problem_candidates
 
 # IREE's llvm-cpu backend refuses vectors of 512 native vectors or more (its

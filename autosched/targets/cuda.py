@@ -11,12 +11,11 @@ holds two points that compile to the same kernel.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from autosched.analysis import MatmulProblem
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
-from autosched.host import Machine
+from autosched.ops.matmul import MatmulProblem
 from autosched.targets.base import (
     Constraint,
     Family,
@@ -25,12 +24,19 @@ from autosched.targets.base import (
     Target,
     problem_candidates,
 )
-from autosched.triton_kernels import KernelParams, split_unsupported
+from autosched.targets.cuda_custom import (
+    CUSTOM,
+    CUSTOM_KNOB_SPECS,
+    CUSTOM_KNOBS,
+    WARP,
+    CustomKernels,
+    is_custom,
+)
+from autosched.targets.host import Machine
 
 NONE = "none"  # mma_kind for SIMT code (no tensor cores)
 DERIVE = 0  # sentinel: a knob that is derived from the others, or unused by this point's kind
 MMA_M, MMA_N = 16, 8  # every NV_MMA_SYNC intrinsic offered here is 16x8 (x16, or x32 for fp8)
-WARP = 32  # subgroup size on every NVIDIA GPU
 FALLBACK_ARCH = "sm_80"
 
 # Tensor-core intrinsic per (lhs/rhs element type, accumulator type).
@@ -51,39 +57,8 @@ def mma_k(kind: str) -> int:
     return 32 if "_16x8x32_" in kind else 16
 
 
-CUSTOM = "Custom"  # a Triton kernel run as an IREE custom dispatch (triton_kernels.py)
+# A custom point is a Triton kernel run as an IREE custom dispatch (cuda_custom.py).
 PIPELINES = ("TileAndFuse", "VectorDistribute", CUSTOM)
-CUSTOM_ARCHS = ("sm_90",)  # the family is written for Hopper's wgmma
-SKINNY_ROWS = 64  # a problem with at most this many rows of C gets the skinny custom blocks
-CUSTOM_KNOBS = ("warps", "group_m", "split_k")  # custom kernels only (0 for IREE's pipelines)
-# Custom kernels measured first: the fp16 configurations Triton's matmul tutorial autotunes
-# over on NVIDIA GPUs (block M, N, K, warps, stages; launch group 8) that fit the family,
-# plus the probe's 128x128x64. At 4096^3 f16 on the H200, xgboost alone needed a median of
-# 31 trials to come within 5 % of the best of the family's 168 points (random: 17).
-CUSTOM_STARTING = (
-    (128, 256, 64, 8, 3),
-    (256, 128, 64, 8, 3),
-    (128, 128, 64, 4, 3),
-    (64, 256, 32, 4, 4),
-    (128, 128, 32, 4, 4),
-    (128, 64, 32, 4, 4),
-    (64, 128, 32, 4, 4),
-    # The best at 1024^3 and at 512^3 f16 on the H200 (7.7 and 5.1-5.4 us; session 9's
-    # sweeps, h200/custom_split_k_sweeps.jsonl): mid-size problems' blocks.
-    (64, 128, 64, 4, 4),
-    (64, 64, 64, 4, 4),
-)
-
-# Custom kernels measured first for skinny problems (M up to SKINNY_ROWS), after those above
-# (block M, N, K, warps, stages, split_k): the best at 16x4096x4096 f16 on the H200, where the
-# 64x64 block took 13.7 us and IREE's default 33.6; in 2 shares of K 10.9-11.6 us, whole
-# 11.9-12.3 (h200/custom_sweep_16x4096x4096_f16.jsonl, h200/custom_split_k_sweeps.jsonl).
-SKINNY_STARTING = (
-    (16, 64, 128, 4, 3, 2),
-    (64, 64, 128, 4, 4, 2),
-    (64, 32, 128, 4, 4, 1),
-    (16, 32, 64, 4, 4, 1),
-)
 
 # IREE configurations measured first for problems on the mma intrinsics (pipeline, tile M, N,
 # K, subgroups along M and N): the winners of the H200 suite's f16 problems across sessions,
@@ -189,27 +164,188 @@ def _is_mma(point: Point) -> bool:
     return point["mma_kind"] != NONE
 
 
-def _is_custom(point: Point) -> bool:
-    return point["pipeline"] == CUSTOM
+def iree_shared_memory(problem: MatmulProblem, point: Point) -> int:
+    """Bytes of shared memory IREE allocates for a point of its pipelines (0 without
+    promotion; a custom point's is `cuda_custom.CustomKernels.shared_memory`).
+
+    Measured on iree-compile 3.13 (`workgroup_local_memory` of the executable): one tile of
+    A and one of B, each row padded by 8 bytes against bank conflicts. prefetch_num_stages
+    does not multiply it (the prefetch goes through registers).
+    """
+    element = ELEMENT_BYTES[problem.lhs_type]
+    if not point["promote_operands"]:
+        return 0
+    tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
+    a_rows, a_row = (tk, tm) if problem.transpose_a else (tm, tk)
+    b_rows, b_row = (tn, tk) if problem.transpose_b else (tk, tn)
+    pad = SHARED_ROW_PAD
+    return a_rows * (a_row * element + pad) + b_rows * (b_row * element + pad)
 
 
-def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
-    """Block M and N of the custom family: 64-256, and for skinny problems (M up to
-    SKINNY_ROWS) 16-64 rows and 32-256 columns. Why: at 16x4096x4096 f16 the
-    64x64 block gave 64 workgroups for the H200's 132 SMs and 0.7 of cuBLAS; the product
-    is bound by reading B, so more, narrower blocks keep more SMs reading."""
-    if problem.m > SKINNY_ROWS:
-        return {"tile_m": [64, 128, 256], "tile_n": [64, 128, 256]}
-    return {"tile_m": [16, 32, 64], "tile_n": [32, 64, 128, 256]}
+# ---- the rules of IREE's pipelines (CudaTarget.constraints, in this order) -------------------
 
 
-def split_k_candidates(problem: MatmulProblem) -> list[int]:
-    """Shares of K for the custom family: 1, and 2-8 for a skinny problem with an f32 C.
-    On the H200 two shares took 16x4096x4096 f16 from 11.9 to 10.9 us; at 512^3 and 1024^3
-    every split was slower (7.2 and 12.9 us against 5.1 and 7.7): passing a block's lock on
-    costs about 2 us, more than a short run of K saves (h200_custom_skinny_split.md)."""
-    skinny = problem.m <= SKINNY_ROWS and problem.acc_type == "f32"
-    return [1, 2, 4, 8] if skinny else [1]
+def _threads(target: CudaTarget, point: Point) -> int:
+    return math.prod(target.workgroup_size(point))
+
+
+def _kind_rules(target: CudaTarget, problem: MatmulProblem) -> list[Constraint]:
+    """The pipeline and the intrinsic a point may use."""
+    types = (problem.lhs_type, problem.acc_type)
+
+    def kind_ok(p: MatmulProblem, x: Point) -> bool:
+        kind = x["mma_kind"]
+        return kind == NONE or (
+            p.lhs_type == p.rhs_type
+            and MMA_FOR_TYPES.get(types) == kind
+            and kind in target.mma_intrinsics
+        )
+
+    return [
+        Constraint(
+            "VectorDistribute needs tensor cores (an mma_kind)",
+            ("pipeline", "mma_kind"),
+            lambda p, x: x["pipeline"] == "TileAndFuse" or _is_mma(x),
+        ),
+        Constraint("mma_kind does not fit the element types or arch", ("mma_kind",), kind_ok),
+    ]
+
+
+def _divides_rule(knob: str, dim: str) -> Constraint:
+    """`knob` divides the problem's dimension `dim` (m, n or k)."""
+    return Constraint(
+        f"{knob} does not divide {dim.upper()}",
+        (knob,),
+        lambda p, x: _divides(x[knob], getattr(p, dim)),
+    )
+
+
+def _mma_tile_fits(p: MatmulProblem, x: Point) -> bool:
+    return not _is_mma(x) or (
+        x["tile_m"] % MMA_M == 0
+        and x["tile_n"] % MMA_N == 0
+        and x["tile_k"] % mma_k(x["mma_kind"]) == 0
+    )
+
+
+def _tile_rules() -> list[Constraint]:
+    """The workgroup tile divides the problem, and the mma tile divides the workgroup's."""
+    return [
+        _divides_rule("tile_m", "m"),
+        _divides_rule("tile_n", "n"),
+        _divides_rule("tile_k", "k"),
+        Constraint(
+            "mma tile does not divide the workgroup tile",
+            ("mma_kind", "tile_m", "tile_n", "tile_k"),
+            _mma_tile_fits,
+        ),
+    ]
+
+
+def _sentinel_rule(knob: str, used_by_mma: bool) -> Constraint:
+    """A knob of one kind of point (tensor-core or SIMT) is 0 on the other kind."""
+    kind = "tensor-core" if used_by_mma else "SIMT"
+    return Constraint(
+        f"{knob} is only for {kind} points (0 otherwise)",
+        ("mma_kind", knob),
+        lambda p, x: (x[knob] > 0) == (_is_mma(x) == used_by_mma),
+    )
+
+
+def _warp_tile_fits(p: MatmulProblem, x: Point) -> bool:
+    return not _is_mma(x) or (
+        x["tile_m"] % (MMA_M * x["subgroup_m"]) == 0
+        and x["tile_n"] % (MMA_N * x["subgroup_n"]) == 0
+    )
+
+
+def _warp_rules() -> list[Constraint]:
+    """Tensor-core points: how warps of mma tiles split the workgroup tile."""
+    return [
+        _sentinel_rule("subgroup_m", True),
+        _sentinel_rule("subgroup_n", True),
+        Constraint(
+            "warp tile does not divide the workgroup tile",
+            ("mma_kind", "tile_m", "tile_n", "subgroup_m", "subgroup_n"),
+            _warp_tile_fits,
+        ),
+        Constraint(
+            f"warp tile over {MAX_MMA_TILES_PER_WARP} mma tiles (register spills)",
+            ("mma_kind", "subgroup_m", "subgroup_n"),
+            lambda p, x: (
+                not _is_mma(x) or x["subgroup_m"] * x["subgroup_n"] <= MAX_MMA_TILES_PER_WARP
+            ),
+        ),
+    ]
+
+
+def _thread_rules() -> list[Constraint]:
+    """SIMT points: how per-thread tiles split the workgroup tile."""
+    return [
+        _sentinel_rule("thread_m", False),
+        _sentinel_rule("thread_n", False),
+        Constraint(
+            "thread tile does not divide the workgroup tile",
+            ("mma_kind", "tile_m", "tile_n", "thread_m", "thread_n"),
+            lambda p, x: (
+                _is_mma(x)
+                or (x["tile_m"] % x["thread_m"] == 0 and x["tile_n"] % x["thread_n"] == 0)
+            ),
+        ),
+        Constraint(
+            f"thread tile over {MAX_THREAD_TILE} elements (register spills)",
+            ("mma_kind", "thread_m", "thread_n"),
+            lambda p, x: _is_mma(x) or x["thread_m"] * x["thread_n"] <= MAX_THREAD_TILE,
+        ),
+    ]
+
+
+def _block_dim_rule(target: CudaTarget, axis: int, knob: str) -> Constraint:
+    """block_dim_* is 0 (derive) or the derived workgroup size along its axis."""
+    return Constraint(
+        f"{knob} differs from the derived workgroup size",
+        (*WORKGROUP_SIZE_KNOBS, knob),
+        lambda p, x: x[knob] in (DERIVE, target.workgroup_size(x)[axis]),
+    )
+
+
+def _workgroup_rules(target: CudaTarget) -> list[Constraint]:
+    """The derived workgroup size: within the GPU's limits, and what block_dim_* say."""
+    return [
+        Constraint(
+            f"over {target.max_threads} threads per workgroup",
+            WORKGROUP_SIZE_KNOBS,
+            lambda p, x: _threads(target, x) <= target.max_threads,
+        ),
+        Constraint(
+            "fewer than 32 threads per workgroup",
+            WORKGROUP_SIZE_KNOBS,
+            lambda p, x: _threads(target, x) >= WARP,
+        ),
+        _block_dim_rule(target, 0, "block_dim_x"),
+        _block_dim_rule(target, 1, "block_dim_y"),
+        Constraint(
+            "block_dim_z must be 1 (or 0 to derive)",
+            ("block_dim_z",),
+            lambda p, x: x["block_dim_z"] in (DERIVE, 1),
+        ),
+    ]
+
+
+def _memory_rules(target: CudaTarget) -> list[Constraint]:
+    """Operand promotion, and the shared memory it takes within the arch's limit."""
+    return [
+        Constraint(
+            "promote_operands is 0 or 1",
+            ("promote_operands",),
+            lambda p, x: x["promote_operands"] in (0, 1),
+        ),
+        Constraint(
+            f"shared memory over the {target.arch} limit",
+            ("tile_m", "tile_n", "tile_k", "promote_operands"),
+            lambda p, x: iree_shared_memory(p, x) <= target.shared_memory_bytes,
+        ),
+    ]
 
 
 class CudaTarget(Target):
@@ -250,19 +386,7 @@ class CudaTarget(Target):
         KnobSpec(
             "promote_operands", "1: stage A and B tiles in shared memory, 0: do not", minimum=0
         ),
-        KnobSpec(
-            "warps", "custom kernels: warps per workgroup (0 for IREE's pipelines)", minimum=0
-        ),
-        KnobSpec(
-            "group_m",
-            "custom kernels: rows of blocks launched together, for L2 reuse (0 for IREE's)",
-            minimum=0,
-        ),
-        KnobSpec(
-            "split_k",
-            "custom kernels: workgroups that share a block's K, adding up in turn (0 for IREE's)",
-            minimum=0,
-        ),
+        *CUSTOM_KNOB_SPECS,  # the custom family's own (cuda_custom.py)
     )
 
     def __init__(self, config: RunConfig, machine: Machine | None = None):
@@ -285,6 +409,9 @@ class CudaTarget(Target):
         self.shared_memory_bytes = info.shared_memory_bytes
         self.sm_count = info.sm_count
         self.mma_intrinsics = info.mma
+        self.custom = CustomKernels(
+            self.arch, self.machine.triton, self.shared_memory_bytes, ELEMENT_BYTES
+        )
 
     def describe(self) -> str:
         assembled = f", kernels assembled by {self.ptxas}" if self.ptxas else ""
@@ -326,12 +453,10 @@ class CudaTarget(Target):
             return NONE
         return kind
 
-    def _kinds(self, problem: MatmulProblem) -> list[Knob]:
-        """mma_kind values this problem's space will hold: the user's list, else the default."""
-        return list(self.config.knob_space.get("mma_kind", [self.default_mma_kind(problem)]))
-
     def candidates(self, knob: str, problem: MatmulProblem) -> list[Knob]:
-        kinds = self._kinds(problem)
+        # mma_kind values this problem's space will hold: the user's list, else the default.
+        default = self.default_mma_kind(problem)
+        kinds = self.config.knob_space.get("mma_kind", [default])
         simt = NONE in kinds
         mma = any(k != NONE for k in kinds)
         if knob == "pipeline":
@@ -339,7 +464,7 @@ class CudaTarget(Target):
             # against 0.77 ms for the best TileAndFuse point of the same run); it needs mma.
             return ["TileAndFuse", "VectorDistribute"] if mma else ["TileAndFuse"]
         if knob == "mma_kind":
-            return [self.default_mma_kind(problem)]
+            return [default]
         # Tiles under 32 only where the dimension itself is that small.
         if knob == "tile_m":
             return problem_candidates(problem.m, min(32, problem.m), 256)
@@ -375,106 +500,25 @@ class CudaTarget(Target):
                 **{knob: [DERIVE] for knob in CUSTOM_KNOBS},
             },
         )
-        if CUSTOM not in pipelines or self.custom_unavailable(problem):
+        if CUSTOM not in pipelines or self.custom.unavailable(problem):
             return [iree]
         neutral = ("subgroup_m", "subgroup_n", "thread_m", "thread_n")
         neutral += ("block_dim_x", "block_dim_y", "block_dim_z")
-        custom = Family(
-            "custom",
-            self.custom_constraints(problem),
-            fixed={
-                "pipeline": [CUSTOM],
-                "mma_kind": [NONE],
-                "promote_operands": [1],
-                **{knob: [DERIVE] for knob in neutral},
-            },
-            candidates={
-                **custom_blocks(problem),
-                "tile_k": [32, 64, 128],
-                "pipeline_depth": [3, 4],
-                "warps": [4, 8],
-                "group_m": [1, 8],
-                "split_k": split_k_candidates(problem),
-            },
-        )
-        return [iree, custom]
+        pinned = {"mma_kind": [NONE], "promote_operands": [1], **{k: [DERIVE] for k in neutral}}
+        return [iree, self.custom.family(problem, pinned)]
 
     def starting_points(self, problem: MatmulProblem) -> list[Point]:
-        """The custom family's known-good points (CUSTOM_STARTING, and SKINNY_STARTING for
-        few rows), then IREE's on the mma intrinsics (IREE_MMA_STARTING), where the
-        problem's space has them."""
-        knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
-        skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
-        custom = [
-            {"pipeline": CUSTOM, **dict(zip(knobs, values, strict=True)), "group_m": 8}
-            for values in CUSTOM_STARTING
-        ]
-        # K whole (split_k 1, the space's first) is left unnamed, so that records made
-        # before split_k existed match too.
-        custom += [
-            {"pipeline": CUSTOM, **dict(zip(knobs, values[:5], strict=True)), "group_m": 8}
-            | ({"split_k": values[5]} if values[5] > 1 else {})
-            for values in skinny
-        ]
+        """The custom family's known-good points (cuda_custom.CUSTOM_STARTING, and
+        SKINNY_STARTING for few rows), then IREE's on the mma intrinsics
+        (IREE_MMA_STARTING), where the problem's space has them."""
         knobs = ("pipeline", "tile_m", "tile_n", "tile_k", "subgroup_m", "subgroup_n")
         iree = [dict(zip(knobs, values, strict=True)) for values in IREE_MMA_STARTING]
-        return custom + iree
-
-    def custom_unavailable(self, problem: MatmulProblem) -> str | None:
-        """Why custom kernels are not searched for this problem, or None."""
-        from autosched.triton_kernels import unsupported
-
-        if self.arch not in CUSTOM_ARCHS:
-            return f"custom kernels are written for {', '.join(CUSTOM_ARCHS)}, not {self.arch}"
-        if not self.machine.triton:
-            return "custom kernels need Triton: pip install 'autosched[triton]'"
-        return unsupported(problem)
-
-    def custom_constraints(self, problem: MatmulProblem) -> list[Constraint]:
-        def power_of_two(knob: str, low: int) -> Constraint:
-            return Constraint(
-                f"custom kernels: {knob} is a power of two from {low}",
-                (knob,),
-                lambda p, x: x[knob] >= low and x[knob] & (x[knob] - 1) == 0,
-            )
-
-        return [
-            power_of_two("tile_m", 16),
-            power_of_two("tile_n", 16),
-            power_of_two("tile_k", 16),
-            Constraint(
-                "custom kernels: stages from 1 to 6",
-                ("pipeline_depth",),
-                lambda p, x: 1 <= x["pipeline_depth"] <= 6,
-            ),
-            Constraint(
-                "custom kernels: 4 or 8 warps",
-                ("warps",),
-                lambda p, x: x["warps"] in (4, 8),
-            ),
-            Constraint(
-                "custom kernels: group_m from 1 to 32",
-                ("group_m",),
-                lambda p, x: 1 <= x["group_m"] <= 32,
-            ),
-            Constraint(
-                f"shared memory over the {self.arch} limit",
-                ("tile_m", "tile_n", "tile_k", "pipeline_depth"),
-                lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
-            ),
-            Constraint(
-                "custom kernels: split-K needs an f32 C and K in shares of whole blocks",
-                ("tile_k", "split_k"),
-                lambda p, x: (
-                    x["split_k"] >= 1 and split_unsupported(p, x["tile_k"], x["split_k"]) is None
-                ),
-            ),
-        ]
+        return self.custom.starting_points(problem) + iree
 
     def workgroup_size(self, point: Point) -> list[int]:
         """The workgroup_size IREE needs for a point's tiles."""
-        if _is_custom(point):
-            return [point["warps"] * WARP, 1, 1]
+        if is_custom(point):
+            return self.custom.workgroup_size(point)
         if _is_mma(point):
             warps = (point["tile_m"] // (MMA_M * point["subgroup_m"])) * (
                 point["tile_n"] // (MMA_N * point["subgroup_n"])
@@ -482,146 +526,16 @@ class CudaTarget(Target):
             return [warps * WARP, 1, 1]
         return [point["tile_n"] // point["thread_n"], point["tile_m"] // point["thread_m"], 1]
 
-    def threads(self, point: Point) -> int:
-        return math.prod(self.workgroup_size(point))
-
-    def shared_memory(self, problem: MatmulProblem, point: Point) -> int:
-        """Bytes of shared memory IREE allocates for a point (0 without promotion).
-
-        Measured on iree-compile 3.13 (`workgroup_local_memory` of the executable): one tile of
-        A and one of B, each row padded by 8 bytes against bank conflicts. prefetch_num_stages
-        does not multiply it (the prefetch goes through registers).
-        """
-        element = ELEMENT_BYTES[problem.lhs_type]
-        if _is_custom(point):  # Triton stages A and B blocks once per pipeline stage
-            blocks = (point["tile_m"] + point["tile_n"]) * point["tile_k"] * element
-            return blocks * point["pipeline_depth"]
-        if not point["promote_operands"]:
-            return 0
-        tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
-        a_rows, a_row = (tk, tm) if problem.transpose_a else (tm, tk)
-        b_rows, b_row = (tn, tk) if problem.transpose_b else (tk, tn)
-        pad = SHARED_ROW_PAD
-        return a_rows * (a_row * element + pad) + b_rows * (b_row * element + pad)
-
     def constraints(self, problem: MatmulProblem) -> list[Constraint]:
-        p_types = (problem.lhs_type, problem.acc_type)
-
-        def kind_ok(p: MatmulProblem, x: Point) -> bool:
-            kind = x["mma_kind"]
-            return kind == NONE or (
-                p.lhs_type == p.rhs_type
-                and MMA_FOR_TYPES.get(p_types) == kind
-                and kind in self.mma_intrinsics
-            )
-
-        def sentinel_rule(knob: str, used_by_mma: bool) -> Constraint:
-            kind = "tensor-core" if used_by_mma else "SIMT"
-            return Constraint(
-                f"{knob} is only for {kind} points (0 otherwise)",
-                ("mma_kind", knob),
-                lambda p, x: (x[knob] > 0) == (_is_mma(x) == used_by_mma),
-            )
-
-        def block_dim_rule(axis: int, knob: str) -> Constraint:
-            return Constraint(
-                f"{knob} differs from the derived workgroup size",
-                (*WORKGROUP_SIZE_KNOBS, knob),
-                lambda p, x: x[knob] in (DERIVE, self.workgroup_size(x)[axis]),
-            )
-
+        """The rules of IREE's pipelines, in this order (a point is rejected for the first
+        rule it fails); the custom family's are its own (cuda_custom.CustomKernels)."""
         return [
-            Constraint(
-                "VectorDistribute needs tensor cores (an mma_kind)",
-                ("pipeline", "mma_kind"),
-                lambda p, x: x["pipeline"] == "TileAndFuse" or _is_mma(x),
-            ),
-            Constraint("mma_kind does not fit the element types or arch", ("mma_kind",), kind_ok),
-            Constraint(
-                "tile_m does not divide M", ("tile_m",), lambda p, x: _divides(x["tile_m"], p.m)
-            ),
-            Constraint(
-                "tile_n does not divide N", ("tile_n",), lambda p, x: _divides(x["tile_n"], p.n)
-            ),
-            Constraint(
-                "tile_k does not divide K",
-                ("tile_k",),
-                lambda p, x: _divides(x["tile_k"], p.k),
-            ),
-            Constraint(
-                "mma tile does not divide the workgroup tile",
-                ("mma_kind", "tile_m", "tile_n", "tile_k"),
-                lambda p, x: (
-                    not _is_mma(x)
-                    or (
-                        x["tile_m"] % MMA_M == 0
-                        and x["tile_n"] % MMA_N == 0
-                        and x["tile_k"] % mma_k(x["mma_kind"]) == 0
-                    )
-                ),
-            ),
-            sentinel_rule("subgroup_m", True),
-            sentinel_rule("subgroup_n", True),
-            Constraint(
-                "warp tile does not divide the workgroup tile",
-                ("mma_kind", "tile_m", "tile_n", "subgroup_m", "subgroup_n"),
-                lambda p, x: (
-                    not _is_mma(x)
-                    or (
-                        x["tile_m"] % (MMA_M * x["subgroup_m"]) == 0
-                        and x["tile_n"] % (MMA_N * x["subgroup_n"]) == 0
-                    )
-                ),
-            ),
-            Constraint(
-                f"warp tile over {MAX_MMA_TILES_PER_WARP} mma tiles (register spills)",
-                ("mma_kind", "subgroup_m", "subgroup_n"),
-                lambda p, x: (
-                    not _is_mma(x) or x["subgroup_m"] * x["subgroup_n"] <= MAX_MMA_TILES_PER_WARP
-                ),
-            ),
-            sentinel_rule("thread_m", False),
-            sentinel_rule("thread_n", False),
-            Constraint(
-                "thread tile does not divide the workgroup tile",
-                ("mma_kind", "tile_m", "tile_n", "thread_m", "thread_n"),
-                lambda p, x: (
-                    _is_mma(x)
-                    or (x["tile_m"] % x["thread_m"] == 0 and x["tile_n"] % x["thread_n"] == 0)
-                ),
-            ),
-            Constraint(
-                f"thread tile over {MAX_THREAD_TILE} elements (register spills)",
-                ("mma_kind", "thread_m", "thread_n"),
-                lambda p, x: _is_mma(x) or x["thread_m"] * x["thread_n"] <= MAX_THREAD_TILE,
-            ),
-            Constraint(
-                f"over {self.max_threads} threads per workgroup",
-                WORKGROUP_SIZE_KNOBS,
-                lambda p, x: self.threads(x) <= self.max_threads,
-            ),
-            Constraint(
-                "fewer than 32 threads per workgroup",
-                WORKGROUP_SIZE_KNOBS,
-                lambda p, x: self.threads(x) >= WARP,
-            ),
-            block_dim_rule(0, "block_dim_x"),
-            block_dim_rule(1, "block_dim_y"),
-            Constraint(
-                "block_dim_z must be 1 (or 0 to derive)",
-                ("block_dim_z",),
-                lambda p, x: x["block_dim_z"] in (DERIVE, 1),
-            ),
-            Constraint(
-                "promote_operands is 0 or 1",
-                ("promote_operands",),
-                lambda p, x: x["promote_operands"] in (0, 1),
-            ),
-            Constraint(
-                f"shared memory over the {self.arch} limit",
-                ("tile_m", "tile_n", "tile_k", "promote_operands"),
-                lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
-            ),
+            *_kind_rules(self, problem),
+            *_tile_rules(),
+            *_warp_rules(),
+            *_thread_rules(),
+            *_workgroup_rules(self),
+            *_memory_rules(self),
         ]
 
     # ---- attribute text -----------------------------------------------------------------
@@ -676,33 +590,11 @@ class CudaTarget(Target):
         )
 
     def in_spec(self, point: Point) -> bool:
-        return not _is_custom(point)
+        return not is_custom(point)
 
     def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
         """Custom kernels: Triton compiles the point to PTX and writes its extern module."""
-        if not _is_custom(point):
-            return []
-        import json
-        import sys
-
-        from autosched.records import problem_shape
-
-        params = asdict(KernelParams.from_point(point))
-        return [
-            sys.executable,
-            "-m",
-            "autosched.triton_kernels",
-            "--shape",
-            json.dumps(problem_shape(problem)),
-            "--params",
-            json.dumps(params),
-            "--arch",
-            self.arch,
-            "--ptx",
-            source.removesuffix(".mlir") + ".ptx",
-            "--module",
-            source,
-        ]
+        return self.custom.source_command(problem, point, source) if is_custom(point) else []
 
     def compile_flags(self) -> list[str]:
         flags = ["--iree-hal-target-device=cuda"]
@@ -744,13 +636,9 @@ class CudaTarget(Target):
     # ---- names and features -------------------------------------------------------------
 
     def config_name(self, point: Point) -> str:
+        if is_custom(point):
+            return self.custom.config_name(point)
         tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
-        if _is_custom(point):
-            split = point.get("split_k", 1)
-            return (
-                f"tr_{tiles}_w{point['warps']}_s{point['pipeline_depth']}_g{point['group_m']}"
-                + (f"_k{split}" if split > 1 else "")
-            )
         prefix = {"TileAndFuse": "tf", "VectorDistribute": "vd"}[point["pipeline"]]
         if _is_mma(point):
             shape = "_16x8x32_" if mma_k(point["mma_kind"]) == 32 else "_16x8x16_"
@@ -762,20 +650,21 @@ class CudaTarget(Target):
 
     def features(self, problem: MatmulProblem, point: Point) -> dict[str, float]:
         tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
-        threads = self.threads(point)
+        threads = math.prod(self.workgroup_size(point))
         # Ceiling: a custom kernel's block may overhang M or N (its loads are masked).
         split = max(point.get("split_k", 1), 1)
         workgroups = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * max(problem.batch, 1)
         workgroups *= split
         waves = workgroups / self.sm_count
-        shared = self.shared_memory(problem, point)
+        custom = is_custom(point)
+        shared = (self.custom.shared_memory if custom else iree_shared_memory)(problem, point)
         element = ELEMENT_BYTES[problem.lhs_type]
         per_thread = tm * tn / threads  # accumulator elements each thread holds
         numeric = [k.name for k in self.knobs if not k.choices]
         return {
             **{f"log2_{k}": math.log2(max(int(point[k]), 1)) for k in numeric},
             "is_mma": float(_is_mma(point)),
-            "is_custom": float(_is_custom(point)),
+            "is_custom": float(custom),
             "vector_distribute": float(point["pipeline"] == "VectorDistribute"),
             "log2_threads": math.log2(threads),
             "warps": threads / WARP,

@@ -1,0 +1,238 @@
+"""A model as one tuning job: the contractions of the dispatches IREE forms, one budget
+spread over them by their share of model time, one spec, and the proof on the whole model.
+
+The budget moves between problems like MetaSchedule's gradient task scheduler: each problem's
+default is measured first (its time x how often the model runs it is its share), then every
+batch goes to the problem expected to cut the most model time per trial, judged by how fast
+its best time has been falling. A problem not yet searched is assumed to have a lot to give,
+so every problem gets tried before the budget concentrates on the ones still improving.
+Where the devices allow, each round searches the best few problems at once, a batch each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+from autosched.model.dispatch_benchmarks import DispatchBenchmark
+from autosched.model.lowering import ModelAnalysis
+from autosched.ops.contraction import Contraction
+from autosched.ops.matmul import MatmulProblem
+from autosched.run.problem import ProblemResult, ProblemSearch, Progress
+from autosched.run.tuning import Tuning
+
+FAST_TRIALS = 8  # trials per problem in fast mode
+EXTREME_FACTOR = 4  # extreme mode: this many times n_trial per problem
+CLEAR_WIN = 1.10  # fast mode: a first-pass speedup this large ends a problem's search
+OPTIMISM = 0.2  # share of its time a problem not yet searched is assumed able to lose
+WINDOW = 2  # batches over which a problem's recent improvement is measured
+
+
+@dataclass
+class ModelProblem:
+    """One tunable contraction of the model and its search."""
+
+    problem: MatmulProblem
+    contraction: Contraction
+    search: ProblemSearch | None = None
+    result: ProblemResult | None = None
+    benchmark: DispatchBenchmark | None = None  # IREE's own dispatch, to time candidates on
+    history: list[float] = field(default_factory=list)  # best first-pass ms after each batch
+    done: bool = False  # searched to the end: space exhausted or a clear win in fast mode
+
+    @property
+    def occurrences(self) -> int:
+        return self.contraction.occurrences
+
+    @property
+    def default_ms(self) -> float | None:
+        baseline = self.search.result.baseline if self.search else None
+        return baseline.median_ms if baseline is not None and baseline.ok else None
+
+
+def budget_for(mode: str, n_trial: int, problems: list[ModelProblem]) -> int:
+    """The total trials a mode gives a model when --budget is not given."""
+    per_problem = {"fast": FAST_TRIALS, "normal": n_trial, "extreme": EXTREME_FACTOR * n_trial}
+    return per_problem[mode] * len(problems)
+
+
+def expected_gain(entry: ModelProblem) -> float:
+    """Model time (ms per inference) one more trial is expected to save on this problem."""
+    if entry.done or not entry.history:
+        return 0.0
+    best = entry.history[-1]
+    if len(entry.history) <= WINDOW:
+        rate = OPTIMISM * best  # not yet searched: assume much to gain
+    else:
+        rate = max(entry.history[-1 - WINDOW] - best, 0.0) / WINDOW + 0.01 * best
+    return rate * entry.occurrences
+
+
+def pick_next(problems: list[ModelProblem]) -> ModelProblem | None:
+    """The problem whose next batch is expected to save the most model time (pure).
+
+    Problems not searched yet come first, the largest share of model time first, so that
+    a small budget is not spent on one problem before the others were tried.
+    """
+    open_problems = [p for p in problems if not p.done and p.history]
+    if not open_problems:
+        return None
+    untried = [p for p in open_problems if len(p.history) == 1]
+    if untried:
+        return max(untried, key=lambda p: p.history[-1] * p.occurrences)
+    return max(open_problems, key=lambda p: (expected_gain(p), p.history[-1] * p.occurrences))
+
+
+def pick_round(problems: list[ModelProblem], count: int) -> list[ModelProblem]:
+    """Up to `count` distinct problems to search at the same time, in `pick_next`'s order."""
+    chosen: list[ModelProblem] = []
+    while len(chosen) < count:
+        entry = pick_next([p for p in problems if p not in chosen])
+        if entry is None:
+            break
+        chosen.append(entry)
+    return chosen
+
+
+def first_batch(budget: int, problems: int, batch_size: int) -> int:
+    """Trials of a problem's first batch: a batch, or a fair part of a smaller budget."""
+    return max(1, min(batch_size, budget // max(problems, 1)))
+
+
+def shares(times: dict[str, float], problems: list[ModelProblem]) -> dict[str, float]:
+    """Each problem's share of the tuned contractions' time (its ms x occurrences)."""
+    weighted = {p.problem.name: times[p.problem.name] * p.occurrences for p in problems}
+    total = sum(weighted.values()) or 1.0
+    return {name: value / total for name, value in weighted.items()}
+
+
+@dataclass
+class CampaignReport:
+    """What the summary JSON holds besides the whole-model proof."""
+
+    budget: int
+    trials: int
+    mode: str
+    search_s: float
+    problems: list[dict] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    custom_trials: int = 0  # custom kernels searched on their bare kernels after the campaign
+
+
+def run_campaign(
+    tuning: Tuning,
+    problems: list[ModelProblem],
+    progress: Progress,
+    budget: int,
+    mode: str,
+    time_budget_s: float | None = None,
+) -> CampaignReport:
+    """Searches the model's problems under one budget of trials and of wall time."""
+    started = time.perf_counter()
+    config = tuning.config
+    searches = tuning.concurrently(
+        [
+            partial(
+                tuning.start_problem,
+                entry.problem,
+                progress,
+                own_bar=False,
+                benchmark=entry.benchmark,
+                resume_at_most=budget,
+            )
+            for entry in problems
+        ]
+    )
+    for entry, search in zip(problems, searches, strict=True):
+        entry.search = search
+        entry.history.append(search.best_ms or math.inf)
+        entry.done = search.exhausted or entry.default_ms is None
+    used = sum(len(p.search.trials) for p in problems)  # resumed trials count too
+    first = first_batch(budget - used, len(problems), config.batch_size)
+    while used < budget:
+        if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
+            tuning.log.write(f"time budget of {time_budget_s / 60:g} min reached")
+            break
+        batches = []  # (problem, trials) for this round, one batch per problem
+        for entry in pick_round(problems, tuning.parallel):
+            size = config.batch_size if len(entry.history) > 1 else first
+            size = min(size, budget - used - sum(n for _, n in batches))
+            if size > 0:
+                batches.append((entry, size))
+        if not batches:
+            break
+        measured = tuning.concurrently(
+            [partial(tuning.step, entry.search, size, progress) for entry, size in batches]
+        )
+        for (entry, _), trials in zip(batches, measured, strict=True):
+            used += len(trials)
+            entry.history.append(entry.search.best_ms or math.inf)
+            if not trials:
+                entry.done = True
+            elif mode == "fast" and entry.default_ms and entry.search.best_ms:
+                entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
+    results = tuning.finish_all([p.search for p in problems], progress)
+    for entry, result in zip(problems, results, strict=True):
+        entry.result = result
+    return CampaignReport(
+        budget=budget, trials=used, mode=mode, search_s=time.perf_counter() - started
+    )
+
+
+def problem_rows(problems: list[ModelProblem], applied: dict[str, bool]) -> list[dict]:
+    """The summary's per-problem rows: share of model time before and after, and the spec."""
+    before = {p.problem.name: p.result.baseline_ms or p.default_ms or 0.0 for p in problems}
+    after = {
+        p.problem.name: (p.result.best_ms if p.result.best else before[p.problem.name])
+        for p in problems
+    }
+    share_before, share_after = shares(before, problems), shares(after, problems)
+    rows = []
+    for p in problems:
+        name = p.problem.name
+        rows.append(
+            {
+                "problem": name,
+                "dispatches": sorted({s.entry_point for s in p.contraction.sites}),
+                "occurrences": p.occurrences,
+                "fuses": sorted({op for s in p.contraction.sites for op in s.fused_ops}),
+                "share": round(share_before[name], 4),
+                "share_after": round(share_after[name], 4),
+                "default_ms": before[name],
+                "best_ms": after[name],
+                "speedup": p.result.speedup,
+                "trials": len(p.result.trials),
+                "timed_on": p.benchmark.entry_point if p.benchmark else "kernel",
+                "timed_form": p.result.timed_form,
+                "not_applied": p.result.not_applied,
+                "default_drift": p.result.drift,
+                "default_timings_ms": p.result.default_ms,
+                "stopped": p.result.stopped,
+                "in_spec": p.result.best is not None,
+                "applied_in_model": applied.get(name, False),
+            }
+        )
+    return rows
+
+
+def write_summary(path: str, proof: dict | None, report: CampaignReport) -> str:
+    """`<output>.summary.json`: the model line's numbers and one row per problem."""
+    data = {"model": proof, **asdict(report)}
+    temporary = path + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, default=str)
+        handle.write("\n")
+    os.replace(temporary, path)
+    return path
+
+
+def skipped_summary(analysis: ModelAnalysis, not_matmul: list[Contraction]) -> dict[str, int]:
+    """Reason -> count of the model's dispatch roots that are not tuned."""
+    counts = dict(analysis.skipped_counts())
+    if not_matmul:
+        counts["contraction without a matmul form"] = len(not_matmul)
+    return counts

@@ -1,0 +1,64 @@
+"""What every measuring run needs around it, whichever driver runs it: its paths checked,
+the devices opened once, the work folder locked, signals handled, OS errors as one line,
+and one line and the signal's exit code when interrupted."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+
+from autosched import interrupts
+from autosched.config import RunConfig
+from autosched.drivers.runlock import RunLock, lock_paths
+from autosched.errors import UserError
+from autosched.outputs.paths import RunPaths, check_paths
+from autosched.targets.host import device_problem, measuring_devices
+
+EXIT_INTERRUPTED = 130
+
+
+@contextmanager
+def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
+    """What every measuring run needs around it: its paths checked, the device opened once,
+    the work folder locked, signals handled, and OS errors turned into one Error: line."""
+    check_paths(paths)
+    lock = None
+    try:
+        if config.executor == "local":  # a Ray cluster's actors open their own devices
+            target.check_device()
+            for device in measuring_devices(config, target.device, target.machine):
+                problem = device_problem(device)
+                if problem:
+                    raise UserError(f"device {device!r} cannot be opened here: {problem}")
+        lock = RunLock(lock_paths(config.work_dir, config.database))
+        interrupts.install()
+        yield
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        raise UserError(
+            f"{where}{error.strerror or error}; every measurement made so far is in "
+            f"{config.database}"
+        ) from None
+    finally:
+        interrupts.restore()
+        if lock is not None:
+            lock.release()
+
+
+def exit_interrupted(interrupt: KeyboardInterrupt, config: RunConfig, log, progress) -> None:
+    """One line, then the exit code of the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    progress.finish()
+    name = "SIGTERM" if getattr(interrupt, "signum", 0) == signal.SIGTERM else "interrupted"
+    log.write(f"{name}: every trial measured so far is in the CSV and the database")
+    click.echo(
+        f"\n{name}: measurements kept in {config.output_file} and {config.database}; "
+        "run the same command again to resume",
+        err=True,
+    )
+    sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
+
+

@@ -1,0 +1,517 @@
+"""`autosched run MODEL` and `autosched apply MODEL --spec SPEC`: the model's path through the
+tool, from lowering to the line that says what the spec did to the whole model.
+
+    lower (model.py) -> problems -> campaign (one budget) -> one spec (spec.py)
+        -> the spec checked on every dispatch (configured.spec_coverage) -> proof (proof.prove)
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from autosched.config import RunConfig
+from autosched.drivers.campaign import (
+    CampaignReport,
+    ModelProblem,
+    budget_for,
+    problem_rows,
+    run_campaign,
+    skipped_summary,
+    write_summary,
+)
+from autosched.errors import UserError
+from autosched.measure.worker import memory_problem
+from autosched.model.configured import form_of
+from autosched.model.lowering import ModelAnalysis, analyze_model
+from autosched.outputs.paths import RunPaths
+from autosched.outputs.spec import write_spec
+from autosched.run.problem import Progress
+from autosched.run.tuning import Tuning, summary_rows
+
+PROOF_ROUNDS = 5
+
+
+def model_for_target(path: str, target, work_dir: str) -> str:
+    """The model as the target needs it: unchanged, or (sm_90, which iree-compile cannot
+    name) with the full device target attribute the kernels are tuned for set on it."""
+    attributes = target.module_attributes()
+    if not attributes:
+        return path
+    from iree.compiler import ir
+
+    from autosched.model.lowering import prepare_model
+
+    source = prepare_model(path, work_dir)
+    context = ir.Context()
+    try:
+        module = ir.Module.parseFile(source, context)
+    except ir.MLIRError as error:
+        raise UserError(f"{path}: does not parse: {error}".splitlines()[0]) from None
+    for name, text in attributes.items():
+        module.operation.attributes[name] = ir.Attribute.parse(text, context)
+    os.makedirs(work_dir, exist_ok=True)
+    targeted = os.path.join(work_dir, f"model.{target.arch}.mlirbc")
+    with open(targeted, "wb") as handle:
+        module.operation.write_bytecode(handle)
+    return targeted
+
+
+def model_problems(analysis: ModelAnalysis, target) -> tuple[list[ModelProblem], dict[str, int]]:
+    """The contractions this target can tune, and reason -> count for the rest."""
+    problems, not_matmul = [], []
+    skipped = {}
+    for contraction in analysis.contractions:
+        problem = contraction.as_matmul_problem()
+        if problem is None:
+            not_matmul.append(contraction)
+            continue
+        reason = target.supports(problem) or memory_problem(problem)
+        if reason:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        problems.append(ModelProblem(problem, contraction))
+    counts = skipped_summary(analysis, not_matmul)
+    for reason, count in skipped.items():
+        counts[reason] = counts.get(reason, 0) + count
+    return problems, counts
+
+
+def describe_analysis(path: str, analysis: ModelAnalysis, problems, skipped) -> list[str]:
+    lines = [
+        f"{path}: {analysis.dispatches} dispatches; {len(problems)} contraction problem(s) to tune"
+    ]
+    for entry in problems:
+        fused = sorted({op for s in entry.contraction.sites for op in s.fused_ops})
+        lines.append(
+            f"  {entry.problem.name}: runs {entry.occurrences}x"
+            + (f", fused with {', '.join(fused)}" if fused else "")
+        )
+    for reason, count in skipped.items():
+        lines.append(f"  not tuned: {count} {reason}")
+    return lines
+
+
+def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress) -> None:
+    """Tunes a whole model; see the module docstring."""
+    from autosched.drivers.guard import guarded_run
+    from autosched.targets import make_target
+
+    path = config.input_file
+    target = make_target(config)
+    target.check_search_space(config)
+    paths = RunPaths.of(config)
+    work = os.path.join(config.work_dir, "model")
+    model_path = model_for_target(path, target, work)
+    flags = target.compile_flags()
+    analysis = analyze_model(model_path, flags)
+    problems, skipped = model_problems(analysis, target)
+    if not problems:
+        reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
+        raise UserError(
+            f"{path}: no linalg.matmul, batch_matmul or other contraction in the "
+            f"{analysis.dispatches} dispatch(es) IREE forms can be tuned for {target.name}"
+            + (f" (not tuned: {reasons})" if reasons else "")
+        )
+    for line in describe_analysis(path, analysis, problems, skipped):
+        click.echo(line, err=True)
+    budget = config.budget or budget_for(config.mode, config.n_trial, problems)
+    if dry_run:
+        click.echo(f"budget: {budget} trials ({config.mode} mode); nothing compiled")
+        return
+    with guarded_run(config, target, paths):
+        if config.time_on == "dispatch":
+            attach_benchmarks(problems, model_path, flags, os.path.join(work, "dispatches"))
+        _tune_model(config, target, paths, model_path, problems, skipped, budget, resume, progress)
+
+
+def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> None:
+    """Each problem gets IREE's own dispatch of its first site to be timed on."""
+    from dataclasses import replace
+
+    from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
+    from autosched.model.lowering import lower_to_dispatches, prepare_model
+
+    click.echo("writing IREE's dispatches as benchmarks ...", err=True)
+    source = prepare_model(model_path, folder)  # an ONNX model is imported first
+    benchmarks = dump_dispatch_benchmarks(source, flags, folder)
+    checks = dispatch_check_modules(lower_to_dispatches(source, flags), set(benchmarks), folder)
+    for entry_point, (check, inputs, outputs) in checks.items():
+        benchmarks[entry_point] = replace(
+            benchmarks[entry_point], check_source=check, check_inputs=inputs, check_outputs=outputs
+        )
+    for entry in problems:
+        found = [benchmarks.get(site.entry_point) for site in entry.contraction.sites]
+        entry.benchmark = next((b for b in found if b is not None), None)
+        if entry.benchmark is None:
+            click.echo(
+                f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel", err=True
+            )
+
+
+def _tune_model(config, target, paths, model_path, problems, skipped, budget, resume, progress):
+    from autosched.drivers.guard import exit_interrupted
+
+    tuning = Tuning(config, target, resume=resume)
+    tuning.log.section(f"model {config.input_file}")
+    for entry in problems:
+        tuning.log.write(f"{entry.problem.name}: runs {entry.occurrences}x")
+    for reason, count in skipped.items():
+        tuning.log.write(f"not tuned: {count} {reason}")
+    time_budget = config.time_budget * 60 if config.time_budget else None
+    click.echo(
+        f"tuning {len(problems)} problem(s) on {target.describe()}: {budget} trials in all "
+        f"({config.mode} mode, {config.tuner} tuner)"
+        + (f", at most {config.time_budget:g} min" if time_budget else ""),
+        err=True,
+    )
+    progress.start_model(f"{os.path.basename(config.input_file):<40}", budget + len(problems))
+    try:
+        report = run_campaign(tuning, problems, progress, budget, config.mode, time_budget)
+        custom = search_custom_kernels(tuning, problems, progress)
+        tuning.log_device_use()
+    except KeyboardInterrupt as interrupt:
+        tuning.csv.finish(tuning.retimed, set())
+        tuning.close()
+        exit_interrupted(interrupt, config, tuning.log, progress)
+    progress.finish()
+    results = [entry.result for entry in problems]
+    chosen = {(r.problem.name, r.best.config if r.best else "iree_default") for r in results}
+    chosen |= {(r.problem.name, r.best.config) for r in custom.values() if r.best is not None}
+    tuning.csv.finish(tuning.retimed, chosen)
+    tuning.close()
+    report.skipped = skipped
+    report.custom_trials = sum(len(r.trials) - r.resumed for r in custom.values())
+    summary = summary_rows(results)
+    tuning.log.section("result")
+    tuning.log.write(summary)
+    click.echo(summary)
+
+    custom_spec = write_custom_spec(paths.custom_spec, target, problems, custom, tuning.log)
+    spec_path, applied, proof = spec_never_slower(tuning, model_path, paths, problems, custom_spec)
+    report.problems = problem_rows(problems, applied)
+    for entry, row in zip(problems, report.problems, strict=True):
+        result = custom_winner(entry, custom, target)
+        row["in_spec"] = row["in_spec"] and target.in_spec(entry.result.best.point)
+        row["custom_ms"] = result.best_ms if result else None
+        row["route"] = route_of(row, custom_spec is not None and result is not None)
+    shares = share_table(report.problems)
+    tuning.log.write(shares)
+    click.echo("\n" + shares)
+    summary_path = write_summary(os.path.splitext(paths.csv)[0] + ".summary.json", proof, report)
+    click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
+    if spec_path:
+        click.echo(
+            f"tuned model: iree-compile {config.input_file} "
+            f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
+        )
+    if custom_spec:
+        verdict = (proof or {}).get("custom") or {}
+        if verdict.get("outputs_match") and (verdict.get("over_spec") or 0) > 1:
+            click.echo(custom_commands(model_path, target, spec_path, custom_spec, config.work_dir))
+        else:
+            message = (
+                f"WARNING: the custom kernels of {custom_spec} did not make the model faster "
+                "with the same outputs (see the proof above): build it with the spec alone"
+            )
+            tuning.log.write(message)
+            click.echo(click.style(message, fg="red", bold=True), err=True)
+    _log_budget(tuning, report)
+
+
+def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress: Progress):
+    """Problem name -> the custom-kernel search of each problem the target's custom family
+    covers (when the cfg's pipeline list names it): its points only, n_trial of them, each
+    checked against numpy and timed on its bare kernel (a custom kernel has no place in
+    IREE's dispatch benchmark; the whole-model proof is what judges it)."""
+    from functools import partial
+
+    from autosched.model.substitution import substitutable
+    from autosched.search.space import build_space
+
+    target, knobs = tuning.target, tuning.config.knob_space
+    covered = [
+        entry.problem
+        for entry in problems
+        if entry.benchmark is not None  # timed as a kernel, its campaign searched them already
+        and not substitutable(entry.problem)
+        and any(not target.in_spec(p) for p in build_space(entry.problem, target, knobs).points)
+    ]
+    if not covered:
+        return {}
+    click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
+    searches = tuning.concurrently(
+        [
+            partial(tuning.search_problem, p, progress, own_bar=False, custom_only=True)
+            for p in covered
+        ]
+    )
+    results = tuning.finish_all(searches, progress)
+    return {result.problem.name: result for result in results}
+
+
+def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: dict, log):
+    """The custom kernels that beat both IREE's default kernel and the campaign's best
+    dispatch time, as the spec that replaces their contractions; None when there are none."""
+    from autosched.model.substitution import write_substitution
+
+    winners = []
+    for entry in problems:
+        result = custom_winner(entry, custom, target)
+        if result is None:
+            continue
+        iree_ms = entry.result.best_ms if entry.result.best else entry.result.baseline_ms
+        if result is not entry.result and iree_ms and result.best_ms >= iree_ms:
+            log.write(
+                f"{entry.problem.name}: custom kernel {result.best_ms:.4g} ms, not under IREE's "
+                f"{iree_ms:.4g} ms on the dispatch: not substituted"
+            )
+            continue
+        winners.append((entry.problem, result.best.point))
+    if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
+        for why in write_substitution(path, winners, target):
+            log.write(f"not substituted: {why}")
+    return path if os.path.exists(path) else None
+
+
+def custom_winner(entry: ModelProblem, custom: dict, target):
+    """The search whose best is a custom kernel for this problem: the custom pass's, or the
+    campaign's own when it timed kernels (`time_on = kernel` searches custom points with
+    IREE's); None when neither found one."""
+    campaign = entry.result
+    if campaign.best is not None and not target.in_spec(campaign.best.point):
+        return campaign
+    result = custom.get(entry.problem.name)
+    return result if result is not None and result.best is not None else None
+
+
+def route_of(row: dict, substituted: bool) -> str:
+    """Which route a problem's winner took, for the summary (the honest name of it)."""
+    if substituted and row.get("custom_ms") is not None:
+        return "custom kernel"
+    return "IREE configuration" if row["in_spec"] else "IREE default"
+
+
+def custom_commands(model_path, target, spec_path, custom_spec, work_dir) -> str:
+    """The exact commands that build the model with its custom kernels."""
+    import shlex
+
+    from autosched.model.substitution import RESUME_FLAG, rewrite_commands
+
+    flags = target.compile_flags()
+    out = os.path.join(work_dir, "model", "model.custom.mlir")
+    steps = [command for _, command in rewrite_commands(model_path, custom_spec, flags, out)]
+    spec = target.spec_flags(spec_path) if spec_path else []
+    steps.append(["iree-compile", out, *flags, *spec, RESUME_FLAG, "-o", "model.vmfb"])
+    return "tuned model with custom kernels:\n  " + " &&\n  ".join(
+        shlex.join([os.path.basename(step[0]), *step[1:]]) for step in steps
+    )
+
+
+def share_table(rows: list[dict]) -> str:
+    """Each problem's share of the tuned contractions' time, before and after."""
+    from autosched.outputs.report import table
+
+    headers = ["problem", "runs", "share before", "share after", "in spec", "applied in model"]
+    cells = [
+        [
+            row["problem"],
+            str(row["occurrences"]),
+            f"{row['share']:.1%}",
+            f"{row['share_after']:.1%}",
+            "yes" if row["in_spec"] else "no",
+            "yes" if row["applied_in_model"] else ("no" if row["in_spec"] else "-"),
+        ]
+        for row in rows
+    ]
+    return table(headers, cells)
+
+
+def _warn(tuning: Tuning, message: str) -> None:
+    tuning.log.write(message)
+    click.echo(click.style(message, fg="red", bold=True), err=True)
+
+
+def spec_never_slower(tuning: Tuning, model_path, paths, problems, custom_spec):
+    """(spec path or None, applied, proof): the winners' spec, checked in the model and
+    proved on it. While the tuned model proves slower than IREE's default, the winner that
+    was to save the least model time is left out and the spec proved again; with none left,
+    no spec is written. Without any spec the default alone is timed, so the run always ends
+    with the model's line."""
+    config, target, starter = tuning.config, tuning.target, tuning.config.starter_spec
+    while True:
+        best = [(e.problem, target, e.result.best.point) for e in problems if e.result.best]
+        spec_path = write_spec(paths.spec, best, starter)
+        applied = check_applied(model_path, target, spec_path, problems, tuning.log)
+        for name in [name for name, ok in applied.items() if not ok]:
+            message = f"WARNING: the spec's configuration for {name} is NOT applied in the model"
+            _warn(tuning, message)
+        if not spec_path and not custom_spec:
+            click.echo("no tuning spec: nothing beat IREE's default configurations")
+        proof = _prove(model_path, target, spec_path, config, tuning, custom_spec)
+        if not spec_path or (proof["speedup"] or 1.0) >= 1.0:
+            return spec_path, applied, proof
+        left_out = _leave_out_least(problems)
+        if left_out is None:
+            starter = ""  # the starter spec alone was slower
+        _warn(
+            tuning,
+            f"WARNING: the tuned model is SLOWER than IREE's default ({proof['speedup']:.2f}x): "
+            + (f"{left_out} left out of the spec" if left_out else "no spec is written"),
+        )
+        if left_out is None and not best:
+            os.remove(spec_path)
+            return None, {}, _prove(model_path, target, None, config, tuning, custom_spec)
+
+
+def _leave_out_least(problems) -> str | None:
+    """Drops the winner expected to save the least model time; its name (None: none left)."""
+    winners = [e for e in problems if e.result.best is not None]
+    if not winners:
+        return None
+    least = min(
+        winners, key=lambda e: (e.result.baseline_ms - e.result.best_ms) * e.occurrences
+    )
+    least.result.best, least.result.best_ms = None, None
+    return least.problem.name
+
+
+def check_applied(model_path, target, spec_path, problems, log) -> dict[str, bool]:
+    """Problem name -> every dispatch of its contraction carries the tuned configuration,
+    on a root of the form its candidates were timed on."""
+    if not spec_path:
+        return {}
+    from autosched.model.configured import spec_coverage
+
+    configs = spec_coverage(
+        model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
+    )
+    applied = {}
+    for entry in problems:
+        best = entry.result.best if entry.result else None
+        if best is None or not target.in_spec(best.point):  # a custom kernel: not in the spec
+            continue
+        expected = target.lowering_config(entry.problem, best.point)
+        # By dispatch, not by the root's name: GPU codegen turns a named batch_matmul into
+        # a linalg.generic before it configures it.
+        dispatches = {site.entry_point for site in entry.contraction.sites}
+        mine = [c for c in configs if c.entry_point in dispatches]
+        timed = entry.result.timed_form
+        other = [form_of(c) for c in mine if timed and form_of(c) != timed]
+        if other:
+            log.write(f"{entry.problem.name}: timed on {timed}, the model configures {other[0]}")
+        ok = bool(mine) and not other and all(c.carries(expected) for c in mine)
+        applied[entry.problem.name] = ok
+    return applied
+
+
+def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None):
+    """proof.prove with the run's target, device, seed and timing settings."""
+    from autosched.drivers.proof import prove
+
+    what = "proving the spec on" if spec_path or custom_spec else "timing"
+    click.echo(f"{what} the whole model ...", err=True)
+    return prove(
+        model_path,
+        target.compile_flags(),
+        spec_path,
+        target.device,
+        seed=config.seed,
+        rounds=PROOF_ROUNDS,
+        spec_flag=target.tuning_spec_flag,
+        repetitions=config.repetitions,
+        min_time=config.min_time,
+        work_dir=os.path.join(config.work_dir, "model", "proof"),
+        custom_spec=custom_spec,
+    )
+
+
+def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning, custom_spec) -> dict:
+    """The whole model with and without the spec: one line and the summary's numbers."""
+    from dataclasses import asdict
+
+    proof = run_proof(model_path, target, spec_path, config, custom_spec)
+    for line in [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]:
+        tuning.log.write(line)
+        click.echo(line)
+    return {
+        "custom": asdict(proof.custom) if proof.custom else None,
+        "function": proof.function,
+        "default_ms": proof.default_ms,
+        "tuned_ms": proof.tuned_ms,
+        "default_cv": proof.default_cv,
+        "tuned_cv": proof.tuned_cv,
+        "speedup": proof.speedup,
+        "outputs_match": proof.outputs_match,
+        "max_error": proof.max_error,
+        "message": proof.message,
+        "default_only": proof.default_only,
+    }
+
+
+def model_line(proof) -> str:
+    """`model: A ms -> B ms (X×), outputs match (max error E)`, or the default's time alone."""
+    if proof.default_only:
+        return f"model: {proof.default_ms:.4g} ms (IREE default; nothing faster)"
+    tuned = f"{proof.tuned_ms:.4g} ms" if proof.tuned_ms else "no time"
+    speedup = f" ({proof.speedup:.2f}x)" if proof.speedup else ""
+    if proof.outputs_match:
+        answer = f"outputs match (max error {proof.max_error or 0:.2g})"
+    else:
+        answer = f"OUTPUTS DIFFER: {proof.message}"
+    return f"model: {proof.default_ms:.4g} ms -> {tuned}{speedup}, {answer}"
+
+
+def custom_line(custom) -> str:
+    """`with custom kernels (N replaced): C ms (X× over the default, Y× over the spec alone),
+    outputs match`."""
+    if custom.ms is None:
+        return f"with custom kernels: no time ({custom.message})"
+    over = f", {custom.over_spec:.2f}x over the spec alone" if custom.over_spec else ""
+    answer = (
+        f"outputs match (max error {custom.max_error or 0:.2g})"
+        if custom.outputs_match
+        else f"OUTPUTS DIFFER: {custom.message}"
+    )
+    return (
+        f"with custom kernels ({custom.replaced} contraction(s) replaced): {custom.ms:.4g} ms "
+        f"({custom.speedup:.2f}x over the default{over}), {answer}"
+    )
+
+
+def _log_budget(tuning: Tuning, report: CampaignReport) -> None:
+    custom = f", and {report.custom_trials} of custom kernels" if report.custom_trials else ""
+    tuning.log.write(
+        f"budget: {report.trials} of {report.budget} trials used ({report.mode} mode){custom}, "
+        f"search {report.search_s:.1f} s"
+    )
+
+
+def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None = None) -> None:
+    """`autosched apply`: which dispatches the spec configures, and the whole-model proof."""
+    from autosched.model.configured import spec_coverage
+    from autosched.targets import make_target
+
+    target = make_target(config)
+    target.check_device()
+    path = config.input_file
+    work = os.path.join(config.work_dir, "model")
+    model_path = model_for_target(path, target, work)
+    if spec_path:
+        configs = spec_coverage(
+            model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
+        )
+        changed = [c for c in configs if c.changed]
+        click.echo(
+            f"{len(changed)} of {len(configs)} contraction dispatch(es) configured by the spec"
+        )
+        for c in configs:
+            state = "spec" if c.changed else "IREE default"
+            click.echo(f"  {c.entry_point}: {c.contraction} ({state})")
+    proof = run_proof(model_path, target, spec_path, config, custom_spec)
+    click.echo(model_line(proof))
+    if proof.custom:
+        click.echo(custom_line(proof.custom))
+    if not proof.outputs_match or (proof.custom and not proof.custom.outputs_match):
+        raise SystemExit(1)

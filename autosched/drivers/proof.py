@@ -1,0 +1,345 @@
+"""The whole-model proof: does a tuning spec keep the model's answers, and does it help?
+
+The model is compiled with and without the spec (and, with a custom-kernel spec, a third
+time with custom kernels in place of contractions), each build's outputs are compared with
+the default's on seeded random inputs, and one call of the entry function is timed with
+each, interleaved over several rounds, so that drift of the machine touches every build
+alike. Every tool runs with the real iree-compile and the real runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autosched.errors import UserError
+from autosched.measure.benchmark_tool import time_module
+from autosched.measure.module_io import (
+    EntryFunction,
+    RunFailed,
+    compare_outputs,
+    make_inputs,
+    run_outputs,
+    source_entry_function,
+)
+from autosched.model.configured import DEFAULT_TIMEOUT, iree_compile, tuning_spec_flags
+from autosched.model.lowering import prepare_model
+from autosched.targets.base import Target
+
+
+def compile_model(
+    model_path: str,
+    flags: Sequence[str],
+    spec_path: str | None = None,
+    *,
+    out_path: str,
+    spec_flag: str = Target.tuning_spec_flag,
+    timeout: float = DEFAULT_TIMEOUT,
+    extra_flags: Sequence[str] = (),
+) -> str:
+    """Compiles the model to `out_path` (a vmfb unless `extra_flags` stop earlier); returns it.
+
+    `flags` choose the target (`CpuTarget.compile_flags()`); with `spec_path` the spec is
+    passed as `{spec_flag}={spec_path}` (the target's `tuning_spec_flag`: on CUDA that is
+    `--iree-codegen-transform-dialect-library`). A failure or a timeout is a one-line UserError.
+    """
+    spec = tuning_spec_flags(spec_path, spec_flag)
+    with tempfile.TemporaryDirectory(prefix="autosched-apply-") as work:
+        source = prepare_model(model_path, work)
+        return iree_compile(source, [*flags, *spec, *extra_flags], out_path, timeout, model_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The proof
+
+
+@dataclass
+class CustomProof:
+    """The model with custom kernels in place of contractions (and the spec for the rest),
+    against the same default and spec-only builds of the same proof."""
+
+    replaced: int  # contractions that run a custom kernel
+    ms: float | None = None
+    cv: float | None = None
+    speedup: float | None = None  # default over this build
+    over_spec: float | None = None  # the spec-only build over this one
+    outputs_match: bool = False
+    max_error: float | None = None
+    rounds_ms: list[float] = dataclasses.field(default_factory=list)
+    message: str = ""
+
+
+@dataclass
+class ModelProof:
+    """The model compiled without and with the spec: answers compared, calls timed.
+
+    Times are one call of `function` in ms: the median of the rounds' medians, and the
+    coefficient of variation of those round medians. `speedup` is default over tuned.
+    """
+
+    function: str
+    default_ms: float
+    tuned_ms: float | None
+    default_cv: float
+    tuned_cv: float | None
+    speedup: float | None
+    outputs_match: bool
+    max_error: float | None  # largest output error relative to its largest magnitude
+    outputs: int = 0
+    default_rounds_ms: list[float] = dataclasses.field(default_factory=list)
+    tuned_rounds_ms: list[float] = dataclasses.field(default_factory=list)
+    message: str = ""  # why the outputs differ, or why the tuned module could not be timed
+    custom: CustomProof | None = None  # with `custom_spec`: the build with custom kernels
+    default_only: bool = False  # no spec and no custom spec: the default alone was timed
+
+
+def _summary(rounds: list[float]) -> tuple[float, float]:
+    mean = statistics.fmean(rounds)
+    cv = statistics.pstdev(rounds) / mean if mean else 0.0
+    return statistics.median(rounds), cv
+
+
+@dataclass
+class _Build:
+    """One build of the model in a proof: its answers against the default's, its times."""
+
+    name: str
+    vmfb: str | None
+    runs: bool = True
+    match: bool = True
+    max_error: float | None = None
+    message: str = ""
+    rounds: list[float] = dataclasses.field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    """What every build of one proof runs with: its device, inputs and timing settings."""
+
+    model_path: str
+    device: str
+    timeout: float
+    work: str  # keeps the vmfbs, inputs and outputs
+    repetitions: int
+    min_time: float
+    entry: EntryFunction | None = None
+    inputs: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclass
+class _Builds:
+    """The proof's builds: the default, the spec's, and the custom kernels' (with the number
+    of contractions they replace); `compiled` are those that take part, the default first."""
+
+    default: _Build
+    tuned: _Build
+    custom: tuple[_Build, int] | None = None
+    compiled: list[_Build] = dataclasses.field(default_factory=list)
+
+
+def prove(
+    model_path: str,
+    flags: Sequence[str],
+    spec_path: str | None,
+    device: str,
+    seed: int = 0,
+    rounds: int = 5,
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    spec_flag: str = Target.tuning_spec_flag,
+    function: str | None = None,
+    repetitions: int = 3,
+    min_time: float = 0.05,
+    tolerance: float | None = None,
+    work_dir: str | None = None,
+    custom_spec: str | None = None,
+) -> ModelProof:
+    """Compiles the model without and with the spec, compares outputs, times both.
+
+    Inputs are random with `seed`; outputs are compared per element type (verify.TOLERANCE,
+    integers exactly) unless `tolerance` is given. Timing: `rounds` rounds, each timing every
+    build with iree-benchmark-module (`repetitions` x `min_time`), in an order that turns
+    each round. A compile failure, or a default module that fails to run, is a UserError; a
+    tuned module that fails to run or to be timed is a proof with `outputs_match` False or no
+    tuned time, and the reason in `message`. `work_dir` keeps the vmfbs, inputs and outputs.
+    With `custom_spec` (substitution.py) a third build runs custom kernels in place of the
+    contractions it matches, with the spec for the rest (`custom`). With neither spec, the
+    default alone is compiled and timed (`default_only`): a run that found nothing faster
+    still reports the model's time.
+    """
+    if rounds < 1:
+        raise UserError(f"rounds is {rounds}: at least 1")
+    spec = tuning_spec_flags(spec_path, spec_flag)
+    with tempfile.TemporaryDirectory(prefix="autosched-proof-") as scratch:
+        run = _Run(model_path, device, timeout, work_dir or scratch, repetitions, min_time)
+        source = prepare_model(model_path, run.work)
+        builds = _compile_builds(run, source, flags, spec, spec_path is not None, custom_spec)
+        run.entry = source_entry_function(source, flags, function, run.work, timeout, model_path)
+        run.inputs = make_inputs(run.entry, os.path.join(run.work, "inputs"), seed)
+        _check_outputs(run, builds, tolerance)
+        for round_index in range(rounds):
+            _time_round(run, builds, round_index)
+    return _model_proof(run.entry, builds)
+
+
+def _compile_builds(
+    run: _Run,
+    source: str,
+    flags: Sequence[str],
+    spec: list[str],
+    has_spec: bool,
+    custom_spec: str | None,
+) -> _Builds:
+    """The default build; the spec's with a spec or a custom spec; the custom kernels'."""
+    out = os.path.join(run.work, "default.vmfb")
+    default = _Build("default", iree_compile(source, flags, out, run.timeout, run.model_path))
+    builds = _Builds(default, _Build("tuned", None, runs=False), compiled=[default])
+    if has_spec or custom_spec:
+        out = os.path.join(run.work, "tuned.vmfb")
+        builds.tuned.vmfb = iree_compile(source, [*flags, *spec], out, run.timeout, run.model_path)
+        builds.tuned.runs = True
+        builds.compiled.append(builds.tuned)
+    if custom_spec:
+        builds.custom = _custom_build(source, custom_spec, flags, spec, run.work, run.timeout)
+        builds.compiled.append(builds.custom[0])
+    return builds
+
+
+def _check_outputs(run: _Run, builds: _Builds, tolerance: float | None) -> None:
+    """The default build's outputs, and every other build's compared with them."""
+    try:
+        expected = run_outputs(
+            builds.default.vmfb,
+            run.device,
+            run.entry,
+            run.inputs,
+            os.path.join(run.work, "default"),
+            run.timeout,
+        )
+    except RunFailed as error:
+        raise UserError(f"{run.model_path}: the model without the spec fails: {error}") from None
+    for build in builds.compiled[1:]:
+        if build.runs:
+            _check_build(run, build, expected, tolerance)
+
+
+def _check_build(run: _Run, build: _Build, expected: list, tolerance: float | None) -> None:
+    try:
+        outputs = run_outputs(
+            build.vmfb,
+            run.device,
+            run.entry,
+            run.inputs,
+            os.path.join(run.work, build.name),
+            run.timeout,
+        )
+        build.match, build.max_error, build.message = compare_outputs(
+            outputs, expected, run.entry, tolerance
+        )
+    except RunFailed as error:
+        build.match, build.runs = False, False
+        build.message = f"the {build.name} model fails: {error}"
+
+
+def _time_round(run: _Run, builds: _Builds, round_index: int) -> None:
+    """One round: every build that runs timed once, starting one build later each round."""
+    shift = round_index % len(builds.compiled)
+    for build in builds.compiled[shift:] + builds.compiled[:shift]:
+        if build.runs:
+            _time_build(run, build, is_default=build is builds.default)
+
+
+def _time_build(run: _Run, build: _Build, is_default: bool) -> None:
+    """One timing of the build; a build other than the default that fails stops running."""
+    timing = time_module(
+        build.vmfb,
+        run.device,
+        run.inputs,
+        dispatch_repeat=1,
+        repetitions=run.repetitions,
+        min_time=run.min_time,
+        timeout=run.timeout,
+        function=run.entry.name,
+    )
+    if timing.status == "ok":
+        build.rounds.append(timing.median_ms)
+        return
+    if is_default:
+        raise UserError(
+            f"{run.model_path}: timing the model without the spec failed: {timing.message}"
+        )
+    build.runs, build.rounds = False, []
+    build.message = "; ".join(
+        m for m in (build.message, f"timing the {build.name} model: {timing.message}") if m
+    )
+
+
+def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
+    default, tuned, custom = builds.default, builds.tuned, builds.custom
+    default_ms, default_cv = _summary(default.rounds)
+    tuned_ms = tuned_cv = speedup = None
+    if tuned.rounds:
+        tuned_ms, tuned_cv = _summary(tuned.rounds)
+        speedup = default_ms / tuned_ms if tuned_ms > 0 else None
+    return ModelProof(
+        function=entry.name,
+        default_ms=default_ms,
+        tuned_ms=tuned_ms,
+        default_cv=default_cv,
+        tuned_cv=tuned_cv,
+        speedup=speedup,
+        outputs_match=tuned.match,
+        max_error=tuned.max_error,
+        outputs=len(entry.outputs),
+        default_rounds_ms=default.rounds,
+        tuned_rounds_ms=tuned.rounds,
+        message=tuned.message,
+        custom=_custom_proof(custom, default_ms, tuned_ms) if custom else None,
+        default_only=len(builds.compiled) == 1,
+    )
+
+
+def _custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Build, int]:
+    """The model with custom kernels in place of their contractions (a build that does not
+    compile is one that does not run: the spec-only proof stands)."""
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+
+    build = _Build("custom", None)
+    try:
+        rewritten, replaced = rewrite_model(
+            source, custom_spec, flags, os.path.join(work, "custom.mlir"), timeout
+        )
+        build.vmfb = iree_compile(
+            rewritten,
+            [*flags, *spec, RESUME_FLAG],
+            os.path.join(work, "custom.vmfb"),
+            timeout,
+            source,
+        )
+    except (RuntimeError, UserError) as error:
+        build.runs, build.match, build.message = False, False, f"does not compile: {error}"
+        return build, 0
+    if not replaced:
+        build.runs, build.match = False, False
+        build.message = "the custom-kernel spec matched no contraction of the model"
+    return build, replaced
+
+
+def _custom_proof(custom: tuple[_Build, int], default_ms: float, tuned_ms: float | None):
+    build, replaced = custom
+    proof = CustomProof(
+        replaced=replaced,
+        outputs_match=build.match and build.runs,
+        max_error=build.max_error,
+        rounds_ms=build.rounds,
+        message=build.message,
+    )
+    if build.rounds:
+        proof.ms, proof.cv = _summary(build.rounds)
+        proof.speedup = default_ms / proof.ms
+        proof.over_spec = tuned_ms / proof.ms if tuned_ms else None
+    return proof

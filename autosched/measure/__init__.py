@@ -1,0 +1,1 @@
+"""Measuring: the benchmark tool, the worker, local and Ray executors."""

@@ -1,0 +1,215 @@
+"""The measuring seam, written down: what the search loop hands an executor (candidates and
+their compile jobs, tasks), what comes back (measurements), and what every executor and every
+bench provides, whether it runs here (`local`) or on a Ray cluster (`ray`)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from autosched.compile import CompileJob, CompileResult
+from autosched.errors import UserError
+from autosched.measure.benchmark_tool import Timing
+from autosched.measure.worker import ProblemData
+from autosched.ops.matmul import MatmulProblem
+from autosched.targets.base import Point
+
+CHECK, TIMED = "check", "timed"  # a candidate's builds: the one checked, the one timed
+
+
+@dataclass
+class DispatchCheck:
+    """IREE's default answer on one dispatch, for seeded inputs: what candidates must give."""
+
+    entry: object  # module_io.EntryFunction of the check module
+    inputs: list[str]  # --input values
+    reference: list[np.ndarray]  # the default build's outputs
+    folder: str  # where inputs and outputs live
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How long and how often to time, from the cfg's [Benchmark] and [Env]."""
+
+    repetitions: int
+    min_time: float
+    run_timeout: float
+    timer: str  # tool | worker
+
+
+@dataclass
+class Candidate:
+    """One point to measure and the modules it needs: `jobs[CHECK]` and `jobs[TIMED]`
+    (the same job when the checked module is the timed one)."""
+
+    name: str
+    point: Point | None
+    jobs: dict[str, CompileJob]
+
+
+@dataclass
+class MeasureTask:
+    """What a bench needs to check and time one compiled candidate (picklable, so that it
+    can travel to a Ray actor)."""
+
+    problem: MatmulProblem
+    check_module: str
+    timed_module: str
+    data: ProblemData
+    repeat: int  # dispatches per timed call
+    settings: MeasureSettings
+    check: DispatchCheck | None = None  # check on IREE's dispatch, not the bare kernel
+    benchmark_function: str | None = None  # time IREE's dispatch benchmark, not the kernel
+    # A dispatch slower than this (ms) cannot win: the worker times it once, not
+    # `repetitions` times (None: every candidate gets every repetition).
+    slow_ms: float | None = None
+
+
+@dataclass
+class Measurement:
+    """A bench's outcome for one task; `status` is ok or the first failure."""
+
+    device: str
+    status: str = "ok"
+    message: str = ""
+    verification: str = ""
+    max_error: float | None = None
+    verify_s: float | None = None
+    verify_phases: dict[str, float] = field(default_factory=dict)  # Verification.phases
+    timing: Timing | None = None
+    timing_s: float | None = None
+
+
+class BenchContract(Protocol):
+    """One device's measuring station, local (`local.Bench`) or an actor's (`ray.RemoteBench`).
+
+    Whatever runs a module runs it here, on the bench's own device: the driver may not see
+    that device at all (a Ray actor's `ray:cuda#0` is no IREE device of the driver's host).
+    """
+
+    device: str  # the name its records carry
+
+    def run(self, task: MeasureTask) -> Measurement:
+        """Checks, then times, one compiled candidate."""
+
+    def reference_outputs(
+        self, module: str, entry: object, inputs: list[str], folder: str, timeout: float
+    ) -> list[np.ndarray]:
+        """The outputs of `module`'s `entry` (a module_io.EntryFunction) on `inputs` (--input
+        values), run on this bench's device: IREE's default answer on a dispatch, which
+        candidates are then checked against (`DispatchCheck`). Outputs are written under
+        `folder`. Raises module_io.RunFailed when the module cannot run."""
+
+    def time(
+        self,
+        module: str,
+        data: ProblemData,
+        repeat: int,
+        settings: MeasureSettings,
+        repetitions: int | None = None,
+        benchmark_function: str | None = None,
+        slow_ms: float | None = None,
+    ) -> Timing:
+        """Time per dispatch of a module (the default's, a finalist's)."""
+
+
+# The executor's two callbacks: what a compiled candidate becomes (a task, or None when a
+# build failed), and what to do with each finished candidate (in the calling thread).
+Prepare = Callable[[Candidate, dict[str, CompileResult]], "MeasureTask | None"]
+Done = Callable[[Candidate, dict[str, CompileResult], "Measurement | None"], None]
+
+
+class Executor(Protocol):
+    """What the search loop needs from an executor (LocalExecutor, ray.RayExecutor)."""
+
+    events: list[str]  # notes for the run log (an actor lost, ...), drained by the caller
+    benches: list  # one per device, the primary first: each re-times problems alone
+
+    @property
+    def primary(self) -> BenchContract:
+        """Measures each problem's default first and re-times the finalists."""
+
+    @property
+    def devices(self) -> list[str]:
+        """The names of the benches, the primary first (what records name)."""
+
+    def run(self, candidates: list[Candidate], prepare: Prepare, done: Done) -> None:
+        """Compiles and measures a batch; `done` is called once per candidate, here."""
+
+    def time_others(
+        self,
+        module: str,
+        data: ProblemData,
+        repeat: int,
+        settings: MeasureSettings,
+        benchmark_function: str | None,
+    ) -> dict[str, Timing]:
+        """The module timed on every bench but the primary (each device's own default)."""
+
+    def busy(self) -> dict[str, float]:
+        """Seconds each bench spent checking and timing so far (the rest, it waited)."""
+
+    def close(self) -> None:
+        """Stops the benches."""
+
+
+def builds_of(candidates: Iterable[Candidate]) -> list[CompileJob]:
+    """Every distinct compile job of a batch, once."""
+    return list({job.output: job for c in candidates for job in c.jobs.values()}.values())
+
+
+@dataclass
+class PendingBuilds:
+    """Builds of candidates whose jobs are not all finished yet."""
+
+    by_output: dict[str, list[Candidate]] = field(default_factory=dict)
+    builds: dict[str, dict[str, CompileResult]] = field(default_factory=dict)
+
+    def add(self, candidates: list[Candidate]) -> None:
+        for candidate in candidates:
+            for job in set(j.output for j in candidate.jobs.values()):
+                self.by_output.setdefault(job, []).append(candidate)
+
+    def finished(self, result: CompileResult) -> list[tuple[Candidate, dict[str, CompileResult]]]:
+        """The candidates this build completes, with all their builds by role."""
+        ready = []
+        for candidate in self.by_output.pop(result.job.output, []):
+            got = self.builds.setdefault(candidate.name, {})
+            for role, job in candidate.jobs.items():
+                if job.output == result.job.output:
+                    got[role] = result
+            if len(got) == len(candidate.jobs):
+                ready.append((candidate, self.builds.pop(candidate.name)))
+        return ready
+
+
+def measure_settings(config, target) -> MeasureSettings:
+    """How long and how often to time, with `timer = auto` resolved by the target."""
+    timer = target.default_timer if config.timer == "auto" else config.timer
+    return MeasureSettings(config.repetitions, config.min_time, config.run_timeout, timer)
+
+
+def runtime_flags(config) -> tuple[str, ...]:
+    """The cfg's `runtime_flags`. A flag IREE's runtime does not know is the user's error,
+    found by parsing them in a throwaway interpreter (flags are global to a process)."""
+
+    if not config.runtime_flags:
+        return ()
+    try:
+        flags = tuple(shlex.split(config.runtime_flags))
+    except ValueError as error:
+        raise UserError(f"runtime_flags = {config.runtime_flags}: {error}") from None
+    check = "import sys, iree.runtime as r\nr.flags.parse_flags(*sys.argv[1:])"
+    finished = subprocess.run(
+        [sys.executable, "-c", check, *flags], capture_output=True, text=True, timeout=120
+    )
+    if finished.returncode != 0:
+        reason = (finished.stderr.strip().splitlines() or ["not accepted"])[-1]
+        raise UserError(f"runtime_flags = {config.runtime_flags}: {reason[:200]}")
+    return flags

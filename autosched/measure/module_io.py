@@ -1,0 +1,343 @@
+"""A model's entry function, seeded inputs for it, and its outputs compared across builds.
+
+The measuring path checks a candidate on the dispatch against IREE's default build, and the
+whole-model proof checks the tuned model against the default one: both run a module with
+iree-run-module (a module that crashes is a finding, not the end of the caller) on inputs
+made here and compare the outputs with a tolerance per element type.
+
+Why the entry function's types come from the `abi` phase and not from the vmfb: IREE 3.13
+puts no `iree.abi.declaration` reflection into the compiled module (`VmFunction.reflection`
+is empty and every argument is a `!hal.buffer_view`). At `--compile-to=abi` the exported
+function's `hal.tensor.import` / `hal.tensor.export` ops carry the plain tensor types the
+compiled module takes and returns, whatever the source's types were (`!torch.vtensor`, ...).
+That compile stops after input conversion and takes about 0.1 s.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from iree.compiler import ir
+
+from autosched import processes
+from autosched.errors import UserError
+from autosched.ir_walk import walk_ops
+from autosched.measure.worker import TOLERANCE, compare, run_tool
+from autosched.model.configured import (
+    DEFAULT_TIMEOUT,
+    ELIDE_FLAGS,
+    child_ops,
+    compile_and_parse,
+    symbol_name,
+)
+from autosched.model.lowering import prepare_model
+
+INTEGER_HIGH = 8  # integer inputs are drawn from [0, 8): valid as small indices and counts
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry function and its inputs
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    element: str  # f32, f16, bf16, i64, i1, ...
+
+    @property
+    def text(self) -> str:
+        """The type as iree-run-module's --input takes it: 2x3xf32 (a scalar tensor: f32)."""
+        return "x".join([*(str(d) for d in self.shape), self.element])
+
+
+@dataclass(frozen=True)
+class EntryFunction:
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+def _tensor_spec(value_type: ir.Type, function: str, what: str) -> TensorSpec:
+    try:
+        tensor = ir.RankedTensorType(value_type)
+    except ValueError:
+        raise UserError(f"{function}: {what} is {value_type}, not a ranked tensor") from None
+    if not tensor.has_static_shape:
+        raise UserError(f"{function}: {what} is {tensor}: dynamic shapes are not supported")
+    return TensorSpec(tuple(tensor.shape), str(tensor.element_type))
+
+
+def _abi_functions(module: ir.Module) -> dict[str, ir.Operation]:
+    """Name -> op of every public function IREE's ABI pass exported (`iree.abi.stub`)."""
+    found = {}
+    for op in child_ops(module.operation):
+        if op.name in ("util.func", "func.func") and "iree.abi.stub" in op.attributes:
+            found[symbol_name(op)] = op
+    return found
+
+
+def _argument_of(value: ir.Value, block: ir.Block) -> int | None:
+    """The argument number when `value` is an argument of `block`."""
+    try:
+        argument = ir.BlockArgument(value)
+    except ValueError:
+        return None
+    return argument.arg_number if argument.owner == block else None
+
+
+UNUSED_INPUT = TensorSpec((1,), "f32")
+
+
+def _imports_exports(function: ir.Operation, name: str) -> EntryFunction:
+    """Input types from the function's hal.tensor.import ops (by argument), outputs from its
+    hal.tensor.export ops (by returned value)."""
+    body = function.regions[0].blocks[0]
+    arguments = {}
+    for op in walk_ops(function):
+        if op.name == "hal.tensor.import":
+            number = _argument_of(op.operands[0], body)
+            if number is not None:
+                arguments[number] = _tensor_spec(op.results[0].type, name, f"input {number}")
+    terminator = list(body.operations)[-1].operation
+    returned = list(terminator.operands)
+    exported: dict[int, TensorSpec] = {}  # result index -> type
+    buffer_views = [
+        index
+        for index, argument in enumerate(body.arguments)
+        if str(argument.type) == "!hal.buffer_view"
+    ]
+    for index in buffer_views:
+        # An argument the model never reads has no import (torch.export drops a repeated
+        # argument's uses, for one): any small tensor will do for it.
+        arguments.setdefault(index, UNUSED_INPUT)
+    for index, value in enumerate(returned):
+        owner = value.owner
+        owner = getattr(owner, "operation", owner)
+        if isinstance(owner, ir.Operation) and owner.name == "hal.tensor.export":
+            exported[index] = _tensor_spec(owner.operands[0].type, name, f"output {index}")
+        else:
+            raise UserError(f"{name}: output {index} is {value.type}, not an exported tensor")
+    return EntryFunction(
+        name=name,
+        inputs=tuple(arguments[i] for i in sorted(arguments)),
+        outputs=tuple(exported[i] for i in sorted(exported)),
+    )
+
+
+def read_entry_function(module: ir.Module, function: str | None = None) -> EntryFunction:
+    """The entry function of a module compiled to `abi`, with its tensor types.
+
+    Without `function`, the one exported function (its `$async` twin and `__init` aside);
+    a UserError names them when there are several.
+    """
+    functions = _abi_functions(module)
+    names = [n for n in functions if not n.endswith("$async") and not n.startswith("__")]
+    if function is None:
+        if len(names) != 1:
+            listed = ", ".join(names) or "none"
+            raise UserError(f"the model exports {len(names)} functions ({listed}): name one")
+        function = names[0]
+    if function not in functions:
+        raise UserError(f"the model has no function {function!r} (it has {', '.join(names)})")
+    # The synchronous function calls its `$async` twin, which imports and exports the tensors.
+    body = functions.get(function + "$async", functions[function])
+    return _imports_exports(body, function)
+
+
+def entry_function(
+    model_path: str,
+    flags: Sequence[str],
+    function: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> EntryFunction:
+    """The model's entry function and the plain tensor types its compiled form takes."""
+    with tempfile.TemporaryDirectory(prefix="autosched-apply-") as work:
+        source = prepare_model(model_path, work)
+        return source_entry_function(source, flags, function, work, timeout, model_path)
+
+
+def source_entry_function(
+    source: str,
+    flags: Sequence[str],
+    function: str | None,
+    work: str,
+    timeout: float,
+    model_path: str,
+) -> EntryFunction:
+    """`entry_function` of a model already prepared as `source` in `work` (errors name
+    `model_path`)."""
+    out = os.path.join(work, "abi.mlir")
+    flags = [*flags, "--compile-to=abi", *ELIDE_FLAGS]
+    module = compile_and_parse(source, flags, out, timeout, model_path, "ABI of the")
+    try:
+        return read_entry_function(module, function)
+    except UserError as error:
+        raise UserError(f"{model_path}: {error.message}") from None
+
+
+def _integer(element: str) -> tuple[bool, int] | None:
+    """(signed, bits) for i8, si32, ui16, ...; None for a float type."""
+    for prefix, signed in (("ui", False), ("si", True), ("i", True)):
+        if element.startswith(prefix) and element[len(prefix) :].isdigit():
+            return signed, int(element[len(prefix) :])
+    return None
+
+
+_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def _numpy_dtype(element: str):
+    if element in _FLOATS:
+        return _FLOATS[element]
+    integer = _integer(element)
+    if integer is None:
+        return None  # bf16, f8 types: no numpy dtype, written as raw bits
+    signed, bits = integer
+    if bits == 1:
+        return np.bool_
+    return np.dtype(f"{'i' if signed else 'u'}{max(bits, 8) // 8}")
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bf16 by truncation, as raw uint16 bits."""
+    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _scale(spec: TensorSpec) -> float:
+    return 1.0 / max(1.0, float(max(spec.shape, default=1))) ** 0.5
+
+
+def make_inputs(entry: EntryFunction, directory: str, seed: int = 0) -> list[str]:
+    """Seeded random inputs written under `directory`; returns their --input flag values.
+
+    Floats are uniform in [-s, s) with s = 1/sqrt(largest dimension), at most 1: a model's
+    activations stay in range whatever its depth of dot products (uniform [-1, 1) weights
+    overflowed a 4096-wide f16 decoder layer to inf in IREE's own default build). Integers
+    are in [0, 8) (valid as small indices); i1 is 0 or 1.
+    f16/f32/f64 and integers go to `.npy` (`@file.npy`); bf16 goes to raw `.bin` with its type
+    (`2x3xbf16=@file.bin`), since numpy has no bf16. Paths are absolute.
+    """
+    directory = os.path.abspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    flags = []
+    for index, spec in enumerate(entry.inputs):
+        integer = _integer(spec.element)
+        if spec.element == "bf16":
+            path = os.path.join(directory, f"input{index}.bin")
+            _bf16_bits(rng.uniform(-1.0, 1.0, size=spec.shape) * _scale(spec)).tofile(path)
+            flags.append(f"{spec.text}=@{path}")
+            continue
+        if integer is not None:
+            high = 2 if integer[1] == 1 else INTEGER_HIGH
+            values = rng.integers(0, high, size=spec.shape)
+        elif spec.element in _FLOATS:
+            values = rng.uniform(-1.0, 1.0, size=spec.shape) * _scale(spec)
+        else:
+            raise UserError(f"{entry.name}: input {index} is {spec.text}: no random inputs of it")
+        path = os.path.join(directory, f"input{index}.npy")
+        np.save(path, np.asarray(values).astype(_numpy_dtype(spec.element)))
+        flags.append(f"@{path}")
+    return flags
+
+
+# ---------------------------------------------------------------------------------------------
+# Running and comparing
+
+
+def _output_path(directory: str, index: int, spec: TensorSpec) -> str:
+    return os.path.join(directory, f"output{index}" + (".npy" if _npy_type(spec) else ".bin"))
+
+
+def _npy_type(spec: TensorSpec) -> bool:
+    return _numpy_dtype(spec.element) is not None
+
+
+def _read_output(path: str, spec: TensorSpec) -> np.ndarray:
+    """An output as float64 (exact for every type iree-run-module writes)."""
+    if _npy_type(spec):
+        return np.load(path).astype(np.float64)
+    if spec.element == "bf16":
+        bits = np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(spec.shape).astype(np.float64)
+    raise UserError(f"output type {spec.text} cannot be read back")
+
+
+class RunFailed(Exception):
+    """iree-run-module failed on a module; the message is one line."""
+
+
+def run_outputs(
+    vmfb: str,
+    device: str,
+    entry: EntryFunction,
+    inputs: Sequence[str],
+    directory: str,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[np.ndarray]:
+    """One call of the entry function with iree-run-module; every output as float64.
+
+    Raises RunFailed when the tool fails, times out or writes something unreadable.
+    """
+    os.makedirs(directory, exist_ok=True)
+    paths = [_output_path(directory, i, spec) for i, spec in enumerate(entry.outputs)]
+    command = [
+        run_tool(),
+        f"--module={vmfb}",
+        f"--device={device}",
+        f"--function={entry.name}",
+        *[f"--input={flag}" for flag in inputs],
+        *[f"--output=@{path}" for path in paths],
+    ]
+    finished = processes.run(command, timeout)
+    if finished.timed_out:
+        raise RunFailed(f"iree-run-module took over {timeout:g} s")
+    if finished.returncode != 0:
+        raise RunFailed(processes.describe_failure(finished, "iree-run-module"))
+    try:
+        return [_read_output(p, s) for p, s in zip(paths, entry.outputs, strict=True)]
+    except (OSError, ValueError) as error:
+        raise RunFailed(f"unreadable output: {error}"[:300]) from None
+
+
+def output_tolerance(element: str) -> float:
+    """Largest error of an output relative to its largest magnitude: 0 for integers."""
+    if element in TOLERANCE:
+        return TOLERANCE[element]
+    if element == "f64":
+        return TOLERANCE["f32"]
+    return 0.0 if _integer(element) is not None else TOLERANCE["bf16"]
+
+
+def compare_outputs(
+    outputs: Sequence[np.ndarray],
+    references: Sequence[np.ndarray],
+    entry: EntryFunction,
+    tolerance: float | None = None,
+) -> tuple[bool, float, str]:
+    """(all match, largest relative error, why not) of outputs against references."""
+    worst, reasons = 0.0, []
+    for index, (output, reference, spec) in enumerate(
+        zip(outputs, references, entry.outputs, strict=True)
+    ):
+        allowed = output_tolerance(spec.element) if tolerance is None else tolerance
+        if not np.all(np.isfinite(reference)):
+            reasons.append(
+                f"output {index} ({spec.text}): IREE's default build gives NaN or inf on these "
+                "inputs, so the outputs cannot be compared"
+            )
+            worst = float("nan")
+            continue
+        verdict = compare(output, reference, allowed)
+        if verdict.max_error is not None and not verdict.max_error <= worst:
+            worst = verdict.max_error  # NaN sticks
+        if verdict.status != "correct":
+            reasons.append(f"output {index} ({spec.text}): {verdict.message}")
+    if len(outputs) != len(references):
+        reasons.append(f"{len(outputs)} outputs, expected {len(references)}")
+    return not reasons, worst, "; ".join(reasons)

@@ -1,0 +1,332 @@
+"""Measuring on a Ray cluster: compiles as tasks on any node's CPUs, checks and timings in
+actors that each hold one device (`num_gpus=1` for CUDA; CPU actors for the CPU target).
+
+The driver alone records (database, CSV, run log): actors only return measurements. When
+an actor dies mid-candidate (its node went away, someone killed it), its candidate is
+queued again for another actor and a replacement actor is started; the record is written
+once, when a measurement comes back, so nothing is lost or written twice.
+
+Modules and inputs travel by path: every node must see the run's work folder at the same
+path (one host, or a shared file system). Each actor checks that when it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autosched.compile import CompileJob, CompileResult, compile_one
+from autosched.errors import UserError
+from autosched.measure.benchmark_tool import Timing
+from autosched.measure.contract import (
+    Candidate,
+    Done,
+    Measurement,
+    MeasureSettings,
+    MeasureTask,
+    PendingBuilds,
+    Prepare,
+    builds_of,
+    runtime_flags,
+)
+from autosched.measure.local import Bench
+from autosched.measure.worker import ProblemData
+
+WAIT_S = 0.5  # how often the driver looks up from waiting (so that Ctrl-C is prompt)
+
+
+def import_ray():
+    """Ray, or one clear error when the optional extra is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            "--executor ray needs Ray, an optional extra: pip install 'autosched[ray]'"
+        ) from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """A HOST:PORT with nothing listening is one error line at once (Ray itself keeps
+    retrying for minutes)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # auto, local, ray://...: Ray's own lookup
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as error:
+        raise UserError(
+            f"--executor ray: cannot join the Ray cluster at {address} ({error.strerror or error}"
+            "); start one with `ray start --head`, or use --ray-address local for a cluster "
+            "of this host alone"
+        ) from None
+
+
+class MeasuringActor:
+    """One device of the cluster, as a Ray actor: a `Bench` that lives on its node."""
+
+    def __init__(self, device: str, work_dir: str, flags: tuple[str, ...] = ()):
+        if not os.path.isdir(work_dir):
+            raise RuntimeError(f"{work_dir} is not visible on this node")
+        self.bench = Bench(device, flags)
+
+    def where(self) -> str:
+        import socket
+
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    def run(self, task: MeasureTask) -> Measurement:
+        return self.bench.run(task)
+
+    def time(
+        self,
+        module,
+        data,
+        repeat,
+        settings,
+        repetitions=None,
+        benchmark_function=None,
+        slow_ms=None,
+    ):
+        return self.bench.time(
+            module, data, repeat, settings, repetitions, benchmark_function, slow_ms
+        )
+
+    def reference_outputs(self, module, entry, inputs, folder, timeout):
+        return self.bench.reference_outputs(module, entry, inputs, folder, timeout)
+
+    def busy(self) -> float:
+        return self.bench.busy_s
+
+    def close(self) -> None:
+        self.bench.close()
+
+
+def _compile(job: CompileJob, timeout: float) -> CompileResult:
+    return compile_one(job, timeout)
+
+
+@dataclass
+class RemoteBench:
+    """An actor seen from the driver: the `Bench` interface, called remotely."""
+
+    ray: object
+    actor: object
+    device: str  # the name its records carry: the device and the actor's node
+
+    def time(
+        self,
+        module: str,
+        data: ProblemData,
+        repeat: int,
+        settings: MeasureSettings,
+        repetitions: int | None = None,
+        benchmark_function: str | None = None,
+        slow_ms: float | None = None,
+    ) -> Timing:
+        call = self.actor.time.remote(
+            module, data, repeat, settings, repetitions, benchmark_function, slow_ms
+        )
+        try:
+            return self.ray.get(call)
+        except self.ray.exceptions.RayError as error:
+            return Timing("runtime_error", message=f"actor failed: {error}"[:300])
+
+    def run(self, task: MeasureTask) -> Measurement:
+        """One candidate checked and timed on the actor, waited for (`RayExecutor.run`
+        hands candidates to actors without waiting, and queues a dead actor's again)."""
+        try:
+            outcome = self.ray.get(self.actor.run.remote(task))
+        except self.ray.exceptions.RayError as error:
+            return Measurement(self.device, "runtime_error", f"actor failed: {error}"[:300])
+        outcome.device = self.device  # the slot's name, as its default is keyed
+        return outcome
+
+    def reference_outputs(
+        self, module: str, entry: object, inputs: list[str], folder: str, timeout: float
+    ) -> list[np.ndarray]:
+        """The module's outputs computed on the actor's device (the driver may have none
+        such); the actor's own RunFailed comes back as itself, any other failure as one."""
+        from autosched.measure.module_io import RunFailed
+
+        module, folder = os.path.abspath(module), os.path.abspath(folder)
+        call = self.actor.reference_outputs.remote(module, entry, inputs, folder, timeout)
+        try:
+            return self.ray.get(call)
+        except self.ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, RunFailed):
+                raise RunFailed(str(error.cause)) from None
+            raise RunFailed(f"actor failed: {error.cause}"[:300]) from None
+        except self.ray.exceptions.RayError as error:
+            raise RunFailed(f"actor failed: {error}"[:300]) from None
+
+
+class RayExecutor:
+    """The executor for `--executor ray`: see the module docstring."""
+
+    def __init__(self, config, target, jobs: int):
+        self.ray = ray = import_ray()
+        self.config, self.target = config, target
+        self.flags = runtime_flags(config)  # checked once, before joining the cluster
+        self.started_ray = False
+        self.events: list[str] = []  # what the run log should say (actors lost, ...)
+        self.lock = threading.Lock()
+        if not ray.is_initialized():
+            _check_reachable(config.ray_address)
+            try:  # "local" (Ray's own word) starts a cluster of this host alone
+                ray.init(address=config.ray_address, logging_level="ERROR", log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                raise UserError(
+                    f"--executor ray: cannot join the Ray cluster at {config.ray_address} "
+                    f"({str(error).splitlines()[0]}); start one with `ray start --head`, or "
+                    "use --ray-address local for a cluster of this host alone"
+                ) from None
+            self.started_ray = True
+        self.work_dir = os.path.abspath(config.work_dir)
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.compile_timeout = config.compile_timeout
+        self.remote_compile = ray.remote(num_cpus=1, max_retries=3)(_compile)
+        self.actor_class = ray.remote(MeasuringActor)
+        self.slots = self._device_slots()
+        self.benches = [self._start(slot, index) for index, slot in enumerate(self.slots)]
+
+    def _device_slots(self) -> list[str]:
+        """One measuring actor per GPU of the cluster (CUDA), or per listed CPU device
+        (`--devices`), else per node."""
+        resources = self.ray.cluster_resources()
+        if self.target.name == "cuda":
+            gpus = int(resources.get("GPU", 0))
+            if gpus == 0:
+                raise UserError("--executor ray --target cuda: the Ray cluster has no GPU")
+            return ["cuda"] * gpus  # each actor sees its own GPU as device 0
+        if self.config.devices and self.config.devices != "all":
+            return [d.strip() for d in self.config.devices.split(",") if d.strip()]
+        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        return [self.target.device] * max(1, len(nodes))
+
+    def _start(self, device: str, index: int) -> RemoteBench:
+        # Actors reserve no CPU: on a small node, CPU actors holding its slots would leave
+        # none for the compile tasks, and the run would wait forever.
+        options = {"num_cpus": 0, **({"num_gpus": 1} if self.target.name == "cuda" else {})}
+        actor = self.actor_class.options(**options).remote(device, self.work_dir, self.flags)
+        try:
+            self.ray.get(actor.where.remote(), timeout=300)
+        except self.ray.exceptions.RayError as error:
+            raise UserError(
+                f"--executor ray: a measuring actor for {device} did not start: "
+                f"{str(error).splitlines()[-1]} (every node must see {self.work_dir})"
+            ) from None
+        return RemoteBench(self.ray, actor, f"ray:{device}#{index}")
+
+    @property
+    def primary(self) -> RemoteBench:
+        return self.benches[0]
+
+    @property
+    def devices(self) -> list[str]:
+        return [bench.device for bench in self.benches]
+
+    def time_others(self, module, data, repeat, settings, benchmark_function):
+        calls = {
+            bench.device: bench.actor.time.remote(
+                module, data, repeat, settings, None, benchmark_function
+            )
+            for bench in self.benches[1:]
+        }
+        timings = {}
+        for device, call in calls.items():
+            try:
+                timings[device] = self.ray.get(call)
+            except self.ray.exceptions.RayError as error:
+                timings[device] = Timing("runtime_error", message=str(error)[:300])
+        return timings
+
+    def run(self, candidates: list[Candidate], prepare: Prepare, done: Done) -> None:
+        ray = self.ray
+        pending = PendingBuilds()
+        pending.add(candidates)
+        compiling = {}
+        for job in builds_of(candidates):
+            absolute = replace(
+                job, source=os.path.abspath(job.source), output=os.path.abspath(job.output)
+            )
+            compiling[self.remote_compile.remote(absolute, self.compile_timeout)] = job
+        waiting: deque = deque()  # (candidate, builds, task) for the next free actor
+        measuring: dict = {}  # object ref -> (bench, candidate, builds, task)
+        idle = list(self.benches)
+        while compiling or measuring or waiting:
+            while waiting and idle:
+                bench = idle.pop(0)
+                item = waiting.popleft()
+                measuring[bench.actor.run.remote(item[2])] = (bench, *item)
+            refs = list(compiling) + list(measuring)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=WAIT_S)
+            for ref in ready:
+                if ref in compiling:
+                    job = compiling.pop(ref)
+                    result = self._compiled(ref, job)
+                    for candidate, builds in pending.finished(result):
+                        task = prepare(candidate, builds)
+                        if task is None:
+                            done(candidate, builds, None)
+                        else:
+                            waiting.append((candidate, builds, task))
+                    continue
+                bench, candidate, builds, task = measuring.pop(ref)
+                try:
+                    outcome = ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    # The actor died with this candidate: measure it again elsewhere.
+                    waiting.appendleft((candidate, builds, task))
+                    idle.append(self._replace(bench))
+                    self.events.append(
+                        f"{bench.device} died measuring {candidate.name}: queued again, "
+                        "actor replaced"
+                    )
+                    continue
+                idle.append(bench)
+                outcome.device = bench.device  # the slot's name, as its default is keyed
+                done(candidate, builds, outcome)
+
+    def busy(self) -> dict[str, float]:
+        """Each actor's busy seconds (an actor replaced after a death starts again at 0)."""
+        busy = {}
+        for bench in self.benches:
+            try:
+                busy[bench.device] = self.ray.get(bench.actor.busy.remote(), timeout=30)
+            except self.ray.exceptions.RayError:
+                continue
+        return busy
+
+    def _compiled(self, ref, job: CompileJob) -> CompileResult:
+        """The compile task's result, named by the driver's job (a lost task is a failure)."""
+        try:
+            result = self.ray.get(ref)
+        except self.ray.exceptions.RayError as error:
+            return CompileResult(job, "compile_error", 0.0, f"Ray task failed: {error}"[:300])
+        return replace(result, job=job)
+
+    def _replace(self, dead: RemoteBench) -> RemoteBench:
+        """A new actor in place of a dead one, with the same device and name (so its records
+        and its default stay those of the slot)."""
+        with self.lock:  # problems searched at once may both see the actor die
+            index = next(i for i, bench in enumerate(self.benches) if bench.device == dead.device)
+            if self.benches[index] is dead:
+                self.benches[index] = self._start(self.slots[index], index)
+            return self.benches[index]
+
+    def close(self) -> None:
+        for bench in self.benches:
+            try:
+                self.ray.get(bench.actor.close.remote(), timeout=30)
+                self.ray.kill(bench.actor)
+            except self.ray.exceptions.RayError:
+                pass
+        if self.started_ray:
+            self.ray.shutdown()

@@ -1,0 +1,1 @@
+"""Models: lowering with IREE, dispatches and their roots, IREE's dispatch benchmarks, rewrites."""

@@ -1,0 +1,188 @@
+"""IREE's own dispatches as standalone benchmarks, to time a model's candidates on.
+
+A contraction rebuilt as a bare kernel is not what the model runs: IREE fuses the bias add,
+SiLU or `truncf` into the matmul's dispatch, and on the H200 per-problem speedups of
+1.11-3.30x on bare kernels became 1.41x on the whole decoder layer. IREE can write each
+dispatch of a compiled model as a module of its own
+(`--iree-hal-dump-executable-benchmarks-to`): the dispatch exactly as formed, with a
+function that runs it `--batch_size` times on scratch buffers. With IREE's chosen
+configuration stripped (`--iree-codegen-strip-compilation-info`), compiling that module
+alone gives IREE's default again, and compiling it with a one-candidate spec gives the
+candidate, fused consumers and all. Its buffers hold no chosen data, so answers are checked
+on a module of its own (`dispatch_check_modules`).
+
+The benchmark is compiled from `executable-sources` on (`BENCHMARK_FLAGS`), never from the
+input phase: compiled from the start, dispatch creation runs a second time on the dumped
+dispatch, and on CUDA `FoldUnitExtentDims` turns a unit-batch `batch_matmul` (every 3-D
+`nn.Linear`) into a 5-loop generic that no spec written for the model's 4-loop form
+matches, so every candidate was IREE's default (issue 22). From executable sources the
+root keeps the form it has in the model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from autosched import processes
+from autosched.compile import compiler_path, opt_path
+from autosched.errors import UserError
+from autosched.ir_walk import walk_ops
+
+DUMP_TIMEOUT = 1800.0  # one full compile of the model
+# How a dumped benchmark is compiled: its dispatch as the model formed it (see above).
+BENCHMARK_FLAGS = ("--compile-from=executable-sources",)
+
+
+@dataclass(frozen=True)
+class DispatchBenchmark:
+    """One dispatch of the model as a benchmark module with no configuration."""
+
+    entry_point: str  # the dispatch function, as model.analyze_model names its sites
+    source: str  # the stripped benchmark module (.mlir)
+    function: str  # its entry, which runs the dispatch --batch_size times
+    check_source: str = ""  # the dispatch alone behind a function of its operands (.mlir)
+    check_inputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per operand
+    check_outputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per result
+    flags: tuple[str, ...] = BENCHMARK_FLAGS  # iree-compile flags the source is built with
+
+
+def _entries(path: str) -> tuple[str, str] | None:
+    """(dispatch entry point, benchmark function) of one dumped module, read with the bindings."""
+    module = ir.Module.parseFile(path, ir.Context())
+    function = entry = None
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "util.func" and "iree.reflection" in op.attributes:
+            if "iree.benchmark" in str(op.attributes["iree.reflection"]):
+                function = ir.StringAttr(op.attributes["sym_name"]).value
+        if op.name == "hal.executable":
+            for inner in walk_ops(op):
+                if inner.name == "hal.executable.export":
+                    entry = ir.StringAttr(inner.attributes["sym_name"]).value
+    return (entry, function) if entry and function else None
+
+
+def dump_dispatch_benchmarks(
+    model_path: str, flags: Sequence[str], folder: str
+) -> dict[str, DispatchBenchmark]:
+    """Entry point -> benchmark, for every dispatch IREE could write one for.
+
+    Dispatches with dynamic shapes get none (IREE writes no benchmark for them); their
+    problems are timed on the bare kernel.
+    """
+    raw = os.path.join(folder, "raw")
+    os.makedirs(raw, exist_ok=True)
+    command = [
+        compiler_path(),
+        model_path,
+        *flags,
+        f"--iree-hal-dump-executable-benchmarks-to={raw}",
+        "-o",
+        os.devnull,
+    ]
+    finished = processes.run(command, DUMP_TIMEOUT)
+    if finished.timed_out or finished.returncode != 0:
+        reason = processes.describe_failure(finished, "iree-compile")
+        raise UserError(f"{model_path}: writing the dispatch benchmarks failed: {reason}")
+    found = {}
+    for name in sorted(os.listdir(raw)):
+        entries = _entries(os.path.join(raw, name))
+        if entries is None:
+            continue
+        entry, function = entries
+        stripped = os.path.join(folder, name)
+        done = processes.run(
+            [
+                opt_path(),
+                os.path.join(raw, name),
+                "--iree-codegen-strip-compilation-info",
+                "-o",
+                stripped,
+            ],
+            DUMP_TIMEOUT,
+        )
+        if done.returncode == 0 and not done.timed_out:
+            found[entry] = DispatchBenchmark(entry, stripped, function)
+    return found
+
+
+CHECK_FUNCTION = "dispatch"
+
+
+def _tensor(value_type: ir.Type) -> tuple[tuple[int, ...], str] | None:
+    try:
+        tensor = ir.RankedTensorType(value_type)
+    except ValueError:
+        return None
+    if not tensor.has_static_shape:
+        return None
+    return tuple(tensor.shape), str(tensor.element_type)
+
+
+def dispatch_check_modules(
+    flow_module: ir.Module, entry_points: set[str], folder: str
+) -> dict[str, tuple[str, tuple, tuple]]:
+    """Entry point -> (module, operand types, result types) that runs that one dispatch.
+
+    The module holds the dispatch's `flow.executable` and a function `@dispatch` that takes
+    the dispatch's operands as arguments and returns its results, so a candidate's answer
+    on the dispatch itself, fused consumers included, can be compared with the default's on
+    the same inputs. Built from the model lowered to `flow`; dispatches whose results are
+    tied to an operand (written in place), or whose shapes are dynamic, get none.
+    """
+    executables, devices = {}, []
+    for op in flow_module.body.operations:
+        op = op.operation
+        if op.name == "flow.executable":
+            executables[ir.StringAttr(op.attributes["sym_name"]).value] = op
+        elif op.name == "util.global" and str(ir.TypeAttr(op.attributes["type"]).value) == (
+            "!hal.device"
+        ):
+            devices.append(str(op))  # the device the dispatch is built for
+    # The model's devices (globals at this phase) and module attributes (which device is the
+    # default) go with the dispatch, or it would be built for a default GPU: an sm_90 target
+    # exists only as such an attribute.
+    own = flow_module.operation.attributes
+    named = [f"{name} = {own[name]}" for name in own if name not in ("sym_name", "sym_visibility")]
+    attributes = f" attributes {{{', '.join(named)}}}" if named else ""
+    found = {}
+    for op in walk_ops(flow_module.operation):
+        if op.name != "flow.dispatch":
+            continue
+        (entry_ref,) = ir.ArrayAttr(op.attributes["entry_points"])
+        reference = ir.SymbolRefAttr(entry_ref)
+        executable, entry = reference.value[0], reference.value[-1]
+        if entry not in entry_points or entry in found or executable not in executables:
+            continue
+        tied = op.attributes["tied_operands"] if "tied_operands" in op.attributes else None
+        if tied is not None and any(ir.IntegerAttr(t).value >= 0 for t in ir.ArrayAttr(tied)):
+            continue
+        inputs = [_tensor(v.type) for v in op.operands]
+        outputs = [_tensor(r.type) for r in op.results]
+        if None in inputs or None in outputs or not outputs:
+            continue
+        in_types = [str(v.type) for v in op.operands]
+        out_types = [str(r.type) for r in op.results]
+        arguments = ", ".join(f"%a{i}: {t}" for i, t in enumerate(in_types))
+        names = ", ".join(f"%a{i}" for i in range(len(in_types)))
+        results = ", ".join(f"%r#{i}" for i in range(len(out_types)))
+        text = (
+            f"module{attributes} {{\n"
+            + "".join(f"{device}\n" for device in devices)
+            + f"{executables[executable]}\n"
+            f"util.func public @{CHECK_FUNCTION}({arguments}) -> ({', '.join(out_types)}) {{\n"
+            f"  %r:{len(out_types)} = flow.dispatch {entry_ref}({names}) : "
+            f"({', '.join(in_types)}) -> ({', '.join(out_types)})\n"
+            f"  util.return {results} : {', '.join(out_types)}\n"
+            "}\n}\n"
+        )
+        ir.Module.parse(text, flow_module.context)  # what is written is valid MLIR
+        path = os.path.join(folder, f"{entry}.check.mlir")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        found[entry] = (path, tuple(inputs), tuple(outputs))
+    return found

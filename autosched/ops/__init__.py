@@ -1,0 +1,1 @@
+"""Root-op kinds: how each is recognised, its problem, its kernel module."""

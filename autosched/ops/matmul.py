@@ -1,0 +1,245 @@
+"""Finds the matmuls of an MLIR module with IREE's MLIR Python bindings.
+
+Every later stage works on `MatmulProblem`s, so this is the only place that reads the
+user's MLIR. Ops with the same signature are one problem: one tuning serves them all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from iree.compiler import ir
+
+from autosched.errors import UserError
+
+MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
+
+
+@dataclass(frozen=True)
+class OpSite:
+    """Where one matmul op sits in the input module."""
+
+    function: str
+    index: int  # position among the module's matmul ops, in walk order
+    location: str
+
+
+@dataclass
+class MatmulProblem:
+    """One matmul signature: shape, element types and operand layout."""
+
+    kind: ClassVar[str] = "matmul"  # its root-op kind (ops/registry.py)
+    op_name: str  # linalg.matmul or linalg.batch_matmul
+    m: int
+    n: int
+    k: int
+    batch: int  # 0 for a plain matmul
+    lhs_type: str
+    rhs_type: str
+    acc_type: str
+    transpose_a: bool
+    transpose_b: bool
+    zero_init: bool  # the accumulator comes from a linalg.fill, not from a function input
+    indexing_maps: str  # the op's indexing_maps attribute, as MLIR text
+    sites: list[OpSite] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        kind = self.op_name.split(".")[1]
+        if self.transpose_a:
+            kind += "_transpose_a"
+        if self.transpose_b:
+            kind += "_transpose_b"
+        dims = [self.m, self.n, self.k] if not self.batch else [self.batch, self.m, self.n, self.k]
+        shape = "x".join(str(d) for d in dims)
+        init = "" if self.zero_init else "_acc"
+        return f"{kind}_{shape}_{self.lhs_type}_{self.rhs_type}_{self.acc_type}{init}"
+
+    @property
+    def flops(self) -> int:
+        return 2 * max(self.batch, 1) * self.m * self.n * self.k
+
+    @property
+    def lhs_shape(self) -> list[int]:
+        shape = [self.k, self.m] if self.transpose_a else [self.m, self.k]
+        return [self.batch, *shape] if self.batch else shape
+
+    @property
+    def rhs_shape(self) -> list[int]:
+        shape = [self.n, self.k] if self.transpose_b else [self.k, self.n]
+        return [self.batch, *shape] if self.batch else shape
+
+    @property
+    def acc_shape(self) -> list[int]:
+        return [self.batch, self.m, self.n] if self.batch else [self.m, self.n]
+
+
+@dataclass
+class SkippedOp:
+    site: OpSite
+    reason: str
+
+
+@dataclass
+class Analysis:
+    problems: list[MatmulProblem]
+    skipped: list[SkippedOp]
+
+
+def parse_module(path: str, context: ir.Context) -> ir.Module:
+    """Parses a file, turning every failure into a one-line UserError."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file")
+    try:
+        return ir.Module.parseFile(path, context)
+    except ir.MLIRError as error:
+        diagnostics = error.error_diagnostics
+        if diagnostics:
+            where = _format_location(diagnostics[0].location)
+            raise UserError(f"{where}: MLIR does not parse: {diagnostics[0].message}") from None
+        raise UserError(f"{path}: MLIR does not parse: {error}".splitlines()[0]) from None
+
+
+def _format_location(location: ir.Location) -> str:
+    """file:line:col for a file location, MLIR's own text for any other kind."""
+    try:
+        return f"{location.filename}:{location.start_line}:{location.start_col}"
+    except (ValueError, AttributeError):
+        # Diagnostics carry a bare Location, printed as loc("file":line:col).
+        text = str(location)
+        if text.startswith('loc("') and '":' in text:
+            file, line_column = text[len('loc("') : -1].split('":', 1)
+            return f"{file}:{line_column}"
+        return text
+
+
+def walk_matmuls(module: ir.Module):
+    """Yields (function name, op) for every matmul op in walk order."""
+
+    def visit(operation: ir.Operation, function: str):
+        for region in operation.regions:
+            for block in region.blocks:
+                for child in block.operations:
+                    child = child.operation
+                    name = function
+                    if child.name in ("func.func", "util.func"):
+                        name = ir.StringAttr(child.attributes["sym_name"]).value
+                    if child.name in MATMUL_OPS:
+                        yield name, child
+                    yield from visit(child, name)
+
+    yield from visit(module.operation, "")
+
+
+def _dims_of(map_attr: ir.Attribute) -> list[int]:
+    affine_map = ir.AffineMapAttr(map_attr).value
+    return [ir.AffineDimExpr(expr).position for expr in affine_map.results]
+
+
+def _describe(function: str, index: int, op: ir.Operation) -> MatmulProblem | SkippedOp:
+    """The op's problem, or why it cannot be tuned."""
+    site = OpSite(function=function, index=index, location=_format_location(op.location))
+    try:
+        lhs, rhs, acc = (ir.RankedTensorType(v.type) for v in op.operands[:3])
+    except ValueError:
+        return SkippedOp(site, "operands are not ranked tensors (memrefs are not supported)")
+    for name, tensor in (("lhs", lhs), ("rhs", rhs), ("acc", acc)):
+        if not tensor.has_static_shape:
+            return SkippedOp(site, f"dynamic shape: {name} is {tensor}")
+    batched = op.name == "linalg.batch_matmul"
+    if "indexing_maps" not in op.attributes:
+        return SkippedOp(site, "no indexing_maps attribute")
+    maps = ir.ArrayAttr(op.attributes["indexing_maps"])
+    try:
+        lhs_dims, rhs_dims, acc_dims = (_dims_of(m) for m in maps)
+    except ValueError:
+        return SkippedOp(site, "indexing maps are not plain permutations")
+    # Loop dims: (m, n, k) for matmul, (b, m, n, k) for batch_matmul.
+    b, m, n, k = (0, 1, 2, 3) if batched else (None, 0, 1, 2)
+    lead = [b] if batched else []
+    if acc_dims != [*lead, m, n]:
+        return SkippedOp(site, "accumulator layout other than (m, n) is not supported")
+    if lhs_dims not in ([*lead, m, k], [*lead, k, m]):
+        return SkippedOp(site, f"lhs layout {lhs_dims} is not supported")
+    if rhs_dims not in ([*lead, k, n], [*lead, n, k]):
+        return SkippedOp(site, f"rhs layout {rhs_dims} is not supported")
+    transpose_a = lhs_dims == [*lead, k, m]
+    transpose_b = rhs_dims == [*lead, n, k]
+    sizes = {}
+    for dims, tensor in ((lhs_dims, lhs), (rhs_dims, rhs), (acc_dims, acc)):
+        for dim, size in zip(dims, tensor.shape, strict=True):
+            sizes[dim] = size
+    empty = [
+        name for name, size in (("M", sizes[m]), ("N", sizes[n]), ("K", sizes[k])) if size == 0
+    ]
+    if empty or (batched and sizes[b] == 0):
+        return SkippedOp(
+            site, f"zero-sized dimension {', '.join(empty) or 'batch'}: nothing to tune"
+        )
+    owner = getattr(op.operands[2].owner, "operation", op.operands[2].owner)  # op or block
+    zero_init = isinstance(owner, ir.Operation) and owner.name == "linalg.fill"
+    return MatmulProblem(
+        op_name=op.name,
+        m=sizes[m],
+        n=sizes[n],
+        k=sizes[k],
+        batch=sizes[b] if batched else 0,
+        lhs_type=str(lhs.element_type),
+        rhs_type=str(rhs.element_type),
+        acc_type=str(acc.element_type),
+        transpose_a=transpose_a,
+        transpose_b=transpose_b,
+        zero_init=zero_init,
+        indexing_maps=str(maps),
+        sites=[site],
+    )
+
+
+FP8_TYPES = ("f8E4M3FN", "f8E5M2")
+SUPPORTED_TYPES = ("f32", "f16", "bf16", *FP8_TYPES)
+
+
+def unsupported_types(problem: MatmulProblem) -> str | None:
+    """Why the problem's element types cannot be tuned, or None (fp8 only as inputs)."""
+    types = {problem.lhs_type, problem.rhs_type, problem.acc_type}
+    if not types <= set(SUPPORTED_TYPES):
+        return f"element type {sorted(types - set(SUPPORTED_TYPES))} not supported"
+    if problem.acc_type in FP8_TYPES:
+        return f"an {problem.acc_type} accumulator is not supported (fp8 inputs accumulate in f32)"
+    return None
+
+
+def analyze_module(module: ir.Module) -> Analysis:
+    problems: dict[str, MatmulProblem] = {}
+    skipped: list[SkippedOp] = []
+    for index, (function, op) in enumerate(walk_matmuls(module)):
+        found = _describe(function, index, op)
+        if isinstance(found, SkippedOp):
+            skipped.append(found)
+            continue
+        reason = unsupported_types(found)
+        if reason:
+            skipped.append(SkippedOp(found.sites[0], reason))
+            continue
+        if found.name in problems:
+            problems[found.name].sites.extend(found.sites)
+        else:
+            problems[found.name] = found
+    return Analysis(problems=list(problems.values()), skipped=skipped)
+
+
+def analyze_file(path: str, context: ir.Context | None = None) -> Analysis:
+    """Analyzes a file; a module with no tunable matmul is a UserError."""
+    context = context or ir.Context()
+    analysis = analyze_module(parse_module(path, context))
+    if not analysis.problems:
+        if analysis.skipped:
+            first = analysis.skipped[0]
+            raise UserError(
+                f"{path}: no matmul can be tuned: {first.site.location} @{first.site.function}: "
+                f"{first.reason}"
+            )
+        raise UserError(f"{path}: no linalg.matmul or linalg.batch_matmul in the module")
+    return analysis

@@ -1,0 +1,96 @@
+"""Writes the MLIR files: one kernel module per tuning point, and the tuned input module.
+
+A point is timed on the matmul cut out of the input module (same op, types, layout and
+accumulator kind), so its time is the op's alone and its answer can be checked with numpy.
+The attribute is set through the MLIR bindings, so every emitted file is known to parse.
+"""
+
+from __future__ import annotations
+
+import os
+
+from iree.compiler import ir
+
+from autosched.ops.matmul import MatmulProblem, parse_module, walk_matmuls
+from autosched.targets.base import Point, Target
+
+KERNEL_FUNCTION = "main"
+
+
+def tensor_type(shape: list[int], element: str) -> str:
+    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
+
+
+def kernel_module_text(
+    problem: MatmulProblem, module_attributes: dict[str, str] | None = None
+) -> str:
+    """The problem's matmul alone in `@main`, zero-filled or accumulating as in the source."""
+    lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
+    rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
+    acc = tensor_type(problem.acc_shape, problem.acc_type)
+    args = f"%lhs: {lhs}, %rhs: {rhs}"
+    if problem.zero_init:
+        init = (
+            f"  %zero = arith.constant 0.0 : {problem.acc_type}\n"
+            f"  %empty = tensor.empty() : {acc}\n"
+            f"  %acc = linalg.fill ins(%zero : {problem.acc_type}) outs(%empty : {acc}) -> {acc}\n"
+        )
+    else:
+        args += f", %acc: {acc}"
+        init = ""
+    listed = ", ".join(f"{name} = {text}" for name, text in (module_attributes or {}).items())
+    attributes = f" attributes {{{listed}}}" if listed else ""
+    return (
+        f"module{attributes} {{\n"
+        f"func.func @{KERNEL_FUNCTION}({args}) -> {acc} {{\n"
+        f"{init}"
+        f"  %result = {problem.op_name} indexing_maps = {problem.indexing_maps}\n"
+        f"      ins(%lhs, %rhs : {lhs}, {rhs}) outs(%acc : {acc}) -> {acc}\n"
+        f"  return %result : {acc}\n"
+        f"}}\n}}\n"
+    )
+
+
+def _attach(op: ir.Operation, attribute_text: str, context: ir.Context) -> None:
+    op.attributes["compilation_info"] = ir.Attribute.parse(attribute_text, context)
+
+
+def kernel_variant(problem: MatmulProblem, target: Target, point: Point | None) -> str:
+    """Kernel module text; with a point, its matmul carries that point's compilation_info."""
+    context = ir.Context()
+    module = ir.Module.parse(kernel_module_text(problem, target.module_attributes()), context)
+    if point is not None:
+        ((_, op),) = walk_matmuls(module)
+        _attach(op, target.lowering_config(problem, point), context)
+    return str(module)
+
+
+def variant_path(work_dir: str, problem: MatmulProblem, name: str) -> str:
+    return os.path.join(
+        work_dir, "linalg", problem.op_name.split(".")[1], problem.name, name + ".mlir"
+    )
+
+
+def write_text(path: str, text: str) -> str:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def tuned_input_module(input_file: str, best: list[tuple[MatmulProblem, Target, Point]]) -> str:
+    """The user's module with each problem's best compilation_info on every op it covers."""
+    context = ir.Context()
+    module = parse_module(input_file, context)
+    ops = [op for _, op in walk_matmuls(module)]
+    for problem, target, point in best:
+        if not target.in_spec(point):  # a custom kernel is not a configuration of the op
+            continue
+        for site in problem.sites:
+            _attach(ops[site.index], target.lowering_config(problem, point), context)
+        # The configs were tuned for this target (Hopper's has no iree-compile flag): keep
+        # any target the user's module names, else add the one the kernels were built with.
+        for name, text in target.module_attributes().items():
+            if name not in module.operation.attributes:
+                module.operation.attributes[name] = ir.Attribute.parse(text, context)
+    return str(module)

@@ -1,0 +1,1 @@
+"""What a run leaves: records, CSV and run.log, the tuning spec, paths."""

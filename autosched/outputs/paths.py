@@ -1,0 +1,95 @@
+"""The files a run writes, named in one place and checked before anything is measured.
+
+A bad `--output` once overwrote the input module, or replaced the tuning database with a
+CSV; every such collision, and every path that cannot be written, is refused up front with
+one `Error:` line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from autosched.config import RunConfig
+from autosched.errors import UserError
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    input_file: str
+    csv: str
+    best_module: str  # the input module with the winners attached
+    spec: str  # the winners as a tuning spec
+    database: str
+    log: str
+    work_dir: str
+    starter_spec: str = ""  # an input, like the module: no output may be it
+    custom_spec: str = ""  # custom-kernel winners as a preprocessing spec
+
+    @classmethod
+    def of(cls, config: RunConfig) -> RunPaths:
+        stem = os.path.splitext(config.output_file)[0]
+        return cls(
+            input_file=config.input_file,
+            csv=config.output_file,
+            best_module=stem + ".best.mlir",
+            spec=stem + ".spec.mlir",
+            database=config.database,
+            log=config.log_file,
+            work_dir=config.work_dir,
+            starter_spec=config.starter_spec,
+            custom_spec=stem + ".custom.mlir",
+        )
+
+    def outputs(self) -> dict[str, str]:
+        """Each file the run writes, by what it is (for messages)."""
+        return {
+            "--output (the CSV)": self.csv,
+            "the tuned module": self.best_module,
+            "the tuning spec": self.spec,
+            "the custom-kernel spec": self.custom_spec,
+            "the tuning database": self.database,
+            "the run log": self.log,
+        }
+
+
+def _writable_folder(path: str, what: str) -> None:
+    """The nearest existing folder above `path` must be a folder this process can write."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise UserError(f"{what} {path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {path}: the folder {folder} is not writable")
+
+
+def check_paths(paths: RunPaths) -> None:
+    """Refuses empty, colliding, folder-valued and unwritable output paths."""
+    for what, path in paths.outputs().items():
+        if not path.strip():
+            raise UserError(f"{what} is an empty path")
+        if os.path.isdir(path):
+            raise UserError(f"{what} {path} is a folder; give a file name")
+        _writable_folder(path, what)
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise UserError(f"{what} {path} is not writable")
+    if os.path.exists(paths.work_dir) and not os.path.isdir(paths.work_dir):
+        raise UserError(f"work_dir {paths.work_dir} is a file, not a folder")
+    _writable_folder(os.path.join(paths.work_dir, "x"), "work_dir")
+    seen: dict[str, str] = {os.path.realpath(paths.input_file): "the input module"}
+    if paths.starter_spec:
+        from iree.compiler import ir
+
+        from autosched.outputs.spec import read_starter
+
+        read_starter(paths.starter_spec, ir.Context())  # fail now, not after the search
+        seen[os.path.realpath(paths.starter_spec)] = "the starter spec"
+    for what, path in paths.outputs().items():
+        real = os.path.realpath(path)
+        if real in seen:
+            raise UserError(
+                f"{seen[real]} and {what} are the same file, {path}: give each its own "
+                "(--output, and the cfg's database and log_file)"
+            )
+        seen[real] = what

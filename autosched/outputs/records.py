@@ -1,0 +1,247 @@
+"""The measurement log: one JSON object per trial, appended and flushed as it happens.
+
+It is the tuning database: a later run on the same problem, target and arch reads it back
+and re-measures nothing it holds; `autosched simulate` replays it as a landscape.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+
+from autosched.ops.matmul import MatmulProblem
+
+# not_applied: the module built for the point does not carry its configuration (a spec whose
+# matcher missed the root op IREE configures): never timed as if it were the candidate.
+FAILED = ("invalid", "compile_error", "not_applied", "runtime_error", "timeout", "wrong_answer")
+
+
+@dataclass
+class Trial:
+    """One measured point (or the IREE default, when `baseline` is true)."""
+
+    problem: str
+    target: str
+    arch: str
+    config: str
+    point: dict
+    baseline: bool
+    status: str  # ok, or one of FAILED
+    compile_status: str = ""
+    compile_s: float | None = None
+    verification: str = ""  # correct, wrong_answer, or empty when not run
+    max_error: float | None = None
+    median_ms: float | None = None
+    cv: float | None = None
+    samples_ms: list[float] | None = None
+    gflops: float | None = None
+    # The default's timing this trial was scored against (re-timed between batches, on the
+    # same device): the score is this trial's speedup over it, on the first default's scale.
+    reference_ms: float | None = None
+    verify_s: float | None = None  # wall seconds spent checking the answer
+    verify_phases: dict = field(default_factory=dict)  # its steps in the worker, in seconds
+    timing_s: float | None = None  # wall seconds spent in iree-benchmark-module
+    message: str = ""
+    iree_version: str = ""
+    device: str = ""  # the IREE device URI it ran on (empty in records written before 0.2)
+    flags: str = ""  # the target's iree-compile flags, space-separated
+    shape: dict = field(default_factory=dict)  # m, n, k, batch, types, transposes
+    features: dict = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def problem_shape(problem: MatmulProblem) -> dict:
+    return {
+        "op": problem.op_name,
+        "m": problem.m,
+        "n": problem.n,
+        "k": problem.k,
+        "batch": problem.batch,
+        "lhs_type": problem.lhs_type,
+        "rhs_type": problem.rhs_type,
+        "acc_type": problem.acc_type,
+        "transpose_a": problem.transpose_a,
+        "transpose_b": problem.transpose_b,
+        "zero_init": problem.zero_init,
+    }
+
+
+def _indexing_maps(batched: bool, transpose_a: bool, transpose_b: bool) -> str:
+    """The op's maps for a layout, as the bindings print them."""
+    b, m, n, k = ("d0, ", "d1", "d2", "d3") if batched else ("", "d0", "d1", "d2")
+    dims = f"({b}{m}, {n}, {k})"
+    lhs = f"{k}, {m}" if transpose_a else f"{m}, {k}"
+    rhs = f"{n}, {k}" if transpose_b else f"{k}, {n}"
+    maps = [f"affine_map<{dims} -> ({b}{x})>" for x in (lhs, rhs, f"{m}, {n}")]
+    return f"[{', '.join(maps)}]"
+
+
+def problem_from_shape(shape: dict) -> MatmulProblem:
+    """The problem a record was measured on (no op sites: it is not in any module here)."""
+    return MatmulProblem(
+        op_name=shape["op"],
+        m=shape["m"],
+        n=shape["n"],
+        k=shape["k"],
+        batch=shape["batch"],
+        lhs_type=shape["lhs_type"],
+        rhs_type=shape["rhs_type"],
+        acc_type=shape["acc_type"],
+        transpose_a=shape["transpose_a"],
+        transpose_b=shape["transpose_b"],
+        zero_init=shape["zero_init"],
+        indexing_maps=_indexing_maps(
+            bool(shape["batch"]), shape["transpose_a"], shape["transpose_b"]
+        ),
+    )
+
+
+def iree_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("iree-base-compiler")
+    except Exception:  # noqa: BLE001 - a version string is informative only
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class MeasureContext:
+    """What a measurement depends on besides its point: a record made under another
+    context (IREE version, device, compile flags) is measured again, not resumed."""
+
+    iree_version: str
+    device: str
+    flags: str
+    # The run's other measuring devices (--devices): their records, scored on the first
+    # device's scale, resume too.
+    other_devices: tuple[str, ...] = ()
+
+    def resumes(self, trial: Trial) -> bool:
+        if trial.iree_version != self.iree_version:
+            return False
+        if not trial.device:  # written before records named their device: trust successes
+            return trial.ok
+        return trial.device in (self.device, *self.other_devices) and trial.flags == self.flags
+
+
+_FIELDS = {f.name: f for f in fields(Trial)}
+_TEXT = ("problem", "target", "arch", "config", "status")
+_NUMBERS = (
+    "compile_s",
+    "max_error",
+    "median_ms",
+    "cv",
+    "gflops",
+    "reference_ms",
+    "verify_s",
+    "timing_s",
+)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def trial_from_record(raw: object) -> Trial:
+    """A Trial from one decoded JSON line; ValueError says why the line cannot be one."""
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    for key in _TEXT:
+        if not isinstance(raw.get(key), str):
+            raise ValueError(f"{key} is not a string")
+    if raw["status"] not in ("ok", *FAILED):
+        raise ValueError(f"unknown status {raw['status']!r}")
+    if not isinstance(raw.get("point"), dict):
+        raise ValueError("point is not an object")
+    if not isinstance(raw.get("baseline"), bool):
+        raise ValueError("baseline is not true or false")
+    for key in _NUMBERS:
+        if raw.get(key) is not None and not _is_number(raw[key]):
+            raise ValueError(f"{key} is not a number")
+    if raw["status"] == "ok":
+        for key in ("median_ms", "gflops"):
+            value = raw.get(key)
+            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"status ok with {key} = {value!r}")
+    known = {k: v for k, v in raw.items() if k in _FIELDS}  # newer fields are ignored
+    for key in ("shape", "features", "verify_phases"):
+        if not isinstance(known.get(key, {}), dict):
+            raise ValueError(f"{key} is not an object")
+    for key in ("compile_status", "verification", "message", "iree_version", "device", "flags"):
+        if not isinstance(known.get(key, ""), str):
+            raise ValueError(f"{key} is not a string")
+    return Trial(**known)
+
+
+class TuningDatabase:
+    """Append-only JSON-lines file; every record is one write, synced before returning.
+
+    A line torn by a full disk or a kill is never glued to the next record: an append
+    first ends an unterminated last line. Lines that cannot be read (torn, not UTF-8,
+    fields of the wrong type) are skipped and counted in `skipped`, never fatal.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.skipped: Counter[str] = Counter()  # reason -> unreadable lines, from the last load
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+
+    def append(self, trial: Trial) -> None:
+        data = (json.dumps(asdict(trial), sort_keys=True) + "\n").encode("utf-8")
+        descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(descriptor).st_size
+            if size and os.pread(descriptor, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            if os.write(descriptor, data) != len(data):
+                raise OSError(errno.ENOSPC, "short write: the disk is full", self.path)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+    def records(self) -> list[Trial]:
+        """Every readable record, in file order; unreadable lines are counted in `skipped`."""
+        self.skipped = Counter()
+        if not os.path.isfile(self.path):
+            return []
+        trials = []
+        with open(self.path, "rb") as handle:
+            for line in handle:
+                if not line.strip():
+                    continue
+                try:
+                    trials.append(trial_from_record(json.loads(line.decode("utf-8"))))
+                except UnicodeDecodeError:
+                    self.skipped["not UTF-8"] += 1
+                except json.JSONDecodeError:
+                    self.skipped["not JSON (a torn line?)"] += 1
+                except (ValueError, TypeError) as error:
+                    self.skipped[str(error)] += 1
+        return trials
+
+    def load(
+        self, problem: str, target: str, arch: str, context: MeasureContext | None = None
+    ) -> list[Trial]:
+        """Earlier trials of this problem on this target, measured under `context`.
+
+        The newest record of a point wins; records from another IREE version, device or
+        flag set are left out, so they are measured again.
+        """
+        found: dict[tuple[str, bool], Trial] = {}
+        for trial in self.records():
+            if (trial.problem, trial.target, trial.arch) != (problem, target, arch):
+                continue
+            if context is not None and not context.resumes(trial):
+                continue
+            found[(trial.config, trial.baseline)] = trial
+        return list(found.values())

@@ -1,0 +1,196 @@
+"""What a run leaves behind for people: the CSV, run.log and the closing summary table."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from autosched.ops.matmul import MatmulProblem
+from autosched.outputs.records import Trial
+
+BASE_COLUMNS = [
+    "problem",
+    "function",
+    "M",
+    "N",
+    "K",
+    "batch",
+    "lhs_type",
+    "rhs_type",
+    "acc_type",
+    "target",
+    "config",
+]
+RESULT_COLUMNS = [
+    "status",
+    "compile_status",
+    "compile_s",
+    "verification",
+    "max_error",
+    "device",
+    "median_ms",
+    "cv",
+    "gflops",
+    "speedup",
+    "retimed_ms",
+    "rank",
+    "chosen",
+    "message",
+]
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+class CsvReport:
+    """One row per trial, written as measured; ranks are filled in at the end.
+
+    Every write replaces the whole file through a temporary one, so the CSV is never half
+    written, and the last run's CSV stays until this run has a row of its own: a run that
+    fails early (a bad database, a full disk) does not cut it to its header.
+    """
+
+    def __init__(self, path: str, knob_names: tuple[str, ...]):
+        self.path = path
+        self.columns = BASE_COLUMNS + list(knob_names) + RESULT_COLUMNS
+        self.knob_names = knob_names
+        self.rows: list[dict[str, str]] = []
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+
+    def _write(self) -> None:
+        temporary = self.path + ".tmp"
+        try:
+            with open(temporary, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, self.columns)
+                writer.writeheader()
+                writer.writerows(self.rows)
+            os.replace(temporary, self.path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
+
+    def row_for(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
+        speedup = (
+            baseline_ms / trial.median_ms if trial.ok and baseline_ms and trial.median_ms else None
+        )
+        row = {
+            "problem": problem.name,
+            "function": ";".join(sorted({s.function for s in problem.sites})),
+            "M": problem.m,
+            "N": problem.n,
+            "K": problem.k,
+            "batch": problem.batch,
+            "lhs_type": problem.lhs_type,
+            "rhs_type": problem.rhs_type,
+            "acc_type": problem.acc_type,
+            "target": trial.target + (f":{trial.arch}" if trial.arch else ""),
+            "config": trial.config,
+            **{k: trial.point.get(k, "") for k in self.knob_names},
+            "status": trial.status,
+            "compile_status": trial.compile_status,
+            "compile_s": _fmt(trial.compile_s, 3),
+            "verification": trial.verification,
+            "max_error": _fmt(trial.max_error, 3),
+            "device": trial.device,
+            "median_ms": _fmt(trial.median_ms, 5),
+            "cv": _fmt(trial.cv, 3),
+            "gflops": _fmt(trial.gflops, 5),
+            "speedup": _fmt(speedup, 4),
+            "retimed_ms": "",
+            "rank": "",
+            "chosen": "",
+            "message": trial.message,
+        }
+        return {k: str(v) for k, v in row.items()}
+
+    def add(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
+        row = self.row_for(problem, trial, baseline_ms)
+        self.rows.append(row)
+        self._write()
+        return row
+
+    def finish(self, retimed: dict[tuple[str, str], float], chosen: set[tuple[str, str]]) -> None:
+        """Ranks the correct rows of each problem by median; marks the re-timed winners.
+
+        The rank compares first measurements, taken alike for every row; the winner is
+        chosen among the top few after they were timed again beside the default.
+        """
+        for row in self.rows:
+            key = (row["problem"], row["config"])
+            if key in retimed:
+                row["retimed_ms"] = _fmt(retimed[key], 5)
+            row["chosen"] = "yes" if key in chosen else ""
+        by_problem: dict[str, list[dict]] = {}
+        for row in self.rows:
+            if row["status"] == "ok" and row["median_ms"]:
+                by_problem.setdefault(row["problem"], []).append(row)
+        for rows in by_problem.values():
+            rows.sort(key=lambda r: float(r["median_ms"]))
+            for rank, row in enumerate(rows, start=1):
+                row["rank"] = str(rank)
+        if self.rows:
+            self._write()
+
+
+class RunLog:
+    """run.log: appended, one dated section per run, each line flushed as written.
+
+    Problems tuned at the same time (one thread each) write their lines through
+    `buffered`, so that each problem's section reads in one piece.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._local = threading.local()  # this thread's buffer, while `buffered` is open
+        self._lock = threading.Lock()
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.write(
+            f"\n===== autosched run {datetime.datetime.now().isoformat(timespec='seconds')} ====="
+        )
+
+    def write(self, line: str = "") -> None:
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is not None:
+            buffer.append(line)
+            return
+        self._append([line])
+
+    def _append(self, lines: list[str]) -> None:
+        with self._lock, open(self.path, "a", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+
+    @contextmanager
+    def buffered(self) -> Iterator[None]:
+        """This thread's lines are held, and written together at the end (also when the
+        run is interrupted): the database, not the log, is what a crash must not lose."""
+        self._local.buffer = []
+        try:
+            yield
+        finally:
+            lines, self._local.buffer = self._local.buffer, None
+            if lines:
+                self._append(lines)
+
+    def section(self, title: str) -> None:
+        self.write(f"\n--- {title} ---")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain aligned text table (for the terminal and run.log)."""
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)

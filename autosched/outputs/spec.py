@@ -1,0 +1,134 @@
+"""The winners as a tuning spec: a transform-dialect library that IREE applies to any module.
+
+The annotated module (`*.best.mlir`) only helps when you compile that very file; a spec
+matches contractions by element types, layout and shape inside whatever model you compile,
+so it also serves models exported from a framework.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from iree.compiler import ir
+
+from autosched import processes
+from autosched.errors import UserError
+from autosched.ops.base import ANY_OP
+from autosched.ops.matmul import MatmulProblem
+from autosched.ops.registry import kind_of
+from autosched.targets.base import Point, Target
+
+LINK_TIMEOUT = 120.0
+
+def match_contraction(problem: MatmulProblem, handle: str = "%op") -> str:
+    """The problem's kind's matcher for `handle` (see ops/base.py)."""
+    return kind_of(problem).spec_matcher(problem, handle)
+
+
+def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str, str]:
+    """(name, named_sequence text) matching the problem's contractions and giving its config."""
+    name = f"match_{problem.name}"
+    text = (
+        f"  transform.named_sequence @{name}(%op: {ANY_OP} {{transform.readonly}})"
+        f" -> ({ANY_OP}, !transform.any_param) {{\n"
+        f"{match_contraction(problem)}"
+        f"    %config = transform.param.constant {target.lowering_config(problem, point)}"
+        f" -> !transform.any_param\n"
+        f"    transform.yield %op, %config : {ANY_OP}, !transform.any_param\n"
+        f"  }}\n"
+    )
+    return name, text
+
+
+def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
+    """The spec text for the chosen points, parsed once here so that it is valid MLIR.
+
+    None when there is nothing to configure (IREE requires the entry point to match).
+    Points a lowering configuration cannot carry (custom kernels) are left out.
+    """
+    best = [(problem, target, point) for problem, target, point in best if target.in_spec(point)]
+    if not best:
+        return None
+    matchers = [_matcher(problem, target, point) for problem, target, point in best]
+    arms = ",\n        ".join(f"@{name} -> @apply_op_config" for name, _ in matchers)
+    body = (
+        f"    %result = transform.foreach_match in %variant\n        {arms}\n"
+        f"      : ({ANY_OP}) -> {ANY_OP}\n"
+        f"    transform.yield %result : {ANY_OP}\n"
+    )
+    text = (
+        "module attributes {iree_codegen.tuning_spec_with_default_entrypoint,"
+        " transform.with_named_sequence} {\n"
+        f"  transform.named_sequence @apply_op_config(%op: {ANY_OP} {{transform.readonly}},"
+        " %config: !transform.any_param {transform.readonly}) {\n"
+        '    transform.annotate %op "compilation_info" = %config'
+        f" : {ANY_OP}, !transform.any_param\n"
+        "    transform.yield\n  }\n"
+        + "".join(text for _, text in matchers)
+        + f"  transform.named_sequence @__kernel_config(%variant: {ANY_OP} {{transform.consumed}})"
+        f" -> {ANY_OP} attributes {{iree_codegen.tuning_spec_entrypoint}} {{\n"
+        f"{body}  }}\n}}\n"
+    )
+    return str(ir.Module.parse(text, ir.Context()))
+
+
+def read_starter(starter_path: str, context: ir.Context) -> ir.Module:
+    """The user's starter spec, parsed (checked before a run starts, and when merging)."""
+    try:
+        with open(starter_path, "rb") as handle:
+            return ir.Module.parse(handle.read(), context)
+    except OSError as error:
+        raise UserError(f"{starter_path}: cannot read the starter spec: {error.strerror}") from None
+    except ir.MLIRError as error:
+        message = str(error).splitlines()[0]
+        raise UserError(f"{starter_path}: the starter spec does not parse: {message}") from None
+
+
+def merge_with_starter(tuned: str, starter_path: str) -> str:
+    """The tuned spec linked with a spec the user already has, by IREE's own linker.
+
+    Both go into one module as nested specs and `iree-opt --iree-codegen-link-tuning-specs`
+    makes one entry point that tries them in order. The tuned spec comes first: where both
+    match an op, the first spec's configuration is the one IREE keeps (checked on the CPU).
+    """
+    from autosched.compile import opt_path
+
+    context = ir.Context()
+    starter = read_starter(starter_path, context)
+    outer = ir.Module.parse("module attributes {transform.with_named_sequence} {}", context)
+    for module in (ir.Module.parse(tuned, context), starter):
+        outer.body.append(module.operation.clone())
+    with tempfile.TemporaryDirectory(prefix="autosched-spec-") as folder:
+        nested = os.path.join(folder, "nested.mlir")
+        with open(nested, "w", encoding="utf-8") as handle:
+            handle.write(str(outer))
+        command = [opt_path(), nested, "--iree-codegen-link-tuning-specs"]
+        finished = processes.run(command, LINK_TIMEOUT)
+    if finished.timed_out or finished.returncode != 0:
+        reason = processes.describe_failure(finished, "iree-opt")
+        raise UserError(
+            f"{starter_path}: cannot link the starter spec with the tuned one: {reason}"
+        )
+    return finished.stdout
+
+
+def write_spec(
+    path: str, best: list[tuple[MatmulProblem, Target, Point]], starter: str = ""
+) -> str | None:
+    """Writes the winners' spec (linked with `starter` when given); None when there is none.
+
+    A spec left by an earlier run is removed first, so that it never outlives its results.
+    With a starter spec and no winner, the starter alone is written: it still applies.
+    """
+    if os.path.exists(path):
+        os.remove(path)
+    text = tuning_spec(best)
+    if starter:
+        text = merge_with_starter(text, starter) if text else open(starter, encoding="utf-8").read()
+    if not text:
+        return None
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path

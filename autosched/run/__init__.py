@@ -1,0 +1,1 @@
+"""One run's candidates: builds, trials, re-timing, the problem's life."""

@@ -1,0 +1,224 @@
+"""The modules one candidate is built into: compile jobs (what is compiled, with which flags,
+and which configuration each build must carry), their compiles, and the check that each
+build carries its configuration before it is timed.
+
+Every job dumps the configurations IREE chose (`configured.dump_flag`), so that a build whose
+configuration did not reach the root op is caught before it is timed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
+from autosched.config import RunConfig
+from autosched.measure.contract import (
+    CHECK,
+    TIMED,
+    Candidate,
+    MeasureSettings,
+    MeasureTask,
+)
+from autosched.model.configured import (
+    CONFIGS_FLAG,
+    Applied,
+    check_build,
+    check_roots,
+    dump_flag,
+    roots_in,
+)
+from autosched.model.dispatch_benchmarks import DispatchBenchmark
+from autosched.ops.matmul import MatmulProblem
+from autosched.ops.matmul_kernel import kernel_variant, variant_path, write_text
+from autosched.outputs.records import Trial
+from autosched.outputs.spec import tuning_spec
+from autosched.run.problem import ProblemSearch
+from autosched.targets.base import Point, Target
+
+
+def expected_config(problem: MatmulProblem, target: Target, point: Point | None) -> str | None:
+    """The compilation_info a build of `point` must carry; None for IREE's default and for
+    points no configuration carries (custom kernels)."""
+    if point is None or not target.in_spec(point):
+        return None
+    return target.lowering_config(problem, point)
+
+
+def kernel_job(
+    problem: MatmulProblem, target: Target, point: Point | None, source: str, repeat: int
+) -> CompileJob:
+    """The contraction rebuilt as a bare kernel with `point` attached (`source` is written
+    here; a custom kernel's module is written by its own compiler, in the compile pool)."""
+    output = source.removesuffix(".mlir") + ".vmfb"
+    before = target.source_command(problem, point, source) if point else []
+    if not before:
+        write_text(source, kernel_variant(problem, target, point))
+    flags = list(target.compile_flags())
+    if repeat > 1:
+        flags.append(f"--iree-hal-benchmark-dispatch-repeat-count={repeat}")
+        output = output.removesuffix(".vmfb") + f".x{repeat}.vmfb"
+    return CompileJob(source, output, [*flags, dump_flag(output)], before)
+
+
+def dispatch_job(
+    benchmark: DispatchBenchmark,
+    problem: MatmulProblem,
+    target: Target,
+    point: Point | None,
+    stem: str,
+    check: bool = False,
+) -> CompileJob:
+    """IREE's own dispatch built with this one point as a spec (or as IREE would): its
+    benchmark module, to time, or (`check`) the module that runs it on given inputs."""
+    flags = list(target.compile_flags())
+    if point is not None:
+        spec = write_text(stem + ".spec.mlir", tuning_spec([(problem, target, point)]))
+        flags += target.spec_flags(spec)
+    if check:
+        output = stem + ".check.vmfb"
+        return CompileJob(benchmark.check_source, output, [*flags, dump_flag(output)])
+    output = stem + ".dispatch.vmfb"
+    return CompileJob(benchmark.source, output, [*flags, *benchmark.flags, dump_flag(output)])
+
+
+# A candidate over this many times the default's first time is timed with one repetition
+# in the worker: it cannot win, and its rank among losers needs no second sample.
+SLOW_FACTOR = 2.0
+SPEC_PROBE = "spec_probe"  # the build that checks, before a search, that a spec applies
+CONFIG_PHASE = "executable-configurations"
+
+
+class CandidateBuilds:
+    """A run's candidate builds: files, compile jobs and one-point specs, the check that
+    each build carries its configuration, and the modules this run built."""
+
+    def __init__(self, config: RunConfig, target: Target, jobs: int):
+        self.config, self.target, self.jobs = config, target, jobs
+        self.built: set[str] = set()  # modules compiled by this run (not left by another)
+
+    def source(self, problem: MatmulProblem, name: str) -> str:
+        """Where a candidate's module (and, beside it, its builds) are written."""
+        return os.path.abspath(variant_path(self.config.work_dir, problem, name))
+
+    def kernel_job(
+        self, problem: MatmulProblem, name: str, point: Point | None, repeat: int
+    ) -> CompileJob:
+        return kernel_job(problem, self.target, point, self.source(problem, name), repeat)
+
+    def dispatch_job(
+        self, search: ProblemSearch, name: str, point: Point | None, check: bool = False
+    ) -> CompileJob:
+        stem = self.source(search.problem, name).removesuffix(".mlir")
+        return dispatch_job(search.benchmark, search.problem, self.target, point, stem, check)
+
+    def candidate(self, search: ProblemSearch, name: str, point: Point | None) -> Candidate:
+        """The modules one point needs: the one its answer is checked on, the one timed.
+
+        The timed kernel repeats its dispatch; a kernel that accumulates into its input
+        writes in place, so R repeats add the product R times: such problems are checked on
+        a build without repeats. A model's problem is timed on IREE's dispatch and checked
+        on the dispatch's check module (or, without one, on the bare kernel).
+        """
+        problem = search.problem
+        if search.benchmark:
+            timed = self.dispatch_job(search, name, point)
+            if search.check is not None:
+                check = self.dispatch_job(search, name, point, check=True)
+            else:
+                check = self.kernel_job(problem, name, point, repeat=1)
+        else:
+            timed = self.kernel_job(problem, name, point, search.repeat)
+            in_place = search.repeat > 1 and not problem.zero_init
+            check = self.kernel_job(problem, name, point, repeat=1) if in_place else timed
+        return Candidate(name, point, {CHECK: check, TIMED: timed})
+
+    def task(
+        self,
+        search: ProblemSearch,
+        candidate: Candidate,
+        builds: dict[str, CompileResult],
+        settings: MeasureSettings,
+    ) -> MeasureTask | None:
+        """What a bench measures for a compiled candidate; None when a build failed.
+
+        A build that does not carry the point's configuration becomes a `not_applied`
+        result in `builds`, so that the candidate is recorded as such and never timed.
+        """
+        self.built.update(r.job.output for r in builds.values() if r.status == "ok")
+        if all(result.status == "ok" for result in builds.values()):
+            self._check_applied(search, candidate, builds)
+        if any(result.status != "ok" for result in builds.values()):
+            return None
+        return MeasureTask(
+            problem=search.problem,
+            check_module=builds[CHECK].job.output,
+            timed_module=builds[TIMED].job.output,
+            data=search.data,
+            repeat=search.repeat,
+            settings=settings,
+            check=search.check,
+            benchmark_function=search.benchmark.function if search.benchmark else None,
+            slow_ms=SLOW_FACTOR * search.baseline_ms if search.baseline_ms else None,
+        )
+
+    def _check_applied(
+        self, search: ProblemSearch, candidate: Candidate, builds: dict[str, CompileResult]
+    ) -> None:
+        """Marks each build that does not carry the candidate's configuration `not_applied`;
+        the default's timed build names the form IREE configured (what is timed)."""
+        point = candidate.point
+        expected = expected_config(search.problem, self.target, point)
+        for role, result in builds.items():
+            verdict = check_build(result.job.output, expected)
+            if not verdict.ok:
+                message = f"{role} module: {verdict.message}"
+                builds[role] = replace(result, status="not_applied", message=message)
+            elif point is None and role == TIMED:
+                search.result.timed_form = verdict.form
+
+    def probe(self, search: ProblemSearch) -> Applied | None:
+        """Does a one-point spec reach the root op IREE configures in the module that is
+        timed? One compile to `executable-configurations`; None when it cannot tell (no
+        point a spec carries, or the probe's point does not build)."""
+        point = next((p for p in search.space.points if self.target.in_spec(p)), None)
+        if point is None or search.exhausted:
+            return None
+        job = self.candidate(search, SPEC_PROBE, point).jobs[TIMED]
+        output = job.output.removesuffix(".vmfb") + ".configured.mlir"
+        flags = [f for f in job.flags if not f.startswith(CONFIGS_FLAG)]
+        flags.append(f"--compile-to={CONFIG_PHASE}")
+        built = compile_one(replace(job, output=output, flags=flags), self.config.compile_timeout)
+        if built.status != "ok":
+            return None  # each candidate is checked on its own
+        verdict = check_roots(roots_in(output), expected_config(search.problem, self.target, point))
+        # The probe builds the default's source with the default's flags: its root's form is
+        # the one timed (a resumed default was not built by this run).
+        search.result.timed_form = search.result.timed_form or verdict.form
+        return verdict
+
+    def modules_for(
+        self,
+        problem: MatmulProblem,
+        trials: list[Trial],
+        repeat: int,
+        search: ProblemSearch | None = None,
+    ) -> dict[str, str]:
+        """Each trial's timed module by config name, built by this run (the dispatch build
+        when `search` times on IREE's dispatch).
+
+        Resumed trials are compiled again: a module left on disk may come from another arch
+        or other flags under the same name.
+        """
+        def job(trial: Trial) -> CompileJob:
+            point = None if trial.baseline else trial.point
+            if search is not None and search.benchmark:
+                return self.dispatch_job(search, trial.config, point)
+            return self.kernel_job(problem, trial.config, point, repeat)
+
+        jobs = {t.config: job(t) for t in trials}
+        missing = [job for job in jobs.values() if job.output not in self.built]
+        for result in compile_all(missing, self.config.compile_timeout, self.jobs):
+            if result.status == "ok":
+                self.built.add(result.job.output)
+        return {name: job.output for name, job in jobs.items() if job.output in self.built}

@@ -1,0 +1,109 @@
+"""Re-timing and the verdict, pure over a timer: the top candidates are timed again beside
+the default, round by round, and a winner must beat the default in every round by more than
+the noise. Nothing here knows a device or a file: `time_one` is any callable."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autosched.outputs.records import Trial
+from autosched.run.problem import BASELINE
+
+RETIME_ROUNDS = 3
+DRIFT_WARNING = 0.10  # flag a default that moved more than this between start and end
+
+
+@dataclass
+class PairedVerdict:
+    """A candidate against the default, timed back to back in each re-timing round."""
+
+    speedups: list[float]  # default ms / candidate ms, one per round
+    noise: float  # the larger CV across rounds of the two (how much either moves alone)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.speedups) if self.speedups else 0.0
+
+    @property
+    def beats_default(self) -> bool:
+        """Faster in every round, and by more than the noise of the measurements."""
+        return bool(self.speedups) and min(self.speedups) > 1 and self.median > 1 + self.noise
+
+    def describe(self) -> str:
+        rounds = ", ".join(f"{s:.3f}x" for s in self.speedups)
+        return f"paired speedups {rounds} (median {self.median:.3f}x), noise {self.noise:.1%}"
+
+
+def _cv(values: list[float]) -> float:
+    mean = statistics.fmean(values) if values else 0.0
+    return statistics.pstdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
+
+
+def paired_verdict(rounds: list[dict[str, float]], name: str) -> PairedVerdict:
+    """Compares `name` with the default round by round, where both were timed together."""
+    both = [r for r in rounds if BASELINE in r and name in r]
+    speedups = [r[BASELINE] / r[name] for r in both]
+    noise = max(_cv([r[BASELINE] for r in both]), _cv([r[name] for r in both]))
+    return PairedVerdict(speedups, noise)
+
+
+def finalists(
+    trials: list[Trial], baseline: Trial | None, top: int
+) -> tuple[list[Trial], list[Trial]]:
+    """The top few by score, and those with the default first: what is re-timed. By score:
+    each trial's speedup over the default timed nearest to it (and on its own device), not
+    its raw time, which moves with the machine."""
+    ranked = sorted((t for t in trials if t.ok), key=lambda t: -t.gflops)
+    contenders = ranked[: max(top, 1)]
+    with_default = baseline is not None and baseline.ok and contenders
+    return contenders, ([baseline] if with_default else []) + contenders
+
+
+def timed_rounds(
+    names: list[str], time_one: Callable[[str], float | None], rounds: int = RETIME_ROUNDS
+) -> list[dict[str, float]]:
+    """Per round, name -> ms of every name that timed, each round timing all in turn."""
+    found = []
+    for _ in range(rounds):
+        timed_now = {}
+        for name in names:
+            ms = time_one(name)
+            if ms is not None:
+                timed_now[name] = ms
+        found.append(timed_now)
+    return found
+
+
+@dataclass
+class Retimed:
+    """What re-timing found: final medians, the fastest contender and its verdict."""
+
+    final: dict[str, float]  # name -> median over the rounds
+    winner: Trial | None  # the fastest re-timed contender
+    verdict: PairedVerdict | None  # against the default (None without a default timing)
+
+    @property
+    def baseline_ms(self) -> float | None:
+        return self.final.get(BASELINE)
+
+    @property
+    def beats_default(self) -> bool:
+        """A winner stands when it beat the default, or when there is no default to beat."""
+        return self.winner is not None and (self.verdict is None or self.verdict.beats_default)
+
+
+def judge(contenders: list[Trial], rounds: list[dict[str, float]]) -> Retimed:
+    """The rounds' medians, the fastest contender, and its paired verdict."""
+    samples: dict[str, list[float]] = {}
+    for timed_now in rounds:
+        for name, ms in timed_now.items():
+            samples.setdefault(name, []).append(ms)
+    final = {name: statistics.median(values) for name, values in samples.items()}
+    timed = [t for t in contenders if t.config in final]
+    winner = min(timed, key=lambda t: final[t.config]) if timed else None
+    verdict = None
+    if winner is not None and BASELINE in final:
+        verdict = paired_verdict(rounds, winner.config)
+    return Retimed(final, winner, verdict)

@@ -1,0 +1,1 @@
+"""The search: spaces, tuners, the loop, history, landscapes and replay."""

@@ -1,0 +1,616 @@
+"""A family of Triton matmul kernels that IREE runs as custom dispatches (issue 12).
+
+IREE 3.13 has no Hopper tensor-core (wgmma) pipeline; Triton does. A kernel of this family
+is compiled by Triton for sm_90a (wgmma, no TMA; its cubin) and wrapped in an IREE module as a
+`hal.dispatch.extern` with the same signature as autosched's kernel modules, so it is
+checked and timed like every other candidate. Its parameters (block sizes, warps, stages,
+the launch-order group) are what a tuner searches.
+
+Facts the module text relies on (../shared/probes/README.md, measured on the H200): launch
+settings go in the extern op's properties; dynamic shared memory beyond 48 KB is granted
+through `workgroup_local_memory`; bindings are the kernel's pointer parameters in operand
+order, the output tied so that it is the third; Triton's hidden scratch pointers are extra
+small operands.
+
+Triton is an optional extra (`autosched[triton]`); `python -m
+autosched.targets.cuda_custom_compile` is the PTX compiler the compile step runs, in its own
+process, for each point.
+
+`CustomKernels` is the family's part of the CUDA target's space (`pipeline = Custom`): its
+knobs, candidates, rules and known-good points. The CUDA target holds one; this module
+imports nothing of the target (targets/cuda.py imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass
+
+from autosched.errors import UserError
+from autosched.ops.matmul import MatmulProblem
+from autosched.ops.matmul_kernel import tensor_type
+from autosched.targets.base import Constraint, Family, KnobSpec, Point
+
+TRITON_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
+INPUT_TYPES = ("f16", "bf16")  # the tensor-core inputs the family covers
+OUTPUT_TYPES = ("f32", "f16", "bf16")
+WARP = 32  # threads per warp (subgroup size) on every NVIDIA GPU
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """One point of the family."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int
+    group_m: int  # rows of blocks launched together, for L2 reuse
+    split_k: int = 1  # workgroups that share one block's K, adding up in turn (serial split-K)
+
+    @property
+    def name(self) -> str:
+        split = f"_k{self.split_k}" if self.split_k > 1 else ""
+        return (
+            f"tr_b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps}"
+            f"_s{self.stages}_g{self.group_m}{split}"
+        )
+
+    @classmethod
+    def from_point(cls, point: dict) -> KernelParams:
+        """A custom point of the CUDA target's space (a record older than split_k has
+        none: K whole)."""
+        return cls(
+            block_m=point["tile_m"],
+            block_n=point["tile_n"],
+            block_k=point["tile_k"],
+            warps=point["warps"],
+            stages=point["pipeline_depth"],
+            group_m=point["group_m"],
+            split_k=max(point.get("split_k", 1), 1),
+        )
+
+
+@dataclass(frozen=True)
+class KernelBinary:
+    """What Triton produced for one point: PTX on disk and its launch needs."""
+
+    ptx_path: str  # Triton's PTX, kept to read what it made
+    cubin_path: str  # Triton's own machine code (its bundled ptxas): what IREE embeds
+    entry: str  # the PTX entry point
+    pointers: int  # pointer parameters: a, b, c, then Triton's scratch pointers
+    shared_bytes: int  # dynamic shared memory per workgroup
+    threads: int  # threads per workgroup (warps x 32)
+
+
+def unsupported(problem: MatmulProblem) -> str | None:
+    """Why the family cannot compute this problem, or None."""
+    if problem.lhs_type not in INPUT_TYPES or problem.rhs_type != problem.lhs_type:
+        return f"custom kernels take f16 or bf16 inputs, not {problem.lhs_type}"
+    if problem.acc_type not in OUTPUT_TYPES:
+        return f"custom kernels write f32, f16 or bf16, not {problem.acc_type}"
+    if not problem.zero_init:
+        return "custom kernels start from a zero accumulator"
+    return None
+
+
+def split_unsupported(problem: MatmulProblem, block_k: int, split_k: int) -> str | None:
+    """Why K cannot be split in `split_k` shares, or None: the shares add up in C itself,
+    so C must be f32, and each share must be whole blocks of K."""
+    if split_k == 1:
+        return None
+    if problem.acc_type != "f32":
+        return f"split-K adds up in C, which must be f32, not {problem.acc_type}"
+    if problem.k % (split_k * block_k):
+        return f"split-K needs K ({problem.k}) in {split_k} shares of whole {block_k}-blocks"
+    return None
+
+
+# ---- the family in the CUDA target's space ---------------------------------------------------
+
+CUSTOM = "Custom"  # the `pipeline` of a custom-kernel point
+CUSTOM_ARCHS = ("sm_90",)  # the family is written for Hopper's wgmma
+SKINNY_ROWS = 64  # a problem with at most this many rows of C gets the skinny custom blocks
+# The family's own knobs, last in the CUDA target's (0 for IREE's pipelines).
+CUSTOM_KNOB_SPECS = (
+    KnobSpec("warps", "custom kernels: warps per workgroup (0 for IREE's pipelines)", minimum=0),
+    KnobSpec(
+        "group_m",
+        "custom kernels: rows of blocks launched together, for L2 reuse (0 for IREE's)",
+        minimum=0,
+    ),
+    KnobSpec(
+        "split_k",
+        "custom kernels: workgroups that share a block's K, adding up in turn (0 for IREE's)",
+        minimum=0,
+    ),
+)
+CUSTOM_KNOBS = tuple(knob.name for knob in CUSTOM_KNOB_SPECS)
+# Custom kernels measured first: the fp16 configurations Triton's matmul tutorial autotunes
+# over on NVIDIA GPUs (block M, N, K, warps, stages; launch group 8) that fit the family,
+# plus the probe's 128x128x64. At 4096^3 f16 on the H200, xgboost alone needed a median of
+# 31 trials to come within 5 % of the best of the family's 168 points (random: 17).
+CUSTOM_STARTING = (
+    (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3),
+    (128, 128, 64, 4, 3),
+    (64, 256, 32, 4, 4),
+    (128, 128, 32, 4, 4),
+    (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4),
+    # The best at 1024^3 and at 512^3 f16 on the H200 (7.7 and 5.1-5.4 us; session 9's
+    # sweeps, h200/custom_split_k_sweeps.jsonl): mid-size problems' blocks.
+    (64, 128, 64, 4, 4),
+    (64, 64, 64, 4, 4),
+)
+
+# Custom kernels measured first for skinny problems (M up to SKINNY_ROWS), after those above
+# (block M, N, K, warps, stages, split_k): the best at 16x4096x4096 f16 on the H200, where the
+# 64x64 block took 13.7 us and IREE's default 33.6; in 2 shares of K 10.9-11.6 us, whole
+# 11.9-12.3 (h200/custom_sweep_16x4096x4096_f16.jsonl, h200/custom_split_k_sweeps.jsonl).
+SKINNY_STARTING = (
+    (16, 64, 128, 4, 3, 2),
+    (64, 64, 128, 4, 4, 2),
+    (64, 32, 128, 4, 4, 1),
+    (16, 32, 64, 4, 4, 1),
+)
+
+
+def is_custom(point: Point) -> bool:
+    return point["pipeline"] == CUSTOM
+
+
+def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
+    """Block M and N of the custom family: 64-256, and for skinny problems (M up to
+    SKINNY_ROWS) 16-64 rows and 32-256 columns. Why: at 16x4096x4096 f16 the
+    64x64 block gave 64 workgroups for the H200's 132 SMs and 0.7 of cuBLAS; the product
+    is bound by reading B, so more, narrower blocks keep more SMs reading."""
+    if problem.m > SKINNY_ROWS:
+        return {"tile_m": [64, 128, 256], "tile_n": [64, 128, 256]}
+    return {"tile_m": [16, 32, 64], "tile_n": [32, 64, 128, 256]}
+
+
+def split_k_candidates(problem: MatmulProblem) -> list[int]:
+    """Shares of K for the custom family: 1, and 2-8 for a skinny problem with an f32 C.
+    On the H200 two shares took 16x4096x4096 f16 from 11.9 to 10.9 us; at 512^3 and 1024^3
+    every split was slower (7.2 and 12.9 us against 5.1 and 7.7): passing a block's lock on
+    costs about 2 us, more than a short run of K saves (h200_custom_skinny_split.md)."""
+    skinny = problem.m <= SKINNY_ROWS and problem.acc_type == "f32"
+    return [1, 2, 4, 8] if skinny else [1]
+
+
+def _power_of_two(knob: str, low: int) -> Constraint:
+    return Constraint(
+        f"custom kernels: {knob} is a power of two from {low}",
+        (knob,),
+        lambda p, x: x[knob] >= low and x[knob] & (x[knob] - 1) == 0,
+    )
+
+
+class CustomKernels:
+    """The CUDA target's custom-kernel family: where it is searched, its part of the space
+    (its knobs, candidates and rules), its known-good points, and what a point of it is
+    (name, workgroup, shared memory, the command that writes its module). The CUDA target
+    holds one and hands it what is custom; IREE's knobs are the target's."""
+
+    def __init__(
+        self, arch: str, triton: bool, shared_memory_bytes: int, element_bytes: dict[str, int]
+    ):
+        self.arch = arch
+        self.triton = triton  # Triton is installed (host discovery)
+        self.shared_memory_bytes = shared_memory_bytes  # the arch's limit per workgroup
+        self.element_bytes = element_bytes  # bytes of each element type the target knows
+
+    def unavailable(self, problem: MatmulProblem) -> str | None:
+        """Why custom kernels are not searched for this problem, or None."""
+        if self.arch not in CUSTOM_ARCHS:
+            return f"custom kernels are written for {', '.join(CUSTOM_ARCHS)}, not {self.arch}"
+        if not self.triton:
+            return "custom kernels need Triton: pip install 'autosched[triton]'"
+        return unsupported(problem)
+
+    def family(self, problem: MatmulProblem, pinned: dict[str, list]) -> Family:
+        """The family's part of the space; `pinned` holds IREE's knobs at neutral values."""
+        return Family(
+            "custom",
+            self.constraints(problem),
+            fixed={"pipeline": [CUSTOM], **pinned},
+            candidates={
+                **custom_blocks(problem),
+                "tile_k": [32, 64, 128],
+                "pipeline_depth": [3, 4],
+                "warps": [4, 8],
+                "group_m": [1, 8],
+                "split_k": split_k_candidates(problem),
+            },
+        )
+
+    def constraints(self, problem: MatmulProblem) -> list[Constraint]:
+        return [
+            _power_of_two("tile_m", 16),
+            _power_of_two("tile_n", 16),
+            _power_of_two("tile_k", 16),
+            Constraint(
+                "custom kernels: stages from 1 to 6",
+                ("pipeline_depth",),
+                lambda p, x: 1 <= x["pipeline_depth"] <= 6,
+            ),
+            Constraint(
+                "custom kernels: 4 or 8 warps",
+                ("warps",),
+                lambda p, x: x["warps"] in (4, 8),
+            ),
+            Constraint(
+                "custom kernels: group_m from 1 to 32",
+                ("group_m",),
+                lambda p, x: 1 <= x["group_m"] <= 32,
+            ),
+            Constraint(
+                f"shared memory over the {self.arch} limit",
+                ("tile_m", "tile_n", "tile_k", "pipeline_depth"),
+                lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
+            ),
+            Constraint(
+                "custom kernels: split-K needs an f32 C and K in shares of whole blocks",
+                ("tile_k", "split_k"),
+                lambda p, x: (
+                    x["split_k"] >= 1 and split_unsupported(p, x["tile_k"], x["split_k"]) is None
+                ),
+            ),
+        ]
+
+    def starting_points(self, problem: MatmulProblem) -> list[Point]:
+        """CUSTOM_STARTING, then SKINNY_STARTING for few rows (partial points)."""
+        knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
+        skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
+        custom = [
+            {"pipeline": CUSTOM, **dict(zip(knobs, values, strict=True)), "group_m": 8}
+            for values in CUSTOM_STARTING
+        ]
+        # K whole (split_k 1, the space's first) is left unnamed, so that records made
+        # before split_k existed match too.
+        return custom + [
+            {"pipeline": CUSTOM, **dict(zip(knobs, values[:5], strict=True)), "group_m": 8}
+            | ({"split_k": values[5]} if values[5] > 1 else {})
+            for values in skinny
+        ]
+
+    def workgroup_size(self, point: Point) -> list[int]:
+        return [point["warps"] * WARP, 1, 1]
+
+    def shared_memory(self, problem: MatmulProblem, point: Point) -> int:
+        """Triton stages A and B blocks once per pipeline stage."""
+        element = self.element_bytes[problem.lhs_type]
+        blocks = (point["tile_m"] + point["tile_n"]) * point["tile_k"] * element
+        return blocks * point["pipeline_depth"]
+
+    def config_name(self, point: Point) -> str:
+        tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
+        split = point.get("split_k", 1)
+        name = f"tr_{tiles}_w{point['warps']}_s{point['pipeline_depth']}_g{point['group_m']}"
+        return name + (f"_k{split}" if split > 1 else "")
+
+    def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
+        """Triton compiles the point to PTX and writes its extern module to `source`."""
+        from autosched.outputs.records import problem_shape
+
+        params = asdict(KernelParams.from_point(point))
+        return [
+            sys.executable,
+            "-m",
+            "autosched.targets.cuda_custom_compile",
+            "--shape",
+            json.dumps(problem_shape(problem)),
+            "--params",
+            json.dumps(params),
+            "--arch",
+            self.arch,
+            "--ptx",
+            source.removesuffix(".mlir") + ".ptx",
+            "--module",
+            source,
+        ]
+
+
+def import_triton():
+    # Triton 3.9 warns unless the FP-fusion default is named; keep its long-standing one.
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    try:
+        import triton
+    except ImportError:
+        raise UserError(
+            "custom kernels need Triton, an optional extra: pip install 'autosched[triton]'"
+        ) from None
+    return triton
+
+
+def _strides(problem: MatmulProblem) -> dict[str, int]:
+    """Element strides of A, B and C (batch, row, column), from the problem's layout."""
+    m, n, k = problem.m, problem.n, problem.k
+    a_m, a_k = (1, m) if problem.transpose_a else (k, 1)
+    b_k, b_n = (1, k) if problem.transpose_b else (n, 1)
+    return {
+        "sab": m * k,
+        "sam": a_m,
+        "sak": a_k,
+        "sbb": k * n,
+        "sbk": b_k,
+        "sbn": b_n,
+        "scb": m * n,
+        "scm": n,
+        "scn": 1,
+    }
+
+
+def _kernel_parts(triton, tl):
+    """The kernel's @triton.jit helpers. Triton inlines them: the kernel's PTX is the same
+    as with their code written in it."""
+
+    @triton.jit
+    def block_of(pid, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, G):
+        """The output block (row and column of blocks) of workgroup `pid`: blocks are
+        launched G rows of blocks at a time, for L2 reuse."""
+        blocks_m = tl.cdiv(M, BM)
+        blocks_n = tl.cdiv(N, BN)
+        group = pid // (G * blocks_n)
+        first = group * G
+        size = min(blocks_m - first, G)
+        return first + (pid % (G * blocks_n)) % size, (pid % (G * blocks_n)) // size
+
+    @triton.jit
+    def wait_for_turn(lock, part):
+        """Serial split-K: the block's K shares add up in order, as CUTLASS's serial
+        split-K does: share s waits until the block's lock reads s, adds what C holds,
+        stores, and passes the lock on; the last share sets it back to 0 for the next call.
+        Share s-1 is launched before share s (z is the slowest grid axis; CUDA starts blocks
+        in order, which CUTLASS relies on too), so the wait ends."""
+        while tl.atomic_cas(lock, part, part, sem="acquire") != part:
+            pass
+
+    return block_of, wait_for_turn
+
+
+def _kernel():
+    """The Triton kernel (defined here so that importing this module needs no Triton)."""
+    triton = import_triton()
+    import triton.language as tl
+
+    block_of, wait_for_turn = _kernel_parts(triton, tl)
+
+    @triton.jit
+    def matmul(
+        a,
+        b,
+        c,
+        locks,
+        M: tl.constexpr,
+        N: tl.constexpr,
+        K: tl.constexpr,
+        sab: tl.constexpr,
+        sam: tl.constexpr,
+        sak: tl.constexpr,
+        sbb: tl.constexpr,
+        sbk: tl.constexpr,
+        sbn: tl.constexpr,
+        scb: tl.constexpr,
+        scm: tl.constexpr,
+        scn: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        G: tl.constexpr,
+        EVEN: tl.constexpr,
+        SPLIT: tl.constexpr,
+        K_PART: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        batch = tl.program_id(1)
+        # This workgroup's share of K (serial split-K). A constant 0 when K is whole, so
+        # that the kernel is the one without split-K, instruction for instruction.
+        if SPLIT > 1:
+            part = tl.program_id(2)
+        else:
+            part = 0
+        pm, pn = block_of(pid, M, N, BM, BN, G)
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = part * K_PART + tl.arange(0, BK)
+        pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
+        pb = b + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K_PART, BK):
+            if EVEN:  # M, N and K are multiples of the blocks: no masks
+                x = tl.load(pa)
+                y = tl.load(pb)
+            else:
+                x = tl.load(pa, mask=(rm[:, None] < M) & (rk[None, :] + k < K), other=0.0)
+                y = tl.load(pb, mask=(rk[:, None] + k < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
+            pa += BK * sak
+            pb += BK * sbk
+        out = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
+        if SPLIT > 1:  # the shares add up in C in order (see wait_for_turn)
+            lock = locks + batch * tl.num_programs(0) + pid
+            if part > 0:
+                wait_for_turn(lock, part)
+                inside = (rm[:, None] < M) & (rn[None, :] < N)
+                # From L2 (.cg): an SM's L1 does not see another SM's stores.
+                acc += tl.load(out, mask=inside, cache_modifier=".cg")
+        value = acc.to(c.dtype.element_ty)
+        if EVEN:
+            tl.store(out, value)
+        else:
+            tl.store(out, value, mask=(rm[:, None] < M) & (rn[None, :] < N))
+        if SPLIT > 1:
+            tl.debug_barrier()  # every thread's store lands before the lock moves on
+            tl.atomic_xchg(lock, (part + 1) % SPLIT, sem="release")
+
+    return matmul
+
+
+def grid(problem: MatmulProblem, params: KernelParams) -> tuple[int, int, int]:
+    """Workgroups: one per output block, times the batch, times the shares of K."""
+    return blocks(problem, params), max(problem.batch, 1), params.split_k
+
+
+def blocks(problem: MatmulProblem, params: KernelParams) -> int:
+    """Output blocks of one batch entry."""
+    return math.ceil(problem.m / params.block_m) * math.ceil(problem.n / params.block_n)
+
+
+def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: str) -> KernelBinary:
+    """Triton's PTX for one point, written to `path` (no GPU needed)."""
+    triton = import_triton()
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = _kernel()
+    element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
+    why = split_unsupported(problem, params.block_k, params.split_k)
+    if why:
+        raise UserError(f"{params.name}: {why}")
+    k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
+    even = (
+        problem.m % params.block_m == 0
+        and problem.n % params.block_n == 0
+        and problem.k % params.block_k == 0
+    )
+    constants = {
+        "M": problem.m,
+        "N": problem.n,
+        "K": problem.k,
+        **_strides(problem),
+        "BM": params.block_m,
+        "BN": params.block_n,
+        "BK": params.block_k,
+        "G": params.group_m,
+        "EVEN": even,
+        "SPLIT": params.split_k,
+        "K_PART": k_part,
+    }
+    signature = {"a": f"*{element}", "b": f"*{element}", "c": f"*{output}", "locks": "*i32"}
+    if params.split_k == 1:
+        constants["locks"] = None  # no lock pointer in the kernel's parameters
+    signature.update({name: "constexpr" for name in constants})
+    # IREE's bindings are 16-byte aligned. Told so, Triton loads with vector and
+    # asynchronous copies and pipelines its stages; untold, each element is its own load
+    # (1.5 ms instead of about 0.2 at 4096^3 f16 on the H200).
+    aligned = {(index,): [["tt.divisibility", 16]] for index in range(3)}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
+    capability = int(arch.removeprefix("sm_"))
+    compiled = triton.compile(
+        source,
+        target=GPUTarget("cuda", capability, 32),
+        options={
+            "num_warps": params.warps,
+            "num_stages": params.stages,
+        },
+    )
+    ptx = compiled.asm["ptx"]
+    entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx, re.S)
+    if entry is None:
+        raise RuntimeError("Triton's PTX has no entry point")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(ptx)
+    # IREE embeds Triton's cubin, not its PTX: at 4096^3 f16 on the H200 the same kernel
+    # assembled from PTX ISA 8.4 by CUDA 13.0's ptxas (or the driver) ran 0.254 ms in IREE,
+    # launched by Triton from its own build 0.210 ms.
+    cubin = os.path.splitext(os.path.abspath(path))[0] + ".cubin"
+    with open(cubin, "wb") as handle:
+        handle.write(compiled.asm["cubin"])
+    return KernelBinary(
+        ptx_path=os.path.abspath(path),
+        cubin_path=cubin,
+        entry=entry.group(1),
+        pointers=entry.group(2).count(".param"),
+        shared_bytes=int(compiled.metadata.shared),
+        threads=params.warps * WARP,
+    )
+
+
+def extern_function(
+    problem: MatmulProblem,
+    params: KernelParams,
+    binary: KernelBinary,
+    executable_target: str,
+    name: str,
+    kind: str = "func.func",
+) -> str:
+    """A function `name(A, B) -> C` that runs the kernel as a `hal.dispatch.extern` (`kind`
+    util.func for a substitution spec to call).
+
+    The output is a `flow.tensor.alloca`: memory with undefined contents, never hoisted,
+    since the kernel stores every element of C (it computes A·B from zero in registers). A
+    zero-filled output, or a bare empty one, is hoisted into a constant that IREE then
+    copies into C on every call (64 MB at 4096² f32). An optimization barrier on the empty
+    tensor stops that, but it is a host-side step between device work: each custom
+    dispatch then ended the model's command buffer. (A decoder layer with nine of them ran
+    slower than IREE's default on the H200; that split was the difference we found in its
+    stream IR.)
+    """
+    lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
+    rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
+    out = tensor_type(problem.acc_shape, problem.acc_type)
+    x, y, z = grid(problem, params)
+    # Split-K's locks, one per output block: zeros that the kernel leaves at zero.
+    locks = [f"tensor<{x * y}xi32>"] if params.split_k > 1 else []
+    scratch = binary.pointers - 3 - len(locks)
+    scratch_values = [f"%s{i}" for i in range(scratch)]
+    operand_types = [lhs, rhs, out, *locks] + ["tensor<256xi8>"] * scratch
+    operands = ["%a", "%b", "%c", *["%l" for _ in locks], *scratch_values]
+    # Indirect: the buffers come from the call's binding table, so IREE records the command
+    # buffer once and replays it. Without the flag an extern dispatch binds its buffers
+    # directly and the command buffer (every repeat of the dispatch) is recorded on every
+    # call, as IREE's own dispatches are not.
+    read_only = '#hal.pipeline.binding<storage_buffer, "ReadOnly|Indirect">'
+    written = "#hal.pipeline.binding<storage_buffer, Indirect>"
+    bindings = [read_only] * 2 + [written] * (1 + len(locks)) + [read_only] * scratch
+    returns = "util.return" if kind == "util.func" else "return"
+    visibility = " private" if kind == "util.func" else ""
+    results = "(%c, %l)" if locks else "%c"
+    result = "%r#0" if locks else "%r"
+    lines = [
+        f"  {kind}{visibility} @{name}(%a: {lhs}, %b: {rhs}) -> {out} {{",
+        f"    %c = flow.tensor.alloca : {out}",
+        *[f"    %l = arith.constant dense<0> : {t}" for t in locks],
+        *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
+        f'    %r{":2" if locks else ""} = hal.dispatch.extern "{binary.entry}"'
+        f"({', '.join(operands)}) : ({', '.join(operand_types)}) -> {results}",
+        "      count(%device: !hal.device) -> (index, index, index) {",
+        f"        %x = arith.constant {x} : index",
+        f"        %y = arith.constant {y} : index",
+        f"        %z = arith.constant {z} : index",
+        "        hal.return %x, %y, %z : index, index, index",
+        "      }",
+        f"      layout(#hal.pipeline.layout<bindings = [{', '.join(bindings)}]>)",
+        "      objects({",
+        f"        {executable_target} ordinal(0) = "
+        f'[#hal.executable.object<{{path = "{binary.cubin_path}"}}>]',
+        "      })",
+        f"      <{{workgroup_size = [{binary.threads} : index, 1 : index, 1 : index], "
+        f"subgroup_size = 32 : index, workgroup_local_memory = {binary.shared_bytes} : index}}>",
+        f"    {returns} {result} : {out}",
+        "  }",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def extern_module(
+    problem: MatmulProblem,
+    params: KernelParams,
+    binary: KernelBinary,
+    executable_target: str,
+    function: str,
+) -> str:
+    """An IREE module whose `function` takes A and B like autosched's kernel modules (see
+    `extern_function`); the executable target is the arch's full attribute
+    (CudaTarget.executable_target), named on the module too."""
+    device = f'[#hal.device.target<"cuda", [{executable_target}]> : !hal.device]'
+    body = extern_function(problem, params, binary, executable_target, function)
+    return f"module attributes {{hal.device.targets = {device}}} {{\n{body}}}\n"
