@@ -69,7 +69,8 @@ def prepare(config: RunConfig, input_file: str | None):
 
 def dry_run_report(config: RunConfig, target, analysis: Analysis) -> None:
     """Analysis, spaces and variant files, with no compiler run."""
-    from autosched.ops.matmul_kernel import kernel_variant, variant_path, write_text
+    from autosched.ops.matmul_kernel import variant_path, write_text
+    from autosched.ops.registry import kind_of
     from autosched.run.tuning import space_tuner
     from autosched.search.space import build_space
 
@@ -83,7 +84,7 @@ def dry_run_report(config: RunConfig, target, analysis: Analysis) -> None:
             path = variant_path(config.work_dir, problem, target.config_name(point))
             if not target.in_spec(point):
                 continue  # a custom kernel: Triton writes its module, and none runs here
-            write_text(path, kernel_variant(problem, target, point))
+            write_text(path, kind_of(problem).kernel_module(problem, target, point))
             written += 1
         rejected = ", ".join(f"{n} {r}" for r, n in space.rejected.most_common()) or "none"
         compiled = len(chosen) - written

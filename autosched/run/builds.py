@@ -30,7 +30,8 @@ from autosched.model.configured import (
 )
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
 from autosched.ops.matmul import MatmulProblem
-from autosched.ops.matmul_kernel import kernel_variant, variant_path, write_text
+from autosched.ops.matmul_kernel import variant_path, write_text
+from autosched.ops.registry import kind_of
 from autosched.outputs.records import Trial
 from autosched.outputs.spec import tuning_spec
 from autosched.run.problem import ProblemSearch
@@ -53,7 +54,7 @@ def kernel_job(
     output = source.removesuffix(".mlir") + ".vmfb"
     before = target.source_command(problem, point, source) if point else []
     if not before:
-        write_text(source, kernel_variant(problem, target, point))
+        write_text(source, kind_of(problem).kernel_module(problem, target, point))
     flags = list(target.compile_flags())
     if repeat > 1:
         flags.append(f"--iree-hal-benchmark-dispatch-repeat-count={repeat}")
