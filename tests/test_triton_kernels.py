@@ -505,7 +505,8 @@ def test_a_custom_kernel_replaces_a_contraction_only_under_iree_s_best(
     """After a model's campaign, a custom kernel goes into results.custom.mlir only when its
     time is under the best IREE dispatch time of its problem (0.1 ms here)."""
     from autosched.drivers.campaign import ModelProblem
-    from autosched.drivers.model_run import model_for_target, write_custom_spec
+    from autosched.drivers.custom_route import write_custom_spec
+    from autosched.drivers.model_run import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.outputs.records import Trial
     from autosched.outputs.report import RunLog

@@ -1,0 +1,118 @@
+"""The custom-kernel route of a model run: the custom family's points searched on their bare
+kernels after the campaign, the winners that beat IREE's best dispatch written as a
+substitution spec, and the lines that report the route (the family itself lives under the
+CUDA target, `targets/cuda_custom.py`; the rewrite in `model/substitution.py`)."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+import click
+
+from autosched.drivers.campaign import ModelProblem
+from autosched.model.substitution import substitutable, write_substitution
+from autosched.run.problem import Progress
+from autosched.run.tuning import Tuning
+from autosched.search.space import build_space
+
+
+def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress: Progress):
+    """Problem name -> the custom-kernel search of each problem the target's custom family
+    covers (when the cfg's pipeline list names it): its points only, n_trial of them, each
+    checked against numpy and timed on its bare kernel (a custom kernel has no place in
+    IREE's dispatch benchmark; the whole-model proof is what judges it)."""
+
+
+    target, knobs = tuning.target, tuning.config.knob_space
+    covered = [
+        entry.problem
+        for entry in problems
+        if entry.benchmark is not None  # timed as a kernel, its campaign searched them already
+        and not substitutable(entry.problem)
+        and any(not target.in_spec(p) for p in build_space(entry.problem, target, knobs).points)
+    ]
+    if not covered:
+        return {}
+    click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
+    searches = tuning.concurrently(
+        [
+            partial(tuning.search_problem, p, progress, own_bar=False, custom_only=True)
+            for p in covered
+        ]
+    )
+    results = tuning.finish_all(searches, progress)
+    return {result.problem.name: result for result in results}
+
+
+def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: dict, log):
+    """The custom kernels that beat both IREE's default kernel and the campaign's best
+    dispatch time, as the spec that replaces their contractions; None when there are none."""
+    winners = []
+    for entry in problems:
+        result = custom_winner(entry, custom, target)
+        if result is None:
+            continue
+        iree_ms = entry.result.best_ms if entry.result.best else entry.result.baseline_ms
+        if result is not entry.result and iree_ms and result.best_ms >= iree_ms:
+            log.write(
+                f"{entry.problem.name}: custom kernel {result.best_ms:.4g} ms, not under IREE's "
+                f"{iree_ms:.4g} ms on the dispatch: not substituted"
+            )
+            continue
+        winners.append((entry.problem, result.best.point))
+    if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
+        for why in write_substitution(path, winners, target):
+            log.write(f"not substituted: {why}")
+    return path if os.path.exists(path) else None
+
+
+def custom_winner(entry: ModelProblem, custom: dict, target):
+    """The search whose best is a custom kernel for this problem: the custom pass's, or the
+    campaign's own when it timed kernels (`time_on = kernel` searches custom points with
+    IREE's); None when neither found one."""
+    campaign = entry.result
+    if campaign.best is not None and not target.in_spec(campaign.best.point):
+        return campaign
+    result = custom.get(entry.problem.name)
+    return result if result is not None and result.best is not None else None
+
+
+def route_of(row: dict, substituted: bool) -> str:
+    """Which route a problem's winner took, for the summary (the honest name of it)."""
+    if substituted and row.get("custom_ms") is not None:
+        return "custom kernel"
+    return "IREE configuration" if row["in_spec"] else "IREE default"
+
+
+def custom_commands(model_path, target, spec_path, custom_spec, work_dir) -> str:
+    """The exact commands that build the model with its custom kernels."""
+    import shlex
+
+    from autosched.model.substitution import RESUME_FLAG, rewrite_commands
+
+    flags = target.compile_flags()
+    out = os.path.join(work_dir, "model", "model.custom.mlir")
+    steps = [command for _, command in rewrite_commands(model_path, custom_spec, flags, out)]
+    spec = target.spec_flags(spec_path) if spec_path else []
+    steps.append(["iree-compile", out, *flags, *spec, RESUME_FLAG, "-o", "model.vmfb"])
+    return "tuned model with custom kernels:\n  " + " &&\n  ".join(
+        shlex.join([os.path.basename(step[0]), *step[1:]]) for step in steps
+    )
+
+
+def custom_line(custom) -> str:
+    """`with custom kernels (N replaced): C ms (X× over the default, Y× over the spec alone),
+    outputs match`."""
+    if custom.ms is None:
+        return f"with custom kernels: no time ({custom.message})"
+    over = f", {custom.over_spec:.2f}x over the spec alone" if custom.over_spec else ""
+    answer = (
+        f"outputs match (max error {custom.max_error or 0:.2g})"
+        if custom.outputs_match
+        else f"OUTPUTS DIFFER: {custom.message}"
+    )
+    return (
+        f"with custom kernels ({custom.replaced} contraction(s) replaced): {custom.ms:.4g} ms "
+        f"({custom.speedup:.2f}x over the default{over}), {answer}"
+    )
