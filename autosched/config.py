@@ -41,7 +41,7 @@ class RunConfig:
     ray_address: str = "auto"  # the Ray cluster to join (ray.init's address)
     parallel_problems: int = 0  # problems searched at once; 0: two per measuring device (GPU)
     # [SearchStrategy]
-    tuner: str = "grid"
+    tuner: str = "xgboost"  # the best of the three in replay (search_efficiency.md)
     n_trial: int = 32
     seed: int = 0
     batch_size: int = 8  # points proposed per tuner round

@@ -81,6 +81,8 @@ retime_top = 3
 timer = {timer}
 {custom}"""
 CUSTOM_CFG = "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute, Custom]\n"
+# Custom kernels are searched by default where they run: without --custom, IREE's alone.
+IREE_ONLY_CFG = "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute]\n"
 
 
 def rms_norm(x, weight):
@@ -327,7 +329,7 @@ def main() -> None:
                     min_time=0.03 if options.target == "cuda" else 0.01,
                     timer=options.timer,
                     devices=options.devices,
-                    custom=CUSTOM_CFG if options.custom else "",
+                    custom=CUSTOM_CFG if options.custom else IREE_ONLY_CFG,
                 )
             )
         code, wall, output = run_autosched(folder, model_path, options.target, options.budget)

@@ -85,7 +85,7 @@ def test_missing_config_file(tmp_path):
 
 def test_command_line_overrides_and_checks():
     config = with_overrides(RunConfig(), n_trial=5, tuner=None)
-    assert config.n_trial == 5 and config.tuner == "grid"
+    assert config.n_trial == 5 and config.tuner == "xgboost"
     with pytest.raises(UserError, match="--n-trial 0"):
         with_overrides(RunConfig(), n_trial=0)
 

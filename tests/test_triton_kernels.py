@@ -246,7 +246,7 @@ def _cuda(tmp_path, triton=True):
     return config, make_target(config, Machine(triton=triton))
 
 
-def test_custom_kernels_join_the_space_when_asked(tmp_path):
+def test_custom_kernels_join_the_space_by_default_where_they_run(tmp_path):
     from autosched.search.space import build_space
 
     problem, _ = CASES["plain"]
@@ -260,9 +260,14 @@ def test_custom_kernels_join_the_space_when_asked(tmp_path):
     assert all(p["warps"] == 0 and p["group_m"] == 0 for p in iree)
     assert target.config_name(custom[0]).startswith("tr_wg")
     assert not target.in_spec(custom[0]) and target.in_spec(iree[0])
-    # Only when asked, and only where Triton is installed.
-    assert all(p["pipeline"] != "Custom" for p in build_space(problem, target, {}).points)
+    # By default where Triton is installed (the fastest route, issue 24), unless the cfg's
+    # pipeline list leaves them out; never without Triton.
+    assert any(p["pipeline"] == "Custom" for p in build_space(problem, target, {}).points)
+    assert "custom Triton kernels searched too" in target.describe()
+    iree_only = {"pipeline": ["TileAndFuse", "VectorDistribute"]}
+    assert all(p["pipeline"] != "Custom" for p in build_space(problem, target, iree_only).points)
     _, without = _cuda(tmp_path, triton=False)
+    assert all(p["pipeline"] != "Custom" for p in build_space(problem, without, {}).points)
     assert all(p["pipeline"] != "Custom" for p in build_space(problem, without, lists).points)
 
 
