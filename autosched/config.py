@@ -62,6 +62,9 @@ class RunConfig:
     timer: str = "auto"
     # IREE runtime flags for checking and timing candidates ("": none)
     runtime_flags: str = ""
+    # models: every dispatch timed before and after the spec, as a table (and a picture with
+    # matplotlib), or none
+    dispatch_table: str = "all"
     # [SearchSpace]: knob name -> candidate values, as the user wrote them
     search_space: dict[str, list[Knob]] = field(default_factory=dict)
     # [SearchSpace.<target>]: the same, used only when that target runs
@@ -124,6 +127,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "time_on": str,
         "timer": str,
         "runtime_flags": str,
+        "dispatch_table": str,
     },
 }
 MODES = ("fast", "normal", "extreme")
@@ -132,6 +136,7 @@ TIMERS = ("auto", "tool", "worker")
 EXECUTORS = ("local", "ray")
 STARTING_POINTS = ("target", "none")
 HISTORIES = ("database", "none")
+DISPATCH_TABLES = ("all", "none")
 _CHOICES = {
     "target": TARGETS,
     "tuner": TUNERS,
@@ -141,6 +146,7 @@ _CHOICES = {
     "executor": EXECUTORS,
     "starting_points": STARTING_POINTS,
     "history": HISTORIES,
+    "dispatch_table": DISPATCH_TABLES,
 }
 _MINIMUM = {
     "jobs": 0,

@@ -32,6 +32,7 @@ batch_size = 2
 repetitions = 1
 min_time = 0.005
 retime_top = 1
+dispatch_table = none
 """
 
 

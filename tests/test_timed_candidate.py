@@ -124,8 +124,15 @@ def test_unit_batch_model_on_cpu_times_applied_candidates(folder, element):
     measured = [r for r in records(folder) if not r["baseline"] and r["status"] == "ok"]
     assert measured and all(r["reference_ms"] > 0 for r in measured)
     assert "IREE default re-timed" in (folder / "generated/run.log").read_text()
-    # The run ends with the model's line, a spec or not.
+    # The run ends with the model's line, a spec or not, and every dispatch of the model
+    # (the weights' transposes too) timed before and after, largest first.
     assert "model: " in result.output
+    dispatches = summary(folder)["dispatches"]
+    assert len(dispatches) == 5 and all(d["default_ms"] > 0 for d in dispatches)
+    assert sum("transpose" in d["entry_point"] for d in dispatches) == 2
+    totals = [d["default_total_ms"] for d in dispatches]
+    assert totals == sorted(totals, reverse=True)
+    assert "all dispatches:" in (folder / "generated/run.log").read_text()
 
 
 def test_a_spec_that_misses_the_root_stops_the_search_loudly(folder, monkeypatch):
@@ -185,3 +192,12 @@ def test_a_tuned_model_slower_than_the_default_gets_no_spec(folder):
     assert not (folder / "generated/results.spec.mlir").exists()
     assert result.output.strip().count("(IREE default; nothing faster)") == 1
     assert summary(folder)["model"]["default_only"]
+
+
+def test_the_dispatch_picture_is_drawn_with_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")
+    from autosched.drivers.dispatch_table import DispatchRow, plot_dispatches
+
+    rows = [DispatchRow("main$async_dispatch_0_attention", 1, 1.5, 1.5), DispatchRow("b", 2, 0.5, 0.2)]
+    path = plot_dispatches(rows, str(tmp_path / "d.png"))
+    assert path and (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

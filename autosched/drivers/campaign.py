@@ -121,6 +121,7 @@ class CampaignReport:
     problems: list[dict] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     custom_trials: int = 0  # custom kernels searched on their bare kernels after the campaign
+    dispatches: list[dict] = field(default_factory=list)  # every dispatch, before and after
 
 
 def run_campaign(

@@ -8,6 +8,7 @@ tool, from lowering to the line that says what the spec did to the whole model.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field, replace
 
 import click
 
@@ -129,22 +130,35 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
         click.echo(f"budget: {budget} trials ({config.mode} mode); nothing compiled")
         return
     with guarded_run(config, target, paths):
+        dispatches = ModelDispatches()
         if config.time_on == "dispatch":
-            attach_benchmarks(problems, model_path, flags, os.path.join(work, "dispatches"))
-        _tune_model(config, target, paths, model_path, problems, skipped, budget, resume, progress)
+            folder = os.path.join(work, "dispatches")
+            dispatches = attach_benchmarks(problems, model_path, flags, folder)
+        tuning = _tune_model(
+            config, target, paths, model_path, problems, skipped, budget, resume, progress
+        )
+        _finish_model(tuning, paths, model_path, problems, dispatches)
 
 
-def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> None:
-    """Each problem gets IREE's own dispatch of its first site to be timed on."""
-    from dataclasses import replace
+@dataclass
+class ModelDispatches:
+    """Every dispatch IREE forms that has a benchmark module, and its launches per call."""
 
+    benchmarks: dict = field(default_factory=dict)  # entry point -> DispatchBenchmark
+    calls: dict[str, int] = field(default_factory=dict)  # entry point -> launches
+
+
+def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> ModelDispatches:
+    """Each problem gets IREE's own dispatch of its first site to be timed on; returns every
+    dispatch's benchmark (for the whole model's table)."""
     from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
-    from autosched.model.lowering import lower_to_dispatches, prepare_model
+    from autosched.model.lowering import dispatch_calls, lower_to_dispatches, prepare_model
 
     click.echo("writing IREE's dispatches as benchmarks ...", err=True)
     source = prepare_model(model_path, folder)  # an ONNX model is imported first
     benchmarks = dump_dispatch_benchmarks(source, flags, folder)
-    checks = dispatch_check_modules(lower_to_dispatches(source, flags), set(benchmarks), folder)
+    flow = lower_to_dispatches(source, flags)
+    checks = dispatch_check_modules(flow, set(benchmarks), folder)
     for entry_point, (check, inputs, outputs) in checks.items():
         benchmarks[entry_point] = replace(
             benchmarks[entry_point], check_source=check, check_inputs=inputs, check_outputs=outputs
@@ -156,6 +170,7 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
             click.echo(
                 f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel", err=True
             )
+    return ModelDispatches(benchmarks, dispatch_calls(flow))
 
 
 def _tune_model(config, target, paths, model_path, problems, skipped, budget, resume, progress):
@@ -195,7 +210,13 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     tuning.log.section("result")
     tuning.log.write(summary)
     click.echo(summary)
+    tuning.report, tuning.custom = report, custom
+    return tuning
 
+
+def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: ModelDispatches):
+    """The spec, its checks and proof, the tables and the summary, after the search."""
+    config, target, report, custom = tuning.config, tuning.target, tuning.report, tuning.custom
     custom_spec = write_custom_spec(paths.custom_spec, target, problems, custom, tuning.log)
     spec_path, applied, proof = spec_never_slower(tuning, model_path, paths, problems, custom_spec)
     report.problems = problem_rows(problems, applied)
@@ -207,6 +228,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     shares = share_table(report.problems)
     tuning.log.write(shares)
     click.echo("\n" + shares)
+    report.dispatches = whole_model_table(tuning, paths, problems, dispatches, spec_path)
     summary_path = write_summary(os.path.splitext(paths.csv)[0] + ".summary.json", proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     if spec_path:
@@ -226,6 +248,34 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
             tuning.log.write(message)
             click.echo(click.style(message, fg="red", bold=True), err=True)
     _log_budget(tuning, report)
+
+
+def whole_model_table(tuning: Tuning, paths, problems, dispatches, spec_path) -> list[dict]:
+    """Every dispatch of the model timed before and after the spec: a table in run.log and
+    on the screen, rows for the summary, and a picture beside the CSV with matplotlib."""
+    from autosched.drivers.dispatch_table import (
+        dispatch_lines,
+        plot_dispatches,
+        summary_rows,
+        time_dispatches,
+    )
+
+    if tuning.config.dispatch_table == "none" or not dispatches.benchmarks:
+        return []
+    click.echo("timing every dispatch of the model, before and after ...", err=True)
+    tuned = {s.entry_point: e.problem.name for e in problems for s in e.contraction.sites}
+    rows = time_dispatches(
+        dispatches.benchmarks, dispatches.calls, tuning.target, spec_path, tuning.config, tuned
+    )
+    text = dispatch_lines(rows)
+    tuning.log.section("every dispatch")
+    tuning.log.write(text)
+    click.echo("\n" + text)
+    picture = plot_dispatches(rows, os.path.splitext(paths.csv)[0] + ".dispatches.png")
+    click.echo(
+        f"picture: {picture}" if picture else "a picture of it: pip install 'autosched[plots]'"
+    )
+    return summary_rows(rows)
 
 
 def share_table(rows: list[dict]) -> str:

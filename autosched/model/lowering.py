@@ -272,6 +272,11 @@ def _calls(module: ir.Module) -> Counter:
     return calls
 
 
+def dispatch_calls(module: ir.Module) -> dict[str, int]:
+    """Entry point -> how many times one run of the model launches it."""
+    return {entry: count for (_, entry), count in _calls(module).items()}
+
+
 def _dispatch_functions(module: ir.Module):
     """(executable name, entry point name, func op) for every dispatch function."""
     for executable in children(module.operation):

@@ -1,0 +1,159 @@
+"""The whole model's picture: every dispatch IREE forms, timed on IREE's own dispatch
+benchmark with IREE's default and with the tuning spec, times the launches of one model
+call, largest first. A model is not its matmuls: this says where the rest of the time goes
+(attention, layout ops, element-wise dispatches), before and after.
+
+Dispatches replaced by custom kernels are timed as IREE builds them (the spec's view); their
+custom kernels' times are in the problem table.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from autosched.compile import CompileJob, compile_all
+from autosched.config import RunConfig
+from autosched.measure.benchmark_tool import time_module
+from autosched.model.dispatch_benchmarks import DispatchBenchmark
+from autosched.outputs.report import table
+
+DISPATCHES_PER_CALL = 10  # per timed call of a dispatch benchmark
+
+
+@dataclass
+class DispatchRow:
+    """One dispatch: its launches per model call and its time per launch, before and after."""
+
+    entry_point: str
+    calls: int
+    default_ms: float | None
+    tuned_ms: float | None = None
+    tuned: str = ""  # the tuned problem whose root it is ("" for the rest)
+
+    @property
+    def default_total(self) -> float:
+        return (self.default_ms or 0.0) * self.calls
+
+    @property
+    def tuned_total(self) -> float:
+        ms = self.tuned_ms if self.tuned_ms is not None else self.default_ms
+        return (ms or 0.0) * self.calls
+
+
+def _builds(benchmarks, target, spec_path: str | None, folder: str) -> list[CompileJob]:
+    jobs = []
+    for entry, benchmark in benchmarks.items():
+        base = [*target.compile_flags(), *benchmark.flags]
+        jobs.append(
+            CompileJob(benchmark.source, os.path.join(folder, f"{entry}.default.vmfb"), base)
+        )
+        if spec_path:
+            flags = [*base, *target.spec_flags(os.path.abspath(spec_path))]
+            jobs.append(
+                CompileJob(benchmark.source, os.path.join(folder, f"{entry}.tuned.vmfb"), flags)
+            )
+    return jobs
+
+
+def _time(vmfb: str, benchmark: DispatchBenchmark, device: str, config: RunConfig):
+    timing = time_module(
+        vmfb,
+        device,
+        [],
+        DISPATCHES_PER_CALL,
+        config.repetitions,
+        config.min_time,
+        config.run_timeout,
+        function=benchmark.function,
+    )
+    return timing.median_ms if timing.status == "ok" else None
+
+
+def time_dispatches(
+    benchmarks: dict[str, DispatchBenchmark],
+    calls: dict[str, int],
+    target,
+    spec_path: str | None,
+    config: RunConfig,
+    tuned: dict[str, str],
+) -> list[DispatchRow]:
+    """Every dispatch timed with IREE's default and (with `spec_path`) with the spec, one
+    after the other on the target's device; largest share of the default first. `tuned`
+    maps a tuned problem's dispatches to its name."""
+    folder = os.path.join(config.work_dir, "model", "dispatch_table")
+    os.makedirs(folder, exist_ok=True)
+    built = {
+        r.job.output
+        for r in compile_all(
+            _builds(benchmarks, target, spec_path, folder),
+            config.compile_timeout,
+            config.jobs or os.cpu_count() or 1,
+        )
+        if r.status == "ok"
+    }
+    rows = []
+    for entry, benchmark in benchmarks.items():
+        default, after = (os.path.join(folder, f"{entry}.{w}.vmfb") for w in ("default", "tuned"))
+        row = DispatchRow(entry, calls.get(entry, 1), None, tuned=tuned.get(entry, ""))
+        if default in built:
+            row.default_ms = _time(default, benchmark, target.device, config)
+        if after in built:
+            row.tuned_ms = _time(after, benchmark, target.device, config)
+        rows.append(row)
+    return sorted(rows, key=lambda r: -r.default_total)
+
+
+def dispatch_lines(rows: list[DispatchRow]) -> str:
+    """The table: each dispatch's time per model call and its share, before and after."""
+    before = sum(r.default_total for r in rows) or 1.0
+    after = sum(r.tuned_total for r in rows) or 1.0
+    headers = ["dispatch", "runs", "ms before", "share", "ms after", "share after", "tuned as"]
+    cells = [
+        [
+            r.entry_point,
+            str(r.calls),
+            f"{r.default_total:.4g}" if r.default_ms is not None else "-",
+            f"{r.default_total / before:.1%}",
+            f"{r.tuned_total:.4g}" if r.default_ms is not None else "-",
+            f"{r.tuned_total / after:.1%}",
+            r.tuned or "-",
+        ]
+        for r in rows
+    ]
+    total = f"all dispatches: {before:.4g} ms -> {after:.4g} ms per model call"
+    return table(headers, cells) + "\n" + total
+
+
+def summary_rows(rows: list[DispatchRow]) -> list[dict]:
+    return [
+        asdict(r) | {"default_total_ms": r.default_total, "tuned_total_ms": r.tuned_total}
+        for r in rows
+    ]
+
+
+def plot_dispatches(rows: list[DispatchRow], path: str, top: int = 20) -> str | None:
+    """A bar chart of the largest dispatches before and after (needs matplotlib: the
+    optional `plots` extra); None without it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    shown = rows[:top][::-1]
+    names = [r.entry_point.split("_dispatch_")[-1][:48] for r in shown]
+    positions = range(len(shown))
+    figure, axes = plt.subplots(figsize=(10, 0.35 * len(shown) + 1.5))
+    axes.barh(
+        [p + 0.2 for p in positions], [r.default_total for r in shown], 0.4, label="IREE default"
+    )
+    axes.barh([p - 0.2 for p in positions], [r.tuned_total for r in shown], 0.4, label="tuned")
+    axes.set_yticks(list(positions), names, fontsize=7)
+    axes.set_xlabel("ms per model call")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
