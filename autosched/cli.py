@@ -72,7 +72,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("input_file", required=False, metavar="FILE.mlir")
+@click.argument("input_file", required=False, metavar="[FILE]")
 @click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
 @click.option("--target", type=click.Choice(TARGETS), help="backend to tune for")
 @click.option("--arch", help="GPU architecture for --target cuda: sm_80, sm_86, sm_89, sm_90 ...")
@@ -113,7 +113,8 @@ def cli() -> None:
     help="problems searched at once (default: two per measuring device on a GPU)",
 )
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
-    """Tune the matmuls of FILE.mlir, or a whole model (.onnx, .mlirbc, torch/linalg MLIR)."""
+    """Tune FILE: a whole model (.onnx, .mlirbc, torch or linalg MLIR) or a module of bare
+    matmuls (.mlir); without FILE, the cfg's [Env] input_file."""
     config = with_overrides(load_config(config_path), **overrides)
     path = input_file or config.input_file
     if path and os.path.isfile(path) and is_model(path):

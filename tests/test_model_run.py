@@ -282,3 +282,32 @@ def test_the_worker_times_a_models_dispatches(folder, monkeypatch):
     assert all(r["median_ms"] > 0 for r in records)
     logged = calls.read_text() if calls.exists() else ""
     assert ".dispatch.vmfb" not in logged  # no candidate, nor the default, went to the tool
+
+
+SHIPPED_LISTS = """
+[SearchSpace.cpu]
+tile_m = [16, 32, 64, 128]
+tile_n = [32, 64, 128, 256]
+vec_m = [4, 8, 16]
+vec_n = [8, 16, 32]
+vec_k = [1, 4, 8]
+"""
+
+
+def test_cfg_lists_that_empty_a_space_give_way_and_say_so(folder):
+    """The shipped cfg's CPU tiles cannot divide 8x24 and 16x24: the dry run and the run say
+    so on the console, the knobs are generated from the problem instead, the budget is spent,
+    and the run ends with the model's line (issue 26)."""
+    (folder / "lists.cfg").write_text(CFG + SHIPPED_LISTS)
+    args = ["run", "gemm_matmul_transpose.onnx", "--config", "lists.cfg"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "matmul_transpose_b_8x24x32_f32_f32_f32: 300 points, 100 valid" in dry.output
+    assert "rejected: 432 tile_m does not divide M" in dry.output
+    result = CliRunner().invoke(cli, [*args, "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Searched with knobs generated from the problem instead") == 2
+    assert "budget: 4 of 4 trials used" in result.output
+    assert "model: " in result.output
+    if "tuned model:" in result.output:  # the printed command imports the ONNX model first
+        assert "tuned model: iree-import-onnx gemm_matmul_transpose.onnx -o" in result.output

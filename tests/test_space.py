@@ -131,3 +131,20 @@ def test_the_targets_known_good_points_are_found_in_the_space(write_module):
     f32 = analyze_file(write_module(matmul_function("g", 512, 512, 512, "f32"))).problems[0]
     simt = build_space(f32, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
     assert matching_points(simt.points, target.starting_points(f32)) == []
+
+
+def test_cpu_tiles_fit_dimensions_under_eight():
+    """ONNX's Gemm and MatMul node tests have M or N under 8: the CPU target proposes tiles
+    that fit them, instead of none (issue 26)."""
+    from autosched.config import RunConfig
+    from autosched.ops.matmul import MatmulProblem
+    from autosched.targets.cpu import CpuTarget
+
+    problem = MatmulProblem(
+        "linalg.matmul", 3, 4, 5, 0, "f32", "f32", "f32", False, False, True,
+        "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
+        "affine_map<(d0, d1, d2) -> (d0, d1)>]",
+    )
+    space = build_space(problem, CpuTarget(RunConfig()), {})
+    assert space.points
+    assert {p["tile_m"] for p in space.points} == {3} and 4 in {p["tile_n"] for p in space.points}

@@ -127,6 +127,8 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
         click.echo(line, err=True)
     budget = config.budget or budget_for(config.mode, config.n_trial, problems)
     if dry_run:
+        for entry in problems:
+            click.echo(space_line(entry.problem, target, config))
         click.echo(f"budget: {budget} trials ({config.mode} mode); nothing compiled")
         return
     with guarded_run(config, target, paths):
@@ -146,6 +148,28 @@ class ModelDispatches:
 
     benchmarks: dict = field(default_factory=dict)  # entry point -> DispatchBenchmark
     calls: dict[str, int] = field(default_factory=dict)  # entry point -> launches
+
+
+def tuned_model_command(path: str, target, spec_path: str) -> str:
+    """The command that builds the tuned model, as it can be pasted: an ONNX model is
+    imported first (iree-compile takes MLIR, not .onnx)."""
+    flags = " ".join([*target.compile_flags(), *target.spec_flags(spec_path)])
+    if path.endswith(".onnx"):
+        imported = os.path.splitext(path)[0] + ".mlir"
+        return (
+            f"tuned model: iree-import-onnx {path} -o {imported} && "
+            f"iree-compile {imported} {flags}"
+        )
+    return f"tuned model: iree-compile {path} {flags}"
+
+
+def space_line(problem, target, config: RunConfig) -> str:
+    """`problem: N points, V valid` and, for an empty space, why (a dry run's view)."""
+    from autosched.search.space import fitted_space
+
+    space, note = fitted_space(problem, target, config.knob_space)
+    line = f"  {problem.name}: {space.total} points, {len(space.points)} valid"
+    return line + (f"; {note.removeprefix(problem.name + ': ')}" if note else "")
 
 
 def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> ModelDispatches:
@@ -232,10 +256,7 @@ def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: Model
     summary_path = write_summary(os.path.splitext(paths.csv)[0] + ".summary.json", proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     if spec_path:
-        click.echo(
-            f"tuned model: iree-compile {config.input_file} "
-            f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
-        )
+        click.echo(tuned_model_command(config.input_file, target, spec_path))
     if custom_spec:
         verdict = (proof or {}).get("custom") or {}
         if verdict.get("outputs_match") and (verdict.get("over_spec") or 0) > 1:
@@ -434,10 +455,12 @@ def model_line(proof) -> str:
 
 def _log_budget(tuning: Tuning, report: CampaignReport) -> None:
     custom = f", and {report.custom_trials} of custom kernels" if report.custom_trials else ""
-    tuning.log.write(
+    line = (
         f"budget: {report.trials} of {report.budget} trials used ({report.mode} mode){custom}, "
         f"search {report.search_s:.1f} s"
     )
+    tuning.log.write(line)
+    click.echo(line)
 
 
 def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None = None) -> None:

@@ -46,7 +46,7 @@ from autosched.run.trials import TrialBook, describe, make_trial
 from autosched.search.loop import SearchState
 from autosched.search.loop import search as run_search
 from autosched.search.loop import step as search_step
-from autosched.search.space import SearchSpace, build_space, matching_points
+from autosched.search.space import SearchSpace, build_space, fitted_space, matching_points
 from autosched.search.tuners import History, make_tuner
 from autosched.targets.base import Point, Target
 
@@ -189,8 +189,9 @@ class Tuning:
         self.defaults.first(search)
         if not baseline.ok:
             log.write("the default configuration failed: speedups are not available")
+        if space.note:
+            self.book.warn(space.note, progress)
         if not space.points:
-            log.write("no point of the space passes the constraints (see the rejections above)")
             return search
         history = self.book.history(problem, space) if config.history == "database" else []
         search.state = search_state(config, self.target, search, history, log)
@@ -561,7 +562,7 @@ def problem_space(
 ) -> SearchSpace:
     """The problem's space; on IREE's dispatch, only points a spec carries (a model's custom
     kernels are searched on their bare kernel, in a pass of their own: `custom_only`)."""
-    space = build_space(problem, target, knob_space)
+    space, space.note = fitted_space(problem, target, knob_space)
     if benchmark is None and not custom_only:
         return space
     kept = [p for p in space.points if target.in_spec(p) != custom_only]

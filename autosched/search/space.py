@@ -19,6 +19,7 @@ class SearchSpace:
     points: list[Point]
     rejected: Counter = field(default_factory=Counter)  # reason -> points dropped for it
     raw: int = 0  # points of the families' products before the constraints
+    note: str = ""  # what the user should know about it (the cfg's lists emptied it, ...)
 
     @property
     def total(self) -> int:
@@ -93,3 +94,37 @@ def _enumerate(space: SearchSpace, problem, order: list[str], lists, constraints
         point.pop(knob, None)
 
     extend(0)
+
+
+def empty_space_message(problem: MatmulProblem, space: SearchSpace) -> str:
+    """Why a problem has nothing to search, and which of the cfg's lists to change."""
+    reasons = ", ".join(f"{n} {why}" for why, n in space.rejected.most_common(3))
+    listed = [knob for knob in space.knob_values if knob not in space.generated]
+    empty = [knob for knob, values in space.knob_values.items() if not values]
+    message = f"{problem.name}: no point of its space passes the constraints"
+    if reasons:
+        message += f" (rejected: {reasons})"
+    if empty:
+        message += f"; no candidate for {', '.join(empty)}"
+    if listed:
+        message += (
+            f"; the cfg lists {', '.join(listed)}: leave them out of its [SearchSpace] "
+            "sections to generate them from the problem"
+        )
+    return message
+
+
+def fitted_space(
+    problem: MatmulProblem, target: Target, user_lists: dict[str, list[Knob]]
+) -> tuple[SearchSpace, str]:
+    """The problem's space from the cfg's lists; when they leave no point, the space with
+    every knob generated from the problem instead. The second value says what happened
+    ("" when the cfg's lists stand), for the user to read."""
+    space = build_space(problem, target, user_lists)
+    if space.points or not user_lists:
+        return space, "" if space.points else empty_space_message(problem, space)
+    generated = build_space(problem, target, {})
+    why = empty_space_message(problem, space)
+    if not generated.points:
+        return space, why
+    return generated, f"{why}. Searched with knobs generated from the problem instead"
