@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import click
 
@@ -24,26 +25,38 @@ from autosched.run.problem import Progress
 
 
 class BarProgress(Progress):
-    """One click progress bar per problem, showing the last measured configuration."""
+    """One click progress bar per problem, showing the last measured configuration. When
+    stderr is no terminal (CI, `| tee`, nohup) the bar cannot redraw: a line every tenth of
+    the work, and at least every LINE_EVERY_S seconds, says how far the run is."""
+
+    LINE_EVERY_S = 5.0
 
     def __init__(self):
         self.bar = None
+        self.lines = not sys.stderr.isatty()
+        self.done = self.total = 0
+        self.last_line = time.monotonic()
 
-    def start(self, problem, total: int) -> None:
+    def _open(self, label: str, total: int) -> None:
         self.finish()
+        self.done, self.total, self.last_line = 0, total, time.monotonic()
         self.bar = click.progressbar(
-            length=total,
-            label=f"{problem.name:<40}",
-            item_show_func=lambda text: text,
-            file=sys.stderr,
+            length=total, label=label, item_show_func=lambda text: text, file=sys.stderr
         )
 
+    def start(self, problem, total: int) -> None:
+        self._open(f"{problem.name:<40}", total)
+
     def advance(self, trial: Trial) -> None:
-        if self.bar is not None:
-            shown = f"{trial.config}: " + (
-                f"{trial.median_ms:.4g} ms" if trial.ok else trial.status
-            )
-            self.bar.update(1, shown)
+        if self.bar is None:
+            return
+        shown = f"{trial.config}: " + (f"{trial.median_ms:.4g} ms" if trial.ok else trial.status)
+        self.bar.update(1, shown)
+        self.done += 1
+        tenth = self.done * 10 // max(self.total, 1) > (self.done - 1) * 10 // max(self.total, 1)
+        if self.lines and (tenth or time.monotonic() - self.last_line >= self.LINE_EVERY_S):
+            self.last_line = time.monotonic()
+            click.echo(f"  {self.done}/{self.total} measured; last {shown}", err=True)
 
     def finish(self) -> None:
         if self.bar is not None:
@@ -59,10 +72,7 @@ class BarProgress(Progress):
 
     def start_model(self, label: str, total: int) -> None:
         """One bar for a whole model, whose problems are searched in turns."""
-        self.finish()
-        self.bar = click.progressbar(
-            length=total, label=label, item_show_func=lambda text: text, file=sys.stderr
-        )
+        self._open(label, total)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

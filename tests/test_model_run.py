@@ -311,3 +311,30 @@ def test_cfg_lists_that_empty_a_space_give_way_and_say_so(folder):
     assert "model: " in result.output
     if "tuned model:" in result.output:  # the printed command imports the ONNX model first
         assert "tuned model: iree-import-onnx gemm_matmul_transpose.onnx -o" in result.output
+
+
+def test_progress_lines_when_the_output_is_not_a_terminal(folder):
+    """Piped or logged (CI, `| tee`), the bar cannot redraw: lines say how far the run is,
+    the last one at the end of the work (issue 26)."""
+    result = CliRunner().invoke(cli, ["run", "llama_mlp.mlirbc", "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if " measured; last " in line]
+    assert len(lines) >= 2 and lines[-1].strip().startswith("6/6 measured")
+
+
+DOT = """
+func.func @main(%a: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<f32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %r = linalg.dot ins(%a, %b : tensor<64xf32>, tensor<64xf32>) outs(%c : tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}
+"""
+
+
+def test_a_dot_product_is_refused_with_its_reason(folder):
+    (folder / "dot.mlir").write_text(DOT)
+    result = CliRunner().invoke(cli, ["run", "dot.mlir", "--dry-run"])
+    assert result.exit_code == 2
+    assert "(not tuned: 1 dot product)" in result.output

@@ -37,7 +37,7 @@ class SkippedRoot:
     """A dispatch root that is not tuned, and why.
 
     `reason` is one of: "attention", "dynamic shape", "element type", "convolution",
-    "matrix-vector"; `detail` says what exactly.
+    "matrix-vector", "dot product"; `detail` says what exactly.
     """
 
     op_name: str

@@ -259,6 +259,8 @@ def recognise_contraction(op: ir.Operation, site: DispatchSite) -> Contraction |
     None when it is no contraction."""
     if op.name in MATVEC_OPS:
         return SkippedRoot(op.name, "matrix-vector", "no m or no n dimension", site)
+    if op.name == "linalg.dot":  # a 1-D x 1-D MatMul
+        return SkippedRoot(op.name, "dot product", "vector x vector: no m and no n", site)
     if op.name not in CONTRACTION_OPS:
         return None
     form = _contraction_form(op)
