@@ -126,8 +126,11 @@ def import_onnx(path: str, output: str) -> None:
         raise UserError(f"{path}: iree-import-onnx failed: {message}") from None
 
 
-def _compile_to_dispatches(path: str, compile_flags: Sequence[str], timeout: float) -> bytes:
-    """iree-compile to `flow`, through `processes.run` so that a signal or a timeout kills it."""
+def _compile_to_dispatches(
+    path: str, compile_flags: Sequence[str], timeout: float, named: str
+) -> bytes:
+    """iree-compile to `flow`, through `processes.run` so that a signal or a timeout kills it;
+    errors name `named`, the user's file (`path` may be a temporary import of it)."""
     command = [
         compiler_path(),
         path,
@@ -141,9 +144,10 @@ def _compile_to_dispatches(path: str, compile_flags: Sequence[str], timeout: flo
     ]
     finished = processes.run(command, timeout, binary_output=True)
     if finished.timed_out:
-        raise UserError(f"{path}: iree-compile took over {timeout:g} s to form the dispatches")
+        raise UserError(f"{named}: iree-compile took over {timeout:g} s to form the dispatches")
     if finished.returncode != 0:
-        raise UserError(f"{path}: iree-compile failed: {first_error_line(finished.stderr)}")
+        reason = first_error_line(finished.stderr).replace(path, named)
+        raise UserError(f"{named}: iree-compile failed: {reason}")
     return finished.output
 
 
@@ -186,7 +190,7 @@ def lower_to_dispatches(
     """
     with tempfile.TemporaryDirectory(prefix="autosched-model-") as work:
         source = prepare_model(path, work)
-        lowered = _compile_to_dispatches(source, compile_flags, timeout)
+        lowered = _compile_to_dispatches(source, compile_flags, timeout, named=path)
     if save_to:
         with open(save_to, "wb") as file:
             file.write(lowered)
