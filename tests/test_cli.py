@@ -108,17 +108,18 @@ def test_module_with_several_matmuls_is_tuned_problem_by_problem(workdir):
     assert all(r["verification"] == "correct" for r in table if r["compile_status"] == "ok")
 
 
-def test_space_with_no_valid_point_keeps_the_default(workdir):
+def test_cfg_lists_with_no_valid_point_give_way_to_generated_knobs(workdir):
+    """A cfg list that leaves no point (48 divides no 64) does not empty the search: the knobs
+    are generated from the problem, and the console says why (issue 26)."""
     (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--config", "empty.cfg"])
     assert result.exit_code == 2  # the file does not exist yet: a clear error first
-    (workdir / "empty.cfg").write_text("[SearchSpace]\ntile_m = [48]\n")
+    (workdir / "empty.cfg").write_text("[SearchSpace]\ntile_m = [48]\n[SearchStrategy]\nn_trial = 2\n")
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--config", "empty.cfg"])
     assert result.exit_code == 0, result.output
-    assert [r["config"] for r in rows()] == ["iree_default"]
-    assert "none faster" in result.output
-    log = (workdir / "generated/run.log").read_text()
-    assert "tile_m does not divide M" in log and "no point of the space passes" in log
+    assert "tile_m does not divide M" in result.output
+    assert "Searched with knobs generated from the problem instead" in result.output
+    assert len(rows()) == 3  # the default and two generated points
 
 
 def test_dry_run_writes_variants_and_compiles_nothing(workdir):
