@@ -31,6 +31,20 @@ ONE_F16_TILE_AND_FUSE_POINT = {
     "subgroup_n": [2],
 }
 
+# A model run's cfg for tests: a few trials, short timings.
+MODEL_CFG = """
+[Env]
+jobs = 2
+[SearchStrategy]
+tuner = random
+n_trial = 4
+batch_size = 2
+[Benchmark]
+repetitions = 1
+min_time = 0.005
+retime_top = 1
+"""
+
 TRANSPOSED_B = """
 func.func @transposed(%a: tensor<32x64xf32>, %b: tensor<16x64xf32>, %c: tensor<32x16xf32>) -> tensor<32x16xf32> {
   %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>,

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from conftest import MODEL_CFG
 
 from autosched.cli import cli
 from autosched.config import RunConfig
@@ -21,19 +22,7 @@ from autosched.outputs.spec import tuning_spec
 from autosched.targets.cpu import CpuTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
-CFG = """
-[Env]
-jobs = 2
-[SearchStrategy]
-tuner = random
-n_trial = 4
-batch_size = 2
-[Benchmark]
-repetitions = 1
-min_time = 0.005
-retime_top = 1
-dispatch_table = none
-"""
+CFG = MODEL_CFG + "dispatch_table = none\n"  # the whole-model table has its own tests
 
 
 @pytest.fixture

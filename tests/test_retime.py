@@ -75,3 +75,21 @@ def test_a_finalist_that_fails_to_time_is_left_out():
     contenders, entries = finalists([trial("a", 9.0, 1.1)], default, top=1)
     found = judge(contenders, timed_rounds([t.config for t in entries], lambda n: None))
     assert found.winner is None and found.baseline_ms is None
+
+
+def test_a_noisy_near_win_says_so_and_what_to_do():
+    """The quick start on a busy machine ended "nothing beat IREE's default" while its best
+    candidate was faster but inside the noise: the last line says which (issue 26)."""
+    from autosched.run.problem import ProblemResult
+    from autosched.run.tuning import no_winner_line
+
+    class Named:
+        name = "matmul_512x512x512_f32_f32_f32"
+
+    noisy = ProblemResult(Named(), None)
+    noisy.verdict = paired_verdict(rounds([10.0, 27.6, 12.0], [9.5, 26.0, 11.4]), "c")
+    line = no_winner_line([noisy])
+    assert "too noisy to name a winner" in line and "repetitions and min_time" in line
+    slower = ProblemResult(Named(), None)
+    slower.verdict = paired_verdict(rounds([10.0, 10.0, 10.0], [11.0, 11.0, 11.0]), "c")
+    assert no_winner_line([slower]) == "no tuning spec: nothing beat IREE's default configurations"

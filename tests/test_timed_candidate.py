@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
+from conftest import MODEL_CFG
 
 from autosched.cli import cli
 from autosched.compile import compile_one
@@ -30,18 +31,7 @@ from autosched.search.space import build_space
 from autosched.targets.cuda import CudaTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
-CFG = """
-[Env]
-jobs = 2
-[SearchStrategy]
-tuner = random
-n_trial = 4
-batch_size = 2
-[Benchmark]
-repetitions = 1
-min_time = 0.005
-retime_top = 1
-"""
+CFG = MODEL_CFG  # small and fast: a few trials, short timings
 
 
 def cuda_problems(tmp_path, element: str):

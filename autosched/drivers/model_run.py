@@ -37,7 +37,7 @@ from autosched.model.lowering import ModelAnalysis, analyze_model
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import write_spec
 from autosched.run.problem import Progress
-from autosched.run.tuning import Tuning, summary_rows
+from autosched.run.tuning import Tuning, no_winner_line, summary_rows
 
 PROOF_ROUNDS = 5
 
@@ -338,7 +338,7 @@ def spec_never_slower(tuning: Tuning, model_path, paths, problems, custom_spec):
             message = f"WARNING: the spec's configuration for {name} is NOT applied in the model"
             _warn(tuning, message)
         if not spec_path and not custom_spec:
-            click.echo("no tuning spec: nothing beat IREE's default configurations")
+            click.echo(no_winner_line([e.result for e in problems]))
         proof = _prove(model_path, target, spec_path, config, tuning, custom_spec)
         if not spec_path or (proof["speedup"] or 1.0) >= 1.0:
             return spec_path, applied, proof

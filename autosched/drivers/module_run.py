@@ -15,7 +15,7 @@ from autosched.measure.worker import memory_problem
 from autosched.ops.matmul import Analysis, analyze_file
 from autosched.outputs.paths import RunPaths
 from autosched.run.problem import ProblemResult, Progress
-from autosched.run.tuning import Tuning, summary_rows
+from autosched.run.tuning import Tuning, no_winner_line, summary_rows
 
 
 def run_module(config: RunConfig, input_file: str | None, resume: bool, dry_run: bool, progress):
@@ -163,6 +163,6 @@ def tune_module(
                 f"of {best_path} onto it, or compile {best_path} itself)"
             )
     elif not os.path.exists(paths.custom_spec):
-        click.echo("no tuning spec: nothing beat IREE's default configurations")
+        click.echo(no_winner_line(results))
     else:
         click.echo("no tuning spec: only custom kernels beat IREE's default configurations")

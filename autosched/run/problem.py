@@ -30,6 +30,7 @@ class ProblemResult:
     timed_form: str = ""  # the root op as IREE configured it in the timed module
     default_ms: list[float] = field(default_factory=list)  # the default's timings in the search
     stopped: str = ""  # why the search stopped before its budget, when that is a warning
+    verdict: object = None  # retime.PairedVerdict of the fastest finalist against the default
 
     @property
     def speedup(self) -> float | None:

@@ -544,6 +544,7 @@ def keep_verdict(
     for trial in contenders:
         if trial.config in found.final:
             log.write(f"re-timed {trial.config}: {found.final[trial.config]:.4g} ms")
+    result.verdict = found.verdict
     if found.verdict is not None:
         log.write(f"{found.winner.config} against the default: {found.verdict.describe()}")
     if found.beats_default:
@@ -551,6 +552,23 @@ def keep_verdict(
     else:
         log.write("no candidate beat IREE's default by more than the noise: the default stays")
     return final
+
+
+def no_winner_line(results: list[ProblemResult]) -> str:
+    """Why no spec came out, in a newcomer's words: nothing was faster, or something was but
+    the timings moved too much between rounds to name it, and what to do then."""
+    noisy = [
+        r for r in results if r.verdict is not None and r.verdict.median > 1 and not r.best
+    ]
+    if not noisy:
+        return "no tuning spec: nothing beat IREE's default configurations"
+    worst = max(noisy, key=lambda r: r.verdict.noise)
+    return (
+        f"no tuning spec: too noisy to name a winner: {worst.problem.name}'s best candidate "
+        f"was {worst.verdict.median:.2f}x IREE's default, but its timings moved "
+        f"{worst.verdict.noise:.1%} between rounds. Run again on a quieter machine, or raise "
+        "[Benchmark] repetitions and min_time"
+    )
 
 
 def problem_space(
