@@ -151,8 +151,6 @@ class Tuning:
 
     # ----- one problem ---------------------------------------------------------------
 
-    # ----- one problem ---------------------------------------------------------------
-
     def start_problem(
         self,
         problem: MatmulProblem,
