@@ -25,14 +25,12 @@ from iree.compiler import ir
 
 from autosched import processes
 from autosched.errors import UserError
-from autosched.ir_walk import walk_ops
+from autosched.ir_walk import children, symbol, walk_ops
 from autosched.measure.worker import TOLERANCE, compare, run_tool
 from autosched.model.configured import (
     DEFAULT_TIMEOUT,
     ELIDE_FLAGS,
-    child_ops,
     compile_and_parse,
-    symbol_name,
 )
 from autosched.model.lowering import prepare_model
 
@@ -74,9 +72,9 @@ def _tensor_spec(value_type: ir.Type, function: str, what: str) -> TensorSpec:
 def _abi_functions(module: ir.Module) -> dict[str, ir.Operation]:
     """Name -> op of every public function IREE's ABI pass exported (`iree.abi.stub`)."""
     found = {}
-    for op in child_ops(module.operation):
+    for op in children(module.operation):
         if op.name in ("util.func", "func.func") and "iree.abi.stub" in op.attributes:
-            found[symbol_name(op)] = op
+            found[symbol(op)] = op
     return found
 
 

@@ -30,7 +30,7 @@ from iree.compiler import ir
 from autosched import processes
 from autosched.compile import compiler_path
 from autosched.errors import UserError
-from autosched.ir_walk import walk_ops
+from autosched.ir_walk import children, symbol, walk_ops
 from autosched.model.lowering import is_linalg_op, prepare_model
 from autosched.ops.base import DispatchSite
 from autosched.ops.contraction import Contraction
@@ -87,17 +87,6 @@ def compile_and_parse(
     except ir.MLIRError as error:
         message = str(error).splitlines()[0]
         raise UserError(f"{model_path}: the {what} model does not parse: {message}") from None
-
-
-def child_ops(operation: ir.Operation):
-    for region in operation.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                yield child.operation
-
-
-def symbol_name(operation: ir.Operation) -> str:
-    return ir.StringAttr(operation.attributes["sym_name"]).value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,24 +169,24 @@ def read_dispatch_configs(module: ir.Module) -> list[DispatchConfig]:
     """
     calls = _stream_calls(module)
     found = []
-    for executable in child_ops(module.operation):
+    for executable in children(module.operation):
         if executable.name != "hal.executable":
             continue
-        for variant in child_ops(executable):
+        for variant in children(executable):
             if variant.name != "hal.executable.variant":
                 continue
-            for inner in child_ops(variant):
+            for inner in children(variant):
                 if inner.name != "builtin.module":
                     continue
-                for function in child_ops(inner):
+                for function in children(inner):
                     if function.name != "func.func":
                         continue
-                    found.extend(_function_configs(symbol_name(executable), function, calls))
+                    found.extend(_function_configs(symbol(executable), function, calls))
     return found
 
 
 def _function_configs(executable: str, function: ir.Operation, calls: Counter):
-    entry_point = symbol_name(function)
+    entry_point = symbol(function)
     site = DispatchSite(
         executable=executable,
         entry_point=entry_point,

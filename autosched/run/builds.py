@@ -21,6 +21,7 @@ from autosched.measure.contract import (
     MeasureTask,
 )
 from autosched.model.configured import (
+    CONFIG_PHASE,
     CONFIGS_FLAG,
     Applied,
     check_build,
@@ -87,7 +88,6 @@ def dispatch_job(
 # in the worker: it cannot win, and its rank among losers needs no second sample.
 SLOW_FACTOR = 2.0
 SPEC_PROBE = "spec_probe"  # the build that checks, before a search, that a spec applies
-CONFIG_PHASE = "executable-configurations"
 
 
 class CandidateBuilds:
