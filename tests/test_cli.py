@@ -114,7 +114,9 @@ def test_cfg_lists_with_no_valid_point_give_way_to_generated_knobs(workdir):
     (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--config", "empty.cfg"])
     assert result.exit_code == 2  # the file does not exist yet: a clear error first
-    (workdir / "empty.cfg").write_text("[SearchSpace]\ntile_m = [48]\n[SearchStrategy]\nn_trial = 2\n")
+    (workdir / "empty.cfg").write_text(
+        "[SearchSpace]\ntile_m = [48]\n[SearchStrategy]\nn_trial = 2\n"
+    )
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--config", "empty.cfg"])
     assert result.exit_code == 0, result.output
     assert "tile_m does not divide M" in result.output

@@ -108,13 +108,15 @@ def test_llama_mlp(llama_mlp):
     assert llama_mlp.skipped == []
 
 
-def test_attention_is_skipped(attention):
+def test_attention_is_a_root_of_its_own(attention):
     assert attention.dispatches == 2
-    assert attention.skipped_counts() == {"attention": 1}
-    [skipped] = attention.skipped
-    assert skipped.op_name == "iree_linalg_ext.attention"
-    assert skipped.site.fused_ops == ("linalg.generic (copy)",)  # the heads' transpose
-    # The output projection after it is still found.
+    assert attention.skipped == []
+    found, projection = attention.roots
+    assert found.kind == "attention" and found.name == "attention_4x16x16x16x16_f32"
+    assert found.loops == ("b", "m", "n", "k1", "k2") and found.mask_type == ""
+    assert found.heads_per_kv == 1 and found.occurrences == 1
+    assert found.sites[0].fused_ops == ("linalg.generic (copy)",)  # the heads' transpose
+    # The output projection after it is a contraction, as before.
     assert shapes(attention) == [("linalg.batch_matmul", 1, 16, 32, 64, 1)]
 
 

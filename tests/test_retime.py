@@ -35,8 +35,15 @@ def test_no_paired_round_is_no_win():
 
 def trial(name: str, ms: float, gflops: float, baseline: bool = False) -> Trial:
     return Trial(
-        problem="p", target="cpu", arch="", config=name, point={}, baseline=baseline,
-        status="ok", median_ms=ms, gflops=gflops,
+        problem="p",
+        target="cpu",
+        arch="",
+        config=name,
+        point={},
+        baseline=baseline,
+        status="ok",
+        median_ms=ms,
+        gflops=gflops,
     )
 
 

@@ -141,7 +141,17 @@ def test_cpu_tiles_fit_dimensions_under_eight():
     from autosched.targets.cpu import CpuTarget
 
     problem = MatmulProblem(
-        "linalg.matmul", 3, 4, 5, 0, "f32", "f32", "f32", False, False, True,
+        "linalg.matmul",
+        3,
+        4,
+        5,
+        0,
+        "f32",
+        "f32",
+        "f32",
+        False,
+        False,
+        True,
         "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
         "affine_map<(d0, d1, d2) -> (d0, d1)>]",
     )

@@ -52,7 +52,9 @@ def first_point(problem, target):
 def test_cuda_timed_dispatch_carries_the_candidate(tmp_path, element):
     target, model, problems = cuda_problems(tmp_path, element)
     assert len(problems) == 2 and all(p.problem.batch == 1 for p in problems)
-    model_forms = {c.entry_point: form_of(c) for c in dispatch_configs(model, target.compile_flags())}
+    model_forms = {
+        c.entry_point: form_of(c) for c in dispatch_configs(model, target.compile_flags())
+    }
     for entry in problems:
         problem, point = entry.problem, first_point(entry.problem, target)
         stem = str(tmp_path / problem.name)
@@ -188,6 +190,9 @@ def test_the_dispatch_picture_is_drawn_with_matplotlib(tmp_path):
     pytest.importorskip("matplotlib")
     from autosched.drivers.dispatch_table import DispatchRow, plot_dispatches
 
-    rows = [DispatchRow("main$async_dispatch_0_attention", 1, 1.5, 1.5), DispatchRow("b", 2, 0.5, 0.2)]
+    rows = [
+        DispatchRow("main$async_dispatch_0_attention", 1, 1.5, 1.5),
+        DispatchRow("b", 2, 0.5, 0.2),
+    ]
     path = plot_dispatches(rows, str(tmp_path / "d.png"))
     assert path and (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

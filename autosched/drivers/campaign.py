@@ -198,6 +198,7 @@ def problem_rows(problems: list[ModelProblem], applied: dict[str, bool]) -> list
         rows.append(
             {
                 "problem": name,
+                "kind": p.problem.kind,
                 "dispatches": sorted({s.entry_point for s in p.contraction.sites}),
                 "occurrences": p.occurrences,
                 "fuses": sorted({op for s in p.contraction.sites for op in s.fused_ops}),

@@ -15,6 +15,7 @@ from autosched.model.substitution import substitutable, write_substitution
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning
 from autosched.search.space import build_space
+from autosched.targets.base import has_config
 
 
 def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress: Progress):
@@ -23,14 +24,17 @@ def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress
     checked against numpy and timed on its bare kernel (a custom kernel has no place in
     IREE's dispatch benchmark; the whole-model proof is what judges it)."""
 
-
     target, knobs = tuning.target, tuning.config.knob_space
+
+    def space_of(problem):
+        return build_space(problem, target, knobs).points
+
     covered = [
         entry.problem
         for entry in problems
         if entry.benchmark is not None  # timed as a kernel, its campaign searched them already
+        and any(not has_config(target, entry.problem, p) for p in space_of(entry.problem))
         and not substitutable(entry.problem)
-        and any(not target.in_spec(p) for p in build_space(entry.problem, target, knobs).points)
     ]
     if not covered:
         return {}
@@ -72,7 +76,7 @@ def custom_winner(entry: ModelProblem, custom: dict, target):
     campaign's own when it timed kernels (`time_on = kernel` searches custom points with
     IREE's); None when neither found one."""
     campaign = entry.result
-    if campaign.best is not None and not target.in_spec(campaign.best.point):
+    if campaign.best is not None and not has_config(target, entry.problem, campaign.best.point):
         return campaign
     result = custom.get(entry.problem.name)
     return result if result is not None and result.best is not None else None

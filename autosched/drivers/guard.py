@@ -60,5 +60,3 @@ def exit_interrupted(interrupt: KeyboardInterrupt, config: RunConfig, log, progr
         err=True,
     )
     sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
-
-

@@ -34,10 +34,12 @@ from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
 from autosched.model.configured import form_of
 from autosched.model.lowering import ModelAnalysis, analyze_model
+from autosched.ops.registry import kind_of
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import write_spec
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning, no_winner_line, summary_rows
+from autosched.targets.base import has_config
 
 PROOF_ROUNDS = 5
 
@@ -68,19 +70,19 @@ def model_for_target(path: str, target, work_dir: str) -> str:
 
 
 def model_problems(analysis: ModelAnalysis, target) -> tuple[list[ModelProblem], dict[str, int]]:
-    """The contractions this target can tune, and reason -> count for the rest."""
+    """The roots this target can tune, and reason -> count for the rest."""
     problems, not_matmul = [], []
     skipped = {}
-    for contraction in analysis.contractions:
-        problem = contraction.as_matmul_problem()
+    for root in analysis.roots:
+        problem = root.as_problem()
         if problem is None:
-            not_matmul.append(contraction)
+            not_matmul.append(root)
             continue
-        reason = target.supports(problem) or memory_problem(problem)
+        reason = target.for_problem(problem).supports(problem) or memory_problem(problem)
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
-        problems.append(ModelProblem(problem, contraction))
+        problems.append(ModelProblem(problem, root))
     counts = skipped_summary(analysis, not_matmul)
     for reason, count in skipped.items():
         counts[reason] = counts.get(reason, 0) + count
@@ -136,6 +138,9 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
         if config.time_on == "dispatch":
             folder = os.path.join(work, "dispatches")
             dispatches = attach_benchmarks(problems, model_path, flags, folder)
+        problems = dispatch_only_roots(problems, skipped)
+        if not problems:
+            raise UserError(f"{path}: no root of the model can be tuned (see the lines above)")
         tuning = _tune_model(
             config, target, paths, model_path, problems, skipped, budget, resume, progress
         )
@@ -157,8 +162,7 @@ def tuned_model_command(path: str, target, spec_path: str) -> str:
     if path.endswith(".onnx"):
         imported = os.path.splitext(path)[0] + ".mlir"
         return (
-            f"tuned model: iree-import-onnx {path} -o {imported} && "
-            f"iree-compile {imported} {flags}"
+            f"tuned model: iree-import-onnx {path} -o {imported} && iree-compile {imported} {flags}"
         )
     return f"tuned model: iree-compile {path} {flags}"
 
@@ -195,6 +199,21 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
                 f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel", err=True
             )
     return ModelDispatches(benchmarks, dispatch_calls(flow))
+
+
+def dispatch_only_roots(problems: list[ModelProblem], skipped: dict[str, int]) -> list:
+    """The problems that can be searched: a kind with no kernel of its own (attention) is
+    timed and checked only on IREE's dispatch, so without one it is counted as not tuned."""
+    kept = []
+    for entry in problems:
+        bench = entry.benchmark
+        if kind_of(entry.problem).needs_dispatch and (bench is None or not bench.check_source):
+            reason = f"{entry.problem.kind} without a dispatch benchmark to time it on"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            click.echo(f"  {entry.problem.name}: not tuned: {reason}", err=True)
+            continue
+        kept.append(entry)
+    return kept
 
 
 def _tune_model(config, target, paths, model_path, problems, skipped, budget, resume, progress):
@@ -246,7 +265,8 @@ def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: Model
     report.problems = problem_rows(problems, applied)
     for entry, row in zip(problems, report.problems, strict=True):
         result = custom_winner(entry, custom, target)
-        row["in_spec"] = row["in_spec"] and target.in_spec(entry.result.best.point)
+        best = entry.result.best
+        row["in_spec"] = row["in_spec"] and has_config(target, entry.problem, best.point)
         row["custom_ms"] = result.best_ms if result else None
         row["route"] = route_of(row, custom_spec is not None and result is not None)
     shares = share_table(report.problems)
@@ -360,9 +380,7 @@ def _leave_out_least(problems) -> str | None:
     winners = [e for e in problems if e.result.best is not None]
     if not winners:
         return None
-    least = min(
-        winners, key=lambda e: (e.result.baseline_ms - e.result.best_ms) * e.occurrences
-    )
+    least = min(winners, key=lambda e: (e.result.baseline_ms - e.result.best_ms) * e.occurrences)
     least.result.best, least.result.best_ms = None, None
     return least.problem.name
 
@@ -380,9 +398,9 @@ def check_applied(model_path, target, spec_path, problems, log) -> dict[str, boo
     applied = {}
     for entry in problems:
         best = entry.result.best if entry.result else None
-        if best is None or not target.in_spec(best.point):  # a custom kernel: not in the spec
-            continue
-        expected = target.lowering_config(entry.problem, best.point)
+        if best is None or not has_config(target, entry.problem, best.point):
+            continue  # a custom kernel: not in the spec
+        expected = target.for_problem(entry.problem).lowering_config(entry.problem, best.point)
         # By dispatch, not by the root's name: GPU codegen turns a named batch_matmul into
         # a linalg.generic before it configures it.
         dispatches = {site.entry_point for site in entry.contraction.sites}

@@ -32,8 +32,7 @@ from autosched.compile import compiler_path
 from autosched.errors import UserError
 from autosched.ir_walk import children, symbol, walk_ops
 from autosched.model.lowering import is_linalg_op, prepare_model
-from autosched.ops.base import DispatchSite
-from autosched.ops.contraction import Contraction
+from autosched.ops.base import DispatchSite, SkippedRoot
 from autosched.ops.registry import classify_root
 from autosched.outputs.spec_flags import SPEC_SAFE_FLAGS
 from autosched.targets.base import Target
@@ -198,7 +197,7 @@ def _function_configs(executable: str, function: ir.Operation, calls: Counter):
         if not is_linalg_op(op):
             continue
         result = classify_root(op, site)
-        if not isinstance(result, Contraction):
+        if result is None or isinstance(result, SkippedRoot):
             continue
         yield DispatchConfig(
             executable=executable,

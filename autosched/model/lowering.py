@@ -209,9 +209,15 @@ def lower_to_dispatches(
 
 @dataclass
 class ModelAnalysis:
-    contractions: list[Contraction]  # one per signature, in the order the model first runs them
+    # Every root a kind tunes (contractions, attention), one per signature, in the order
+    # the model first runs them.
+    roots: list
     skipped: list[SkippedRoot]
     dispatches: int  # dispatch entry points in the model, tuned or not
+
+    @property
+    def contractions(self) -> list[Contraction]:
+        return [r for r in self.roots if isinstance(r, Contraction)]
 
     def skipped_counts(self) -> dict[str, int]:
         """Reason -> how many dispatch roots were skipped for it."""
@@ -286,9 +292,7 @@ def _dispatch_functions(module: ir.Module):
     for executable in children(module.operation):
         if executable.name != "flow.executable":
             continue
-        exports = [
-            symbol(op) for op in children(executable) if op.name == "flow.executable.export"
-        ]
+        exports = [symbol(op) for op in children(executable) if op.name == "flow.executable.export"]
         for inner in children(executable):
             if inner.name != "builtin.module":
                 continue
@@ -300,9 +304,9 @@ def _dispatch_functions(module: ir.Module):
 def find_contractions(module: ir.Module) -> ModelAnalysis:
     """The contraction roots of every dispatch of a module lowered to `flow`.
 
-    Identical contractions (op, loops, sizes, element types, maps, init) become one, with
-    every dispatch that holds it; attention, convolutions, matrix-vector products, dynamic
-    shapes and unsupported element types are listed in `skipped` with their reason.
+    Identical contractions (op, loops, sizes, element types, maps, init) and attentions
+    become one, with every dispatch that holds it; convolutions, matrix-vector products,
+    dynamic shapes and unsupported element types are listed in `skipped` with their reason.
     """
     calls = _calls(module)
     found: dict[tuple, Contraction] = {}
@@ -328,13 +332,13 @@ def find_contractions(module: ir.Module) -> ModelAnalysis:
             result = classify_root(op, site)
             if isinstance(result, SkippedRoot):
                 skipped.append(result)
-            elif isinstance(result, Contraction):
-                key = result._key()
+            elif result is not None:
+                key = (type(result).__name__, result._key())
                 if key in found:
                     found[key].sites.extend(result.sites)
                 else:
                     found[key] = result
-    return ModelAnalysis(contractions=list(found.values()), skipped=skipped, dispatches=dispatches)
+    return ModelAnalysis(roots=list(found.values()), skipped=skipped, dispatches=dispatches)
 
 
 def analyze_model(

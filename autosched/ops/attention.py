@@ -1,21 +1,222 @@
-"""Attention roots (`iree_linalg_ext.attention`, from SDPA): recognised and listed as not
-tuned, with their operands; tuning them is the next kind's work (its knobs, a spec matcher
-on `transform.iree.match.attention`, a kernel module)."""
+"""Attention roots (`iree_linalg_ext.attention`, from SDPA) as a tuned root-op kind.
+
+IREE forms one dispatch per attention; by the time it configures it, the op is an
+`online_attention` (the flash-attention form: the output, a running max and a running sum,
+accumulated in f32). Both forms are read here into one `AttentionProblem`, so the problem
+found at `flow` is the one the configured build names. A spec matches the online op by its
+operands' types and sets a `compilation_info` and, on GPUs, a `decomposition_config` (the
+Q.K and P.V matmuls' own configurations).
+
+Loops are named by their role, read from the maps: `m` the query rows, `k1` the head dim of
+Q and K, `k2` the key rows, `n` the head dim of V; every other loop is a batch loop (batch,
+heads; with grouped-query attention a query-head group loop that K and V do not index).
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
 from iree.compiler import ir
 
-from autosched.ops.base import DispatchSite, RootOpKind, SkippedRoot
+from autosched.ops.base import ANY_OP, DispatchSite, RootOpKind, SkippedRoot
 
-ATTENTION_OPS = ("iree_linalg_ext.attention", "iree_linalg_ext.online_attention")
+ONLINE = "iree_linalg_ext.online_attention"
+ATTENTION_OPS = ("iree_linalg_ext.attention", ONLINE)
+ATTENTION_TYPES = ("f32", "f16", "bf16")
+ACCUMULATOR = "f32"  # online_attention's output, max and sum (IREE's conversion)
+
+
+@dataclass
+class AttentionProblem:
+    """One attention signature of the model's dispatches, with every dispatch that holds it."""
+
+    kind: ClassVar[str] = "attention"
+    op_name: ClassVar[str] = "iree_linalg_ext.attention"  # as found at `flow`
+    loops: tuple[str, ...]  # each loop's role in the op's iteration order: b, m, n, k1, k2
+    loop_sizes: tuple[int, ...]
+    query_type: str
+    key_type: str
+    value_type: str
+    mask_type: str  # "" without a mask operand
+    operand_loops: tuple[tuple[int, ...], ...]  # loop positions of q, k, v, [mask], out
+    sites: list[DispatchSite] = field(default_factory=list)
+
+    def size(self, role: str) -> int:
+        return math.prod(s for r, s in zip(self.loops, self.loop_sizes, strict=True) if r == role)
+
+    def positions(self, role: str) -> list[int]:
+        return [i for i, r in enumerate(self.loops) if r == role]
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return [self.loop_sizes[i] for i in self.positions("b")]
+
+    @property
+    def heads_per_kv(self) -> int:
+        """Query heads that share one K/V head (grouped-query attention); 1 without GQA."""
+        key = set(self.operand_loops[1])
+        return math.prod(self.loop_sizes[i] for i in self.positions("b") if i not in key)
+
+    @property
+    def name(self) -> str:
+        dims = [*self.batch_sizes, *(self.size(r) for r in ("m", "k1", "k2", "n"))]
+        types = dict.fromkeys((self.query_type, self.key_type, self.value_type))
+        mask = f"_mask_{self.mask_type}" if self.mask_type else ""
+        gqa = f"_gqa{self.heads_per_kv}" if self.heads_per_kv > 1 else ""
+        return f"attention_{'x'.join(map(str, dims))}_{'_'.join(types)}{mask}{gqa}"
+
+    @property
+    def occurrences(self) -> int:
+        return sum(site.calls for site in self.sites)
+
+    @property
+    def flops(self) -> int:
+        """Q.K and P.V, as the op computes them (a mask does not skip work)."""
+        rows = math.prod(self.batch_sizes) * self.size("m") * self.size("k2")
+        return 2 * rows * (self.size("k1") + self.size("n"))
+
+    @property
+    def element_type(self) -> str:
+        return self.query_type
+
+    @property
+    def indexing_maps(self) -> str:
+        """The loops' roles and each operand's loops (q, k, v, [mask], out): the layout, the
+        same in the op's attention and online forms."""
+        operands = ", ".join(f"({', '.join(map(str, o))})" for o in self.operand_loops)
+        return f"loops ({', '.join(self.loops)}), operands [{operands}]"
+
+    def _key(self) -> str:
+        return self.name
+
+    def as_problem(self) -> AttentionProblem:
+        return self
+
+    def operand_types(self) -> list[str | None]:
+        """The online form's operand types in order: q, k, v, None for the scale, [mask],
+        the f32 output."""
+        q, k, v, *rest = self.operand_loops
+        types = [self.query_type, self.key_type, self.value_type]
+        types += [self.mask_type] * (len(rest) - 1) + [ACCUMULATOR]
+        tensors = [
+            f"tensor<{'x'.join(str(self.loop_sizes[i]) for i in loops)}x{element}>"
+            for loops, element in zip([q, k, v, *rest], types, strict=True)
+        ]
+        return [*tensors[:3], None, *tensors[3:]]
+
+    def record_shape(self) -> dict:
+        return {
+            "kind": self.kind,
+            "loops": list(self.loops),
+            "loop_sizes": list(self.loop_sizes),
+            "query_type": self.query_type,
+            "key_type": self.key_type,
+            "value_type": self.value_type,
+            "mask_type": self.mask_type,
+        }
+
+    def csv_shape(self) -> dict:
+        """The CSV's shape columns: M query rows, N value head dim, K key rows."""
+        return {
+            "M": self.size("m"),
+            "N": self.size("n"),
+            "K": self.size("k2"),
+            "batch": math.prod(self.batch_sizes),
+            "lhs_type": self.query_type,
+            "rhs_type": self.key_type,
+            "acc_type": ACCUMULATOR,
+        }
+
+
+def _loop_positions(attribute: ir.Attribute) -> tuple[int, ...]:
+    affine_map = ir.AffineMapAttr(attribute).value
+    return tuple(ir.AffineDimExpr(expr).position for expr in affine_map.results)
+
+
+def _roles(q: set[int], k: set[int], v: set[int], out: list[int], loops: int) -> list[str]:
+    """Each loop's role, from which operands it indexes (see the module docstring)."""
+    roles = []
+    for i in range(loops):
+        if i in q and i in k and i not in out:
+            roles.append("k1")
+        elif i in k and i in v and i not in q:
+            roles.append("k2")
+        elif i in v and i in out and i not in q:
+            roles.append("n")
+        else:
+            roles.append("b")
+    # The query rows: the innermost loop of Q that K and V do not index.
+    query = [i for i in out if i in q and i not in k and i not in v]
+    if query:
+        roles[query[-1]] = "m"
+    return roles
+
+
+def read_attention(op: ir.Operation, site: DispatchSite) -> AttentionProblem | SkippedRoot:
+    """The op's problem, or why it is not tuned."""
+    maps = [_loop_positions(m) for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    outputs = len(op.results)  # 1 for attention; out, max and sum for online_attention
+    operands = [ir.ShapedType(o.type) if i != 3 else None for i, o in enumerate(op.operands)]
+    inputs = len(maps) - outputs
+    out_loops = list(maps[inputs])
+    tensors = [t for t in operands if t is not None]
+    if any(not t.has_static_shape for t in tensors):
+        return SkippedRoot(op.name, "dynamic shape", "an operand has a dynamic shape", site)
+    loops = max(max(m, default=-1) for m in maps) + 1
+    sizes = [0] * loops
+    for positions, tensor in zip(maps, operands, strict=False):
+        for position, extent in zip(positions, tensor.shape if tensor else (), strict=True):
+            sizes[position] = extent
+    roles = _roles(set(maps[0]), set(maps[1]), set(maps[2]), out_loops, loops)
+    if sorted(set(roles)) != ["b", "k1", "k2", "m", "n"] or any(
+        roles.count(r) != 1 for r in ("m", "n", "k1", "k2")
+    ):
+        return SkippedRoot(op.name, "attention", f"loops {roles} are not one m, n, k1, k2", site)
+    types = [str(operands[i].element_type) for i in range(3)]
+    if not set(types) <= set(ATTENTION_TYPES):
+        return SkippedRoot(op.name, "element type", f"attention on {types}", site)
+    mask = str(operands[4].element_type) if inputs == 5 else ""
+    return AttentionProblem(
+        loops=tuple(roles),
+        loop_sizes=tuple(sizes),
+        query_type=types[0],
+        key_type=types[1],
+        value_type=types[2],
+        mask_type=mask,
+        operand_loops=tuple(tuple(m) for m in [*maps[:3], *maps[4:inputs], out_loops]),
+        sites=[site],
+    )
 
 
 class AttentionKind(RootOpKind):
     name = "attention"
+    tuned = True
+    needs_dispatch = True  # checked against the default build's outputs on IREE's dispatch
 
-    def recognise(self, op: ir.Operation, site: DispatchSite) -> SkippedRoot | None:
+    def recognise(self, op: ir.Operation, site: DispatchSite):
         if op.name not in ATTENTION_OPS:
             return None
-        shapes = ", ".join(str(o.type) for o in op.operands)
-        return SkippedRoot(op.name, "attention", f"not a matmul: {shapes}", site)
+        return read_attention(op, site)
+
+    def spec_matcher(self, problem: AttentionProblem, handle: str = "%op") -> str:
+        """Transform ops that match `handle` to the problem's online_attention by the exact
+        type of each tensor operand (q, k, v, the mask, the f32 output): shapes in the
+        op's layout and element types.
+
+        Why not `transform.iree.match.online_attention`: in IREE 3.13 it matches no
+        attention that has a mask (checked on the CPU with every map order), and a causal
+        SDPA from torch always has one.
+        """
+        lines = [f'    transform.match.operation_name {handle} ["{ONLINE}"] : {ANY_OP}\n']
+        for index, tensor in enumerate(problem.operand_types()):
+            if tensor is None:
+                continue  # the scale
+            lines.append(
+                f"    %operand{index} = transform.get_operand {handle}[{index}]"
+                f" : ({ANY_OP}) -> !transform.any_value\n"
+                f"    transform.iree.match.cast_compatible_type %operand{index} = {tensor}"
+                " : !transform.any_value\n"
+            )
+        return "".join(lines)

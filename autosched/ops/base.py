@@ -1,9 +1,11 @@
 """What every root-op kind provides, and where a root is found.
 
-A kind (matmul today; attention and convolution recognised, not yet tuned) says how its root
+A kind (matmul and attention tuned; convolution recognised, not yet tuned) says how its root
 ops are recognised in the dispatches IREE forms, what problem one becomes, and, when it is
-tuned, the spec matcher that finds its roots again and the kernel module that rebuilds one
-alone. Targets hold each kind's knobs, constraints and features. `registry.py` lists the kinds.
+tuned, the spec matcher that finds its roots again and, where it has one, the kernel module
+that rebuilds one alone. A recognised root has `sites`, `occurrences`, `_key()` (identical
+roots merge) and `as_problem()`. Each target holds each kind's knobs, constraints and
+features (`Target.for_problem`). `registry.py` lists the kinds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ class DispatchSite:
     calls: int  # flow.dispatch ops of the model that launch it
     fused_ops: tuple[str, ...]  # the dispatch's other linalg / linalg_ext ops, in walk order
     location: str  # the op's location, as IREE carried it from the source
+
+    @property
+    def function(self) -> str:
+        """The dispatch function (named as its export), where an OpSite names its function."""
+        return self.entry_point
 
     @property
     def fuses(self) -> bool:
@@ -51,6 +58,8 @@ class RootOpKind(ABC):
 
     name: str = ""
     tuned: bool = False  # its problems are searched (spec_matcher and kernel_module exist)
+    # Timed and checked only on IREE's dispatch of the model (no kernel_module of its own).
+    needs_dispatch: bool = False
 
     @abstractmethod
     def recognise(self, op: ir.Operation, site: DispatchSite):

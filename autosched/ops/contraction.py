@@ -5,6 +5,7 @@ it has one, its form as a named-op `MatmulProblem`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from iree.compiler import ir
 
@@ -29,6 +30,7 @@ class Contraction:
     MatmulProblem when the contraction has that form, so today's targets and spaces apply.
     """
 
+    kind: ClassVar[str] = "matmul"  # the root-op kind whose problems it becomes
     op_name: str  # linalg.matmul, linalg.batch_matmul, linalg.contract or linalg.generic
     loops: tuple[str, ...]  # each loop's role in the op's iteration order: "b", "m", "n", "k"
     loop_sizes: tuple[int, ...]
@@ -95,6 +97,10 @@ class Contraction:
         shape = "x".join(str(s) for s in self.loop_sizes)
         init = "" if self.zero_init else "_acc"
         return f"{kind}_{shape}_{self.lhs_type}_{self.rhs_type}_{self.acc_type}{init}"
+
+    def as_problem(self) -> MatmulProblem | None:
+        """The problem a target tunes for this root (ops/base.py): its matmul form."""
+        return self.as_matmul_problem()
 
     def as_matmul_problem(self) -> MatmulProblem | None:
         """This contraction as a named-op MatmulProblem, or None where it has no such form.

@@ -21,24 +21,55 @@ from autosched.targets.base import Point, Target
 
 LINK_TIMEOUT = 120.0
 
+
 def match_contraction(problem: MatmulProblem, handle: str = "%op") -> str:
     """The problem's kind's matcher for `handle` (see ops/base.py)."""
     return kind_of(problem).spec_matcher(problem, handle)
 
 
-def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str, str]:
-    """(name, named_sequence text) matching the problem's contractions and giving its config."""
+def _apply(name: str, attributes: list[str]) -> str:
+    """A named sequence that sets each attribute on the op from a parameter of its own."""
+    params = "".join(f", %{a}: !transform.any_param {{transform.readonly}}" for a in attributes)
+    body = "".join(
+        f'    transform.annotate %op "{a}" = %{a} : {ANY_OP}, !transform.any_param\n'
+        for a in attributes
+    )
+    return (
+        f"  transform.named_sequence @{name}(%op: {ANY_OP} {{transform.readonly}}{params}) {{\n"
+        f"{body}    transform.yield\n  }}\n"
+    )
+
+
+APPLY_CONFIG = ("apply_op_config", ["compilation_info"])
+# Attention's Q.K and P.V matmuls take their configurations from a second attribute.
+APPLY_ATTENTION = ("apply_attention_config", ["compilation_info", "decomposition_config"])
+
+
+def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str, str, str]:
+    """(name, named_sequence text, the apply sequence it feeds) matching the problem's roots
+    and giving its configuration."""
     name = f"match_{problem.name}"
+    target = target.for_problem(problem)
+    values = [target.lowering_config(problem, point)]
+    decomposition = target.decomposition_config(problem, point)
+    if decomposition is not None:
+        values.append(decomposition)
+    params = ["%config", "%decomposition"][: len(values)]
+    constants = "".join(
+        f"    {param} = transform.param.constant {value} -> !transform.any_param\n"
+        for param, value in zip(params, values, strict=True)
+    )
+    types = ", ".join([ANY_OP, *["!transform.any_param"] * len(values)])
     text = (
         f"  transform.named_sequence @{name}(%op: {ANY_OP} {{transform.readonly}})"
-        f" -> ({ANY_OP}, !transform.any_param) {{\n"
+        f" -> ({types}) {{\n"
         f"{match_contraction(problem)}"
-        f"    %config = transform.param.constant {target.lowering_config(problem, point)}"
-        f" -> !transform.any_param\n"
-        f"    transform.yield %op, %config : {ANY_OP}, !transform.any_param\n"
+        f"{constants}"
+        f"    transform.yield %op, {', '.join(params)} : {types}\n"
         f"  }}\n"
     )
-    return name, text
+    apply = APPLY_ATTENTION if decomposition is not None else APPLY_CONFIG
+    return name, text, apply[0]
 
 
 def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
@@ -47,11 +78,12 @@ def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
     None when there is nothing to configure (IREE requires the entry point to match).
     Points a lowering configuration cannot carry (custom kernels) are left out.
     """
-    best = [(problem, target, point) for problem, target, point in best if target.in_spec(point)]
+    best = [(p, target, point) for p, target, point in best if target.for_problem(p).in_spec(point)]
     if not best:
         return None
     matchers = [_matcher(problem, target, point) for problem, target, point in best]
-    arms = ",\n        ".join(f"@{name} -> @apply_op_config" for name, _ in matchers)
+    arms = ",\n        ".join(f"@{name} -> @{apply}" for name, _, apply in matchers)
+    applies = [a for a in (APPLY_CONFIG, APPLY_ATTENTION) if any(m[2] == a[0] for m in matchers)]
     body = (
         f"    %result = transform.foreach_match in %variant\n        {arms}\n"
         f"      : ({ANY_OP}) -> {ANY_OP}\n"
@@ -60,12 +92,8 @@ def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
     text = (
         "module attributes {iree_codegen.tuning_spec_with_default_entrypoint,"
         " transform.with_named_sequence} {\n"
-        f"  transform.named_sequence @apply_op_config(%op: {ANY_OP} {{transform.readonly}},"
-        " %config: !transform.any_param {transform.readonly}) {\n"
-        '    transform.annotate %op "compilation_info" = %config'
-        f" : {ANY_OP}, !transform.any_param\n"
-        "    transform.yield\n  }\n"
-        + "".join(text for _, text in matchers)
+        + "".join(_apply(name, attributes) for name, attributes in applies)
+        + "".join(text for _, text, _ in matchers)
         + f"  transform.named_sequence @__kernel_config(%variant: {ANY_OP} {{transform.consumed}})"
         f" -> {ANY_OP} attributes {{iree_codegen.tuning_spec_entrypoint}} {{\n"
         f"{body}  }}\n}}\n"

@@ -42,6 +42,7 @@ from autosched.targets.base import Point, Target
 def expected_config(problem: MatmulProblem, target: Target, point: Point | None) -> str | None:
     """The compilation_info a build of `point` must carry; None for IREE's default and for
     points no configuration carries (custom kernels)."""
+    target = target.for_problem(problem)
     if point is None or not target.in_spec(point):
         return None
     return target.lowering_config(problem, point)
@@ -182,7 +183,8 @@ class CandidateBuilds:
         """Does a one-point spec reach the root op IREE configures in the module that is
         timed? One compile to `executable-configurations`; None when it cannot tell (no
         point a spec carries, or the probe's point does not build)."""
-        point = next((p for p in search.space.points if self.target.in_spec(p)), None)
+        target = self.target.for_problem(search.problem)
+        point = next((p for p in search.space.points if target.in_spec(p)), None)
         if point is None or search.exhausted:
             return None
         job = self.candidate(search, SPEC_PROBE, point).jobs[TIMED]
@@ -211,6 +213,7 @@ class CandidateBuilds:
         Resumed trials are compiled again: a module left on disk may come from another arch
         or other flags under the same name.
         """
+
         def job(trial: Trial) -> CompileJob:
             point = None if trial.baseline else trial.point
             if search is not None and search.benchmark:

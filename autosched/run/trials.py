@@ -57,7 +57,7 @@ def _built(search: ProblemSearch, candidate: Candidate, builds, target: Target, 
         device=search.context.device,
         flags=search.context.flags,
         shape=problem_shape(problem),
-        features=target.features(problem, point) if point else {},
+        features=target.for_problem(problem).features(problem, point) if point else {},
     )
 
 
@@ -102,7 +102,7 @@ class TrialBook:
     def __init__(self, config: RunConfig, target: Target, log: RunLog, lock: threading.RLock):
         self.config, self.target, self.log, self.lock = config, target, log, lock
         self.database = TuningDatabase(config.database)
-        self.csv = CsvReport(config.output_file, target.knob_names)
+        self.csv = CsvReport(config.output_file, tuple(k.name for k in target.all_knobs()))
         self.warned_unreadable = False
         # Told of every trial, new or resumed, after the database: the CSV and run.log (a
         # caller may add its own).
@@ -166,6 +166,5 @@ class TrialBook:
             return []
         with self.lock:  # not while another problem's thread appends
             trials = self.database.records()
-        columns = list(self.target.features(problem, space.points[0]))
+        columns = list(self.target.for_problem(problem).features(problem, space.points[0]))
         return database_history(trials, self.target, problem, columns)
-

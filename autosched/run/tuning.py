@@ -499,16 +499,13 @@ def new_search(
         data=make_problem_data(
             problem, os.path.join(config.work_dir, "inputs", problem.name), seed=config.seed
         ),
-        repeat=config.dispatch_repeat or target.dispatch_repeat(problem),
+        repeat=config.dispatch_repeat or target.for_problem(problem).dispatch_repeat(problem),
         started=time.perf_counter(),
         benchmark=benchmark,
         # Times of the dispatch and of the bare kernel differ: records of one are not
         # resumed as the other.
-        context=replace(context, flags=context.flags + DISPATCH_FLAG)
-        if benchmark
-        else context,
+        context=replace(context, flags=context.flags + DISPATCH_FLAG) if benchmark else context,
     )
-
 
 
 def finalist_modules(tuning: Tuning, search: ProblemSearch) -> dict[str, str]:
@@ -518,7 +515,6 @@ def finalist_modules(tuning: Tuning, search: ProblemSearch) -> dict[str, str]:
     result = search.result
     _, entries = retime.finalists(result.trials, result.baseline, tuning.config.retime_top)
     return tuning.modules_for(search.problem, entries, search.repeat, search) if entries else {}
-
 
 
 def keep_verdict(
@@ -555,9 +551,7 @@ def keep_verdict(
 def no_winner_line(results: list[ProblemResult]) -> str:
     """Why no spec came out, in a newcomer's words: nothing was faster, or something was but
     the timings moved too much between rounds to name it, and what to do then."""
-    noisy = [
-        r for r in results if r.verdict is not None and r.verdict.median > 1 and not r.best
-    ]
+    noisy = [r for r in results if r.verdict is not None and r.verdict.median > 1 and not r.best]
     if not noisy:
         return "no tuning spec: nothing beat IREE's default configurations"
     worst = max(noisy, key=lambda r: r.verdict.noise)
@@ -581,6 +575,7 @@ def problem_space(
     space, space.note = fitted_space(problem, target, knob_space)
     if benchmark is None and not custom_only:
         return space
+    target = target.for_problem(problem)
     kept = [p for p in space.points if target.in_spec(p) != custom_only]
     why = (
         "IREE configurations are searched on the model's dispatches"
@@ -597,7 +592,8 @@ def log_problem(log: RunLog, search: ProblemSearch) -> None:
     """The problem's sites, its space and its rejections, and how it is timed."""
     problem, space = search.problem, search.space
     for site in problem.sites:
-        log.write(f"op at {site.location} in @{site.function} (matmul #{site.index})")
+        index = f" (matmul #{site.index})" if hasattr(site, "index") else ""
+        log.write(f"op at {site.location} in @{site.function}{index}")
     log.write(f"space: {space.total} raw points, {len(space.points)} valid")
     log.write(f"timing: {search.repeat} dispatch(es) per call, time per dispatch reported")
     if space.generated:
@@ -613,6 +609,7 @@ def search_state(
 ) -> SearchState:
     """The tuner's search over the problem's space, the target's known-good points first."""
     problem, space = search.problem, search.space
+    target = target.for_problem(problem)
     search.names = [target.config_name(p) for p in space.points]
     starting = []
     if config.starting_points == "target":
@@ -675,7 +672,7 @@ def space_tuner(config: RunConfig, target: Target, space: SearchSpace, history: 
 def feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) -> np.ndarray:
     if not points:
         return np.zeros((0, 0))
-    rows = [target.features(problem, p) for p in points]
+    rows = [target.for_problem(problem).features(problem, p) for p in points]
     keys = list(rows[0])
     return np.array([[row[k] for k in keys] for row in rows], dtype=float)
 

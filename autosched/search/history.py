@@ -32,13 +32,16 @@ def database_history(
     """The database's other problems on this target and arch with the same input element
     type, newest first: each one's points (its newest record of each) as feature rows in
     `columns`, the space's feature names, and their GFLOP/s (NaN where a point failed)."""
+    target = target.for_problem(problem)
     by_problem: dict[str, dict[str, Trial]] = {}
     for trial in trials:
         if trial.baseline or trial.problem == problem.name or not trial.point:
             continue
         if (trial.target, trial.arch) != (target.name, target.arch):
             continue
-        if (trial.shape or {}).get("lhs_type") != problem.lhs_type:
+        if (trial.shape or {}).get("kind", "matmul") != problem.kind:
+            continue  # another root-op kind: other knobs
+        if (trial.shape or {}).get("lhs_type") != getattr(problem, "lhs_type", None):
             continue
         points = by_problem.pop(trial.problem, {})  # re-inserted: the newest problem last
         points[trial.config] = trial

@@ -33,7 +33,9 @@ def build_space(problem: MatmulProblem, target: Target, user_lists: dict[str, li
     Pruning early keeps spaces of millions of raw points cheap to build; a pruned prefix
     counts every point under it as rejected for that reason, so the counts add up.
     """
+    target = target.for_problem(problem)
     order = list(target.knob_names)
+    user_lists = {k: v for k, v in user_lists.items() if k in order}  # another kind's knobs
     generated = [k for k in order if k not in user_lists]
     space = SearchSpace(problem, {}, generated, points=[])
     for family in target.families(problem, user_lists):

@@ -53,6 +53,11 @@ class Family:
     candidates: dict[str, list[Knob]] = field(default_factory=dict)  # when the cfg is silent
 
 
+def has_config(target: Target, problem, point: Point) -> bool:
+    """Whether a tuning spec can carry `point` of `problem` (custom kernels cannot)."""
+    return target.for_problem(problem).in_spec(point)
+
+
 def powers_of_two(low: int, high: int) -> list[int]:
     values, p = [], 1
     while p <= high:
@@ -83,12 +88,47 @@ class Target(ABC):
     arch = ""  # the chip the code is built for, where the backend has such a notion
     tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
 
+    # Root-op kinds other than the matmul family, each with its own knobs on this backend:
+    # kind name -> (module, class) of a subclass that overrides the per-problem methods.
+    kind_targets: dict[str, tuple[str, str]] = {}
+
     def __init__(self, config: RunConfig, machine: Machine | None = None):
         """`machine` is what discovery found on this host (host.discover): a target runs
         no process of its own."""
         self.config = config
         self.machine = machine or Machine()
         self.device = config.device or self.default_device
+        self._views: dict[str, Target] = {}
+
+    def for_problem(self, problem) -> Target:
+        """This backend as it tunes `problem`'s root-op kind."""
+        return self.for_kind(getattr(problem, "kind", "matmul"))
+
+    def for_kind(self, kind: str) -> Target:
+        """This backend as it tunes one root-op kind: itself for the matmul family, else the
+        kind's subclass, sharing this target's state (device, arch, tools)."""
+        base = getattr(self, "base", self)
+        if kind == "matmul":
+            return base
+        if kind not in base._views:
+            if kind not in base.kind_targets:
+                raise KeyError(f"{base.name} does not tune {kind} roots")
+            from importlib import import_module
+
+            module, cls = base.kind_targets[kind]
+            view = object.__new__(getattr(import_module(module), cls))
+            view.__dict__.update(base.__dict__)
+            view.base = base
+            base._views[kind] = view
+        return base._views[kind]
+
+    def all_knobs(self) -> tuple[KnobSpec, ...]:
+        """Every kind's knobs on this backend (what a cfg may set)."""
+        knobs = list(self.knobs)
+        for kind in self.kind_targets:
+            view = self.for_kind(kind)
+            knobs += [k for k in view.knobs if k.name not in {n.name for n in knobs}]
+        return tuple(knobs)
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -96,14 +136,15 @@ class Target(ABC):
 
     def check_search_space(self, config: RunConfig) -> None:
         """Every knob the cfg sets must be a knob of this target, with values of its type."""
+        knobs = self.all_knobs()
         for key, values in config.knob_space.items():
-            spec = next((k for k in self.knobs if k.name == key), None)
+            spec = next((k for k in knobs if k.name == key), None)
             section = f"{config.source}: [{config.knob_section(key)}]"
             where = f"{section} {key} = {values}"
             if spec is None:
                 raise UserError(
                     f"{section} unknown key {key!r} for target {self.name} "
-                    f"(knobs: {', '.join(self.knob_names)}; a section [SearchSpace.<target>] "
+                    f"(knobs: {', '.join(k.name for k in knobs)}; a section [SearchSpace.<target>] "
                     "holds knobs used only with that target)"
                 )
             for value in values:
@@ -164,6 +205,11 @@ class Target(ABC):
     @abstractmethod
     def lowering_config(self, problem: MatmulProblem, point: Point) -> str:
         """The #iree_codegen.compilation_info attribute text for a point."""
+
+    def decomposition_config(self, problem, point: Point) -> str | None:
+        """The `decomposition_config` dictionary an attention point sets beside its
+        compilation_info (the Q.K and P.V matmuls' configurations); None where none is set."""
+        return None
 
     @abstractmethod
     def compile_flags(self) -> list[str]:

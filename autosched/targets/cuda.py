@@ -358,6 +358,7 @@ class CudaTarget(Target):
     # iree-compile 3.13 ignores --iree-codegen-tuning-spec-path for CUDA (checked with
     # --compile-to=executable-configurations); the transform library applies the same file.
     tuning_spec_flag = "--iree-codegen-transform-dialect-library"
+    kind_targets = {"attention": ("autosched.targets.cuda_attention", "CudaAttentionTarget")}
     knobs = (
         KnobSpec("pipeline", "IREE codegen pipeline", choices=PIPELINES),
         KnobSpec(

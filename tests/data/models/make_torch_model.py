@@ -58,7 +58,9 @@ class WeightsAsArguments(nn.Module):
         self.names = [name for name, _ in inner.named_parameters()]
 
     def forward(self, x, *weights):
-        return torch.func.functional_call(self.inner, dict(zip(self.names, weights, strict=True)), (x,))
+        return torch.func.functional_call(
+            self.inner, dict(zip(self.names, weights, strict=True)), (x,)
+        )
 
 
 def hf_llama_mlp(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
@@ -69,6 +71,63 @@ def hf_llama_mlp(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     mlp = HfLlamaMLP(config).to(dtype).eval()
     weights = [p.detach() for p in mlp.parameters()]
     return WeightsAsArguments(mlp), (torch.randn(1, 32, 128, dtype=dtype), *weights)
+
+
+class LayerWithWeights(nn.Module):
+    """A transformers layer run with its weights as arguments and extra inputs as keywords."""
+
+    def __init__(self, layer: nn.Module, keywords):
+        super().__init__()
+        self.layer, self.keywords = layer, keywords
+        self.names = [name for name, _ in layer.named_parameters()]
+
+    def forward(self, x, *args):
+        extra, weights = args[: len(self.keywords)], args[len(self.keywords) :]
+        params = dict(zip(self.names, weights, strict=True))
+        keywords = self.keywords(*extra) if callable(self.keywords) else {}
+        out = torch.func.functional_call(self.layer, params, (x,), keywords)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class RotaryKeywords:
+    """LlamaDecoderLayer's keywords: no mask (SDPA's causal path) and (cos, sin) as inputs."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __call__(self, cos, sin):
+        return {"attention_mask": None, "position_embeddings": (cos, sin)}
+
+
+def hf_llama_layer(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    config = LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        attn_implementation="sdpa",
+    )
+    layer = LlamaDecoderLayer(config, layer_idx=0).to(dtype).eval()
+    x = torch.randn(1, 64, 128, dtype=dtype)
+    cos, sin = LlamaRotaryEmbedding(config)(x, torch.arange(64)[None])
+    weights = [p.detach() for p in layer.parameters()]
+    return LayerWithWeights(layer, RotaryKeywords()), (x, cos, sin, *weights)
+
+
+def hf_bert_layer() -> tuple[nn.Module, tuple]:
+    from transformers import BertConfig
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    config = BertConfig(
+        hidden_size=128, num_attention_heads=4, intermediate_size=256, attn_implementation="sdpa"
+    )
+    layer = BertLayer(config).eval()
+    weights = [p.detach() for p in layer.parameters()]
+    return LayerWithWeights(layer, ()), (torch.randn(2, 32, 128), *weights)
 
 
 def save(module: nn.Module, args: tuple, name: str) -> None:
@@ -85,3 +144,7 @@ if __name__ == "__main__":
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         torch.manual_seed(0)
         save(*hf_llama_mlp(dtype), f"hf_llama_mlp_{name}.mlirbc")
+        torch.manual_seed(0)
+        save(*hf_llama_layer(dtype), f"hf_llama_layer_{name}.mlirbc")
+    torch.manual_seed(0)
+    save(*hf_bert_layer(), "hf_bert_layer_f32.mlirbc")

@@ -1,0 +1,149 @@
+"""Attention on IREE's CUDA backend: `VectorDistribute` configurations of the online
+attention, on the mma.sync tensor cores.
+
+IREE's default for transformers' small Llama layer in bf16 (sm_80, 64 query rows, head dim
+32) is one workgroup of 4 warps per 64 query rows (`workgroup = [1, 1, 64, 32, 0, 0]`),
+64 key rows per step (`reduction`), Q, K and V staged in shared memory, and a
+`decomposition_config` giving the Q.K and P.V matmuls the `NV_MMA_SYNC_F32_16x8x16_BF16`
+intrinsic with the warps split along the query rows (`subgroup_basis`). The knobs are those
+three numbers: query rows per workgroup, key rows per step, warps along the query rows.
+The head dims stay whole, as in IREE's default.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autosched.ops.attention import AttentionProblem
+from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
+from autosched.targets.cpu_attention import by_role
+from autosched.targets.cuda import ELEMENT_BYTES, MMA_FOR_TYPES, MMA_M, CudaTarget
+from autosched.targets.cuda_custom import WARP
+
+ATTENTION_KNOBS = (
+    KnobSpec("q_tile", "query rows per workgroup (attention)"),
+    KnobSpec("kv_tile", "key rows per online-softmax step (attention)"),
+    KnobSpec("q_warps", "warps along the query rows (attention)"),
+)
+MMA_K = 16  # every 16-bit NV_MMA_SYNC intrinsic reduces 16 elements per step
+PROMOTED = "#iree_gpu.derived_thread_config"  # how IREE's default stages each operand
+
+
+def _promote(operands: list[int]) -> str:
+    kinds = ", ".join([PROMOTED] * len(operands))
+    return f"promote_operands = {operands}, promotion_types = [{kinds}]"
+
+
+def shared_memory(problem: AttentionProblem, point: Point) -> int:
+    """Bytes of the staged Q tile and K and V tiles (IREE's default promotes all three)."""
+    element = ELEMENT_BYTES[problem.query_type]
+    k1, n = problem.size("k1"), problem.size("n")
+    return element * (point["q_tile"] * k1 + point["kv_tile"] * (k1 + n))
+
+
+class CudaAttentionTarget(CudaTarget):
+    knobs = ATTENTION_KNOBS
+
+    def supports(self, problem: AttentionProblem) -> str | None:
+        """The tensor-core intrinsic must exist for the types (no f32 attention here)."""
+        kind = MMA_FOR_TYPES.get((problem.query_type, "f32"))
+        types = {problem.query_type, problem.key_type, problem.value_type}
+        if len(types) > 1 or kind not in self.mma_intrinsics:
+            return f"attention on {sorted(types)}: no tensor-core configuration on {self.arch}"
+        return None
+
+    def dispatch_repeat(self, problem: AttentionProblem) -> int:
+        """About 50 ms of work per timed call, as for matmuls (CudaTarget.dispatch_repeat)."""
+        estimate_s = problem.flops / 100e12
+        return int(min(200, max(1, math.ceil(0.05 / estimate_s))))
+
+    def families(self, problem: AttentionProblem, lists) -> list[Family]:
+        return [Family("", self.constraints(problem))]  # IREE's pipeline alone
+
+    def in_spec(self, point: Point) -> bool:
+        return True
+
+    def starting_points(self, problem: AttentionProblem) -> list[Point]:
+        return [{"q_tile": 64, "kv_tile": 64, "q_warps": 4}]  # IREE's default, in knobs
+
+    def candidates(self, knob: str, problem: AttentionProblem) -> list[int]:
+        if knob == "q_tile":
+            return powers_of_two(MMA_M, min(problem.size("m"), 256))
+        if knob == "kv_tile":
+            return powers_of_two(MMA_K, min(problem.size("k2"), 256))
+        if knob == "q_warps":
+            return [1, 2, 4, 8]
+        raise KeyError(knob)
+
+    def constraints(self, problem: AttentionProblem) -> list[Constraint]:
+        return [
+            Constraint(
+                "q_tile does not divide the query rows",
+                ("q_tile",),
+                lambda p, x: p.size("m") % x["q_tile"] == 0,
+            ),
+            Constraint(
+                "kv_tile does not divide the key rows",
+                ("kv_tile",),
+                lambda p, x: p.size("k2") % x["kv_tile"] == 0,
+            ),
+            Constraint(
+                "q_tile is not a multiple of 16 rows per warp",
+                ("q_tile", "q_warps"),
+                lambda p, x: x["q_tile"] % (MMA_M * x["q_warps"]) == 0,
+            ),
+            Constraint(
+                f"shared memory over the {self.arch} limit",
+                ("q_tile", "kv_tile"),
+                lambda p, x: shared_memory(p, x) <= self.shared_memory_bytes,
+            ),
+        ]
+
+    def _mma(self, problem: AttentionProblem) -> str:
+        return f"mma_kind = #iree_gpu.mma_layout<{MMA_FOR_TYPES[(problem.query_type, 'f32')]}>"
+
+    def lowering_config(self, problem: AttentionProblem, point: Point) -> str:
+        workgroup = by_role(problem, {"b": 1, "m": point["q_tile"], "n": problem.size("n")})
+        reduction = by_role(problem, {"k2": point["kv_tile"]})
+        config = (
+            f"#iree_gpu.lowering_config<{{{_promote([0, 1, 2])}, "
+            f"reduction = {reduction}, workgroup = {workgroup}}}>"
+        )
+        translation = (
+            "#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<VectorDistribute> "
+            f"workgroup_size = [{WARP * point['q_warps']}, 1, 1] subgroup_size = {WARP}, "
+            '{iree_codegen.denormal_fp_math_f32 = #iree_codegen.denormal_fp_math<"preserve-sign">}>'
+        )
+        return (
+            f"#iree_codegen.compilation_info<lowering_config = {config}, "
+            f"translation_info = {translation}>"
+        )
+
+    def decomposition_config(self, problem: AttentionProblem, point: Point) -> str:
+        """Q.K (every loop but n) and P.V (every loop but k1), warps along the query rows."""
+        counts = [point["q_warps"] if role == "m" else 1 for role in problem.loops]
+
+        def basis(left_out: str) -> str:
+            loops = [i for i, role in enumerate(problem.loops) if role != left_out]
+            return f"subgroup_basis = [{counts}, {loops}]"
+
+        def attrs(promote: list[int], left_out: str) -> str:
+            return (
+                f"{{lowering_config = #iree_gpu.lowering_config<{{{self._mma(problem)}, "
+                f"{_promote(promote)}, {basis(left_out)}}}>}}"
+            )
+
+        return f"{{pv_attrs = {attrs([1], 'k1')}, qk_attrs = {attrs([0, 1], 'n')}}}"
+
+    def config_name(self, point: Point) -> str:
+        return f"q{point['q_tile']}_kv{point['kv_tile']}_w{point['q_warps']}"
+
+    def features(self, problem: AttentionProblem, point: Point) -> dict[str, float]:
+        """Knobs (log2) and what they imply: workgroups against the SMs, shared memory."""
+        workgroups = math.prod(problem.batch_sizes) * problem.size("m") // point["q_tile"]
+        return {
+            **{f"log2_{k}": math.log2(point[k]) for k in self.knob_names},
+            "log2_workgroups": math.log2(workgroups),
+            "waves": workgroups / self.sm_count,
+            "log2_shared_bytes": math.log2(shared_memory(problem, point)),
+        }

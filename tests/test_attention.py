@@ -1,0 +1,182 @@
+"""Attention as a tuned root op (issue 24), on transformers' own layers exported with
+iree-turbine and committed: a Llama decoder layer (SDPA, causal, GQA 4/2 heads) in f32 and
+bf16, and a BERT layer (SDPA, no mask). Real iree-compile and local-task runs, no mocks.
+
+The attention is found where IREE forms its dispatches, with its loops' roles; a spec built
+from a point of its space reaches the `online_attention` IREE configures (on the CPU, and on
+CUDA compiled here without a GPU, with its decomposition_config); the model built with that
+spec gives the default build's outputs; and a run searches it like any problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from conftest import MODEL_CFG
+
+from autosched.cli import cli
+from autosched.compile import compile_one
+from autosched.config import RunConfig
+from autosched.drivers.model_run import attach_benchmarks, model_problems
+from autosched.drivers.proof import prove
+from autosched.model.configured import check_build, dispatch_configs
+from autosched.model.lowering import analyze_model
+from autosched.outputs.spec import tuning_spec
+from autosched.run.builds import dispatch_job, expected_config
+from autosched.search.space import build_space
+from autosched.targets.cpu import CpuTarget
+from autosched.targets.cuda import CudaTarget
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+CPU = CpuTarget(RunConfig())
+LLAMA = "attention_2x2x64x32x64x32_{t}_mask_{t}_gqa2"  # kv heads, group, q, k1, k2, n
+BERT = "attention_2x4x32x32x32x32_f32"  # batch, heads, q, k1, k2, n
+
+
+def model(name: str) -> str:
+    return os.path.join(MODELS, name)
+
+
+def attention_of(name: str, target=CPU):
+    analysis = analyze_model(model(name), target.compile_flags())
+    (found,) = [r for r in analysis.roots if r.kind == "attention"]
+    return analysis, found
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16"])
+def test_llama_layer_attention_is_found_with_gqa_and_its_causal_mask(element):
+    analysis, found = attention_of(f"hf_llama_layer_{element}.mlirbc")
+    assert found.name == LLAMA.format(t=element)
+    assert found.loops == ("b", "b", "m", "n", "k1", "k2")
+    assert found.heads_per_kv == 2  # 4 query heads on 2 K/V heads, K and V not repeated
+    assert found.mask_type == element  # the causal mask torch-mlir materializes
+    assert found.batch_sizes == [2, 2] and found.size("m") == found.size("k2") == 64
+    assert "attention" not in analysis.skipped_counts()
+    assert len(analysis.contractions) == 4  # q/o, k/v, gate/up, down projections
+
+
+def test_bert_layer_attention_has_no_mask():
+    _, found = attention_of("hf_bert_layer_f32.mlirbc")
+    assert found.name == BERT and found.mask_type == "" and found.heads_per_kv == 1
+
+
+def spec_for(tmp_path, problem, target, point) -> str:
+    path = tmp_path / "spec.mlir"
+    path.write_text(tuning_spec([(problem, target, point)]))
+    return str(path)
+
+
+def not_default(problem, target, default: str):
+    """The first point of the space whose configuration is not IREE's default."""
+    view = target.for_problem(problem)
+    for point in build_space(problem, target, {}).points:
+        if view.lowering_config(problem, point).find(default) < 0:
+            return point
+    raise AssertionError("every point is the default")
+
+
+@pytest.mark.parametrize(
+    "name", ["hf_llama_layer_f32.mlirbc", "hf_llama_layer_bf16.mlirbc", "hf_bert_layer_f32.mlirbc"]
+)
+def test_a_cpu_spec_reaches_the_online_attention_and_outputs_match(tmp_path, name):
+    _, problem = attention_of(name)
+    point = {"q_tile": 16, "q_vec": 4, "n_vec": 8, "kv_tile": 8}
+    assert point in build_space(problem, CPU, {}).points
+    spec = spec_for(tmp_path, problem, CPU, point)
+    expected = CPU.for_problem(problem).lowering_config(problem, point)
+    configs = [
+        c
+        for c in dispatch_configs(model(name), CPU.compile_flags(), spec)
+        if c.contraction == problem.name
+    ]
+    assert len(configs) == 1 and configs[0].op_name == "iree_linalg_ext.online_attention"
+    assert configs[0].carries(expected), configs[0].lowering_config
+    plain = [
+        c
+        for c in dispatch_configs(model(name), CPU.compile_flags())
+        if c.contraction == problem.name
+    ]
+    assert not plain[0].carries(expected)  # IREE's own choice is another
+    proof = prove(
+        model(name),
+        CPU.compile_flags(),
+        spec,
+        "local-task",
+        rounds=1,
+        repetitions=1,
+        min_time=0.005,
+        work_dir=str(tmp_path / "proof"),
+    )
+    assert proof.outputs_match, proof.message
+
+
+def test_the_vector_limit_leaves_out_points_that_do_not_compile():
+    _, problem = attention_of("hf_llama_layer_f32.mlirbc")
+    space = build_space(problem, CPU, {})
+    assert {"q_tile": 8, "q_vec": 8, "n_vec": 4, "kv_tile": 32} not in space.points  # 32 KB
+    assert any("vector over" in reason for reason in space.rejected)
+
+
+def test_cuda_attention_candidate_is_in_the_timed_dispatch(tmp_path):
+    """sm_80, compiled here: the dispatch benchmark that is timed carries the point's
+    compilation_info and its decomposition_config (the Q.K and P.V intrinsics)."""
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
+    name = "hf_llama_layer_bf16.mlirbc"
+    problems, _ = model_problems(analyze_model(model(name), target.compile_flags()), target)
+    attach_benchmarks(problems, model(name), target.compile_flags(), str(tmp_path / "d"))
+    (entry,) = [p for p in problems if p.problem.kind == "attention"]
+    assert entry.benchmark is not None and entry.benchmark.check_source
+    problem = entry.problem
+    points = build_space(problem, target, {}).points
+    point = {"q_tile": 32, "kv_tile": 32, "q_warps": 2}
+    assert point in points and len(points) > 4
+    job = dispatch_job(entry.benchmark, problem, target, point, str(tmp_path / "cand"))
+    assert compile_one(job, 300).status == "ok"
+    verdict = check_build(job.output, expected_config(problem, target, point))
+    assert verdict.ok, verdict.message
+    assert "online_attention" in verdict.form
+    configured = open(
+        next(os.path.join(job.output + ".configs", f) for f in os.listdir(job.output + ".configs"))
+    ).read()
+    assert "NV_MMA_SYNC_F32_16x8x16_BF16" in configured and "subgroup_basis" in configured
+
+
+def test_cuda_f32_attention_is_not_tuned_and_says_why():
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
+    analysis = analyze_model(model("hf_bert_layer_f32.mlirbc"), target.compile_flags())
+    problems, skipped = model_problems(analysis, target)
+    assert all(p.problem.kind == "matmul" for p in problems)
+    assert any("no tensor-core configuration on sm_80" in reason for reason in skipped)
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    shutil.copy(model("hf_llama_layer_f32.mlirbc"), tmp_path)
+    return tmp_path
+
+
+def test_a_run_searches_the_attention_on_its_dispatch(folder):
+    result = CliRunner().invoke(cli, ["run", "hf_llama_layer_f32.mlirbc", "--budget", "14"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((folder / "generated/results.summary.json").read_text())
+    (row,) = [p for p in summary["problems"] if p["problem"] == LLAMA.format(t="f32")]
+    assert row["kind"] == "attention" and row["trials"] >= 2
+    assert "online_attention" in row["timed_form"] and row["not_applied"] == 0
+    records = [
+        json.loads(line) for line in (folder / "generated/tuning.jsonl").read_text().splitlines()
+    ]
+    mine = [r for r in records if r["problem"] == LLAMA.format(t="f32")]
+    assert any(r["baseline"] for r in mine)
+    checked = [r for r in mine if not r["baseline"] and r["status"] == "ok"]
+    assert checked and all(r["verification"] == "correct" for r in checked)
+    assert all(r["shape"]["kind"] == "attention" for r in mine)
+    assert all(
+        set(r["point"]) == {"q_tile", "q_vec", "n_vec", "kv_tile"} for r in mine if r["point"]
+    )
+    assert "not tuned: 1 attention" not in result.output
