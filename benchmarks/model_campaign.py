@@ -62,6 +62,12 @@ MODELS = {
             "rope_theta": 500000.0,
         },
     ),
+    # transformers' own BertLayer in the BERT-base shape (12 heads, SDPA, no mask), f16.
+    "bert_f16": (
+        "bert",
+        torch.float16,
+        {"batch": 8, "seq": 512, "hidden": 768, "heads": 12, "mlp": 3072},
+    ),
 }
 
 CFG = """
@@ -209,6 +215,59 @@ def build_llama3(dtype, shape: dict, rand, device: str):
     return model, [x, cos, sin, *weights]
 
 
+class BertLayerWithWeights(torch.nn.Module):
+    """transformers' BertLayer with its weights as arguments (no mask: every token attends)."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+        self.names = [name for name, _ in layer.named_parameters()]
+
+    def forward(self, hidden_states, *weights):
+        params = dict(zip(self.names, weights, strict=True))
+        out = torch.func.functional_call(self.layer, params, (hidden_states,))
+        return out[0] if isinstance(out, tuple) else out
+
+
+def build_bert(dtype, shape: dict, rand, device: str):
+    from transformers import BertConfig
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    config = BertConfig(
+        hidden_size=shape["hidden"],
+        num_attention_heads=shape["heads"],
+        intermediate_size=shape["mlp"],
+        attn_implementation="sdpa",
+    )
+    layer = BertLayer(config).to(dtype=dtype, device=device).eval()
+    weights = [
+        rand(*p.shape) if p.dim() == 2 else torch.ones(p.shape, dtype=dtype, device=device)
+        for _, p in layer.named_parameters()
+    ]
+    x = rand(shape["batch"], shape["seq"], shape["hidden"], std=1.0)
+    return BertLayerWithWeights(layer), [x, *weights]
+
+
+def sdpa_case(name: str, shape: dict, device: str):
+    """torch's SDPA alone on the model's attention shapes (q, k, v; causal and GQA for
+    Llama), to compare the attention dispatch with; None for models without SDPA."""
+    kind, dtype, _ = MODELS[name]
+    if kind not in ("llama3", "bert"):
+        return None
+    heads = shape["heads"]
+    head_dim = shape.get("head_dim") or shape["hidden"] // heads
+    kv = shape.get("kv_heads", heads)
+    batch, seq = shape["batch"], shape["seq"]
+    q = torch.randn(batch, heads, seq, head_dim, dtype=dtype, device=device)
+    k, v = (torch.randn(batch, kv, seq, head_dim, dtype=dtype, device=device) for _ in "kv")
+    causal = kind == "llama3"
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv != heads)
+
+    return attend, [q, k, v]
+
+
 def build(name: str, scale: float, device: str):
     kind, dtype, shape = MODELS[name]
     generator = torch.Generator(device="cpu").manual_seed(0)
@@ -219,6 +278,11 @@ def build(name: str, scale: float, device: str):
     if kind == "llama3":
         s = llama3_shape(shape, scale)
         model, args = build_llama3(dtype, s, rand, device)
+        return model, args, s
+    if kind == "bert":
+        s = {k: v if k in ("batch", "heads") else max(1, int(v * scale)) for k, v in shape.items()}
+        s["hidden"] = s["hidden"] // s["heads"] * s["heads"]
+        model, args = build_bert(dtype, s, rand, device)
         return model, args, s
     s = {k: max(1, int(v * scale)) if k not in ("heads", "batch") else v for k, v in shape.items()}
     if scale < 1:
@@ -319,6 +383,8 @@ def main() -> None:
         model, args, shape = build(name, options.scale, device)
         eager, eager_cv = eager_ms(model, args, device)
         compiled = compile_ms(model, args, device)
+        case = sdpa_case(name, shape, device)
+        sdpa = time_calls(case[0], case[1], device, warmups=5) if case else None
         model_path = os.path.join(folder, f"{name}.mlir")
         export(model, args, model_path)
         with open(os.path.join(folder, "auto-scheduler.cfg"), "w") as handle:
@@ -337,7 +403,7 @@ def main() -> None:
             handle.write(output)
         summary_path = os.path.join(folder, "generated", "results.summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
-        rows.append((name, shape, eager, eager_cv, compiled, code, wall, summary))
+        rows.append((name, shape, eager, eager_cv, compiled, code, wall, summary, sdpa))
         print(f"{name}: exit {code}, {wall:.0f} s", flush=True)
     write_table(os.path.join(options.out, "model_campaign.md"), rows, options)
 
@@ -382,7 +448,10 @@ def contraction_line(problems: list[dict]) -> str:
     before = sum(p["default_ms"] * p["occurrences"] for p in problems)
     after = sum(p["best_ms"] * p["occurrences"] for p in problems)
     speedup = before / after if after else 0.0
-    return f"\ncontraction dispatches: {before:.4g} ms -> {after:.4g} ms ({speedup:.2f}x)"
+    return (
+        f"\ntuned dispatches (contractions, attention): {before:.4g} ms -> {after:.4g} ms"
+        f" ({speedup:.2f}x)"
+    )
 
 
 def write_table(path: str, rows, options) -> None:
@@ -402,7 +471,7 @@ def write_table(path: str, rows, options) -> None:
         table_row(["---"] * len(HEADER)),
     ]
     details = []
-    for name, shape, eager, eager_cv, compiled, code, wall, summary in rows:
+    for name, shape, eager, eager_cv, compiled, code, wall, summary, sdpa in rows:
         model = summary.get("model") or {}
         eager_text = f"{eager:.3f} ({eager_cv:.1%})"
         compile_text = f"{compiled[0]:.3f} ({compiled[1]:.1%})" if compiled else "-"
@@ -462,6 +531,11 @@ def write_table(path: str, rows, options) -> None:
             cells.append(p.get("timed_form", "").replace("|", "\\|"))
             details.append(table_row(cells))
         details.append(contraction_line(summary["problems"]))
+        if sdpa:
+            details.append(
+                f"\ntorch SDPA alone on the same attention shapes: {sdpa[0]:.4g} ms "
+                f"(cv {sdpa[1]:.1%}); the attention rows above are IREE's dispatch"
+            )
         if summary.get("skipped"):
             details.append(f"\nnot tuned: {summary['skipped']}")
     with open(path, "w") as handle:

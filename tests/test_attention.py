@@ -180,3 +180,22 @@ def test_a_run_searches_the_attention_on_its_dispatch(folder):
         set(r["point"]) == {"q_tile", "q_vec", "n_vec", "kv_tile"} for r in mine if r["point"]
     )
     assert "not tuned: 1 attention" not in result.output
+
+
+@pytest.mark.gpu
+def test_cuda_run_checks_and_times_the_attention_on_the_gpu(tmp_path, monkeypatch):
+    """On the GPU: the bf16 Llama layer's attention candidates are built, checked against
+    the default build's outputs and timed on IREE's dispatch."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(model("hf_llama_layer_bf16.mlirbc"), tmp_path)
+    cfg = MODEL_CFG + "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute]\n"
+    (tmp_path / "auto-scheduler.cfg").write_text(cfg)
+    result = CliRunner().invoke(
+        cli, ["run", "hf_llama_layer_bf16.mlirbc", "--target", "cuda", "--budget", "12"]
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    mine = [r for r in records if r["problem"] == LLAMA.format(t="bf16") and not r["baseline"]]
+    timed = [r for r in mine if r["status"] == "ok"]
+    assert timed and all(r["verification"] == "correct" and r["median_ms"] > 0 for r in timed)
+    assert not [r for r in mine if r["status"] == "not_applied"]
