@@ -26,6 +26,12 @@ ATTENTION_KNOBS = (
     KnobSpec("q_warps", "warps along the query rows (attention)"),
 )
 MMA_K = 16  # every 16-bit NV_MMA_SYNC intrinsic reduces 16 elements per step
+# Measured on the H200 (Llama-3 layer, benchmarks/results/h200_models/
+# llama3_bf16_attention_session12.md): over 32 query rows per warp compiled in up to 82 s and
+# ran 2.4-16 ms (one point past the 120 s run timeout) against 0.63-1.06 ms; 256 key rows
+# per step were slower than 128 at every warp count.
+MAX_ROWS_PER_WARP = 32
+MAX_KV_TILE = 128
 PROMOTED = "#iree_gpu.derived_thread_config"  # how IREE's default stages each operand
 
 
@@ -64,13 +70,15 @@ class CudaAttentionTarget(CudaTarget):
         return True
 
     def starting_points(self, problem: AttentionProblem) -> list[Point]:
-        return [{"q_tile": 64, "kv_tile": 64, "q_warps": 4}]  # IREE's default, in knobs
+        """IREE's sm_80 default for the small layer; on the H200 also the best of the Llama-3
+        layer's first batch (0.63 ms against IREE's sm_90 default's 1.56 ms)."""
+        return [{"q_tile": 64, "kv_tile": 64, "q_warps": 4}]
 
     def candidates(self, knob: str, problem: AttentionProblem) -> list[int]:
         if knob == "q_tile":
             return powers_of_two(MMA_M, min(problem.size("m"), 256))
         if knob == "kv_tile":
-            return powers_of_two(MMA_K, min(problem.size("k2"), 256))
+            return powers_of_two(MMA_K, min(problem.size("k2"), MAX_KV_TILE))
         if knob == "q_warps":
             return [1, 2, 4, 8]
         raise KeyError(knob)
@@ -91,6 +99,11 @@ class CudaAttentionTarget(CudaTarget):
                 "q_tile is not a multiple of 16 rows per warp",
                 ("q_tile", "q_warps"),
                 lambda p, x: x["q_tile"] % (MMA_M * x["q_warps"]) == 0,
+            ),
+            Constraint(
+                f"over {MAX_ROWS_PER_WARP} query rows per warp (slow to build and to run)",
+                ("q_tile", "q_warps"),
+                lambda p, x: x["q_tile"] <= MAX_ROWS_PER_WARP * x["q_warps"],
             ),
             Constraint(
                 f"shared memory over the {self.arch} limit",
