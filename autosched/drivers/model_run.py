@@ -32,7 +32,7 @@ from autosched.drivers.custom_route import (
 )
 from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
-from autosched.model.configured import form_of
+from autosched.model.configured import form_of, in_configured_form
 from autosched.model.lowering import ModelAnalysis, analyze_model
 from autosched.ops.registry import kind_of
 from autosched.outputs.paths import RunPaths
@@ -78,7 +78,11 @@ def model_problems(analysis: ModelAnalysis, target) -> tuple[list[ModelProblem],
         if problem is None:
             not_matmul.append(root)
             continue
-        reason = target.for_problem(problem).supports(problem) or memory_problem(problem)
+        reason = (
+            f"{problem.kind} on {target.name} (not tuned there yet)"
+            if not target.tunes(problem.kind)
+            else target.for_problem(problem).supports(problem) or memory_problem(problem)
+        )
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
@@ -90,9 +94,7 @@ def model_problems(analysis: ModelAnalysis, target) -> tuple[list[ModelProblem],
 
 
 def describe_analysis(path: str, analysis: ModelAnalysis, problems, skipped) -> list[str]:
-    lines = [
-        f"{path}: {analysis.dispatches} dispatches; {len(problems)} contraction problem(s) to tune"
-    ]
+    lines = [f"{path}: {analysis.dispatches} dispatches; {len(problems)} problem(s) to tune"]
     for entry in problems:
         fused = sorted({op for s in entry.contraction.sites for op in s.fused_ops})
         lines.append(
@@ -116,7 +118,7 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)
     flags = target.compile_flags()
-    analysis = analyze_model(model_path, flags)
+    analysis = in_configured_form(analyze_model(model_path, flags), model_path, flags)
     problems, skipped = model_problems(analysis, target)
     if not problems:
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())

@@ -31,7 +31,7 @@ from autosched import processes
 from autosched.compile import compiler_path
 from autosched.errors import UserError
 from autosched.ir_walk import children, symbol, walk_ops
-from autosched.model.lowering import is_linalg_op, prepare_model
+from autosched.model.lowering import ModelAnalysis, is_linalg_op, prepare_model
 from autosched.ops.base import DispatchSite, SkippedRoot
 from autosched.ops.registry import classify_root
 from autosched.outputs.spec_flags import SPEC_SAFE_FLAGS
@@ -113,6 +113,7 @@ class DispatchConfig:
     compilation_info: str | None = None
     default_lowering_config: str | None = None
     default_translation_info: str | None = None
+    root: object = dataclasses.field(default=None, compare=False)  # the kind's problem of it
 
     @property
     def changed(self) -> bool:
@@ -209,6 +210,7 @@ def _function_configs(executable: str, function: ir.Operation, calls: Counter):
             lowering_config=_attribute(op, "lowering_config"),
             translation_info=_attribute(function, "translation_info"),
             compilation_info=_attribute(op, "compilation_info"),
+            root=result,
         )
 
 
@@ -270,6 +272,33 @@ def spec_coverage(
             )
         )
     return paired
+
+
+def in_configured_form(analysis: ModelAnalysis, model_path: str, flags: Sequence[str]):
+    """The analysis with each root of a kind that IREE re-forms before configuring it
+    (`RootOpKind.configured_form`) replaced by its root as configured, with the same sites.
+
+    On the CPU a convolution's dispatch at `flow` has its unit batch folded away, and gets it
+    back by the time it is configured: a spec written from the `flow` form matches nothing.
+    One compile to `executable-configurations` (without a spec) gives the configured form.
+    """
+    from autosched.ops.registry import kind_of
+
+    if not any(kind_of(r).configured_form for r in analysis.roots):
+        return analysis
+    configured = {c.entry_point: c.root for c in dispatch_configs(model_path, flags)}
+    roots: dict = {}
+    for root in analysis.roots:
+        if kind_of(root).configured_form:
+            found = configured.get(root.sites[0].entry_point)
+            if found is not None and found.kind == root.kind:
+                root = dataclasses.replace(found, sites=list(root.sites))
+        key = (type(root).__name__, root._key())
+        if key in roots:
+            roots[key].sites.extend(root.sites)
+        else:
+            roots[key] = root
+    return dataclasses.replace(analysis, roots=list(roots.values()))
 
 
 # ---------------------------------------------------------------------------------------------

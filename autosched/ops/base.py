@@ -60,6 +60,8 @@ class RootOpKind(ABC):
     tuned: bool = False  # its problems are searched (spec_matcher and kernel_module exist)
     # Timed and checked only on IREE's dispatch of the model (no kernel_module of its own).
     needs_dispatch: bool = False
+    # IREE re-forms its roots between `flow` and configuration: read them as configured.
+    configured_form: bool = False
 
     @abstractmethod
     def recognise(self, op: ir.Operation, site: DispatchSite):

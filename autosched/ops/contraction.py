@@ -174,7 +174,7 @@ def _block_argument(value: ir.Value) -> int | None:
 _CASTS = ("arith.extf", "arith.extsi", "arith.extui", "arith.truncf", "arith.sitofp")
 
 
-def _is_multiply_add(op: ir.Operation) -> bool:
+def is_multiply_add(op: ir.Operation) -> bool:
     """The body is acc + lhs * rhs, the inputs possibly cast, and nothing else."""
     block = op.regions[0].blocks[0]
     body = [o.operation for o in block.operations]
@@ -226,7 +226,7 @@ def _contraction_form(op: ir.Operation) -> tuple[list[str], list[list[int]]] | N
         return None
     if "indexing_maps" not in op.attributes or len(op.operands) != 3:
         return None
-    if op.name == "linalg.generic" and not _is_multiply_add(op):
+    if op.name == "linalg.generic" and not is_multiply_add(op):
         return None
     try:
         maps = [_dims_of(m) for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
@@ -244,7 +244,7 @@ def _contraction_form(op: ir.Operation) -> tuple[list[str], list[list[int]]] | N
     return roles, maps
 
 
-def _static_types(op: ir.Operation) -> list[ir.RankedTensorType] | str:
+def static_types(op: ir.Operation) -> list[ir.RankedTensorType] | str:
     """The operands' ranked tensor types, or why they are not all static."""
     types = []
     for index, operand in enumerate(op.operands):
@@ -275,7 +275,7 @@ def recognise_contraction(op: ir.Operation, site: DispatchSite) -> Contraction |
     roles, maps = form
     if not {"m", "n", "k"} <= set(roles):
         return SkippedRoot(op.name, "matrix-vector", f"loops {''.join(roles)}", site)
-    types = _static_types(op)
+    types = static_types(op)
     if isinstance(types, str):
         return SkippedRoot(op.name, "dynamic shape", types, site)
     lhs, rhs, acc = types

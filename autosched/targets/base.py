@@ -53,6 +53,12 @@ class Family:
     candidates: dict[str, list[Knob]] = field(default_factory=dict)  # when the cfg is silent
 
 
+def by_role(problem, values: dict[str, int]) -> str:
+    """A tile list in the op's loop order (`problem.loops` names each loop's role): each loop
+    gets its role's value, 0 where `values` has none."""
+    return "[" + ", ".join(str(values.get(role, 0)) for role in problem.loops) + "]"
+
+
 def has_config(target: Target, problem, point: Point) -> bool:
     """Whether a tuning spec can carry `point` of `problem` (custom kernels cannot)."""
     return target.for_problem(problem).in_spec(point)
@@ -99,6 +105,10 @@ class Target(ABC):
         self.machine = machine or Machine()
         self.device = config.device or self.default_device
         self._views: dict[str, Target] = {}
+
+    def tunes(self, kind: str) -> bool:
+        """Whether this backend has knobs for a root-op kind."""
+        return kind == "matmul" or kind in self.kind_targets
 
     def for_problem(self, problem) -> Target:
         """This backend as it tunes `problem`'s root-op kind."""

@@ -32,7 +32,10 @@ class CpuTarget(Target):
     name = "cpu"
     default_device = "local-task"
     default_dispatch_repeat = 1
-    kind_targets = {"attention": ("autosched.targets.cpu_attention", "CpuAttentionTarget")}
+    kind_targets = {
+        "attention": ("autosched.targets.cpu_attention", "CpuAttentionTarget"),
+        "convolution": ("autosched.targets.cpu_convolution", "CpuConvolutionTarget"),
+    }
     knobs = (
         KnobSpec("tile_m", "rows of C per workgroup (distribution tile)"),
         KnobSpec("tile_n", "columns of C per workgroup (distribution tile)"),

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 from autosched.ops.attention import AttentionProblem
-from autosched.targets.base import Constraint, KnobSpec, Point, problem_candidates
-from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget, _list
+from autosched.targets.base import Constraint, KnobSpec, Point, by_role, problem_candidates
+from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget
 
 ATTENTION_KNOBS = (
     KnobSpec("q_tile", "query rows per workgroup (attention)"),
@@ -22,11 +22,6 @@ ATTENTION_KNOBS = (
     KnobSpec("n_vec", "value columns of the vector tile (attention)"),
     KnobSpec("kv_tile", "key rows per online-softmax step (attention)"),
 )
-
-
-def by_role(problem: AttentionProblem, values: dict[str, int]) -> str:
-    """A tile list in the op's loop order: each loop gets its role's value (0 if none)."""
-    return _list([values.get(role, 0) for role in problem.loops])
 
 
 def _divides(knob: str, role: str) -> Constraint:

@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 
 from autosched.ops.attention import AttentionProblem
-from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
-from autosched.targets.cpu_attention import by_role
+from autosched.targets.base import Constraint, Family, KnobSpec, Point, by_role, powers_of_two
 from autosched.targets.cuda import ELEMENT_BYTES, MMA_FOR_TYPES, MMA_M, CudaTarget
 from autosched.targets.cuda_custom import WARP
 

@@ -130,6 +130,22 @@ def hf_bert_layer() -> tuple[nn.Module, tuple]:
     return LayerWithWeights(layer, ()), (torch.randn(2, 32, 128), *weights)
 
 
+def tv_resnet18() -> tuple[nn.Module, tuple]:
+    import sys
+    import types
+
+    # torchvision's compiled ops (nms, roi_align) do not load beside a CPU-only torch wheel;
+    # resnet18 uses none of them.
+    sys.modules.setdefault(
+        "torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations")
+    )
+    from torchvision.models import resnet18
+
+    model = resnet18(num_classes=10).eval()
+    weights = [p.detach() for p in model.parameters()]
+    return WeightsAsArguments(model), (torch.randn(1, 3, 64, 64), *weights)
+
+
 def save(module: nn.Module, args: tuple, name: str) -> None:
     path = os.path.join(HERE, name)
     aot.export(module, *args).save_mlir(path)
@@ -148,3 +164,5 @@ if __name__ == "__main__":
         save(*hf_llama_layer(dtype), f"hf_llama_layer_{name}.mlirbc")
     torch.manual_seed(0)
     save(*hf_bert_layer(), "hf_bert_layer_f32.mlirbc")
+    torch.manual_seed(0)
+    save(*tv_resnet18(), "tv_resnet18_f32.mlirbc")
