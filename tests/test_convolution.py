@@ -1,28 +1,39 @@
-"""Convolutions as a root-op kind (issue 25), on torchvision's own resnet18 (f32, 1x3x64x64,
-weights as arguments) exported with iree-turbine and committed. Real iree-compile, no mocks.
+"""Convolutions as a root-op kind (issue 25), on torchvision's own resnet18 (f32, 2x3x64x64,
+weights as arguments) exported with iree-turbine and committed. Real iree-compile and
+local-task runs, no mocks.
 
-Every 3x3 and 7x7 convolution is found with its loops' roles, strides and the form IREE
+Every 3x3 and 7x7 convolution is found with its loops' roles and strides, in the form IREE
 configures; a spec from a point of the CPU space reaches the convolution in the dispatch
-benchmark that is timed; and the module that checks answers is still out of a spec's
-reach, which is why the CPU space is not searched yet (targets/cpu_convolution.py).
+benchmark that is timed and in the whole model its answers are checked on; and a run
+searches them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import shutil
 
+import pytest
+from click.testing import CliRunner
+from conftest import MODEL_CFG
+
+from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
-from autosched.drivers.model_run import attach_benchmarks, model_problems
+from autosched.drivers.campaign import ModelProblem
+from autosched.drivers.model_run import attach_benchmarks
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
 from autosched.run.builds import dispatch_job, expected_config
 from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
-from autosched.targets.cpu_convolution import NOT_CHECKABLE
+from autosched.targets.cpu_convolution import UNIT_BATCH
 
 MODEL = os.path.join(os.path.dirname(__file__), "data", "models", "tv_resnet18_f32.mlirbc")
 CPU = CpuTarget(RunConfig())
+CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f32_f32_f32"
 
 
 def analysis():
@@ -31,24 +42,42 @@ def analysis():
 
 
 def test_every_resnet18_convolution_is_found_in_its_configured_form():
-    convolutions = [r for r in analysis().roots if r.kind == "convolution"]
-    assert len(convolutions) == 8  # 7x7 stem, 3x3 at four widths, strided and not
+    found = analysis()
+    convolutions = [r for r in found.roots if r.kind == "convolution"]
+    assert len(convolutions) == 8  # the 7x7 stem, 3x3 at four widths, strided and not
     assert sum(c.occurrences for c in convolutions) == 17
     stem = convolutions[0]
-    assert stem.name == "conv_nfohowckhkw_1x64x32x32x3x7x7_s2x2_f32_f32_f32"
-    # At `flow` the unit batch is folded away; IREE configures the op with it.
+    assert stem.name == "conv_nfohowckhkw_2x64x32x32x3x7x7_s2x2_f32_f32_f32"
     assert stem.loops == ("n", "f", "oh", "ow", "c", "kh", "kw")
     assert stem.strides == (2, 2) and stem.dilations == (1, 1)
-    assert stem.csv_shape()["K"] == 3 * 7 * 7
+    assert stem.csv_shape() == {
+        "M": 2 * 32 * 32,
+        "N": 64,
+        "K": 3 * 7 * 7,
+        "batch": 1,
+        "lhs_type": "f32",
+        "rhs_type": "f32",
+        "acc_type": "f32",
+    }
+    # 1x1 convolutions are contractions; pooling windows are neither.
+    assert found.skipped_counts() == {}
 
 
-def test_a_cpu_spec_reaches_the_timed_convolution_but_not_the_check_module(tmp_path):
-    found = analysis()
-    problems, skipped = model_problems(found, CPU)
-    assert skipped.get(NOT_CHECKABLE) == 8  # listed, with why, not searched
-    conv = next(r for r in found.roots if r.name.endswith("1x128x8x8x128x3x3_s1x1_f32_f32_f32"))
-    entry = type(problems[0])(conv, conv)
+def test_a_batch_of_one_is_refused_with_its_reason():
+    conv = next(r for r in analysis().roots if r.name == CONV)
+    sizes = tuple(
+        1 if role == "n" else s for role, s in zip(conv.loops, conv.loop_sizes, strict=True)
+    )
+    single = dataclasses.replace(conv, loop_sizes=sizes)
+    assert CPU.for_problem(single).supports(single) == UNIT_BATCH
+    assert CPU.for_problem(conv).supports(conv) is None
+
+
+def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path):
+    conv = next(r for r in analysis().roots if r.name == CONV)
+    entry = ModelProblem(conv, conv)
     attach_benchmarks([entry], MODEL, CPU.compile_flags(), str(tmp_path / "d"))
+    assert entry.benchmark.checks_model and entry.benchmark.check_function == "main"
     point = {"f_tile": 16, "oh_tile": 8, "ow_tile": 2, "f_vec": 8, "ow_vec": 2, "c_vec": 4}
     assert point in build_space(conv, CPU, {}).points
     expected = expected_config(conv, CPU, point)
@@ -57,4 +86,19 @@ def test_a_cpu_spec_reaches_the_timed_convolution_but_not_the_check_module(tmp_p
     assert check_build(timed.output, expected).ok
     check = dispatch_job(entry.benchmark, conv, CPU, point, str(tmp_path / "c"), check=True)
     assert compile_one(check, 300).status == "ok"
-    assert not check_build(check.output, expected).ok  # the blocker NOT_CHECKABLE names
+    assert check_build(check.output, expected, only=CONV).ok  # all three of its dispatches
+    assert not check_build(check.output, expected).ok  # the model's other roots do not
+
+
+@pytest.mark.slow
+def test_a_run_checks_convolution_candidates_on_the_whole_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    shutil.copy(MODEL, tmp_path)
+    result = CliRunner().invoke(cli, ["run", "tv_resnet18_f32.mlirbc", "--budget", "12"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    convs = [r for r in records if r["shape"].get("kind") == "convolution" and not r["baseline"]]
+    assert convs and not [r for r in convs if r["status"] == "not_applied"]
+    checked = [r for r in convs if r["status"] == "ok"]
+    assert checked and all(r["verification"] == "correct" for r in checked)

@@ -193,6 +193,7 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
         benchmarks[entry_point] = replace(
             benchmarks[entry_point], check_source=check, check_inputs=inputs, check_outputs=outputs
         )
+    whole_model = None
     for entry in problems:
         found = [benchmarks.get(site.entry_point) for site in entry.contraction.sites]
         entry.benchmark = next((b for b in found if b is not None), None)
@@ -200,7 +201,26 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
             click.echo(
                 f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel", err=True
             )
+        elif kind_of(entry.problem).checks_model:
+            whole_model = whole_model or model_check(source, flags, folder, model_path)
+            entry.benchmark = replace(entry.benchmark, **whole_model)
     return ModelDispatches(benchmarks, dispatch_calls(flow))
+
+
+def model_check(source: str, flags, folder: str, model_path: str) -> dict:
+    """A benchmark's check fields for checking answers on the whole model (`checks_model`):
+    the model's source, its entry function and the plain tensor types it takes."""
+    from autosched.measure.module_io import source_entry_function
+    from autosched.model.configured import DEFAULT_TIMEOUT
+
+    entry = source_entry_function(source, flags, None, folder, DEFAULT_TIMEOUT, model_path)
+    return {
+        "check_source": source,
+        "check_inputs": tuple((spec.shape, spec.element) for spec in entry.inputs),
+        "check_outputs": tuple((spec.shape, spec.element) for spec in entry.outputs),
+        "check_function": entry.name,
+        "checks_model": True,
+    }
 
 
 def dispatch_only_roots(problems: list[ModelProblem], skipped: dict[str, int]) -> list:

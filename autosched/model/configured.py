@@ -345,10 +345,14 @@ class Applied:
     message: str = ""
 
 
-def check_build(output: str, expected: str | None) -> Applied:
+def check_build(output: str, expected: str | None, only: str = "") -> Applied:
     """Whether the build of `output` carries `expected` (compilation_info text; None for
-    IREE's default, whose form alone is read)."""
-    return check_roots(configured_roots(configs_folder(output)), expected)
+    IREE's default, whose form alone is read); with `only`, on the roots of that problem
+    name alone (a whole model's build)."""
+    roots = configured_roots(configs_folder(output))
+    if only:
+        roots = [root for root in roots if root.contraction == only]
+    return check_roots(roots, expected)
 
 
 def check_roots(roots: list[DispatchConfig], expected: str | None) -> Applied:

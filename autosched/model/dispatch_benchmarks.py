@@ -48,6 +48,10 @@ class DispatchBenchmark:
     check_inputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per operand
     check_outputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, element) per result
     flags: tuple[str, ...] = BENCHMARK_FLAGS  # iree-compile flags the source is built with
+    check_function: str = "dispatch"  # the check module's function (CHECK_FUNCTION)
+    # The check module is the whole model (a kind whose dispatch alone is out of a spec's
+    # reach): its build is checked for the problem's own roots, not for every root.
+    checks_model: bool = False
 
 
 def _entries(path: str) -> tuple[str, str] | None:

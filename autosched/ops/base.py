@@ -62,6 +62,9 @@ class RootOpKind(ABC):
     needs_dispatch: bool = False
     # IREE re-forms its roots between `flow` and configuration: read them as configured.
     configured_form: bool = False
+    # Answers are checked on the whole model built with the candidate's spec, against the
+    # default model's outputs: the dispatch alone, built from `flow`, is out of a spec's reach.
+    checks_model: bool = False
 
     @abstractmethod
     def recognise(self, op: ir.Operation, site: DispatchSite):

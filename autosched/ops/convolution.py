@@ -162,6 +162,7 @@ class ConvolutionKind(RootOpKind):
     tuned = True
     needs_dispatch = True  # checked against the default build's outputs on IREE's dispatch
     configured_form = True  # on the CPU the unit batch folded at `flow` comes back
+    checks_model = True  # a spec misses the check module built from `flow` (unit batch)
 
     def recognise(self, op: ir.Operation, site: DispatchSite):
         return read_convolution(op, site)

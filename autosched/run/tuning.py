@@ -33,7 +33,7 @@ from autosched.measure.contract import (
 )
 from autosched.measure.registry import make_executor
 from autosched.measure.worker import make_problem_data
-from autosched.model.dispatch_benchmarks import CHECK_FUNCTION, DispatchBenchmark
+from autosched.model.dispatch_benchmarks import DispatchBenchmark
 from autosched.ops.matmul import Analysis, MatmulProblem
 from autosched.ops.registry import kind_of
 from autosched.outputs.records import MeasureContext, Trial, iree_version
@@ -221,7 +221,7 @@ class Tuning:
         if benchmark is None or not benchmark.check_source:
             return
         entry = EntryFunction(
-            CHECK_FUNCTION,
+            benchmark.check_function,
             tuple(TensorSpec(shape, element) for shape, element in benchmark.check_inputs),
             tuple(TensorSpec(shape, element) for shape, element in benchmark.check_outputs),
         )

@@ -1,10 +1,9 @@
-"""Writes the torch-dialect test models with iree-turbine: `llama_mlp.mlirbc`, `attention.mlirbc`,
-`hf_llama_mlp_f32.mlirbc` and `hf_llama_mlp_bf16.mlirbc`.
+"""Writes the torch-dialect test models with iree-turbine (listed below).
 
 iree-turbine and torch are not autosched dependencies; run this from a separate environment:
 
     python3.11 -m venv /tmp/turbine-venv
-    /tmp/turbine-venv/bin/pip install torch==2.13.0 iree-turbine transformers
+    /tmp/turbine-venv/bin/pip install torch==2.13.0 iree-turbine transformers torchvision pillow
     /tmp/turbine-venv/bin/python tests/data/models/make_torch_model.py
 
 Models (f32, weights small so the files stay small):
@@ -18,6 +17,15 @@ Models (f32, weights small so the files stay small):
   on x[1, 32, 128], its weights as arguments: each `nn.Linear` on the 3-D input is a unit-batch
   `batch_matmul` where IREE forms its dispatches, the form whose specs IREE's re-formed
   dispatch benchmark missed on CUDA (issue 22).
+- `hf_llama_layer_{f32,bf16}.mlirbc`: transformers' own `LlamaDecoderLayer` (hidden 128, 4 heads,
+  2 KV heads (GQA), head dim 32, MLP 256, RoPE, SDPA, causal) on x[1, 64, 128], with its rotary
+  cos/sin and its weights as arguments: one attention root beside the matmuls (issue 24).
+- `hf_bert_layer_f32.mlirbc`: transformers' own `BertLayer` (hidden 128, 4 heads, FFN 256, GELU,
+  SDPA, no mask) on x[2, 32, 128], weights as arguments.
+- `tv_resnet18_f32.mlirbc`: torchvision's own `resnet18` (10 classes, eval mode) on
+  x[2, 3, 64, 64] (a batch of 2: see targets/cpu_convolution.py), its parameters as arguments
+  (issue 25). Needs torchvision and pillow beside torch; a CPU-only torch cannot load
+  torchvision's compiled ops, which resnet18 does not use, so their registration is skipped.
 """
 
 from __future__ import annotations
@@ -143,7 +151,7 @@ def tv_resnet18() -> tuple[nn.Module, tuple]:
 
     model = resnet18(num_classes=10).eval()
     weights = [p.detach() for p in model.parameters()]
-    return WeightsAsArguments(model), (torch.randn(1, 3, 64, 64), *weights)
+    return WeightsAsArguments(model), (torch.randn(2, 3, 64, 64), *weights)
 
 
 def save(module: nn.Module, args: tuple, name: str) -> None:
