@@ -272,3 +272,30 @@ def test_compile_failures_are_one_line_user_errors(tmp_path):
         compile_model(
             model("gemm_matmul_transpose.onnx"), FLAGS, str(spec), out_path=str(tmp_path / "s.vmfb")
         )
+
+
+def test_the_model_line_calls_a_speedup_within_the_rounds_noise_no_change():
+    """Issue 27, item 12: identical builds printed 0.79x-1.06x; the line now says how far the
+    paired rounds strayed, and a speedup within that is no change."""
+    from autosched.drivers.model_run import model_line
+    from autosched.drivers.proof import ModelProof
+
+    same = ModelProof(
+        "main",
+        10.0,
+        9.9,
+        0.02,
+        0.03,
+        10.0 / 9.9,
+        True,
+        0.0,
+        default_rounds_ms=[10.0, 10.4, 9.7],
+        tuned_rounds_ms=[9.9, 10.6, 9.4],
+    )
+    assert same.noise == pytest.approx(
+        max(abs(r / (10.0 / 9.9) - 1) for r in [10.0 / 9.9, 10.4 / 10.6, 9.7 / 9.4])
+    )
+    assert "no change: 1.01x within the rounds' noise" in model_line(same)
+    faster = dataclasses.replace(same, tuned_ms=5.0, speedup=2.0, tuned_rounds_ms=[5.0, 5.2, 4.85])
+    line = model_line(faster)
+    assert "(2.00x, rounds' noise" in line and "no change" not in line

@@ -80,7 +80,12 @@ def not_default(problem, target, default: str):
 
 
 @pytest.mark.parametrize(
-    "name", ["hf_llama_layer_f32.mlirbc", "hf_llama_layer_bf16.mlirbc", "hf_bert_layer_f32.mlirbc"]
+    "name",
+    [
+        "hf_llama_layer_f32.mlirbc",
+        pytest.param("hf_llama_layer_bf16.mlirbc", marks=pytest.mark.slow),
+        pytest.param("hf_bert_layer_f32.mlirbc", marks=pytest.mark.slow),
+    ],
 )
 def test_a_cpu_spec_reaches_the_online_attention_and_outputs_match(tmp_path, name):
     _, problem = attention_of(name)
@@ -161,6 +166,7 @@ def folder(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_run_searches_the_attention_on_its_dispatch(folder):
     result = CliRunner().invoke(cli, ["run", "hf_llama_layer_f32.mlirbc", "--budget", "14"])
     assert result.exit_code == 0, result.output

@@ -73,6 +73,7 @@ def test_a_batch_of_one_is_refused_with_its_reason():
     assert CPU.for_problem(conv).supports(conv) is None
 
 
+@pytest.mark.slow
 def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path):
     conv = next(r for r in analysis().roots if r.name == CONV)
     entry = ModelProblem(conv, conv)

@@ -486,6 +486,14 @@ def model_line(proof) -> str:
         return f"model: {proof.default_ms:.4g} ms (IREE default; nothing faster)"
     tuned = f"{proof.tuned_ms:.4g} ms" if proof.tuned_ms else "no time"
     speedup = f" ({proof.speedup:.2f}x)" if proof.speedup else ""
+    noise = proof.noise
+    if proof.speedup and noise is not None:
+        within = abs(proof.speedup - 1) <= noise
+        speedup = (
+            f" (no change: {proof.speedup:.2f}x within the rounds' noise of {noise:.1%})"
+            if within
+            else f" ({proof.speedup:.2f}x, rounds' noise {noise:.1%})"
+        )
     if proof.outputs_match:
         answer = f"outputs match (max error {proof.max_error or 0:.2g})"
     else:

@@ -96,6 +96,18 @@ class ModelProof:
     custom: CustomProof | None = None  # with `custom_spec`: the build with custom kernels
     default_only: bool = False  # no spec and no custom spec: the default alone was timed
 
+    @property
+    def noise(self) -> float | None:
+        """How far the rounds' paired speedups (each round times both builds) stray from
+        their median, at most: a model speedup within it is no change. None with under two
+        paired rounds."""
+        rounds = zip(self.default_rounds_ms, self.tuned_rounds_ms, strict=False)  # a cut run
+        pairs = [d / t for d, t in rounds if t]
+        if len(pairs) < 2:
+            return None
+        middle = statistics.median(pairs)
+        return max(abs(p / middle - 1) for p in pairs)
+
 
 def _summary(rounds: list[float]) -> tuple[float, float]:
     mean = statistics.fmean(rounds)
