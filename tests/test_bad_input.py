@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import matmul_function
 
 from autosched.cli import cli
+from autosched.config import RunConfig
 
 GOOD_CFG = """
 [Env]
@@ -245,3 +246,41 @@ def test_apply_needs_a_spec_of_one_kind(folder):
     assert_one_error(
         invoke("apply", "mm.mlir", "--custom", "nothere.mlir"), "no such custom-kernel spec"
     )
+
+
+def test_devices_that_name_nothing_are_one_error_line(tmp_path, monkeypatch):
+    """Issue 27, item 6: `--devices ,,` ended in an internal IndexError."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.mlir").write_text(matmul_function("mm", 16, 16, 16, "f32", "f32"))
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--devices", ",,"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].startswith("Error: --devices ',,' names no")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("garbage", "the custom spec does not parse: custom op 'garbage' is unknown"),
+        ("", "not a custom-kernel spec (no @__transform_main"),
+        (None, "this is a tuning spec: give it with --spec, not --custom"),
+    ],
+)
+def test_apply_refuses_a_custom_spec_that_is_not_one(tmp_path, monkeypatch, text, why):
+    """Issue 27, item 7: these exited 1 (the outputs-differ code) with no Error line."""
+    from autosched.outputs.spec import tuning_spec
+    from autosched.targets.cpu import CpuTarget
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.mlir").write_text(matmul_function("mm", 16, 16, 16, "f32", "f32"))
+    if text is None:  # a tuning spec, given as --custom
+        from autosched.ops.matmul import analyze_file
+        from autosched.search.space import build_space
+
+        target = CpuTarget(RunConfig())
+        (problem,) = analyze_file("mm.mlir").problems
+        point = build_space(problem, target, {}).points[0]
+        text = tuning_spec([(problem, target, point)])
+    (tmp_path / "custom.mlir").write_text(text)
+    result = CliRunner().invoke(cli, ["apply", "mm.mlir", "--custom", "custom.mlir"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith(f"Error: custom.mlir: {why}")

@@ -518,6 +518,10 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
 
     target = make_target(config)
     target.check_device()
+    if custom_spec:
+        from autosched.model.substitution import check_custom_spec
+
+        check_custom_spec(custom_spec)
     path = config.input_file
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)

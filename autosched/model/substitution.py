@@ -277,6 +277,37 @@ def rewrite_model(
     return out, count_externs(out) - count_externs(_lowered(out))
 
 
+def check_custom_spec(path: str) -> None:
+    """A custom-kernel spec (a run's `results.custom.mlir`) must parse and be the
+    preprocessing library that replaces ops (`@__transform_main`); anything else is one
+    UserError naming the file, before anything is compiled."""
+    from iree.compiler import ir
+
+    from autosched.errors import UserError
+    from autosched.ir_walk import children, symbol
+
+    try:
+        with open(path, "rb") as handle:
+            module = ir.Module.parse(handle.read(), ir.Context())
+    except OSError as error:
+        raise UserError(f"{path}: cannot read the custom spec: {error.strerror}") from None
+    except ir.MLIRError as error:
+        found = error.error_diagnostics
+        message = found[0].message if found else str(error).splitlines()[0]
+        raise UserError(f"{path}: the custom spec does not parse: {message}") from None
+    names = {
+        symbol(op) for op in children(module.operation) if op.name == "transform.named_sequence"
+    }
+    if "__transform_main" in names:
+        return
+    if "__kernel_config" in names:
+        raise UserError(f"{path}: this is a tuning spec: give it with --spec, not --custom")
+    raise UserError(
+        f"{path}: not a custom-kernel spec (no @__transform_main; a run writes one as "
+        "results.custom.mlir)"
+    )
+
+
 def _lowered(out: str) -> str:
     """Where the model lowered to global optimization is kept, beside the rewritten one."""
     return out.removesuffix(".mlir") + ".global.mlir"

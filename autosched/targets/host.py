@@ -145,6 +145,11 @@ def measuring_devices(config: RunConfig, default_device: str, machine: Machine) 
             return [f"cuda://{gpu.index}" for gpu in machine.gpus]
         return [default_device]
     devices = [d.strip() for d in config.devices.split(",") if d.strip()]
+    if not devices:
+        raise UserError(
+            f"--devices {config.devices!r} names no device: give a comma list of device "
+            "URIs (cuda://0,cuda://1, local-task,local-sync), or all"
+        )
     repeated = sorted({d for d in devices if devices.count(d) > 1})
     if repeated:
         raise UserError(f"--devices lists {', '.join(repeated)} more than once")
