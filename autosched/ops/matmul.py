@@ -61,6 +61,32 @@ class MatmulProblem:
     def flops(self) -> int:
         return 2 * max(self.batch, 1) * self.m * self.n * self.k
 
+    def record_shape(self) -> dict:
+        """What a record keeps of the problem (records.problem_from_shape reads it back)."""
+        return {
+            "op": self.op_name,
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "batch": self.batch,
+            "lhs_type": self.lhs_type,
+            "rhs_type": self.rhs_type,
+            "acc_type": self.acc_type,
+            "transpose_a": self.transpose_a,
+            "transpose_b": self.transpose_b,
+            "zero_init": self.zero_init,
+        }
+
+    def csv_shape(self) -> dict:
+        """The CSV's shape columns."""
+        shape = self.record_shape()
+        return {
+            "M": self.m,
+            "N": self.n,
+            "K": self.k,
+            **{k: shape[k] for k in ("batch", "lhs_type", "rhs_type", "acc_type")},
+        }
+
     @property
     def lhs_shape(self) -> list[int]:
         shape = [self.k, self.m] if self.transpose_a else [self.m, self.k]

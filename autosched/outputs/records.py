@@ -60,22 +60,8 @@ class Trial:
 
 
 def problem_shape(problem: MatmulProblem) -> dict:
-    """What a record keeps of its problem's shape (a kind other than matmul says its own)."""
-    if hasattr(problem, "record_shape"):
-        return problem.record_shape()
-    return {
-        "op": problem.op_name,
-        "m": problem.m,
-        "n": problem.n,
-        "k": problem.k,
-        "batch": problem.batch,
-        "lhs_type": problem.lhs_type,
-        "rhs_type": problem.rhs_type,
-        "acc_type": problem.acc_type,
-        "transpose_a": problem.transpose_a,
-        "transpose_b": problem.transpose_b,
-        "zero_init": problem.zero_init,
-    }
+    """What a record keeps of its problem's shape (each kind's problem says)."""
+    return problem.record_shape()
 
 
 def _indexing_maps(batched: bool, transpose_a: bool, transpose_b: bool) -> str:

@@ -51,22 +51,6 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
-def csv_shape(problem) -> dict:
-    """The CSV's shape columns (M, N, K, batch, types); a kind other than matmul fills them
-    its own way (attention: query rows, value head dim, key rows)."""
-    if hasattr(problem, "csv_shape"):
-        return problem.csv_shape()
-    return {
-        "M": problem.m,
-        "N": problem.n,
-        "K": problem.k,
-        "batch": problem.batch,
-        "lhs_type": problem.lhs_type,
-        "rhs_type": problem.rhs_type,
-        "acc_type": problem.acc_type,
-    }
-
-
 class CsvReport:
     """One row per trial, written as measured; ranks are filled in at the end.
 
@@ -102,7 +86,7 @@ class CsvReport:
         row = {
             "problem": problem.name,
             "function": ";".join(sorted({s.function for s in problem.sites})),
-            **csv_shape(problem),
+            **problem.csv_shape(),  # each kind fills M, N, K its own way
             "target": trial.target + (f":{trial.arch}" if trial.arch else ""),
             "config": trial.config,
             **{k: trial.point.get(k, "") for k in self.knob_names},
