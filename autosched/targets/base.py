@@ -80,31 +80,14 @@ def problem_candidates(dim: int, low: int, high: int) -> list[int]:
     return sorted(values)
 
 
-class Target(ABC):
-    """One backend. Adding a backend means adding one module under targets/."""
-
-    name: str
-    knobs: tuple[KnobSpec, ...]
-    default_device: str
-    default_dispatch_repeat: int  # dispatches per timed call (DESIGN.md: time dispatches)
-    timing_overlaps_compile = False  # time a candidate while others compile (GPU targets)
-    # The timer `timer = auto` picks: the worker where it was checked against
-    # iree-benchmark-module (benchmarks/worker_timer_check.py), else the tool.
-    default_timer = "tool"
-    arch = ""  # the chip the code is built for, where the backend has such a notion
-    tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
+class KindViews:
+    """A backend's views for each root-op kind: the kind's subclass of the backend, sharing
+    its state (device, arch, tools), made once. Kept apart from `Target`, which says what a
+    backend does for one kind."""
 
     # Root-op kinds other than the matmul family, each with its own knobs on this backend:
     # kind name -> (module, class) of a subclass that overrides the per-problem methods.
     kind_targets: dict[str, tuple[str, str]] = {}
-
-    def __init__(self, config: RunConfig, machine: Machine | None = None):
-        """`machine` is what discovery found on this host (host.discover): a target runs
-        no process of its own."""
-        self.config = config
-        self.machine = machine or Machine()
-        self.device = config.device or self.default_device
-        self._views: dict[str, Target] = {}
 
     def tunes(self, kind: str) -> bool:
         """Whether this backend has knobs for a root-op kind."""
@@ -120,7 +103,8 @@ class Target(ABC):
         base = getattr(self, "base", self)
         if kind == "matmul":
             return base
-        if kind not in base._views:
+        views = base.__dict__.setdefault("_views", {})
+        if kind not in views:
             if kind not in base.kind_targets:
                 raise KeyError(f"{base.name} does not tune {kind} roots")
             from importlib import import_module
@@ -129,8 +113,8 @@ class Target(ABC):
             view = object.__new__(getattr(import_module(module), cls))
             view.__dict__.update(base.__dict__)
             view.base = base
-            base._views[kind] = view
-        return base._views[kind]
+            views[kind] = view
+        return views[kind]
 
     def all_knobs(self) -> tuple[KnobSpec, ...]:
         """Every kind's knobs on this backend (what a cfg may set)."""
@@ -139,6 +123,28 @@ class Target(ABC):
             view = self.for_kind(kind)
             knobs += [k for k in view.knobs if k.name not in {n.name for n in knobs}]
         return tuple(knobs)
+
+
+class Target(KindViews, ABC):
+    """One backend. Adding a backend means adding one module under targets/."""
+
+    name: str
+    knobs: tuple[KnobSpec, ...]
+    default_device: str
+    default_dispatch_repeat: int  # dispatches per timed call (DESIGN.md: time dispatches)
+    timing_overlaps_compile = False  # time a candidate while others compile (GPU targets)
+    # The timer `timer = auto` picks: the worker where it was checked against
+    # iree-benchmark-module (benchmarks/worker_timer_check.py), else the tool.
+    default_timer = "tool"
+    arch = ""  # the chip the code is built for, where the backend has such a notion
+    tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
+
+    def __init__(self, config: RunConfig, machine: Machine | None = None):
+        """`machine` is what discovery found on this host (host.discover): a target runs
+        no process of its own."""
+        self.config = config
+        self.machine = machine or Machine()
+        self.device = config.device or self.default_device
 
     @property
     def knob_names(self) -> tuple[str, ...]:
