@@ -131,7 +131,8 @@ def read_convolution(op: ir.Operation, site: DispatchSite):
     loops = maps[0].n_dims
     roles = _roles(dims, loops)
     if roles is None:
-        return SkippedRoot(op.name, "convolution", "not a 2-D image convolution", site)
+        why = "not a 2-D convolution from input to output channels (depthwise: not yet)"
+        return SkippedRoot(op.name, "convolution", why, site)
     types = static_types(op)
     if isinstance(types, str):
         return SkippedRoot(op.name, "dynamic shape", types, site)
@@ -140,6 +141,8 @@ def read_convolution(op: ir.Operation, site: DispatchSite):
     for affine, tensor in ((maps[1], kernel), (maps[2], out)):
         for expr, extent in zip(affine.results, tensor.shape, strict=True):
             sizes[ir.AffineDimExpr(expr).position] = extent
+    if len(sizes) != loops:  # a loop that only the image indexes
+        return SkippedRoot(op.name, "convolution", "a loop only the image indexes", site)
     elements = [str(t.element_type) for t in (image, kernel, out)]
     if not set(elements) <= set(CONV_TYPES):
         return SkippedRoot(op.name, "element type", f"convolution on {elements}", site)
