@@ -59,6 +59,13 @@ def by_role(problem, values: dict[str, int]) -> str:
     return "[" + ", ".join(str(values.get(role, 0)) for role in problem.loops) + "]"
 
 
+def divides_role(knob: str, role: str) -> Constraint:
+    """The rule that `knob` divides the size of the loops of `role` (`problem.size`)."""
+    return Constraint(
+        f"{knob} does not divide {role}", (knob,), lambda p, x: p.size(role) % x[knob] == 0
+    )
+
+
 def has_config(target: Target, problem, point: Point) -> bool:
     """Whether a tuning spec can carry `point` of `problem` (custom kernels cannot)."""
     return target.for_problem(problem).in_spec(point)

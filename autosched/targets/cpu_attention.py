@@ -13,7 +13,14 @@ from __future__ import annotations
 import math
 
 from autosched.ops.attention import AttentionProblem
-from autosched.targets.base import Constraint, KnobSpec, Point, by_role, problem_candidates
+from autosched.targets.base import (
+    Constraint,
+    KnobSpec,
+    Point,
+    by_role,
+    divides_role,
+    problem_candidates,
+)
 from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget
 
 ATTENTION_KNOBS = (
@@ -22,12 +29,6 @@ ATTENTION_KNOBS = (
     KnobSpec("n_vec", "value columns of the vector tile (attention)"),
     KnobSpec("kv_tile", "key rows per online-softmax step (attention)"),
 )
-
-
-def _divides(knob: str, role: str) -> Constraint:
-    return Constraint(
-        f"{knob} does not divide {role}", (knob,), lambda p, x: p.size(role) % x[knob] == 0
-    )
 
 
 class CpuAttentionTarget(CpuTarget):
@@ -47,14 +48,14 @@ class CpuAttentionTarget(CpuTarget):
 
     def constraints(self, problem: AttentionProblem) -> list[Constraint]:
         return [
-            _divides("q_tile", "m"),
+            divides_role("q_tile", "m"),
             Constraint(
                 "q_vec does not divide q_tile",
                 ("q_tile", "q_vec"),
                 lambda p, x: x["q_tile"] % x["q_vec"] == 0,
             ),
-            _divides("n_vec", "n"),
-            _divides("kv_tile", "k2"),
+            divides_role("n_vec", "n"),
+            divides_role("kv_tile", "k2"),
             # Measured: q_vec 8 x kv_tile 32 x K1 32 in f32 (32768 bytes) fails to compile,
             # IREE's default 8 x 16 x 32 (16384 bytes) compiles.
             Constraint(

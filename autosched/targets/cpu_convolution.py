@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 
 from autosched.ops.convolution import ConvolutionProblem
-from autosched.targets.base import Constraint, KnobSpec, Point, by_role, problem_candidates
+from autosched.targets.base import (
+    Constraint,
+    KnobSpec,
+    Point,
+    by_role,
+    divides_role,
+    problem_candidates,
+)
 from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget
 
 CONVOLUTION_KNOBS = (
@@ -35,12 +42,6 @@ UNIT_BATCH = (
     "the folded batch loop back"
 )
 ROLE_OF = {"f_tile": "f", "oh_tile": "oh", "ow_tile": "ow", "f_vec": "f", "ow_vec": "ow"}
-
-
-def _divides(knob: str, role: str) -> Constraint:
-    return Constraint(
-        f"{knob} does not divide {role}", (knob,), lambda p, x: p.size(role) % x[knob] == 0
-    )
 
 
 def _within(vector: str, tile: str) -> Constraint:
@@ -66,12 +67,12 @@ class CpuConvolutionTarget(CpuTarget):
 
     def constraints(self, problem: ConvolutionProblem) -> list[Constraint]:
         return [
-            _divides("f_tile", "f"),
-            _divides("oh_tile", "oh"),
-            _divides("ow_tile", "ow"),
+            divides_role("f_tile", "f"),
+            divides_role("oh_tile", "oh"),
+            divides_role("ow_tile", "ow"),
             _within("f_vec", "f_tile"),
             _within("ow_vec", "ow_tile"),
-            _divides("c_vec", "c"),
+            divides_role("c_vec", "c"),
             Constraint(
                 f"a vector contraction over {MAX_VECTOR_BYTES} bytes",
                 ("f_vec", "ow_vec", "c_vec"),
