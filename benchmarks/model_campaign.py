@@ -79,7 +79,7 @@ run_timeout = 120
 [SearchStrategy]
 tuner = xgboost
 batch_size = {batch}
-n_trial = 32
+n_trial = {n_trial}
 [Benchmark]
 repetitions = 3
 min_time = {min_time}
@@ -373,6 +373,7 @@ def main() -> None:
     parser.add_argument(
         "--custom", action="store_true", help="custom kernels too (sm_90 with Triton, issue 12)"
     )
+    parser.add_argument("--n-trial", type=int, default=32, help="[SearchStrategy] n_trial")
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -396,6 +397,7 @@ def main() -> None:
                     timer=options.timer,
                     devices=options.devices,
                     custom=CUSTOM_CFG if options.custom else IREE_ONLY_CFG,
+                    n_trial=options.n_trial,
                 )
             )
         code, wall, output = run_autosched(folder, model_path, options.target, options.budget)
@@ -458,6 +460,7 @@ def write_table(path: str, rows, options) -> None:
     command = (
         f"python3 benchmarks/model_campaign.py --out DIR --budget {options.budget} "
         f"--scale {options.scale} --target {options.target} --models {options.models} "
+        f"--n-trial {options.n_trial} "
         f"--timer {options.timer}"
         + (f" --devices {options.devices}" if options.devices else "")
         + (" --custom" if options.custom else "")

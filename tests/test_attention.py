@@ -137,7 +137,7 @@ def test_cuda_attention_candidate_is_in_the_timed_dispatch(tmp_path):
     assert entry.benchmark is not None and entry.benchmark.check_source
     problem = entry.problem
     points = build_space(problem, target, {}).points
-    point = {"q_tile": 32, "kv_tile": 32, "q_warps": 2}
+    point = {"q_tile": 32, "kv_tile": 32, "q_warps": 2, "kernel": "iree", "kv_stages": 0}
     assert point in points and len(points) > 4
     job = dispatch_job(entry.benchmark, problem, target, point, str(tmp_path / "cand"))
     assert compile_one(job, 300).status == "ok"

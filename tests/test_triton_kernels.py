@@ -151,8 +151,8 @@ def test_split_k_shares_pass_a_lock_on_in_order(built, tmp_path):
     problem, binary, result = built["split_batched"]
     params = CASES["split_batched"][1]
     source = open(result.job.source).read()
-    assert "%l = arith.constant dense<0> : tensor<6xi32>" in source  # 3 blocks x 2 entries
-    assert "-> (%c, %l)" in source and f"%z = arith.constant {params.split_k}" in source
+    assert "%z0 = arith.constant dense<0> : tensor<6xi32>" in source  # 3 blocks x 2 entries
+    assert "-> (%out, %z0)" in source and f"%z = arith.constant {params.split_k}" in source
     ptx = open(binary.ptx_path).read()
     assert "atom.global.acquire.gpu.cas.b32" in ptx and "release.exch.b32" in ptx
     assert "ld.global.cg" in ptx
@@ -263,7 +263,8 @@ def test_custom_kernels_join_the_space_by_default_where_they_run(tmp_path):
     # By default where Triton is installed (the fastest route, issue 24), unless the cfg's
     # pipeline list leaves them out; never without Triton.
     assert any(p["pipeline"] == "Custom" for p in build_space(problem, target, {}).points)
-    assert "custom Triton kernels searched too" in target.describe()
+    assert "custom Triton matmul kernels searched too" in target.describe()
+    assert "flash-attention kernels too" in target.describe()
     iree_only = {"pipeline": ["TileAndFuse", "VectorDistribute"]}
     assert all(p["pipeline"] != "Custom" for p in build_space(problem, target, iree_only).points)
     _, without = _cuda(tmp_path, triton=False)
@@ -499,7 +500,7 @@ def test_a_model_with_its_custom_kernel_gives_the_default_builds_outputs(
     model, _, spec = _model_with_custom_spec(tmp_path, text)
     result = CliRunner().invoke(cli, ["apply", model, "--custom", spec, "--target", "cuda"])
     assert result.exit_code == 0, result.output
-    assert f"with custom kernels ({replaced} contraction(s) replaced)" in result.output
+    assert f"with custom kernels ({replaced} op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
 
 

@@ -18,35 +18,68 @@ from autosched.search.space import build_space
 from autosched.targets.base import has_config
 
 
-def search_custom_kernels(tuning: Tuning, problems: list[ModelProblem], progress: Progress):
-    """Problem name -> the custom-kernel search of each problem the target's custom family
-    covers (when the cfg's pipeline list names it): its points only, n_trial of them, each
-    checked against numpy and timed on its bare kernel (a custom kernel has no place in
-    IREE's dispatch benchmark; the whole-model proof is what judges it)."""
-
+def search_custom_kernels(
+    tuning: Tuning, problems: list[ModelProblem], progress: Progress, model_path: str
+):
+    """Problem name -> the custom-kernel search of each problem a custom family of the
+    target covers (when the cfg's knob lists name it): its points only, n_trial of them,
+    each checked against numpy and timed on its bare kernel (a custom kernel has no place
+    in IREE's dispatch benchmark; the whole-model proof is what judges it). An attention is
+    searched in its op form (`flash_forms`), under its flow problem's name."""
     target, knobs = tuning.target, tuning.config.knob_space
 
     def space_of(problem):
         return build_space(problem, target, knobs).points
 
-    covered = [
-        entry.problem
+    covered = {
+        entry.problem.name: entry.problem
         for entry in problems
         if entry.benchmark is not None  # timed as a kernel, its campaign searched them already
+        and entry.problem.kind == "matmul"
         and any(not has_config(target, entry.problem, p) for p in space_of(entry.problem))
         and not substitutable(entry.problem)
-    ]
+    }
+    covered |= flash_forms(tuning, problems, model_path)
     if not covered:
         return {}
     click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
     searches = tuning.concurrently(
         [
             partial(tuning.search_problem, p, progress, own_bar=False, custom_only=True)
-            for p in covered
+            for p in covered.values()
         ]
     )
     results = tuning.finish_all(searches, progress)
-    return {result.problem.name: result for result in results}
+    return dict(zip(covered, results, strict=True))
+
+
+def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
+    """Flow attention name -> its op form, for each attention the flash family can replace
+    (the model lowered once more, to where the rewrite applies); why not, in run.log."""
+    from autosched.model.attention_ops import ambiguous, model_attentions, paired
+
+    target, log = tuning.target, tuning.log
+    attentions = [e.problem for e in problems if e.problem.kind == "attention"]
+    if not attentions or not target.tunes("attention"):
+        return {}
+    view = target.for_kind("attention")
+    why = getattr(view, "flash_available", lambda: "no flash family")()
+    if why:
+        log.write(f"flash-attention kernels not searched: {why}")
+        return {}
+    folder = os.path.join(tuning.config.work_dir, "model", "attention")
+    ops = model_attentions(model_path, target.compile_flags(), folder)
+    forms = {}
+    for flow in attentions:
+        op = paired(flow, ops)
+        why = "no attention op at its location" if op is None else view.flash_unavailable(op)
+        why = why or ambiguous(op, ops)
+        if why:
+            log.write(f"{flow.name}: no flash-attention kernel: {why}")
+            continue
+        log.write(f"{flow.name}: flash-attention kernels searched on its op form {op.name}")
+        forms[flow.name] = op
+    return forms
 
 
 def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: dict, log):
@@ -64,7 +97,7 @@ def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: d
                 f"{iree_ms:.4g} ms on the dispatch: not substituted"
             )
             continue
-        winners.append((entry.problem, result.best.point))
+        winners.append((result.problem, result.best.point))  # an attention's op form
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
         for why in write_substitution(path, winners, target):
             log.write(f"not substituted: {why}")
@@ -117,6 +150,6 @@ def custom_line(custom) -> str:
         else f"OUTPUTS DIFFER: {custom.message}"
     )
     return (
-        f"with custom kernels ({custom.replaced} contraction(s) replaced): {custom.ms:.4g} ms "
+        f"with custom kernels ({custom.replaced} op(s) replaced): {custom.ms:.4g} ms "
         f"({custom.speedup:.2f}x over the default{over}), {answer}"
     )

@@ -257,7 +257,7 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     progress.start_model(f"{os.path.basename(config.input_file):<40}", budget + len(problems))
     try:
         report = run_campaign(tuning, problems, progress, budget, config.mode, time_budget)
-        custom = search_custom_kernels(tuning, problems, progress)
+        custom = search_custom_kernels(tuning, problems, progress, model_path)
         tuning.log_device_use()
     except KeyboardInterrupt as interrupt:
         tuning.csv.finish(tuning.retimed, set())

@@ -6,6 +6,7 @@ recorded outcome rather than the end of the run.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -28,6 +29,8 @@ MIXED_TOLERANCE = 1e-3  # f16/bf16 inputs accumulated in f32
 
 
 def tolerance(problem: MatmulProblem) -> float:
+    if problem.kind == "attention":  # the output is rounded to its type once
+        return TOLERANCE[problem.out_type]
     if problem.acc_type == "f32" and problem.lhs_type != "f32":
         return MIXED_TOLERANCE
     return TOLERANCE[problem.acc_type]
@@ -81,6 +84,10 @@ class ProblemData:
 def data_bytes(problem: MatmulProblem) -> int:
     """Peak host memory to make a problem's inputs and float64 reference, roughly (none
     for a kind that is only checked on IREE's dispatch, against the default's outputs)."""
+    if bare_attention(problem):
+        shapes = [problem.operand_shape(i) for i in range(3)] + [problem.output_shape] * 2
+        scores = problem.size("m") * problem.size("k2") * math.prod(problem.batch_sizes[1:])
+        return 8 * (sum(math.prod(shape) for shape in shapes) + 3 * scores)
     if problem.kind != "matmul":
         return 0
     elements = [problem.lhs_shape, problem.rhs_shape, problem.acc_shape, problem.acc_shape]
@@ -107,6 +114,8 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
     actor need not share the driver's working folder)."""
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
+    if bare_attention(problem):
+        return attention_data(problem, directory, seed)
     if problem.kind != "matmul":
         return dispatch_only_data(directory)
     rng = np.random.default_rng(seed)
@@ -116,12 +125,8 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
     ]
     if not problem.zero_init:
         operands.append(("acc", problem.acc_shape, problem.acc_type))
-    values, flags = {}, []
-    for name, shape, element in operands:
-        array = _round_to(rng.uniform(-1.0, 1.0, size=shape), element)
-        values[name] = array
-        extension = ".bin" if element in RAW_TYPES else ".npy"
-        flags.append(_write(os.path.join(directory, name + extension), array, element, shape))
+    arrays, flags = _random_inputs(operands, directory, rng)
+    values = {name: array for (name, _, _), array in zip(operands, arrays, strict=True)}
     lhs, rhs = values["lhs"], values["rhs"]
     if problem.transpose_a:
         lhs = np.swapaxes(lhs, -1, -2)
@@ -130,10 +135,41 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
     reference = np.matmul(lhs, rhs)
     if not problem.zero_init:
         reference = reference + values["acc"]
+    return _problem_data(directory, flags, reference)
+
+
+def bare_attention(problem) -> bool:
+    """An attention in its op form: checked on its own module against numpy."""
+    return problem.kind == "attention" and problem.form == "op"
+
+
+def _random_inputs(operands, directory: str, rng) -> tuple[list[np.ndarray], list[str]]:
+    """Seeded uniform values in [-1, 1) rounded to each operand's type, written for
+    iree-run-module: (the values in float64, the --input flags)."""
+    values, flags = [], []
+    for name, shape, element in operands:
+        array = _round_to(rng.uniform(-1.0, 1.0, size=shape), element)
+        values.append(array)
+        extension = ".bin" if element in RAW_TYPES else ".npy"
+        flags.append(_write(os.path.join(directory, name + extension), array, element, shape))
+    return values, flags
+
+
+def _problem_data(directory: str, flags: list[str], reference: np.ndarray) -> ProblemData:
     reference_path = os.path.join(directory, "reference.npy")
     np.save(reference_path, reference.astype(np.float32))
     paths = [flag.removeprefix("@") for flag in flags if flag.startswith("@")]
     return ProblemData(flags, reference, paths, reference_path)
+
+
+def attention_data(problem, directory: str, seed: int) -> ProblemData:
+    """q, k and v at random and numpy's attention of them (ops/attention.reference)."""
+    from autosched.ops.attention import reference
+
+    types = (problem.query_type, problem.key_type, problem.value_type)
+    operands = [(n, problem.operand_shape(i), types[i]) for i, n in enumerate("qkv")]
+    values, flags = _random_inputs(operands, directory, np.random.default_rng(seed))
+    return _problem_data(directory, flags, reference(problem, *values))
 
 
 def dispatch_only_data(directory: str) -> ProblemData:
@@ -145,9 +181,9 @@ def dispatch_only_data(directory: str) -> ProblemData:
 
 
 def _read_output(path: str, problem: MatmulProblem) -> np.ndarray:
-    if problem.acc_type == "bf16":
+    if problem.out_type == "bf16":
         bits = np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16
-        return bits.view(np.float32).reshape(problem.acc_shape).astype(np.float64)
+        return bits.view(np.float32).reshape(problem.output_shape).astype(np.float64)
     return np.load(path).astype(np.float64)
 
 
@@ -214,7 +250,7 @@ def compare(
 def verify_module(
     vmfb: str, device: str, data: ProblemData, problem: MatmulProblem, timeout: float
 ) -> Verification:
-    output_path = vmfb + (".out.bin" if problem.acc_type == "bf16" else ".out.npy")
+    output_path = vmfb + (".out.bin" if problem.out_type == "bf16" else ".out.npy")
     command = [
         run_tool(),
         f"--module={vmfb}",

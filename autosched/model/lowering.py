@@ -127,15 +127,16 @@ def import_onnx(path: str, output: str) -> None:
 
 
 def _compile_to_dispatches(
-    path: str, compile_flags: Sequence[str], timeout: float, named: str
+    path: str, compile_flags: Sequence[str], timeout: float, named: str, phase: str = PHASE
 ) -> bytes:
-    """iree-compile to `flow`, through `processes.run` so that a signal or a timeout kills it;
-    errors name `named`, the user's file (`path` may be a temporary import of it)."""
+    """iree-compile to `phase` (`flow`: the dispatches), through `processes.run` so that a
+    signal or a timeout kills it; errors name `named`, the user's file (`path` may be a
+    temporary import of it)."""
     command = [
         compiler_path(),
         path,
         *compile_flags,
-        f"--compile-to={PHASE}",
+        f"--compile-to={phase}",
         f"--mlir-elide-elementsattrs-if-larger={_ELIDE_ABOVE}",
         f"--mlir-elide-resource-strings-if-larger={_ELIDE_ABOVE}",
         "--mlir-print-debuginfo",  # the dispatch roots' locations: the model's own lines
@@ -144,7 +145,7 @@ def _compile_to_dispatches(
     ]
     finished = processes.run(command, timeout, binary_output=True)
     if finished.timed_out:
-        raise UserError(f"{named}: iree-compile took over {timeout:g} s to form the dispatches")
+        raise UserError(f"{named}: iree-compile took over {timeout:g} s to lower it to {phase}")
     if finished.returncode != 0:
         reason = first_error_line(finished.stderr).replace(path, named)
         raise UserError(f"{named}: iree-compile failed: {reason}")
@@ -172,6 +173,20 @@ def prepare_model(model_path: str, work_dir: str) -> str:
     imported = os.path.join(work_dir, stem + ".mlirbc")
     import_onnx(model_path, imported)
     return imported
+
+
+def lower_to_phase(
+    model_path: str, compile_flags: Sequence[str], phase: str, save_to: str, work_dir: str
+) -> str:
+    """The model lowered to `phase` (its ops keep the model's locations), written to
+    `save_to` as text; returns that path."""
+    source = prepare_model(model_path, work_dir)
+    lowered = _compile_to_dispatches(
+        source, compile_flags, LOWERING_TIMEOUT, named=model_path, phase=phase
+    )
+    with open(save_to, "wb") as file:
+        file.write(lowered)
+    return save_to
 
 
 def lower_to_dispatches(
@@ -233,7 +248,7 @@ class ModelAnalysis:
 # Walking the dispatches
 
 
-def _source_location(location: ir.Location) -> str:
+def source_location(location: ir.Location) -> str:
     """Where in the user's source an op came from: an ONNX node's name, a Python line, ...
 
     A torch export gives call sites (the model's line, called from torch's tracer: the callee
@@ -243,14 +258,14 @@ def _source_location(location: ir.Location) -> str:
     if isinstance(location, ir.FileLineColLoc):
         return f"{location.filename}:{location.start_line}:{location.start_col}"
     if isinstance(location, ir.CallSiteLoc):
-        return _source_location(location.callee)
+        return source_location(location.callee)
     if isinstance(location, ir.NameLoc):
         child = location.child_loc
         if isinstance(child, ir.UnknownLoc):
             return location.name_str
-        return f"{location.name_str} ({_source_location(child)})"
+        return f"{location.name_str} ({source_location(child)})"
     if isinstance(location, ir.FusedLoc):
-        parts = dict.fromkeys(_source_location(part) for part in location.locations)
+        parts = dict.fromkeys(source_location(part) for part in location.locations)
         return "; ".join(part for part in parts if part != "unknown")
     if isinstance(location, ir.UnknownLoc):
         return "unknown"
@@ -327,7 +342,7 @@ def find_contractions(module: ir.Module) -> ModelAnalysis:
                 entry_point=entry_point,
                 calls=calls[(executable, entry_point)],
                 fused_ops=neighbours,
-                location=_source_location(op.location),
+                location=source_location(op.location),
             )
             result = classify_root(op, site)
             if isinstance(result, SkippedRoot):

@@ -31,8 +31,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autosched import processes
+from autosched.model.stored_weights import (
+    StoredLayout,
+    stored_layout,
+    stored_problem,
+    transpose_matcher,
+    wrapper_function,
+)
 from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.spec import match_contraction
+from autosched.targets import cuda_flash_attention as flash
 from autosched.targets.cuda_custom import KernelBinary, KernelParams, extern_function, unsupported
 
 SPEC_FLAG = "--iree-preprocessing-transform-spec-filename"
@@ -54,6 +62,9 @@ class Substitute:
     params: KernelParams
     binary: KernelBinary
     narrow: tuple[MatmulProblem, KernelBinary] | None = None
+    # B made by transposing a stored weight (model/stored_weights.py): the layout, the
+    # kernel that reads the weight as stored, and its narrow twin.
+    stored: tuple[StoredLayout, MatmulProblem, KernelBinary, KernelBinary | None] | None = None
 
 
 def narrow_params(params: KernelParams) -> KernelParams:
@@ -73,37 +84,78 @@ def narrowed(problem: MatmulProblem) -> MatmulProblem | None:
 
 def substitutable(problem: MatmulProblem) -> str | None:
     """Why a custom winner for this problem cannot be substituted, or None."""
+    if problem.kind == "attention":
+        return flash.unsupported(problem)
     return unsupported(problem)
 
 
-def _matcher(index: int, problem: MatmulProblem) -> str:
+def _matcher(index: int, problem: MatmulProblem, layout: StoredLayout | None = None) -> str:
+    """Matches the problem's zero-filled contractions (with `layout`: only those whose B
+    is the transpose of a stored weight, yielded too)."""
+    if problem.kind == "attention":
+        return _attention_matcher(index, problem)
+    name = f"match_stored_{index}" if layout else f"match_custom_{index}"
+    transposed = transpose_matcher("%op", problem, layout) if layout else []
+    yielded = ["%op", "%t"] if layout else ["%op"]
     return "\n".join(
         [
-            f"  transform.named_sequence @match_custom_{index}"
-            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({ANY_OP}) {{",
+            f"  transform.named_sequence @{name}"
+            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({', '.join([ANY_OP] * len(yielded))}) {{",
             match_contraction(problem).rstrip("\n"),
             # The family starts from zero: the accumulator must come from a linalg.fill.
             f"    %init = transform.get_producer_of_operand %op[2] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
-            f"    transform.yield %op : {ANY_OP}",
+            *transposed,
+            f"    transform.yield {', '.join(yielded)} : {', '.join([ANY_OP] * len(yielded))}",
             "  }",
         ]
     )
 
 
-def _narrow_matcher(index: int, problem: MatmulProblem, narrow: str) -> str:
+def _attention_matcher(index: int, problem) -> str:
+    """Matches an `iree_linalg_ext.attention` by the exact type of q, k, v, the mask and
+    the output (the custom route refuses a model where two different attentions share
+    them: `drivers/custom_route.ambiguous`)."""
+    inputs, out = flash.operand_tensor_types(problem)
+    typed = list(enumerate(inputs))
+    if problem.mask_type:
+        mask = f"tensor<{'x'.join(map(str, problem.operand_shape(3)))}x{problem.mask_type}>"
+        typed.append((4, mask))
+    typed.append((len(typed) + 1, out))  # the init, after the scale and the mask
+    lines = [
+        f"  transform.named_sequence @match_custom_{index}"
+        f"(%op: {ANY_OP} {{transform.readonly}}) -> ({ANY_OP}) {{",
+        f'    transform.match.operation_name %op ["{flash.ATTENTION_OP}"] : {ANY_OP}',
+    ]
+    for position, tensor in typed:
+        lines += [
+            f"    %operand{position} = transform.get_operand %op[{position}]"
+            f" : ({ANY_OP}) -> {ANY_VALUE}",
+            f"    transform.iree.match.cast_compatible_type %operand{position} = {tensor}"
+            f" : {ANY_VALUE}",
+        ]
+    return "\n".join([*lines, f"    transform.yield %op : {ANY_OP}", "  }"])
+
+
+def _narrow_matcher(
+    index: int, problem: MatmulProblem, narrow: str, layout: StoredLayout | None = None
+) -> str:
     """Matches a `truncf` to `narrow` (an elementwise linalg.generic of nothing else) whose
-    input is one of the problem's zero-filled contractions; yields both."""
+    input is one of the problem's zero-filled contractions; yields both (with `layout`: only
+    where the contraction's B is a stored weight's transpose, yielded third)."""
     rank = len(problem.acc_shape)
     dims = ", ".join(f"d{i}" for i in range(rank))
     identity = f"affine_map<({dims}) -> ({dims})>"
     wide = f"tensor<{'?x' * rank}{NARROW_FROM}>"
     thin = f"tensor<{'?x' * rank}{narrow}>"
     parallel = ", ".join(['"parallel"'] * rank)
+    name = f"match_narrow_stored_{index}" if layout else f"match_narrow_{index}"
+    yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm"]
+    handles = ", ".join([ANY_OP] * len(yielded))
     return "\n".join(
         [
-            f"  transform.named_sequence @match_narrow_{index}"
-            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({ANY_OP}, {ANY_OP}) {{",
+            f"  transform.named_sequence @{name}"
+            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
             "    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root %op {",
             f"    ^bb0(%in: {wide}, %out: {thin}):",
             f"      %r = linalg.generic {{indexing_maps = [{identity}, {identity}], "
@@ -124,26 +176,46 @@ def _narrow_matcher(index: int, problem: MatmulProblem, narrow: str) -> str:
             "    }",
             f"    %init = transform.get_producer_of_operand %mm[2] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
-            f"    transform.yield %op, %mm : {ANY_OP}, {ANY_OP}",
+            *(transpose_matcher("%mm", problem, layout) if layout else []),
+            f"    transform.yield {', '.join(yielded)} : {handles}",
             "  }",
         ]
     )
 
 
-def _caller(name: str, function: str, narrow: bool = False) -> str:
-    """Calls `function` on the contraction's A and B in place of the matched op's result
-    (`narrow`: the matched op is the truncf, its operand's producer the contraction)."""
-    params = f"%op: {ANY_OP} {{transform.readonly}}"
-    if narrow:
-        params += f", %mm: {ANY_OP} {{transform.readonly}}"
-    contraction = "%mm" if narrow else "%op"
+def _caller(
+    name: str,
+    function: str,
+    params: list[str],
+    sources: list[tuple[str, str]],
+    callees: tuple[str, ...] = (),
+) -> str:
+    """Calls `function` in place of the matched op's result (`params`: the matcher's handles,
+    the first the op replaced) on the operands `sources` names (handle, operand positions):
+    a contraction's A and B, an attention's q, k, v, or A and the stored weight. `callees`:
+    functions `function` calls, imported first."""
+    signature = ", ".join(f"{p}: {ANY_OP} {{transform.readonly}}" for p in params)
+    lines = [
+        f"  transform.named_sequence @{name}({signature}) {{",
+        f"    %module = transform.util.get_nearest_symbol_table %op : ({ANY_OP}) -> {ANY_OP}",
+        *(
+            f"    %callee{i} = transform.util.import_symbol @{callee} into %module "
+            f"if undefined : ({ANY_OP}) -> {ANY_OP}"
+            for i, callee in enumerate(callees)
+        ),
+        f"    %func = transform.util.import_symbol @{function} into %module "
+        f"if undefined : ({ANY_OP}) -> {ANY_OP}",
+    ]
+    names = ["%ins"] if len(sources) == 1 else [f"%in{i}" for i in range(len(sources))]
+    for value, (handle, positions) in zip(names, sources, strict=True):
+        lines.append(
+            f"    {value} = transform.get_operand {handle}[{positions}] : ({ANY_OP}) -> {ANY_VALUE}"
+        )
+    if len(sources) > 1:
+        lines.append(f"    %ins = transform.merge_handles {', '.join(names)} : {ANY_VALUE}")
     return "\n".join(
         [
-            f"  transform.named_sequence @{name}({params}) {{",
-            f"    %module = transform.util.get_nearest_symbol_table %op : ({ANY_OP}) -> {ANY_OP}",
-            f"    %func = transform.util.import_symbol @{function} into %module "
-            f"if undefined : ({ANY_OP}) -> {ANY_OP}",
-            f"    %ins = transform.get_operand {contraction}[0, 1] : ({ANY_OP}) -> {ANY_VALUE}",
+            *lines,
             f"    %outs = transform.get_result %op[all] : ({ANY_OP}) -> {ANY_VALUE}",
             "    transform.util.cast_and_call %func(%ins) -> %outs before %op {",
             "      transform.type_conversion.tensor.cast_shape_dynamic_dims",
@@ -154,33 +226,103 @@ def _caller(name: str, function: str, narrow: bool = False) -> str:
     )
 
 
-def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
-    """The preprocessing spec that puts each winner's kernel in place of its op: first every
-    contraction-then-truncf pair that a narrow kernel covers, then the contractions left."""
-    functions, narrow_arms, narrow_matchers = [], [], []
-    for i, w in enumerate(winners):
-        name = f"{FUNCTION_PREFIX}{i}"
-        functions.append(
-            extern_function(w.problem, w.params, w.binary, executable_target, name, "util.func")
-        )
-        if w.narrow is not None:
-            problem, binary = w.narrow
-            functions.append(
-                extern_function(
-                    problem,
-                    narrow_params(w.params),
-                    binary,
-                    executable_target,
-                    f"{name}_narrow",
-                    "util.func",
+def _operands(problem) -> str:
+    """The matched op's operands its kernel takes: A and B, or an attention's q, k, v."""
+    return "0, 1, 2" if problem.kind == "attention" else "0, 1"
+
+
+def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
+    """The util.funcs a winner's arms call: its kernel, its narrow twin, and for a stored
+    weight the kernels that read it as stored with their wrappers."""
+    name = f"{FUNCTION_PREFIX}{i}"
+    extern = flash.extern_function if w.problem.kind == "attention" else extern_function
+
+    def kernel(problem, params, binary, called):
+        return extern(problem, params, binary, executable_target, called, "util.func")
+
+    functions = [kernel(w.problem, w.params, w.binary, name)]
+    if w.narrow is not None:
+        narrow, binary = w.narrow
+        functions.append(kernel(narrow, narrow_params(w.params), binary, f"{name}_narrow"))
+    if w.stored is not None:
+        layout, problem, binary, narrow_binary = w.stored
+        functions += [
+            kernel(problem, w.params, binary, f"{name}_stored_kernel"),
+            wrapper_function(
+                f"{name}_stored", f"{name}_stored_kernel", w.problem, layout, w.problem.acc_type
+            ),
+        ]
+        if narrow_binary is not None:
+            narrow_problem = dataclasses.replace(problem, acc_type=w.narrow[0].acc_type)
+            functions += [
+                kernel(narrow_problem, narrow_params(w.params), narrow_binary, f"{name}_ns_kernel"),
+                wrapper_function(
+                    f"{name}_narrow_stored",
+                    f"{name}_ns_kernel",
+                    w.problem,
+                    layout,
+                    narrow_problem.acc_type,
+                ),
+            ]
+    return functions
+
+
+def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(narrow arms, plain arms, matchers, callers) of one winner, most specific first: a
+    stored weight's transpose absorbed before the contraction alone."""
+    prefix = f"{FUNCTION_PREFIX}{i}"
+    stored = w.stored[0] if w.stored is not None else None
+    narrow_arms, plain_arms, matchers, callers = [], [], [], []
+    if w.narrow is not None:
+        narrow_type = w.narrow[0].acc_type
+        if stored is not None and w.stored[3] is not None:
+            narrow_arms.append(f"@match_narrow_stored_{i} -> @call_narrow_stored_{i}")
+            matchers.append(_narrow_matcher(i, w.problem, narrow_type, stored))
+            callers.append(
+                _caller(
+                    f"call_narrow_stored_{i}",
+                    f"{prefix}_narrow_stored",
+                    ["%op", "%mm", "%t"],
+                    [("%mm", "0"), ("%t", "0")],
+                    (f"{prefix}_ns_kernel",),
                 )
             )
-            narrow_arms.append(i)
-            narrow_matchers.append(_narrow_matcher(i, w.problem, problem.acc_type))
-    passes = [
-        ", ".join(f"@match_narrow_{i} -> @call_narrow_{i}" for i in narrow_arms),
-        ", ".join(f"@match_custom_{i} -> @call_custom_{i}" for i in range(len(winners))),
-    ]
+        narrow_arms.append(f"@match_narrow_{i} -> @call_narrow_{i}")
+        matchers.append(_narrow_matcher(i, w.problem, narrow_type))
+        callers.append(
+            _caller(f"call_narrow_{i}", f"{prefix}_narrow", ["%op", "%mm"], [("%mm", "0, 1")])
+        )
+    if stored is not None:
+        plain_arms.append(f"@match_stored_{i} -> @call_stored_{i}")
+        matchers.append(_matcher(i, w.problem, stored))
+        callers.append(
+            _caller(
+                f"call_stored_{i}",
+                f"{prefix}_stored",
+                ["%op", "%t"],
+                [("%op", "0"), ("%t", "0")],
+                (f"{prefix}_stored_kernel",),
+            )
+        )
+    plain_arms.append(f"@match_custom_{i} -> @call_custom_{i}")
+    matchers.append(_matcher(i, w.problem))
+    callers.append(_caller(f"call_custom_{i}", prefix, ["%op"], [("%op", _operands(w.problem))]))
+    return narrow_arms, plain_arms, matchers, callers
+
+
+def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
+    """The preprocessing spec that puts each winner's kernel in place of its op: first every
+    contraction-then-truncf pair that a narrow kernel covers, then the contractions left;
+    in each pass a contraction whose B is a stored weight's transpose takes that weight."""
+    functions, narrow_arms, plain_arms, matchers, callers = [], [], [], [], []
+    for i, w in enumerate(winners):
+        functions += _functions(i, w, executable_target)
+        narrow, plain, matched, called = _arms(i, w)
+        narrow_arms += narrow
+        plain_arms += plain
+        matchers += matched
+        callers += called
+    passes = [", ".join(narrow_arms), ", ".join(plain_arms)]
     main = [f"  transform.named_sequence @__transform_main(%module: {ANY_OP}) {{"]
     # The narrow pass must see the contractions unreplaced; each pass matches the functions
     # afresh (a pass's matching invalidates the handles it walked).
@@ -199,15 +341,7 @@ def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
         "    transform.yield",
         "  }",
     ]
-    parts = [
-        *functions,
-        *narrow_matchers,
-        *(_matcher(i, w.problem) for i, w in enumerate(winners)),
-        *(_caller(f"call_narrow_{i}", f"{FUNCTION_PREFIX}{i}_narrow", True) for i in narrow_arms),
-        *(_caller(f"call_custom_{i}", f"{FUNCTION_PREFIX}{i}") for i in range(len(winners))),
-        "\n".join(main),
-    ]
-    body = "\n".join(parts)
+    body = "\n".join([*functions, *matchers, *callers, "\n".join(main)])
     return f"module attributes {{transform.with_named_sequence}} {{\n{body}\n}}\n"
 
 
@@ -215,6 +349,7 @@ def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], tar
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
     left by an earlier run is removed first."""
+    from autosched.targets.cuda_attention import flash_params
     from autosched.targets.cuda_custom import compile_ptx
 
     if os.path.exists(path):
@@ -226,18 +361,43 @@ def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], tar
         if why:
             refused.append(f"{problem.name}: {why}")
             continue
-        params = KernelParams.from_point(point)
         ptx = os.path.join(folder, f"{problem.name}.ptx")
+        if problem.kind == "attention":
+            params = flash_params(point)
+            binary = flash.compile_kernel(problem, params, target.arch, ptx)
+            kept.append(Substitute(problem, params, binary))
+            continue
+        params = KernelParams.from_point(point)
         binary = compile_ptx(problem, params, target.arch, ptx)
         narrow = narrowed(problem)
         if narrow is not None:
             ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
             narrow = (narrow, compile_ptx(narrow, narrow_params(params), target.arch, ptx))
-        kept.append(Substitute(problem, params, binary, narrow))
+        stored = _stored_kernels(problem, params, narrow, target, folder)
+        kept.append(Substitute(problem, params, binary, narrow, stored))
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))
     return refused
+
+
+def _stored_kernels(problem, params, narrow, target, folder: str):
+    """The kernels that read B as a stored weight (N x K), for the absorbed-transpose arms;
+    None where B has no such form."""
+    from autosched.targets.cuda_custom import compile_ptx
+
+    layout = stored_layout(problem)
+    if layout is None:
+        return None
+    stored = stored_problem(problem)
+    ptx = os.path.join(folder, f"{problem.name}.stored.ptx")
+    binary = compile_ptx(stored, params, target.arch, ptx)
+    narrow_binary = None
+    if narrow is not None:
+        ptx = os.path.join(folder, f"{problem.name}.stored.to_{narrow[0].acc_type}.ptx")
+        narrow_stored = dataclasses.replace(stored, acc_type=narrow[0].acc_type)
+        narrow_binary = compile_ptx(narrow_stored, narrow_params(params), target.arch, ptx)
+    return layout, stored, binary, narrow_binary
 
 
 def rewrite_commands(

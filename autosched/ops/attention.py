@@ -33,6 +33,7 @@ class AttentionProblem:
     """One attention signature of the model's dispatches, with every dispatch that holds it."""
 
     kind: ClassVar[str] = "attention"
+    zero_init: ClassVar[bool] = True  # its kernel takes no accumulator to add into
     op_name: ClassVar[str] = "iree_linalg_ext.attention"  # as found at `flow`
     loops: tuple[str, ...]  # each loop's role in the op's iteration order: b, m, n, k1, k2
     loop_sizes: tuple[int, ...]
@@ -42,6 +43,12 @@ class AttentionProblem:
     mask_type: str  # "" without a mask operand
     operand_loops: tuple[tuple[int, ...], ...]  # loop positions of q, k, v, [mask], out
     sites: list[DispatchSite] = field(default_factory=list)
+    scale: float | None = None  # the constant Q.K is multiplied by; None if not a constant
+    # Read at `flow` (a dispatch's root, timed on IREE's dispatch), or the op as it stands
+    # before dispatches are formed ("op": what the custom route replaces, timed bare).
+    form: str = "flow"
+    causal: bool = False  # the op form's mask is the causal one (model/attention_ops.py)
+    output_type: str = ""  # the result's element type (the value type when not read)
 
     def size(self, role: str) -> int:
         return math.prod(s for r, s in zip(self.loops, self.loop_sizes, strict=True) if r == role)
@@ -64,6 +71,8 @@ class AttentionProblem:
         dims = [*self.batch_sizes, *(self.size(r) for r in ("m", "k1", "k2", "n"))]
         types = dict.fromkeys((self.query_type, self.key_type, self.value_type))
         mask = f"_mask_{self.mask_type}" if self.mask_type else ""
+        if self.form == "op":  # never a flow problem's name
+            mask = "_causal" if self.causal else (f"{mask}_op" if mask else "_unmasked")
         gqa = f"_gqa{self.heads_per_kv}" if self.heads_per_kv > 1 else ""
         return f"attention_{'x'.join(map(str, dims))}_{'_'.join(types)}{mask}{gqa}"
 
@@ -106,8 +115,19 @@ class AttentionProblem:
         ]
         return [*tensors[:3], None, *tensors[3:]]
 
+    @property
+    def out_type(self) -> str:
+        return self.output_type or self.value_type
+
+    @property
+    def output_shape(self) -> list[int]:
+        return [self.loop_sizes[i] for i in self.operand_loops[-1]]
+
+    def operand_shape(self, operand: int) -> list[int]:
+        return [self.loop_sizes[i] for i in self.operand_loops[operand]]
+
     def record_shape(self) -> dict:
-        return {
+        shape = {
             "kind": self.kind,
             "loops": list(self.loops),
             "loop_sizes": list(self.loop_sizes),
@@ -116,6 +136,32 @@ class AttentionProblem:
             "value_type": self.value_type,
             "mask_type": self.mask_type,
         }
+        if self.form == "op":  # all it takes to rebuild the op alone (from_shape)
+            shape |= {
+                "form": self.form,
+                "causal": self.causal,
+                "scale": self.scale,
+                "output_type": self.out_type,
+                "operand_loops": [list(o) for o in self.operand_loops],
+            }
+        return shape
+
+    @classmethod
+    def from_shape(cls, shape: dict) -> AttentionProblem:
+        """The op-form problem a record names (see record_shape)."""
+        return cls(
+            loops=tuple(shape["loops"]),
+            loop_sizes=tuple(shape["loop_sizes"]),
+            query_type=shape["query_type"],
+            key_type=shape["key_type"],
+            value_type=shape["value_type"],
+            mask_type=shape["mask_type"],
+            operand_loops=tuple(tuple(o) for o in shape["operand_loops"]),
+            scale=shape["scale"],
+            form=shape["form"],
+            causal=shape["causal"],
+            output_type=shape["output_type"],
+        )
 
     def csv_shape(self) -> dict:
         """The CSV's shape columns: M query rows, N value head dim, K key rows."""
@@ -185,6 +231,144 @@ def read_attention(op: ir.Operation, site: DispatchSite) -> AttentionProblem | S
         mask_type=mask,
         operand_loops=tuple(tuple(m) for m in [*maps[:3], *maps[4:inputs], out_loops]),
         sites=[site],
+        scale=constant_scale(op.operands[3]),
+        output_type=str(ir.ShapedType(op.results[0].type).element_type),
+    )
+
+
+def constant_scale(value: ir.Value) -> float | None:
+    """The scale operand's value when an `arith.constant` defines it, else None."""
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
+        return None
+    attribute = owner.operation.attributes["value"]
+    return ir.FloatAttr(attribute).value if isinstance(attribute, ir.FloatAttr) else None
+
+
+def reference(problem: AttentionProblem, q, k, v):
+    """The op-form attention in float64 with numpy: softmax(scale * q.k + causal) . v, one
+    entry of the outermost batch loop at a time (the scores of all at once would not fit)."""
+    import numpy as np
+
+    letters = [chr(ord("a") + i) for i in range(len(problem.loops))]
+
+    def spec(loops) -> str:
+        return "".join(letters[i] for i in loops)
+
+    batch = problem.positions("b")
+    m, k2 = problem.positions("m")[0], problem.positions("k2")[0]
+    scores = [i for i in range(len(problem.loops)) if i in batch or i in (m, k2)]
+    q_loops, k_loops, v_loops, *_, out_loops = problem.operand_loops
+    out = np.zeros(problem.output_shape, dtype=np.float64)
+    outer = batch[0] if batch else None
+    entries = problem.loop_sizes[outer] if batch else 1
+
+    def take(array, loops, index):
+        return array if outer not in loops else np.take(array, [index], axis=loops.index(outer))
+
+    for index in range(entries):
+        s = np.einsum(
+            f"{spec(q_loops)},{spec(k_loops)}->{spec(scores)}",
+            take(q, q_loops, index),
+            take(k, k_loops, index),
+        )
+        s *= problem.scale
+        if problem.causal:
+            hidden = np.triu(np.ones((problem.size("m"), problem.size("k2")), bool), 1)
+            shape = [1] * len(scores)
+            shape[scores.index(m)], shape[scores.index(k2)] = hidden.shape
+            s = np.where(hidden.reshape(shape), -np.inf, s)
+        s = np.exp(s - s.max(axis=scores.index(k2), keepdims=True))
+        s /= s.sum(axis=scores.index(k2), keepdims=True)
+        part = np.einsum(
+            f"{spec(scores)},{spec(v_loops)}->{spec(out_loops)}", s, take(v, v_loops, index)
+        )
+        if outer is None:
+            return part
+        slot = [slice(None)] * len(out_loops)
+        slot[out_loops.index(outer)] = slice(index, index + 1)
+        out[tuple(slot)] = part
+    return out
+
+
+NEGATIVE_INFINITY = {"f32": "0xFF800000", "f16": "0xFC00", "bf16": "0xFF80"}
+
+
+def _map(problem: AttentionProblem, loops: tuple[int, ...]) -> str:
+    dims = ", ".join(f"d{i}" for i in range(len(problem.loops)))
+    return f"affine_map<({dims}) -> ({', '.join(f'd{i}' for i in loops)})>"
+
+
+def _tensor(problem: AttentionProblem, operand: int, element: str) -> str:
+    return f"tensor<{'x'.join(map(str, problem.operand_shape(operand)))}x{element}>"
+
+
+def causal_mask_lines(problem: AttentionProblem, name: str) -> list[str]:
+    """MLIR lines that build the causal mask `name` (0 where a key is at or before the query
+    row, -inf after), in the mask operand's layout."""
+    loops = problem.operand_loops[3]
+    mask = _tensor(problem, 3, problem.mask_type)
+    row = loops.index(problem.positions("m")[0])
+    key = loops.index(problem.positions("k2")[0])
+    rank = len(loops)
+    identity = f"affine_map<({', '.join(f'd{i}' for i in range(rank))}) -> "
+    identity += f"({', '.join(f'd{i}' for i in range(rank))})>"
+    parallel = ", ".join(['"parallel"'] * rank)
+    element = problem.mask_type
+    return [
+        f"  %zero = arith.constant 0.0 : {element}",
+        f"  %hidden = arith.constant {NEGATIVE_INFINITY[element]} : {element}",
+        f"  %mask_init = tensor.empty() : {mask}",
+        f"  {name} = linalg.generic {{indexing_maps = [{identity}], iterator_types = "
+        f"[{parallel}]}} outs(%mask_init : {mask}) {{",
+        f"  ^bb0(%unused: {element}):",
+        f"    %row = linalg.index {row} : index",
+        f"    %key = linalg.index {key} : index",
+        "    %seen = arith.cmpi sge, %row, %key : index",
+        f"    %value = arith.select %seen, %zero, %hidden : {element}",
+        f"    linalg.yield %value : {element}",
+        f"  }} -> {mask}",
+    ]
+
+
+def op_module_text(problem: AttentionProblem, module_attributes: dict[str, str]) -> str:
+    """The op-form attention alone in `@main(q, k, v[, mask]) -> out`: its scale a
+    constant, a causal mask built inside (a mask tensor otherwise an argument)."""
+    types = [problem.query_type, problem.key_type, problem.value_type]
+    inputs = [_tensor(problem, i, types[i]) for i in range(3)]
+    names = ["%q", "%k", "%v"]
+    lines = []
+    mask_loops = problem.operand_loops[3:-1]
+    if problem.mask_type and problem.causal:
+        lines += causal_mask_lines(problem, "%mask")
+    elif problem.mask_type:
+        inputs.append(_tensor(problem, 3, problem.mask_type))
+        names.append("%mask")
+    out = _tensor(problem, len(problem.operand_loops) - 1, problem.out_type)
+    operands = ["%q", "%k", "%v", "%scale"] + (["%mask"] if mask_loops else [])
+    operand_types = inputs[:3] + [problem.query_type]
+    operand_types += [_tensor(problem, 3, problem.mask_type)] if mask_loops else []
+    maps = [*(problem.operand_loops[:3]), (), *mask_loops, problem.operand_loops[-1]]
+    listed = ", ".join(f"{name} = {text}" for name, text in module_attributes.items())
+    signature = ", ".join(f"{n}: {t}" for n, t in zip(names, inputs, strict=True))
+    return "\n".join(
+        [
+            f"module{f' attributes {{{listed}}}' if listed else ''} {{",
+            f"func.func @main({signature}) -> {out} {{",
+            f"  %scale = arith.constant {problem.scale!r} : {problem.query_type}",
+            *lines,
+            f"  %init = tensor.empty() : {out}",
+            "  %result = iree_linalg_ext.attention "
+            f"<indexing_maps = [{', '.join(_map(problem, m) for m in maps)}]>"
+            f" ins({', '.join(operands)} : {', '.join(operand_types)}) outs(%init : {out}) {{",
+            "  ^bb0(%score: f32):",
+            "    iree_linalg_ext.yield %score : f32",
+            f"  }} -> {out}",
+            f"  return %result : {out}",
+            "}",
+            "}",
+            "",
+        ]
     )
 
 
@@ -197,6 +381,13 @@ class AttentionKind(RootOpKind):
         if op.name not in ATTENTION_OPS:
             return None
         return read_attention(op, site)
+
+    def kernel_module(self, problem: AttentionProblem, target, point) -> str:
+        """An op-form attention alone (IREE's default build of it; the custom route's
+        points write their own modules). A flow problem has no module of its own."""
+        if problem.form != "op":
+            raise NotImplementedError("a flow attention is timed on IREE's dispatch")
+        return op_module_text(problem, target.module_attributes())
 
     def spec_matcher(self, problem: AttentionProblem, handle: str = "%op") -> str:
         """Transform ops that match `handle` to the problem's online_attention by the exact

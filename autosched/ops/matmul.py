@@ -101,6 +101,15 @@ class MatmulProblem:
     def acc_shape(self) -> list[int]:
         return [self.batch, self.m, self.n] if self.batch else [self.m, self.n]
 
+    @property
+    def output_shape(self) -> list[int]:
+        """The kernel's result (every kind names it so; for a contraction, C)."""
+        return self.acc_shape
+
+    @property
+    def out_type(self) -> str:
+        return self.acc_type
+
 
 @dataclass
 class SkippedOp:

@@ -53,6 +53,7 @@ def kernel_job(
 ) -> CompileJob:
     """The contraction rebuilt as a bare kernel with `point` attached (`source` is written
     here; a custom kernel's module is written by its own compiler, in the compile pool)."""
+    target = target.for_problem(problem)
     output = source.removesuffix(".mlir") + ".vmfb"
     before = target.source_command(problem, point, source) if point else []
     if not before:

@@ -421,10 +421,16 @@ class CudaTarget(Target):
         if self.arch in CUSTOM_ARCHS and self.machine.triton:
             listed = self.config.knob_space.get("pipeline")
             custom = (
-                ", custom Triton kernels searched too (a cfg's `pipeline` list without Custom "
-                "leaves them out)"
+                ", custom Triton matmul kernels searched too (a cfg's `pipeline` list without "
+                "Custom leaves them out)"
                 if listed is None or CUSTOM in listed
-                else ", custom kernels left out by the cfg's `pipeline` list"
+                else ", custom matmul kernels left out by the cfg's `pipeline` list"
+            )
+            kernels = self.config.knob_space.get("kernel")
+            custom += (
+                ", flash-attention kernels too (`kernel = [iree]` leaves them out)"
+                if kernels is None or "flash" in kernels
+                else ", flash-attention kernels left out by the cfg's `kernel` list"
             )
         return f"{self.name} {self.arch} (device {self.device}{assembled}){custom}"
 

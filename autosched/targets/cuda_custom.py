@@ -297,24 +297,29 @@ class CustomKernels:
 
     def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
         """Triton compiles the point to PTX and writes its extern module to `source`."""
-        from autosched.outputs.records import problem_shape
+        return compile_command(problem, asdict(KernelParams.from_point(point)), self.arch, source)
 
-        params = asdict(KernelParams.from_point(point))
-        return [
-            sys.executable,
-            "-m",
-            "autosched.targets.cuda_custom_compile",
-            "--shape",
-            json.dumps(problem_shape(problem)),
-            "--params",
-            json.dumps(params),
-            "--arch",
-            self.arch,
-            "--ptx",
-            source.removesuffix(".mlir") + ".ptx",
-            "--module",
-            source,
-        ]
+
+def compile_command(problem, params: dict, arch: str, source: str) -> list[str]:
+    """The compile pool's step for one custom point of either family
+    (`cuda_custom_compile`): its PTX beside `source`, its extern module at `source`."""
+    from autosched.outputs.records import problem_shape
+
+    return [
+        sys.executable,
+        "-m",
+        "autosched.targets.cuda_custom_compile",
+        "--shape",
+        json.dumps(problem_shape(problem)),
+        "--params",
+        json.dumps(params),
+        "--arch",
+        arch,
+        "--ptx",
+        source.removesuffix(".mlir") + ".ptx",
+        "--module",
+        source,
+    ]
 
 
 def import_triton():
@@ -465,10 +470,6 @@ def blocks(problem: MatmulProblem, params: KernelParams) -> int:
 
 def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: str) -> KernelBinary:
     """Triton's PTX for one point, written to `path` (no GPU needed)."""
-    triton = import_triton()
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     kernel = _kernel()
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     why = split_unsupported(problem, params.block_k, params.split_k)
@@ -496,20 +497,36 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
     signature = {"a": f"*{element}", "b": f"*{element}", "c": f"*{output}", "locks": "*i32"}
     if params.split_k == 1:
         constants["locks"] = None  # no lock pointer in the kernel's parameters
-    signature.update({name: "constexpr" for name in constants})
+    return triton_binary(kernel, signature, constants, 3, arch, params.warps, params.stages, path)
+
+
+def triton_binary(
+    kernel,
+    signature: dict[str, str],
+    constants: dict,
+    buffers: int,
+    arch: str,
+    warps: int,
+    stages: int,
+    path: str,
+) -> KernelBinary:
+    """Triton's PTX and cubin for one kernel (`buffers`: its leading pointer parameters,
+    IREE's bindings), the PTX written to `path` (no GPU needed)."""
+    triton = import_triton()
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {**signature, **{name: "constexpr" for name in constants}}
     # IREE's bindings are 16-byte aligned. Told so, Triton loads with vector and
     # asynchronous copies and pipelines its stages; untold, each element is its own load
     # (1.5 ms instead of about 0.2 at 4096^3 f16 on the H200).
-    aligned = {(index,): [["tt.divisibility", 16]] for index in range(3)}
+    aligned = {(index,): [["tt.divisibility", 16]] for index in range(buffers)}
     source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
     capability = int(arch.removeprefix("sm_"))
     compiled = triton.compile(
         source,
         target=GPUTarget("cuda", capability, 32),
-        options={
-            "num_warps": params.warps,
-            "num_stages": params.stages,
-        },
+        options={"num_warps": warps, "num_stages": stages},
     )
     ptx = compiled.asm["ptx"]
     entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx, re.S)
@@ -530,7 +547,7 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
         entry=entry.group(1),
         pointers=entry.group(2).count(".param"),
         shared_bytes=int(compiled.metadata.shared),
-        threads=params.warps * WARP,
+        threads=warps * WARP,
     )
 
 
@@ -560,27 +577,51 @@ def extern_function(
     x, y, z = grid(problem, params)
     # Split-K's locks, one per output block: zeros that the kernel leaves at zero.
     locks = [f"tensor<{x * y}xi32>"] if params.split_k > 1 else []
-    scratch = binary.pointers - 3 - len(locks)
+    return dispatch_extern_function(
+        name, kind, [lhs, rhs], out, binary, executable_target, (x, y, z), locks
+    )
+
+
+def dispatch_extern_function(
+    name: str,
+    kind: str,
+    inputs: list[str],
+    out: str,
+    binary: KernelBinary,
+    executable_target: str,
+    workgroups: tuple[int, int, int],
+    zeroed: list[str] = (),
+) -> str:
+    """A function `name(inputs...) -> out` that launches `binary` on `workgroups` as a
+    `hal.dispatch.extern`: the inputs read-only, then the output and `zeroed` tensors
+    (written; they start at zero), then Triton's scratch pointers."""
+    scratch = binary.pointers - len(inputs) - 1 - len(zeroed)
     scratch_values = [f"%s{i}" for i in range(scratch)]
-    operand_types = [lhs, rhs, out, *locks] + ["tensor<256xi8>"] * scratch
-    operands = ["%a", "%b", "%c", *["%l" for _ in locks], *scratch_values]
+    arguments = [f"%a{i}" for i in range(len(inputs))]
+    zero_values = [f"%z{i}" for i in range(len(zeroed))]
+    operand_types = [*inputs, out, *zeroed] + ["tensor<256xi8>"] * scratch
+    operands = [*arguments, "%out", *zero_values, *scratch_values]
     # Indirect: the buffers come from the call's binding table, so IREE records the command
     # buffer once and replays it. Without the flag an extern dispatch binds its buffers
     # directly and the command buffer (every repeat of the dispatch) is recorded on every
     # call, as IREE's own dispatches are not.
     read_only = '#hal.pipeline.binding<storage_buffer, "ReadOnly|Indirect">'
     written = "#hal.pipeline.binding<storage_buffer, Indirect>"
-    bindings = [read_only] * 2 + [written] * (1 + len(locks)) + [read_only] * scratch
+    bindings = [read_only] * len(inputs) + [written] * (1 + len(zeroed)) + [read_only] * scratch
     returns = "util.return" if kind == "util.func" else "return"
     visibility = " private" if kind == "util.func" else ""
-    results = "(%c, %l)" if locks else "%c"
-    result = "%r#0" if locks else "%r"
+    results = f"({', '.join(['%out', *zero_values])})" if zeroed else "%out"
+    count = f":{1 + len(zeroed)}" if zeroed else ""
+    result = "%r#0" if zeroed else "%r"
+    signature = ", ".join(f"{a}: {t}" for a, t in zip(arguments, inputs, strict=True))
+    x, y, z = workgroups
+    zeros = zip(zero_values, zeroed, strict=True)
     lines = [
-        f"  {kind}{visibility} @{name}(%a: {lhs}, %b: {rhs}) -> {out} {{",
-        f"    %c = flow.tensor.alloca : {out}",
-        *[f"    %l = arith.constant dense<0> : {t}" for t in locks],
+        f"  {kind}{visibility} @{name}({signature}) -> {out} {{",
+        f"    %out = flow.tensor.alloca : {out}",
+        *[f"    {v} = arith.constant dense<0> : {t}" for v, t in zeros],
         *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
-        f'    %r{":2" if locks else ""} = hal.dispatch.extern "{binary.entry}"'
+        f'    %r{count} = hal.dispatch.extern "{binary.entry}"'
         f"({', '.join(operands)}) : ({', '.join(operand_types)}) -> {results}",
         "      count(%device: !hal.device) -> (index, index, index) {",
         f"        %x = arith.constant {x} : index",
@@ -611,6 +652,11 @@ def extern_module(
     """An IREE module whose `function` takes A and B like autosched's kernel modules (see
     `extern_function`); the executable target is the arch's full attribute
     (CudaTarget.executable_target), named on the module too."""
-    device = f'[#hal.device.target<"cuda", [{executable_target}]> : !hal.device]'
     body = extern_function(problem, params, binary, executable_target, function)
+    return extern_module_text(executable_target, body)
+
+
+def extern_module_text(executable_target: str, body: str) -> str:
+    """A module around extern functions, its device target named (any family's)."""
+    device = f'[#hal.device.target<"cuda", [{executable_target}]> : !hal.device]'
     return f"module attributes {{hal.device.targets = {device}}} {{\n{body}}}\n"

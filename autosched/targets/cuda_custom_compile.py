@@ -1,6 +1,7 @@
 """`python -m autosched.targets.cuda_custom_compile`: the compile pool's step that writes one
-custom-kernel point (Triton to PTX, then its extern module), apart from the kernel family
-(`cuda_custom`) so that the family needs nothing of the CUDA target that uses it."""
+custom-kernel point (Triton to PTX, then its extern module) of the matmul family
+(`cuda_custom`) or the flash-attention one (`cuda_flash_attention`), apart from the
+families so that they need nothing of the CUDA target that uses them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from dataclasses import asdict
 from autosched.config import RunConfig
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION, write_text
 from autosched.outputs.records import problem_from_shape
+from autosched.targets import cuda_flash_attention as flash
 from autosched.targets.cuda import CudaTarget
-from autosched.targets.cuda_custom import KernelParams, compile_ptx, extern_module
+from autosched.targets.cuda_custom import (
+    KernelParams,
+    compile_ptx,
+    extern_function,
+    extern_module_text,
+)
+from autosched.targets.cuda_flash_attention import FlashParams
 from autosched.targets.host import Machine
 
 
@@ -27,12 +35,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--module", help="also write the extern module (the kernel module)")
     options = parser.parse_args(argv)
     problem = problem_from_shape(json.loads(options.shape))
-    params = KernelParams(**json.loads(options.params))
-    binary = compile_ptx(problem, params, options.arch, options.ptx)
+    if problem.kind == "attention":
+        params = FlashParams(**json.loads(options.params))
+        binary = flash.compile_kernel(problem, params, options.arch, options.ptx)
+        extern = flash.extern_function
+    else:
+        params = KernelParams(**json.loads(options.params))
+        binary = compile_ptx(problem, params, options.arch, options.ptx)
+        extern = extern_function
     if options.module:
         target = CudaTarget(RunConfig(target="cuda", arch=options.arch), Machine())
-        text = extern_module(problem, params, binary, target.executable_target(), KERNEL_FUNCTION)
-        write_text(options.module, text)
+        executable = target.executable_target()
+        body = extern(problem, params, binary, executable, KERNEL_FUNCTION)
+        write_text(options.module, extern_module_text(executable, body))
     json.dump(asdict(binary), sys.stdout)
 
 

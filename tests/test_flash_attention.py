@@ -1,0 +1,339 @@
+"""The flash-attention custom route (issue 24): a model's attention in its op form (before
+IREE forms dispatches), its causal mask recognised by its values, the Triton family's PTX
+made without a GPU and wrapped in an extern module iree-compile builds for sm_90, the
+substitution that replaces the op (and leaves the mask tensor dead), and on a GPU the
+kernel's answers and a run that searches it. Real iree-compile and local-task, no mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import MODEL_CFG
+
+from autosched.cli import cli
+from autosched.compile import CompileJob, compile_one
+from autosched.config import RunConfig
+from autosched.measure.worker import Verifier, make_problem_data, verify_module
+from autosched.model.attention_ops import model_attentions, op_attentions, paired
+from autosched.model.lowering import analyze_model
+from autosched.model.substitution import rewrite_model, write_substitution
+from autosched.ops.attention import AttentionProblem, op_module_text, reference
+from autosched.outputs.records import problem_from_shape, problem_shape
+from autosched.search.space import build_space
+from autosched.targets import make_target
+from autosched.targets.cuda_attention import FLASH, IREE
+from autosched.targets.cuda_flash_attention import FlashParams, compile_kernel, unsupported
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+SM90 = make_target(RunConfig(target="cuda", arch="sm_90"))
+CPU_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu"]
+FLASH_POINT = {"kernel": FLASH, "q_tile": 64, "kv_tile": 64, "q_warps": 4, "kv_stages": 3}
+
+
+def model(name: str) -> str:
+    return os.path.join(MODELS, name)
+
+
+@pytest.fixture(scope="module")
+def llama_ops(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ops")
+    return model_attentions(model("hf_llama_layer_bf16.mlirbc"), SM90.compile_flags(), str(folder))
+
+
+def test_the_llama_layers_op_form_is_causal_with_its_constant_scale(llama_ops):
+    (op,) = llama_ops
+    assert op.name == "attention_4x64x32x64x32_bf16_causal"
+    assert op.causal and op.form == "op" and op.scale == pytest.approx(32**-0.5, rel=1e-2)
+    assert unsupported(op) is None
+
+
+def test_the_op_form_is_paired_with_the_flow_problem_by_location(llama_ops):
+    analysis = analyze_model(model("hf_llama_layer_bf16.mlirbc"), SM90.compile_flags())
+    (flow,) = [r for r in analysis.roots if r.kind == "attention"]
+    assert paired(flow, llama_ops) is llama_ops[0]
+
+
+def test_a_bert_layer_has_no_mask_and_f32_is_not_the_familys(tmp_path):
+    (op,) = model_attentions(model("hf_bert_layer_f32.mlirbc"), SM90.compile_flags(), str(tmp_path))
+    assert not op.causal and not op.mask_type
+    assert "f16 or bf16" in unsupported(op)
+
+
+def _with_mask(tmp_path, mask_lines: list[str], argument: str = "") -> str:
+    """The Llama op form alone with its mask built by `mask_lines` (or an argument)."""
+    (op,) = op_attentions_of_llama(tmp_path)
+    text = op_module_text(op, {})
+    start, end = text.index("  %zero ="), text.index("  %init =")
+    text = text[:start] + "\n".join(mask_lines) + "\n" + text[end:]
+    if argument:
+        text = text.replace("%v: tensor<4x32x64xbf16>)", f"%v: tensor<4x32x64xbf16>, {argument})")
+    path = tmp_path / "mask.mlir"
+    path.write_text(text)
+    return str(path)
+
+
+def op_attentions_of_llama(tmp_path):
+    return model_attentions(
+        model("hf_llama_layer_bf16.mlirbc"), SM90.compile_flags(), str(tmp_path)
+    )
+
+
+SLIDING = [  # keys at most 8 rows back: constant, but not causal
+    "  %zero = arith.constant 0.0 : bf16",
+    "  %hidden = arith.constant 0xFF80 : bf16",
+    "  %c8 = arith.constant 8 : index",
+    "  %mask_init = tensor.empty() : tensor<4x64x64xbf16>",
+    "  %mask = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>], "
+    'iterator_types = ["parallel", "parallel", "parallel"]} outs(%mask_init : '
+    "tensor<4x64x64xbf16>) {",
+    "  ^bb0(%unused: bf16):",
+    "    %row = linalg.index 1 : index",
+    "    %key = linalg.index 2 : index",
+    "    %near = arith.addi %key, %c8 : index",
+    "    %seen = arith.cmpi sge, %row, %key : index",
+    "    %close = arith.cmpi slt, %row, %near : index",
+    "    %both = arith.andi %seen, %close : i1",
+    "    %value = arith.select %both, %zero, %hidden : bf16",
+    "    linalg.yield %value : bf16",
+    "  } -> tensor<4x64x64xbf16>",
+]
+
+
+def test_a_constant_mask_that_is_not_causal_is_not_taken_for_one(tmp_path):
+    (op,) = op_attentions(_with_mask(tmp_path, SLIDING), str(tmp_path))
+    assert op.mask_type == "bf16" and not op.causal
+    assert "not a mask tensor" in unsupported(op)
+
+
+def test_a_mask_given_as_an_argument_is_not_causal(tmp_path):
+    path = _with_mask(tmp_path, [], argument="%mask: tensor<4x64x64xbf16>")
+    (op,) = op_attentions(path, str(tmp_path))
+    assert not op.causal
+
+
+def test_the_op_module_and_numpys_reference_agree_on_the_cpu(llama_ops, tmp_path):
+    """IREE's own build of the op form alone (local-task) gives numpy's attention: the
+    module the flash kernels' default is timed on, and the reference they are checked on."""
+    (op,) = llama_ops
+    source = tmp_path / "op.mlir"
+    source.write_text(op_module_text(op, {}))
+    built = compile_one(CompileJob(str(source), str(tmp_path / "op.vmfb"), CPU_FLAGS), 120)
+    assert built.status == "ok", built.message
+    data = make_problem_data(op, str(tmp_path / "inputs"))
+    check = verify_module(built.job.output, "local-task", data, op, 60)
+    assert check.status == "correct", check.message
+
+
+def test_the_reference_is_causal(llama_ops):
+    """Changing keys after a query row does not change that row's answer."""
+    (op,) = llama_ops
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.uniform(-1, 1, op.operand_shape(i)) for i in range(3))
+    before = reference(op, q, k, v)
+    k[:, 40:, :] = rng.uniform(-1, 1, k[:, 40:, :].shape)
+    after = reference(op, q, k, v)
+    assert np.allclose(before[:, :40], after[:, :40]) and not np.allclose(before, after)
+
+
+def test_an_op_problem_survives_its_record(llama_ops):
+    (op,) = llama_ops
+    again = problem_from_shape(json.loads(json.dumps(problem_shape(op))))
+    assert again.name == op.name and again.causal and again.scale == op.scale
+    assert again.operand_loops == op.operand_loops
+
+
+def test_flash_points_join_the_op_forms_space_on_sm_90_only(llama_ops):
+    (op,) = llama_ops
+    points = build_space(op, SM90, {}).points
+    kernels = {p["kernel"] for p in points}
+    assert kernels == {IREE, FLASH}
+    flash = [p for p in points if p["kernel"] == FLASH]
+    assert all(p["q_tile"] % p["kv_tile"] == 0 for p in flash)  # causal: key blocks tile rows
+    sm80 = make_target(RunConfig(target="cuda", arch="sm_80"))
+    assert {p["kernel"] for p in build_space(op, sm80, {}).points} == {IREE}
+    analysis = analyze_model(model("hf_llama_layer_bf16.mlirbc"), SM90.compile_flags())
+    (flow,) = [r for r in analysis.roots if r.kind == "attention"]
+    assert {p["kernel"] for p in build_space(flow, SM90, {}).points} == {IREE}
+
+
+@pytest.fixture(scope="module")
+def flash_module(llama_ops, tmp_path_factory):
+    """One flash point of the Llama op form: its PTX, and its extern module built for sm_90."""
+    pytest.importorskip("triton")
+    (op,) = llama_ops
+    folder = tmp_path_factory.mktemp("flash")
+    view = SM90.for_problem(op)
+    source = str(folder / "fa.mlir")
+    command = view.source_command(op, view_point(view, op), source)
+    job = CompileJob(source, str(folder / "fa.vmfb"), SM90.compile_flags(), command)
+    built = compile_one(job, 300)
+    assert built.status == "ok", built.message
+    return op, built
+
+
+def view_point(view, op):
+    return next(
+        p for p in build_space(op, SM90, {}).points if view.config_name(p) == "fa_m64_n64_w4_s3"
+    )
+
+
+def test_a_flash_point_builds_for_sm_90_as_an_extern_dispatch(flash_module):
+    op, built = flash_module
+    text = open(built.job.source).read()
+    assert 'hal.dispatch.extern "flash_attention"' in text
+    assert "tensor<4x64x32xbf16>, tensor<4x64x32xbf16>, tensor<4x32x64xbf16>" in text
+    ptx = open(built.job.source.removesuffix(".mlir") + ".ptx").read()
+    assert "mma" in ptx and "ex2.approx" in ptx  # tensor cores, the exp2 online softmax
+
+
+def test_the_flash_kernel_replaces_the_attention_and_its_mask(llama_ops, tmp_path):
+    """The substitution spec puts the kernel in place of the op at global optimization; the
+    causal mask it no longer needs is left dead and removed; the model builds for sm_90."""
+    pytest.importorskip("triton")
+    (op,) = llama_ops
+    spec = str(tmp_path / "custom.mlir")
+    assert write_substitution(spec, [(op, FLASH_POINT)], SM90) == []
+    out, replaced = rewrite_model(
+        model("hf_llama_layer_bf16.mlirbc"),
+        spec,
+        SM90.compile_flags(),
+        str(tmp_path / "m.mlir"),
+        300,
+    )
+    assert replaced == 1
+    from iree.compiler import ir
+
+    from autosched.ir_walk import walk_ops
+
+    module = ir.Module.parseFile(out, ir.Context())
+    names = [o.name for o in walk_ops(module.operation)]
+    assert "iree_linalg_ext.attention" not in names
+    assert names.count("linalg.index") < [
+        o.name
+        for o in walk_ops(
+            ir.Module.parseFile(out.removesuffix(".mlir") + ".global.mlir", ir.Context()).operation
+        )
+    ].count("linalg.index")
+    built = compile_one(
+        CompileJob(
+            out,
+            str(tmp_path / "m.vmfb"),
+            [*SM90.compile_flags(), "--compile-from=global-optimization"],
+        ),
+        300,
+    )
+    assert built.status == "ok", built.message
+
+
+@pytest.mark.gpu
+def test_the_flash_kernel_gives_numpys_answer(flash_module, tmp_path):
+    op, built = flash_module
+    data = make_problem_data(op, str(tmp_path / "inputs"))
+    verifier = Verifier("cuda")
+    try:
+        check = verifier.check(built.job.output, data, op, 120)
+    finally:
+        verifier.close()
+    assert check.status == "correct", check.message
+
+
+@pytest.mark.gpu
+def test_a_run_replaces_the_attention_with_a_flash_kernel_on_the_gpu(tmp_path, monkeypatch):
+    """On sm_90 with Triton, the flash family is searched without a cfg change: its points
+    are checked against numpy and timed on the op form; a winner under IREE's best dispatch
+    is substituted and the whole model still gives the default build's outputs."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(model("hf_llama_layer_bf16.mlirbc"), tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    result = CliRunner().invoke(
+        cli, ["run", "hf_llama_layer_bf16.mlirbc", "--target", "cuda", "--budget", "12"]
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    flash = [r for r in records if r["config"].startswith("fa_")]
+    assert flash and all(r["verification"] == "correct" for r in flash if r["status"] == "ok")
+    assert any(r["status"] == "ok" for r in flash)
+    if "with custom kernels" in result.output:
+        assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+def test_an_attention_problem_from_its_shape_is_its_op_form():
+    problem = AttentionProblem(
+        loops=("b", "m", "n", "k1", "k2"),
+        loop_sizes=(2, 16, 16, 16, 16),
+        query_type="f16",
+        key_type="f16",
+        value_type="f16",
+        mask_type="",
+        operand_loops=((0, 1, 3), (0, 4, 3), (0, 4, 2), (0, 1, 2)),
+        scale=0.25,
+        form="op",
+    )
+    flow = AttentionProblem(**{**problem.__dict__, "form": "flow", "sites": []})
+    assert problem.name.endswith("_unmasked") and problem.name != flow.name
+
+
+def test_causal_key_blocks_must_tile_query_blocks(llama_ops, tmp_path):
+    pytest.importorskip("triton")
+    (op,) = llama_ops
+    with pytest.raises(Exception, match="does not divide block_m"):
+        compile_kernel(op, FlashParams(64, 128, 4, 3), "sm_90", str(tmp_path / "k.ptx"))
+
+
+def _all_custom(tmp_path):
+    """A spec that replaces every contraction of the bf16 Llama layer with a custom matmul
+    kernel and its attention with a flash kernel (the points are the families' first)."""
+    from autosched.drivers.model_run import model_problems
+
+    name = model("hf_llama_layer_bf16.mlirbc")
+    problems, _ = model_problems(analyze_model(name, SM90.compile_flags()), SM90)
+    point = {"pipeline": "Custom", "tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4}
+    point |= {"pipeline_depth": 3, "group_m": 8, "split_k": 1}
+    winners = [(e.problem, point) for e in problems if e.problem.kind == "matmul"]
+    (op,) = model_attentions(name, SM90.compile_flags(), str(tmp_path / "ops"))
+    spec = str(tmp_path / "custom.mlir")
+    assert write_substitution(spec, [*winners, (op, FLASH_POINT)], SM90) == []
+    return name, spec
+
+
+def test_stored_weights_are_read_as_stored_and_their_transposes_vanish(tmp_path):
+    """torch's linear of a 3-D input transposes each weight (N x 1 x K) on every call; the
+    custom kernels read the weight as stored, so no transpose dispatch is left, and the
+    mask and the attention are gone too (8 ops replaced: 7 contractions, 1 attention)."""
+    pytest.importorskip("triton")
+    from autosched.model.lowering import lower_to_dispatches
+
+    name, spec = _all_custom(tmp_path)
+    out, replaced = rewrite_model(name, spec, SM90.compile_flags(), str(tmp_path / "m.mlir"), 300)
+    assert replaced == 8
+    before = _dispatch_roots(lower_to_dispatches(name, SM90.compile_flags()))
+    flags = [*SM90.compile_flags(), "--compile-from=global-optimization"]
+    after = _dispatch_roots(lower_to_dispatches(out, flags))
+    assert sum("transpose_128x128" in d or "transpose_256x128" in d for d in before) >= 2
+    assert not [d for d in after if "batch_matmul" in d or "attention" in d]
+    assert not [
+        d for d in after if d.endswith(("transpose_128x128_bf16", "transpose_256x128_bf16"))
+    ]
+
+
+def _dispatch_roots(module) -> list[str]:
+    from autosched.ir_walk import symbol, walk_ops
+
+    return [symbol(op) for op in walk_ops(module.operation) if op.name == "flow.executable.export"]
+
+
+@pytest.mark.gpu
+def test_the_whole_custom_llama_layer_gives_the_default_builds_outputs(tmp_path, monkeypatch):
+    """On the GPU: every op of the layer the families cover replaced (weights read as
+    stored, the causal flash kernel without a mask), the model's outputs match IREE's."""
+    name, spec = _all_custom(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", name, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (8 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
