@@ -11,7 +11,6 @@ Where the devices allow, each round searches the best few problems at once, a ba
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -22,6 +21,7 @@ from autosched.model.dispatch_benchmarks import DispatchBenchmark
 from autosched.model.lowering import ModelAnalysis
 from autosched.ops.contraction import Contraction
 from autosched.ops.matmul import MatmulProblem
+from autosched.outputs.records import json_text
 from autosched.run.problem import ProblemResult, ProblemSearch, Progress
 from autosched.run.tuning import Tuning
 
@@ -226,8 +226,7 @@ def write_summary(path: str, proof: dict | None, report: CampaignReport) -> str:
     data = {"model": proof, **asdict(report)}
     temporary = path + ".tmp"
     with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, default=str)
-        handle.write("\n")
+        handle.write(json_text(data, indent=2, default=str) + "\n")
     os.replace(temporary, path)
     return path
 

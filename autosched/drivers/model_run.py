@@ -311,6 +311,10 @@ def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: Model
             tuning.log.write(message)
             click.echo(click.style(message, fg="red", bold=True), err=True)
     _log_budget(tuning, report)
+    differ = proof and not proof.get("default_only") and proof.get("outputs_match") is False
+    if differ:  # as `apply` does: never a silent 0
+        tuning.log.write("exit 1: the tuned model's outputs differ from IREE's default")
+        raise SystemExit(1)
 
 
 def whole_model_table(tuning: Tuning, paths, problems, dispatches, spec_path) -> list[dict]:

@@ -59,6 +59,23 @@ class Trial:
         return self.status == "ok"
 
 
+def finite(value):
+    """`value` with every NaN or infinite float (a default build that overflows, a ratio of
+    two of them) as None: JSON has no such numbers, and a reader of the file must parse it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def json_text(value, **options) -> str:
+    """Strict JSON (see `finite`)."""
+    return json.dumps(finite(value), allow_nan=False, **options)
+
+
 def problem_shape(problem: MatmulProblem) -> dict:
     """What a record keeps of its problem's shape (each kind's problem says)."""
     return problem.record_shape()
@@ -191,7 +208,7 @@ class TuningDatabase:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
     def append(self, trial: Trial) -> None:
-        data = (json.dumps(asdict(trial), sort_keys=True) + "\n").encode("utf-8")
+        data = (json_text(asdict(trial), sort_keys=True) + "\n").encode("utf-8")
         descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(descriptor).st_size
