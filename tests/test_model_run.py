@@ -329,4 +329,3 @@ def test_a_dot_product_is_refused_with_its_reason(folder):
     result = CliRunner().invoke(cli, ["run", "dot.mlir", "--dry-run"])
     assert result.exit_code == 2
     assert "(not tuned: 1 dot product)" in result.output
-
