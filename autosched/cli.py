@@ -17,7 +17,7 @@ from autosched.config import (
     load_config,
     with_overrides,
 )
-from autosched.drivers.guard import EXIT_INTERRUPTED
+from autosched.drivers.guard import EXIT_INTERRUPTED, signal_name
 from autosched.errors import UserError
 from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
@@ -167,9 +167,9 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
     interrupts.install()
     try:
         apply_spec(config, spec_path, custom_spec)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as interrupt:
+        click.echo(signal_name(interrupt), err=True)
+        sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
     finally:
         interrupts.restore()
 
@@ -200,9 +200,9 @@ def _run_command() -> None:
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
-    except (click.Abort, KeyboardInterrupt):
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except (click.Abort, KeyboardInterrupt) as interrupt:
+        click.echo(signal_name(interrupt), err=True)
+        sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
     except OSError as error:
         click.echo(f"Error: {error}", err=True)
         sys.exit(2)

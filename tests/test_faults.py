@@ -609,3 +609,63 @@ def test_compiles_run_below_the_measuring_workers_priority():
     assert int(finished.stdout) == min(base + COMPILE_NICENESS, 19)
     plain = processes.run(["sh", "-c", "nice"], 10)
     assert int(plain.stdout) == base
+
+
+HANG_IN_PHASE = """#!/bin/sh
+case "$*" in *{marker}*) sh -c 'sleep 1000; :' "$0" & sleep 1000;; esac
+exec "{real}" "$@"
+"""
+
+
+@pytest.mark.parametrize(
+    ("variable", "marker", "real", "log_line"),
+    [  # IREE's dispatch benchmarks being written; the whole-model proof being run
+        ("AUTOSCHED_IREE_COMPILE", "benchmarks-to", "compile", "writing IREE's dispatches"),
+        ("AUTOSCHED_IREE_RUN_MODULE", "proof", "run", "the whole model"),
+    ],
+)
+def test_sigterm_in_a_model_runs_later_phases_is_143_with_its_line(
+    tuning, tmp_path, variable, marker, real, log_line
+):
+    """Issue 27 item 3: SIGTERM while the dispatches are written or while the model is
+    proved (phases outside the search's own handler) ends with 143 and the SIGTERM line,
+    not Ctrl-C's 130, and leaves no child behind."""
+    import shutil
+
+    from autosched.measure.worker import run_tool
+
+    run = tuning
+    cfg = run.path("auto-scheduler.cfg")
+    cfg.write_text(cfg.read_text().split("[SearchSpace]")[0] + "[SearchStrategy]\nbatch_size = 2\n")
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+    shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path / "model.onnx")
+    tool = real_compiler() if real == "compile" else run_tool()
+    run.wrap(variable, HANG_IN_PHASE.replace("{marker}", marker), tool)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "run", "model.onnx", "--budget", "2"],
+        cwd=tmp_path,
+        env=run.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        seen = ""
+        deadline = time.time() + 240
+        while log_line not in seen and time.time() < deadline:
+            line = process.stderr.readline()
+            if not line and process.poll() is not None:
+                break
+            seen += line
+        assert log_line in seen, seen
+        time.sleep(2)  # the hanging tool has started
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 143, seen + stderr
+        assert stderr.strip().splitlines()[-1].startswith("SIGTERM"), stderr
+        run.assert_no_leftovers()
+        assert_once_each(run, complete=False)
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -37,6 +37,8 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
         lock = RunLock(lock_paths(config.work_dir, config.database))
         interrupts.install()
         yield
+    except KeyboardInterrupt as interrupt:  # in a phase outside the search's own handler
+        exit_interrupted(interrupt, config)
     except OSError as error:
         where = f"{error.filename}: " if error.filename else ""
         raise UserError(
@@ -49,11 +51,20 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
             lock.release()
 
 
-def exit_interrupted(interrupt: KeyboardInterrupt, config: RunConfig, log, progress) -> None:
-    """One line, then the exit code of the signal (130 for Ctrl-C, 143 for SIGTERM)."""
-    progress.finish()
-    name = "SIGTERM" if getattr(interrupt, "signum", 0) == signal.SIGTERM else "interrupted"
-    log.write(f"{name}: every trial measured so far is in the CSV and the database")
+def signal_name(interrupt: KeyboardInterrupt) -> str:
+    return "SIGTERM" if getattr(interrupt, "signum", 0) == signal.SIGTERM else "interrupted"
+
+
+def exit_interrupted(
+    interrupt: KeyboardInterrupt, config: RunConfig, log=None, progress=None
+) -> None:
+    """One line, then the exit code of the signal (130 for Ctrl-C, 143 for SIGTERM), in any
+    phase of a run (the search's, with its log and progress display, or the later ones)."""
+    if progress is not None:
+        progress.finish()
+    name = signal_name(interrupt)
+    if log is not None:
+        log.write(f"{name}: every trial measured so far is in the CSV and the database")
     click.echo(
         f"\n{name}: measurements kept in {config.output_file} and {config.database}; "
         "run the same command again to resume",
