@@ -329,3 +329,39 @@ def test_a_dot_product_is_refused_with_its_reason(folder):
     result = CliRunner().invoke(cli, ["run", "dot.mlir", "--dry-run"])
     assert result.exit_code == 2
     assert "(not tuned: 1 dot product)" in result.output
+
+
+EMPTY_OUTPUTS = """#!/bin/sh
+"{real}" "$@" || exit $?
+for arg in "$@"; do
+  case "$arg" in --output=@*) : > "${{arg#--output=@}}";; esac
+done
+"""
+
+
+def test_an_empty_output_file_is_an_error_line_not_an_interrupt(folder, monkeypatch):
+    """Issue 27 item 5: a full disk leaves iree-run-module's output file empty; numpy's
+    EOFError must not look like a Ctrl-C: one Error: line (exit 2), no "interrupted"."""
+    import subprocess
+
+    from autosched.measure.worker import run_tool
+
+    target = CpuTarget(RunConfig())
+    analysis = analyze_model(str(folder / "gemm_matmul_transpose.onnx"), target.compile_flags())
+    point = {"tile_m": 8, "tile_n": 8, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+    (folder / "spec.mlir").write_text(
+        tuning_spec([(p, target, point) for p in analysis.matmul_problems()])
+    )
+    wrapper = folder / "empty.sh"
+    wrapper.write_text(EMPTY_OUTPUTS.format(real=run_tool()))
+    wrapper.chmod(0o755)
+    env = {**os.environ, "AUTOSCHED_IREE_RUN_MODULE": str(wrapper)}
+    done = subprocess.run(
+        [sys.executable, "-m", "autosched", "apply", "gemm_matmul_transpose.onnx", "--spec",
+         "spec.mlir"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "interrupted" not in done.stderr and "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "empty" in errors[0], done.stderr

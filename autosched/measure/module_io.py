@@ -297,9 +297,12 @@ def run_outputs(
         raise RunFailed(f"iree-run-module took over {timeout:g} s")
     if finished.returncode != 0:
         raise RunFailed(processes.describe_failure(finished, "iree-run-module"))
+    empty = [p for p in paths if os.path.isfile(p) and os.path.getsize(p) == 0]
+    if empty:
+        raise RunFailed(f"iree-run-module wrote an empty output {empty[0]} (is the disk full?)")
     try:
         return [_read_output(p, s) for p, s in zip(paths, entry.outputs, strict=True)]
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError) as error:  # numpy's error for a truncated file
         raise RunFailed(f"unreadable output: {error}"[:300]) from None
 
 

@@ -268,7 +268,7 @@ def verify_module(
         )
     try:
         output = _read_output(output_path, problem)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError) as error:  # EOFError: an empty file (a full disk)
         return Verification("runtime_error", message=f"unreadable output: {error}"[:300])
     finally:
         if os.path.exists(output_path):
