@@ -16,13 +16,14 @@ import argparse
 import itertools
 import math
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from custom_kernels import graph_ms  # noqa: E402
 
 from autosched.ops.attention import AttentionProblem  # noqa: E402
 from autosched.targets.cuda_flash_attention import (  # noqa: E402
@@ -59,27 +60,6 @@ def problem_for(heads: int, seq: int, dim: int, v_transposed: bool, causal: bool
         causal=causal,
         output_type="bf16",
     )
-
-
-def graph_ms(launch, inner: int = 20, repetitions: int = 7) -> float:
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            launch()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            launch()
-    samples = []
-    for _ in range(repetitions):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / inner)
-    return statistics.median(samples)
 
 
 def main() -> None:

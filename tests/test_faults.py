@@ -544,6 +544,19 @@ def test_read_only_working_folder_is_refused(tuning, small_disk):
     assert len(lines) == 1 and "not writable" in lines[0], done.stderr
 
 
+def _start_model_run(run: Run, folder, budget: int) -> subprocess.Popen:
+    """`autosched run model.onnx` in its own process group, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "autosched", "run", "model.onnx", "--budget", str(budget)],
+        cwd=folder,
+        env=run.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def test_sigterm_during_a_model_run_keeps_every_record_once(tuning, tmp_path):
     """A model's campaign under SIGTERM: one line, 143, children gone, CSV equal to the
     database, and the rerun completes the budget without measuring anything twice."""
@@ -560,15 +573,7 @@ def test_sigterm_during_a_model_run_keeps_every_record_once(tuning, tmp_path):
         "*iree_default*)", "*iree_default*|*--compile-to*|*benchmarks-to*)"
     )
     run.wrap("AUTOSCHED_IREE_COMPILE", hang_candidates, real_compiler())
-    process = subprocess.Popen(
-        [sys.executable, "-m", "autosched", "run", "model.onnx", "--budget", "4"],
-        cwd=tmp_path,
-        env=run.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = _start_model_run(run, tmp_path, budget=4)
     try:
         run.wait_for_records(process, 2)  # both defaults; the candidates' compiles now hang
         time.sleep(0.5)
@@ -641,15 +646,7 @@ def test_sigterm_in_a_model_runs_later_phases_is_143_with_its_line(
     shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path / "model.onnx")
     tool = real_compiler() if real == "compile" else run_tool()
     run.wrap(variable, HANG_IN_PHASE.replace("{marker}", marker), tool)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "autosched", "run", "model.onnx", "--budget", "2"],
-        cwd=tmp_path,
-        env=run.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = _start_model_run(run, tmp_path, budget=2)
     try:
         seen = ""
         deadline = time.time() + 240
