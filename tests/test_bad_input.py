@@ -284,3 +284,20 @@ def test_apply_refuses_a_custom_spec_that_is_not_one(tmp_path, monkeypatch, text
     result = CliRunner().invoke(cli, ["apply", "mm.mlir", "--custom", "custom.mlir"])
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines()[-1].startswith(f"Error: custom.mlir: {why}")
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [  # issue 27 item 1: a model run's own files are in the collision checks too
+        ("database", "generated/results.summary.json", "the tuning database and the summary"),
+        ("log_file", "generated/results.summary.json", "the run log and the summary"),
+        ("database", "generated/results.csv.tmp", "the CSV's temporary file"),
+        ("database", "generated/results.summary.json.tmp", "the summary's temporary file"),
+        ("log_file", "generated/results.dispatches.png", "the dispatch picture"),
+        ("database", "generated/model/dispatches/db.jsonl", "which the run fills with its own"),
+    ],
+)
+def test_a_model_runs_own_files_collide_with_nothing(folder, key, value, expected):
+    (folder / "auto-scheduler.cfg").write_text(with_env(f"{key} = {value}", "Env"))
+    assert_one_error(invoke("run", "mm.mlir"), expected)
+    assert not (folder / value).exists()

@@ -666,3 +666,61 @@ def test_sigterm_in_a_model_runs_later_phases_is_143_with_its_line(
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_a_second_run_with_its_own_folders_but_the_same_output_is_refused(tuning):
+    """Issue 27 item 2: its own work_dir and database, the first run's --output: it would
+    replace the first run's CSV and summary, so it is refused while the first one runs."""
+    tuning.wrap("AUTOSCHED_IREE_COMPILE", HANG_COMPILE, real_compiler())
+    first = tuning.start()
+    try:
+        tuning.wait_for_records(first, 1)
+        cfg = tuning.path("auto-scheduler.cfg")
+        text = cfg.read_text()
+        cfg.write_text(text.replace("[Env]", "[Env]\nwork_dir = other\ndatabase = other/db.jsonl"))
+        second = tuning.run(timeout=60)
+        cfg.write_text(text)
+        assert second.returncode == 2, second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith("Error: another autosched run (pid ") and "results.csv" in line
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=30)
+    assert_once_each(tuning)
+
+
+def test_applies_in_one_folder_keep_their_own_builds(tuning, tmp_path):
+    """Issue 27 item 9: `apply` builds in a folder of its own (removed after), so applies
+    beside each other never read another's half-written modules, and a run's model/proof
+    folder is never written by one."""
+    import shutil
+
+    from autosched.config import RunConfig
+    from autosched.model.lowering import analyze_model
+    from autosched.outputs.spec import tuning_spec
+    from autosched.targets.cpu import CpuTarget
+
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+    shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path / "model.onnx")
+    target = CpuTarget(RunConfig())
+    problems = analyze_model(str(tmp_path / "model.onnx"), target.compile_flags()).matmul_problems()
+    point = {"tile_m": 8, "tile_n": 8, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+    (tmp_path / "spec.mlir").write_text(tuning_spec([(p, target, point) for p in problems]))
+    command = [sys.executable, "-m", "autosched", "apply", "model.onnx", "--spec", "spec.mlir"]
+    applies = [
+        subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=tuning.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for _ in range(3)
+    ]
+    for process in applies:
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stdout + stderr
+        assert "outputs match" in stdout
+    assert not os.listdir(tmp_path / "generated" / "apply")
+    assert not (tmp_path / "generated" / "model" / "proof").exists()

@@ -365,3 +365,32 @@ def test_an_empty_output_file_is_an_error_line_not_an_interrupt(folder, monkeypa
     assert "interrupted" not in done.stderr and "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "empty" in errors[0], done.stderr
+
+
+def _f64_gemm_onnx(path) -> None:
+    """An ONNX Gemm in double precision, with a Relu after it (a model, not one op)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    a = helper.make_tensor_value_info("a", TensorProto.DOUBLE, [16, 32])
+    b = helper.make_tensor_value_info("b", TensorProto.DOUBLE, [32, 24])
+    out = helper.make_tensor_value_info("out", TensorProto.DOUBLE, [16, 24])
+    nodes = [helper.make_node("Gemm", ["a", "b"], ["c"]), helper.make_node("Relu", ["c"], ["out"])]
+    graph = helper.make_graph(nodes, "gemm_f64", [a, b], [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+
+
+def test_an_f64_model_runs_in_f64_and_says_so(folder):
+    """Issue 26 item 7: IREE's default f64 demotion breaks an f64 ONNX model at run time; the
+    run names the model's types, compiles it with f64 kept, tunes its Gemm as an f64 problem
+    and its outputs match."""
+    _f64_gemm_onnx(folder / "gemm_f64.onnx")
+    result = CliRunner().invoke(cli, ["run", "gemm_f64.onnx", "--budget", "2"])
+    assert result.exit_code == 0, result.output
+    assert "takes f64, returns f64; compiled with --iree-input-demote-f64-to-f32=false" in (
+        result.output
+    )
+    assert "_f64_f64_f64" in result.output  # tuned as f64, not as f32
+    model_line = next(line for line in result.output.splitlines() if line.startswith("model:"))
+    assert "outputs match" in model_line or "nothing faster" in model_line, model_line

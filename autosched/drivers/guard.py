@@ -34,7 +34,7 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
                 problem = device_problem(device)
                 if problem:
                     raise UserError(f"device {device!r} cannot be opened here: {problem}")
-        lock = RunLock(lock_paths(config.work_dir, config.database))
+        lock = RunLock(lock_paths(config.work_dir, config.database, config.output_file))
         interrupts.install()
         yield
     except KeyboardInterrupt as interrupt:  # in a phase outside the search's own handler

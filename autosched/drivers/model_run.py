@@ -8,6 +8,7 @@ tool, from lowering to the line that says what the spec did to the whole model.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field, replace
 
 import click
@@ -93,6 +94,17 @@ def model_problems(analysis: ModelAnalysis, target) -> tuple[list[ModelProblem],
     return problems, counts
 
 
+def typed_flags(target, model_path: str, work: str) -> list[str]:
+    """The target's compile flags with what the model's types need (f64 kept as f64); says
+    which types the model has."""
+    from autosched.model.input_types import model_input_flags
+
+    needed, line = model_input_flags(model_path, target.compile_flags(), work)
+    target.use_input_flags(needed)
+    click.echo(line, err=True)
+    return target.compile_flags()
+
+
 def describe_analysis(path: str, analysis: ModelAnalysis, problems, skipped) -> list[str]:
     lines = [f"{path}: {analysis.dispatches} dispatches; {len(problems)} problem(s) to tune"]
     for entry in problems:
@@ -117,7 +129,7 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
     paths = RunPaths.of(config)
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)
-    flags = target.compile_flags()
+    flags = typed_flags(target, model_path, work)
     analysis = in_configured_form(analyze_model(model_path, flags), model_path, flags)
     problems, skipped = model_problems(analysis, target)
     if not problems:
@@ -295,7 +307,7 @@ def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: Model
     tuning.log.write(shares)
     click.echo("\n" + shares)
     report.dispatches = whole_model_table(tuning, paths, problems, dispatches, spec_path)
-    summary_path = write_summary(os.path.splitext(paths.csv)[0] + ".summary.json", proof, report)
+    summary_path = write_summary(paths.summary, proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     if spec_path:
         click.echo(tuned_model_command(config.input_file, target, spec_path))
@@ -338,7 +350,7 @@ def whole_model_table(tuning: Tuning, paths, problems, dispatches, spec_path) ->
     tuning.log.section("every dispatch")
     tuning.log.write(text)
     click.echo("\n" + text)
-    picture = plot_dispatches(rows, os.path.splitext(paths.csv)[0] + ".dispatches.png")
+    picture = plot_dispatches(rows, paths.picture)
     click.echo(
         f"picture: {picture}" if picture else "a picture of it: pip install 'autosched[plots]'"
     )
@@ -440,8 +452,9 @@ def check_applied(model_path, target, spec_path, problems, log) -> dict[str, boo
     return applied
 
 
-def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None):
-    """proof.prove with the run's target, device, seed and timing settings."""
+def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None, work=None):
+    """proof.prove with the run's target, device, seed and timing settings (its builds in
+    `work`, by default the run's model/proof folder)."""
     from autosched.drivers.proof import prove
 
     what = "proving the spec on" if spec_path or custom_spec else "timing"
@@ -456,7 +469,7 @@ def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None
         spec_flag=target.tuning_spec_flag,
         repetitions=config.repetitions,
         min_time=config.min_time,
-        work_dir=os.path.join(config.work_dir, "model", "proof"),
+        work_dir=work or os.path.join(config.work_dir, "model", "proof"),
         custom_spec=custom_spec,
     )
 
@@ -517,7 +530,6 @@ def _log_budget(tuning: Tuning, report: CampaignReport) -> None:
 
 def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None = None) -> None:
     """`autosched apply`: which dispatches the spec configures, and the whole-model proof."""
-    from autosched.model.configured import spec_coverage
     from autosched.targets import make_target
 
     target = make_target(config)
@@ -526,9 +538,20 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
         from autosched.model.substitution import check_custom_spec
 
         check_custom_spec(custom_spec)
+    # Its own folder: a run (or another apply) in the same work_dir keeps its builds.
+    work = os.path.join(config.work_dir, "apply", str(os.getpid()))
+    try:
+        _apply_in(config, target, spec_path, custom_spec, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> None:
+    from autosched.model.configured import spec_coverage
+
     path = config.input_file
-    work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)
+    typed_flags(target, model_path, work)
     if spec_path:
         configs = spec_coverage(
             model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
@@ -540,7 +563,9 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
         for c in configs:
             state = "spec" if c.changed else "IREE default"
             click.echo(f"  {c.entry_point}: {c.contraction} ({state})")
-    proof = run_proof(model_path, target, spec_path, config, custom_spec)
+    proof = run_proof(
+        model_path, target, spec_path, config, custom_spec, os.path.join(work, "proof")
+    )
     click.echo(model_line(proof))
     if proof.custom:
         click.echo(custom_line(proof.custom))

@@ -1,4 +1,4 @@
-"""One run at a time per work folder and per tuning database.
+"""One run at a time per work folder, per tuning database and per output.
 
 Two runs on the same files measured points twice and deleted each other's outputs, so a
 second run exits with a clear message instead. The lock is an advisory `flock` on a small
@@ -49,6 +49,9 @@ class RunLock:
         self.handles = []
 
 
-def lock_paths(work_dir: str, database: str) -> list[str]:
-    """The lock files of a run: one in the work folder, one beside the database."""
-    return [os.path.join(work_dir, ".autosched.lock"), database + ".lock"]
+def lock_paths(work_dir: str, database: str, output: str = "") -> list[str]:
+    """The lock files of a run: one in the work folder, one beside the database, one beside
+    the CSV (two runs with their own folders but one --output would replace each other's
+    CSV and summary)."""
+    paths = [os.path.join(work_dir, ".autosched.lock"), database + ".lock"]
+    return paths + ([output + ".lock"] if output else [])

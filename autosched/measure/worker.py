@@ -24,7 +24,7 @@ from autosched.ops.matmul_kernel import KERNEL_FUNCTION
 # Largest allowed error, relative to the largest magnitude of the reference. Inputs are
 # exact in their type, so the error is the accumulator's rounding; a wrong tiling is off
 # by order one.
-TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}
+TOLERANCE = {"f64": 1e-10, "f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}
 MIXED_TOLERANCE = 1e-3  # f16/bf16 inputs accumulated in f32
 
 
@@ -55,6 +55,8 @@ def _round_to(values: np.ndarray, element: str) -> np.ndarray:
     if element == "bf16":
         bits = values.astype(np.float32).view(np.uint32) & 0xFFFF0000
         return bits.view(np.float32).astype(np.float64)
+    if element == "f64":
+        return values.astype(np.float64)
     return values.astype(np.float32).astype(np.float64)
 
 
@@ -67,7 +69,8 @@ def _write(path: str, values: np.ndarray, element: str, shape: list[int]) -> str
     if element in FP8_TYPES:
         values.astype(_fp8(element)).view(np.uint8).tofile(path)
         return f"{'x'.join(map(str, shape))}x{element}=@{path}"
-    np.save(path, values.astype(np.float16 if element == "f16" else np.float32))
+    kept = {"f16": np.float16, "f64": np.float64}.get(element, np.float32)
+    np.save(path, values.astype(kept))
     return f"@{path}"
 
 

@@ -233,7 +233,7 @@ def _describe(function: str, index: int, op: ir.Operation) -> MatmulProblem | Sk
 
 
 FP8_TYPES = ("f8E4M3FN", "f8E5M2")
-SUPPORTED_TYPES = ("f32", "f16", "bf16", *FP8_TYPES)
+SUPPORTED_TYPES = ("f32", "f16", "bf16", *FP8_TYPES, "f64")  # f64: the CPU's alone
 
 
 def unsupported_types(problem: MatmulProblem) -> str | None:

@@ -25,6 +25,8 @@ class RunPaths:
     work_dir: str
     starter_spec: str = ""  # an input, like the module: no output may be it
     custom_spec: str = ""  # custom-kernel winners as a preprocessing spec
+    summary: str = ""  # a model run's numbers (JSON)
+    picture: str = ""  # a model run's dispatches, before and after (with matplotlib)
 
     @classmethod
     def of(cls, config: RunConfig) -> RunPaths:
@@ -39,11 +41,14 @@ class RunPaths:
             work_dir=config.work_dir,
             starter_spec=config.starter_spec,
             custom_spec=stem + ".custom.mlir",
+            summary=stem + ".summary.json",
+            picture=stem + ".dispatches.png",
         )
 
     def outputs(self) -> dict[str, str]:
-        """Each file the run writes, by what it is (for messages)."""
-        return {
+        """Each file the run writes, by what it is (for messages): the temporary files the
+        CSV and the summary are written through too."""
+        named = {
             "--output (the CSV)": self.csv,
             "the tuned module": self.best_module,
             "the tuning spec": self.spec,
@@ -51,6 +56,16 @@ class RunPaths:
             "the tuning database": self.database,
             "the run log": self.log,
         }
+        if self.summary:  # paths of a model run (RunPaths.of names them)
+            named |= {"the summary": self.summary, "the dispatch picture": self.picture}
+        for what, temporary in (("the CSV", self.csv), ("the summary", self.summary)):
+            if temporary.strip():
+                named[f"{what}'s temporary file"] = temporary + ".tmp"
+        return named
+
+
+# The work folder's own sub-folders (builds, dispatch dumps, inputs): no output may be in one.
+WORK_FOLDERS = ("model", "linalg", "inputs")
 
 
 def _writable_folder(path: str, what: str) -> None:
@@ -85,8 +100,15 @@ def check_paths(paths: RunPaths) -> None:
 
         read_starter(paths.starter_spec, ir.Context())  # fail now, not after the search
         seen[os.path.realpath(paths.starter_spec)] = "the starter spec"
+    managed = [os.path.realpath(os.path.join(paths.work_dir, f)) for f in WORK_FOLDERS]
     for what, path in paths.outputs().items():
         real = os.path.realpath(path)
+        inside = next((f for f in managed if real.startswith(f + os.sep)), None)
+        if inside:
+            raise UserError(
+                f"{what} {path} is inside {inside}, which the run fills with its own builds: "
+                "give it a place outside work_dir's model/, linalg/ and inputs/"
+            )
         if real in seen:
             raise UserError(
                 f"{seen[real]} and {what} are the same file, {path}: give each its own "

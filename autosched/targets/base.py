@@ -145,6 +145,8 @@ class Target(KindViews, ABC):
     default_timer = "tool"
     arch = ""  # the chip the code is built for, where the backend has such a notion
     tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
+    # Flags a model's own types need, in every compile of it (model/input_types.py).
+    input_flags: tuple[str, ...] = ()
 
     def __init__(self, config: RunConfig, machine: Machine | None = None):
         """`machine` is what discovery found on this host (host.discover): a target runs
@@ -152,6 +154,12 @@ class Target(KindViews, ABC):
         self.config = config
         self.machine = machine or Machine()
         self.device = config.device or self.default_device
+
+    def use_input_flags(self, flags: list[str]) -> None:
+        """Every compile of this model gets `flags` (its kinds' views too)."""
+        base = getattr(self, "base", self)
+        for holder in [base, *base.__dict__.get("_views", {}).values()]:
+            holder.input_flags = tuple(flags)
 
     @property
     def knob_names(self) -> tuple[str, ...]:

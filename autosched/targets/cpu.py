@@ -12,7 +12,7 @@ from autosched.targets.base import Constraint, KnobSpec, Point, Target, problem_
 # 16384 bytes, and the largest vector of a matmul is the vec_m x vec_n x vec_k contraction
 # (measured: 16x16x16 f32 fails, 16x16x8 compiles).
 MAX_VECTOR_BYTES = 512 * 32
-BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}
+BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}
 
 
 def _lead(problem: MatmulProblem) -> list[int]:
@@ -110,6 +110,7 @@ class CpuTarget(Target):
             "--iree-hal-target-device=local",
             "--iree-hal-local-target-device-backends=llvm-cpu",
             "--iree-llvmcpu-target-cpu=host",
+            *self.input_flags,
         ]
 
     def config_name(self, point: Point) -> str:

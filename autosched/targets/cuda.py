@@ -455,7 +455,10 @@ class CudaTarget(Target):
     # ---- the space ----------------------------------------------------------------------
 
     def supports(self, problem: MatmulProblem) -> str | None:
-        """fp8 needs the arch's fp8 intrinsics: IREE 3.13 cannot lower fp8 SIMT code."""
+        """fp8 needs the arch's fp8 intrinsics: IREE 3.13 cannot lower fp8 SIMT code; f64
+        has no knobs here (tuned on the CPU only)."""
+        if "f64" in (problem.lhs_type, problem.rhs_type, problem.acc_type):
+            return "f64 contractions are tuned on the CPU only"
         kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type), "")
         if ELEMENT_BYTES.get(problem.lhs_type) == 1 and kind not in self.mma_intrinsics:
             return f"{problem.lhs_type} needs sm_89 or later (this is {self.arch})"
@@ -623,7 +626,7 @@ class CudaTarget(Target):
             flags.append(f"--iree-cuda-target={self.arch}")
         if self.ptxas:
             flags += ["--iree-cuda-use-ptxas", f"--iree-cuda-use-ptxas-from={self.ptxas}"]
-        return flags
+        return flags + list(self.input_flags)
 
     def module_attributes(self) -> dict[str, str]:
         """For an arch iree-compile cannot name, the full device target, built like sm_89's."""

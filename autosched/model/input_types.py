@@ -1,0 +1,33 @@
+"""The element types a model takes and returns, and the iree-compile flags they need.
+
+IREE demotes f64 to f32 by default (`--iree-input-demote-f64-to-f32`): the model's own
+buffers stay f64 while the module expects f32 (an ONNX model then fails at run time with
+`buffer view byte length 320 exceeds backing buffer byte length 160`), and its contractions
+are tuned as f32 problems. A model that takes or returns f64 is compiled without the
+demotion; its answers then match ONNX's to about 1e-15.
+"""
+
+from __future__ import annotations
+
+import os
+
+from autosched.measure.module_io import source_entry_function
+from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
+
+KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
+
+
+def model_input_flags(model_path: str, flags: list[str], work: str) -> tuple[list[str], str]:
+    """(the flags the model's types need, a line naming its types) from its entry function
+    as IREE reads it with every type kept."""
+    os.makedirs(work, exist_ok=True)
+    source = prepare_model(model_path, work)
+    entry = source_entry_function(
+        source, [*flags, KEEP_F64], None, work, LOWERING_TIMEOUT, model_path
+    )
+    inputs = sorted({spec.element for spec in entry.inputs})
+    outputs = sorted({spec.element for spec in entry.outputs})
+    line = f"{model_path}: takes {', '.join(inputs) or 'nothing'}, returns {', '.join(outputs)}"
+    if "f64" in inputs + outputs:
+        return [KEEP_F64], line + f"; compiled with {KEEP_F64} (IREE demotes f64 by default)"
+    return [], line
