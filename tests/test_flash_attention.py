@@ -337,3 +337,24 @@ def test_the_whole_custom_llama_layer_gives_the_default_builds_outputs(tmp_path,
     assert result.exit_code == 0, result.output
     assert "with custom kernels (8 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+@pytest.mark.gpu
+def test_the_custom_build_is_tabled_dispatch_by_dispatch(tmp_path, monkeypatch):
+    """Issue 24 item 3 for the custom route: the model built with its custom kernels has
+    each of its dispatches timed, the kernels (`hal.dispatch.extern`) among them, the
+    transposes and the mask they absorbed not."""
+    from autosched.drivers.custom_route import custom_build_dispatches
+    from autosched.outputs.report import RunLog
+
+    name, spec = _all_custom(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    config = RunConfig(target="cuda", arch="sm_90", work_dir=str(tmp_path / "w"))
+    target = make_target(config)
+    rows = custom_build_dispatches(
+        config, target, RunLog(str(tmp_path / "run.log")), name, spec, None
+    )
+    externs = [r for r in rows if "extern_dispatch" in r["entry_point"]]
+    assert externs and all(r["tuned_ms"] and r["tuned_ms"] > 0 for r in externs)
+    assert not [r for r in rows if r["entry_point"].endswith("transpose_128x128_bf16")]
+    assert "all dispatches with the custom kernels" in open(tmp_path / "run.log").read()

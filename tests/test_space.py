@@ -158,3 +158,23 @@ def test_cpu_tiles_fit_dimensions_under_eight():
     space = build_space(problem, CpuTarget(RunConfig()), {})
     assert space.points
     assert {p["tile_m"] for p in space.points} == {3} and 4 in {p["tile_n"] for p in space.points}
+
+
+def test_the_shipped_example_measures_the_cpus_known_good_points_first():
+    """Issue 26 item 1: the quick start's first candidates are the CPU target's known-good
+    points (1.4-1.55x IREE's default on the recorded landscapes), in the shipped cfg's space
+    for the shipped example, so a newcomer's first run finds a win that stands clear of a
+    small machine's noise without luck."""
+    import os
+
+    from autosched.config import load_config
+    from autosched.search.space import matching_points
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = load_config(os.path.join(root, "auto-scheduler.cfg"))
+    (problem,) = analyze_file(os.path.join(root, config.input_file)).problems
+    assert (problem.m, problem.n, problem.k) == (256, 1024, 512)
+    target = CpuTarget(config)
+    space = build_space(problem, target, config.knob_space)
+    found = matching_points(space.points, target.starting_points(problem))
+    assert len(found) == len(target.starting_points(problem)) == 2

@@ -122,6 +122,8 @@ class CampaignReport:
     skipped: dict[str, int] = field(default_factory=dict)
     custom_trials: int = 0  # custom kernels searched on their bare kernels after the campaign
     dispatches: list[dict] = field(default_factory=list)  # every dispatch, before and after
+    # Every dispatch of the model built with its custom kernels (when they won).
+    custom_dispatches: list[dict] = field(default_factory=list)
 
 
 def run_campaign(

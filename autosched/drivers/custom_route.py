@@ -115,6 +115,45 @@ def custom_winner(entry: ModelProblem, custom: dict, target):
     return result if result is not None and result.best is not None else None
 
 
+def custom_build_dispatches(config, target, log, model_path: str, custom_spec: str, spec_path):
+    """Every dispatch of the model as built with its custom kernels (and the spec for the
+    rest), timed on IREE's own dispatch benchmarks: where the time goes after the custom
+    route. A table in run.log (`log`) and on the screen; rows for the summary."""
+    from autosched.drivers.dispatch_table import (
+        custom_build_lines,
+        summary_rows,
+        time_dispatches,
+    )
+    from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
+    from autosched.model.lowering import dispatch_calls, lower_to_dispatches
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+
+    click.echo("timing every dispatch of the model with its custom kernels ...", err=True)
+    folder = os.path.join(config.work_dir, "model", "custom_dispatches")
+    os.makedirs(folder, exist_ok=True)
+    rewritten, _ = rewrite_model(
+        model_path,
+        custom_spec,
+        target.compile_flags(),
+        os.path.join(folder, "model.custom.mlir"),
+        config.compile_timeout,
+    )
+    flags = [*target.compile_flags(), RESUME_FLAG]
+    benchmarks = dump_dispatch_benchmarks(rewritten, flags, folder)
+    calls = dispatch_calls(lower_to_dispatches(rewritten, flags))
+    rows = time_dispatches(
+        benchmarks, calls, target, spec_path, config, {}, os.path.join(folder, "timed")
+    )
+    if not spec_path:  # nothing to apply: the default build is the custom build
+        for row in rows:
+            row.tuned_ms = row.default_ms
+    text = custom_build_lines(rows)
+    log.section("every dispatch, with the custom kernels")
+    log.write(text)
+    click.echo("\n" + text)
+    return summary_rows(rows)
+
+
 def route_of(row: dict, substituted: bool) -> str:
     """Which route a problem's winner took, for the summary (the honest name of it)."""
     if substituted and row.get("custom_ms") is not None:

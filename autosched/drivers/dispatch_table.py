@@ -77,11 +77,12 @@ def time_dispatches(
     spec_path: str | None,
     config: RunConfig,
     tuned: dict[str, str],
+    folder: str = "",
 ) -> list[DispatchRow]:
     """Every dispatch timed with IREE's default and (with `spec_path`) with the spec, one
     after the other on the target's device; largest share of the default first. `tuned`
     maps a tuned problem's dispatches to its name."""
-    folder = os.path.join(config.work_dir, "model", "dispatch_table")
+    folder = folder or os.path.join(config.work_dir, "model", "dispatch_table")
     os.makedirs(folder, exist_ok=True)
     built = {
         r.job.output
@@ -102,6 +103,24 @@ def time_dispatches(
             row.tuned_ms = _time(after, benchmark, target.device, config)
         rows.append(row)
     return sorted(rows, key=lambda r: -r.default_total)
+
+
+def custom_build_lines(rows: list[DispatchRow]) -> str:
+    """The model with its custom kernels: each dispatch's time per model call (the spec on
+    IREE's dispatches, `hal.dispatch.extern` the custom kernels) and its share."""
+    total = sum(r.tuned_total for r in rows) or 1.0
+    headers = ["dispatch", "runs", "ms", "share", "kernel"]
+    cells = [
+        [
+            r.entry_point,
+            str(r.calls),
+            f"{r.tuned_total:.4g}" if r.default_ms is not None else "-",
+            f"{r.tuned_total / total:.1%}",
+            "custom" if "extern_dispatch" in r.entry_point else "IREE",
+        ]
+        for r in sorted(rows, key=lambda r: -r.tuned_total)
+    ]
+    return table(headers, cells) + f"\nall dispatches with the custom kernels: {total:.4g} ms"
 
 
 def dispatch_lines(rows: list[DispatchRow]) -> str:

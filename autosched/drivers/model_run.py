@@ -24,6 +24,7 @@ from autosched.drivers.campaign import (
     write_summary,
 )
 from autosched.drivers.custom_route import (
+    custom_build_dispatches,
     custom_commands,
     custom_line,
     custom_winner,
@@ -94,15 +95,14 @@ def model_problems(analysis: ModelAnalysis, target) -> tuple[list[ModelProblem],
     return problems, counts
 
 
-def typed_flags(target, model_path: str, work: str) -> list[str]:
-    """The target's compile flags with what the model's types need (f64 kept as f64); says
-    which types the model has."""
+def typed_flags(target, model_path: str, work: str) -> tuple[list[str], str, bool]:
+    """The target's compile flags with what the model's types need (f64 kept as f64), the
+    line that names the model's types, and whether a flag was needed."""
     from autosched.model.input_types import model_input_flags
 
     needed, line = model_input_flags(model_path, target.compile_flags(), work)
     target.use_input_flags(needed)
-    click.echo(line, err=True)
-    return target.compile_flags()
+    return target.compile_flags(), line, bool(needed)
 
 
 def describe_analysis(path: str, analysis: ModelAnalysis, problems, skipped) -> list[str]:
@@ -129,7 +129,7 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
     paths = RunPaths.of(config)
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)
-    flags = typed_flags(target, model_path, work)
+    flags, types_line, _ = typed_flags(target, model_path, work)
     analysis = in_configured_form(analyze_model(model_path, flags), model_path, flags)
     problems, skipped = model_problems(analysis, target)
     if not problems:
@@ -139,7 +139,7 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
             f"{analysis.dispatches} dispatch(es) IREE forms can be tuned for {target.name}"
             + (f" (not tuned: {reasons})" if reasons else "")
         )
-    for line in describe_analysis(path, analysis, problems, skipped):
+    for line in [types_line, *describe_analysis(path, analysis, problems, skipped)]:
         click.echo(line, err=True)
     budget = config.budget or budget_for(config.mode, config.n_trial, problems)
     if dry_run:
@@ -307,13 +307,20 @@ def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: Model
     tuning.log.write(shares)
     click.echo("\n" + shares)
     report.dispatches = whole_model_table(tuning, paths, problems, dispatches, spec_path)
+    verdict = (proof or {}).get("custom") or {}
+    custom_wins = (
+        bool(custom_spec) and verdict.get("outputs_match") and (verdict.get("over_spec") or 0) > 1
+    )
+    if custom_wins and config.dispatch_table != "none":
+        report.custom_dispatches = custom_build_dispatches(
+            config, target, tuning.log, model_path, custom_spec, spec_path
+        )
     summary_path = write_summary(paths.summary, proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     if spec_path:
         click.echo(tuned_model_command(config.input_file, target, spec_path))
     if custom_spec:
-        verdict = (proof or {}).get("custom") or {}
-        if verdict.get("outputs_match") and (verdict.get("over_spec") or 0) > 1:
+        if custom_wins:
             click.echo(custom_commands(model_path, target, spec_path, custom_spec, config.work_dir))
         else:
             message = (
@@ -551,7 +558,9 @@ def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> N
 
     path = config.input_file
     model_path = model_for_target(path, target, work)
-    typed_flags(target, model_path, work)
+    _, types_line, needed = typed_flags(target, model_path, work)
+    if needed:
+        click.echo(types_line, err=True)
     if spec_path:
         configs = spec_coverage(
             model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag

@@ -64,9 +64,13 @@ def _entries(path: str) -> tuple[str, str] | None:
             if "iree.benchmark" in str(op.attributes["iree.reflection"]):
                 function = ir.StringAttr(op.attributes["sym_name"]).value
         if op.name == "hal.executable":
+            executable = ir.StringAttr(op.attributes["sym_name"]).value
             for inner in walk_ops(op):
                 if inner.name == "hal.executable.export":
                     entry = ir.StringAttr(inner.attributes["sym_name"]).value
+                    # IREE names a dispatch's export after its executable; a custom kernel's
+                    # export is the kernel's name (every matmul one "matmul"): its executable.
+                    entry = entry if entry.startswith(executable) else executable
     return (entry, function) if entry and function else None
 
 
