@@ -121,10 +121,8 @@ def _constants(problem: AttentionProblem, params: FlashParams) -> dict:
     }
 
 
-def _kernel():
-    """The Triton kernel (defined here so that importing this module needs no Triton)."""
-    triton = import_triton()
-    import triton.language as tl
+def _key_blocks(triton, tl):
+    """The kernel's loop over blocks of keys (a @triton.jit helper Triton inlines)."""
 
     @triton.jit
     def key_blocks(
@@ -161,6 +159,16 @@ def _kernel():
             acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
             m_i = m_new
         return acc, m_i, l_i
+
+    return key_blocks
+
+
+def _kernel():
+    """The Triton kernel (defined here so that importing this module needs no Triton)."""
+    triton = import_triton()
+    import triton.language as tl
+
+    key_blocks = _key_blocks(triton, tl)
 
     @triton.jit
     def flash_attention(
