@@ -18,7 +18,7 @@ from autosched.config import (
     with_overrides,
 )
 from autosched.drivers.guard import EXIT_INTERRUPTED, signal_name
-from autosched.errors import UserError
+from autosched.errors import UserError, require_file
 from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
 from autosched.run.problem import Progress
@@ -157,8 +157,7 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
     from autosched.drivers.model_run import apply_spec
 
     config = with_overrides(load_config(config_path), input_file=model_file, **overrides)
-    if not os.path.isfile(model_file):
-        raise UserError(f"{model_file}: no such file")
+    require_file(model_file)
     if not spec_path and not custom_spec:
         raise UserError("give a tuning spec (--spec), a custom-kernel spec (--custom), or both")
     for path, what in ((spec_path, "tuning spec"), (custom_spec, "custom-kernel spec")):

@@ -301,3 +301,30 @@ def test_a_model_runs_own_files_collide_with_nothing(folder, key, value, expecte
     (folder / "auto-scheduler.cfg").write_text(with_env(f"{key} = {value}", "Env"))
     assert_one_error(invoke("run", "mm.mlir"), expected)
     assert not (folder / value).exists()
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [  # issue 27 item 13: each says what the path is, not "no such file"
+        ("folder", "is a folder, not a file"),
+        ("fifo", "not a regular file"),
+        ("loop", "Too many levels of symbolic links"),
+        ("dangling", "a symbolic link to nothing"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "apply"])
+def test_a_model_path_that_is_not_a_file_says_what_it_is(folder, kind, expected, command):
+    import os
+
+    path = folder / "model.onnx"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        os.symlink("other.onnx", path)
+        os.symlink("model.onnx", folder / "other.onnx")
+    else:
+        os.symlink("gone.onnx", path)
+    extra = ["--spec", "mm.mlir"] if command == "apply" else []
+    assert_one_error(invoke(command, "model.onnx", *extra), expected)

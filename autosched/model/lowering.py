@@ -28,7 +28,7 @@ from iree.compiler import ir
 
 from autosched import processes
 from autosched.compile import compiler_path, first_error_line
-from autosched.errors import UserError
+from autosched.errors import UserError, require_file
 from autosched.ir_walk import children, symbol, walk_ops
 from autosched.ops.base import DispatchSite, SkippedRoot
 from autosched.ops.contraction import Contraction, producer
@@ -158,8 +158,7 @@ def prepare_model(model_path: str, work_dir: str) -> str:
     `.onnx` is imported with IREE's ONNX importer (`import_onnx`) into `work_dir`;
     `.mlir` and `.mlirbc` are returned as they are. Every failure is a one-line UserError.
     """
-    if not os.path.isfile(model_path):
-        raise UserError(f"{model_path}: no such file")
+    require_file(model_path)
     stem, suffix = os.path.splitext(os.path.basename(model_path))
     suffix = suffix.lower()
     if suffix not in MODEL_SUFFIXES:

@@ -6,13 +6,12 @@ user's MLIR. Ops with the same signature are one problem: one tuning serves them
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from iree.compiler import ir
 
-from autosched.errors import UserError
+from autosched.errors import UserError, require_file
 
 MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 
@@ -125,8 +124,7 @@ class Analysis:
 
 def parse_module(path: str, context: ir.Context) -> ir.Module:
     """Parses a file, turning every failure into a one-line UserError."""
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such file")
+    require_file(path)
     try:
         return ir.Module.parseFile(path, context)
     except ir.MLIRError as error:
