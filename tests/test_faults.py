@@ -724,3 +724,21 @@ def test_applies_in_one_folder_keep_their_own_builds(tuning, tmp_path):
         assert "outputs match" in stdout
     assert not os.listdir(tmp_path / "generated" / "apply")
     assert not (tmp_path / "generated" / "model" / "proof").exists()
+
+
+def test_a_torn_line_is_compacted_away_on_the_next_start(tuning):
+    """Issue 27 item 13: a line torn by a full disk used to stay in the database for ever,
+    warned about on every run; the next run removes it (once, saying so) and keeps every
+    record, in order."""
+    tuning.configure(n_trial=2)
+    assert tuning.run().returncode == 0
+    database = tuning.path("generated/tuning.jsonl")
+    lines = database.read_bytes().splitlines(keepends=True)
+    database.write_bytes(lines[0] + b'{"problem": "torn", "conf' + b"\n" + b"".join(lines[1:]))
+    done = tuning.run()
+    assert done.returncode == 0, done.stderr
+    assert "removed 1 torn line(s)" in done.stderr and "unreadable" not in done.stderr
+    assert database.read_bytes().splitlines(keepends=True)[: len(lines)] == lines
+    again = tuning.run()
+    assert again.returncode == 0 and "torn" not in again.stderr, again.stderr
+    assert_once_each(tuning)

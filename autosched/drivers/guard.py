@@ -16,6 +16,7 @@ from autosched.config import RunConfig
 from autosched.drivers.runlock import RunLock, lock_paths
 from autosched.errors import UserError
 from autosched.outputs.paths import RunPaths, check_paths
+from autosched.outputs.records import TuningDatabase
 from autosched.targets.host import device_problem, measuring_devices
 
 EXIT_INTERRUPTED = 130
@@ -35,6 +36,9 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
                 if problem:
                     raise UserError(f"device {device!r} cannot be opened here: {problem}")
         lock = RunLock(lock_paths(config.work_dir, config.database, config.output_file))
+        torn = TuningDatabase(config.database).compact()
+        if torn:
+            click.echo(f"removed {torn} torn line(s) from {config.database}", err=True)
         interrupts.install()
         yield
     except KeyboardInterrupt as interrupt:  # in a phase outside the search's own handler

@@ -58,6 +58,8 @@ class RunPaths:
         }
         if self.summary:  # paths of a model run (RunPaths.of names them)
             named |= {"the summary": self.summary, "the dispatch picture": self.picture}
+        if self.database.strip():  # torn lines are compacted away through it
+            named["the tuning database's compaction file"] = self.database + ".compact"
         for what, temporary in (("the CSV", self.csv), ("the summary", self.summary)):
             if temporary.strip():
                 named[f"{what}'s temporary file"] = temporary + ".tmp"

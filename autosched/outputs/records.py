@@ -220,6 +220,33 @@ class TuningDatabase:
         finally:
             os.close(descriptor)
 
+    def compact(self) -> int:
+        """Removes torn lines (not UTF-8, or not JSON: a write cut short by a full disk or a
+        kill) so that they are not warned about on every run; every other line stays as it
+        is, in order. Written to a temporary file and renamed over the database, so a crash
+        here loses nothing. Returns how many lines went (call it holding the run's lock)."""
+        if not os.path.isfile(self.path):
+            return 0
+        kept, torn = [], 0
+        with open(self.path, "rb") as handle:
+            for line in handle:
+                if not line.strip():
+                    continue
+                try:
+                    json.loads(line.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    torn += 1
+                    continue
+                kept.append(line if line.endswith(b"\n") else line + b"\n")
+        if torn:
+            temporary = self.path + ".compact"
+            with open(temporary, "wb") as handle:
+                handle.writelines(kept)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        return torn
+
     def records(self) -> list[Trial]:
         """Every readable record, in file order; unreadable lines are counted in `skipped`."""
         self.skipped = Counter()
