@@ -622,6 +622,7 @@ exec "{real}" "$@"
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("variable", "marker", "real", "log_line"),
     [  # IREE's dispatch benchmarks being written; the whole-model proof being run
@@ -689,6 +690,7 @@ def test_a_second_run_with_its_own_folders_but_the_same_output_is_refused(tuning
     assert_once_each(tuning)
 
 
+@pytest.mark.slow
 def test_applies_in_one_folder_keep_their_own_builds(tuning, tmp_path):
     """Issue 27 item 9: `apply` builds in a folder of its own (removed after), so applies
     beside each other never read another's half-written modules, and a run's model/proof
@@ -726,6 +728,7 @@ def test_applies_in_one_folder_keep_their_own_builds(tuning, tmp_path):
     assert not (tmp_path / "generated" / "model" / "proof").exists()
 
 
+@pytest.mark.slow
 def test_a_torn_line_is_compacted_away_on_the_next_start(tuning):
     """Issue 27 item 13: a line torn by a full disk used to stay in the database for ever,
     warned about on every run; the next run removes it (once, saying so) and keeps every
