@@ -159,6 +159,7 @@ def test_a_models_dispatch_check_runs_on_the_actor(tmp_path, cluster):
     assert records and all(r["status"] == "ok" for r in records), records
 
 
+@pytest.mark.slow
 def test_a_killed_actor_loses_nothing(tmp_path, cluster):
     folder = _project(tmp_path / "kill", min_time=0.2)  # slow enough to kill one mid-run
     run = _autosched(folder, "--executor", "ray", "--ray-address", cluster, *TWO_ACTORS, wait=False)
