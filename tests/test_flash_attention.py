@@ -358,3 +358,29 @@ def test_the_custom_build_is_tabled_dispatch_by_dispatch(tmp_path, monkeypatch):
     assert externs and all(r["tuned_ms"] and r["tuned_ms"] > 0 for r in externs)
     assert not [r for r in rows if r["entry_point"].endswith("transpose_128x128_bf16")]
     assert "all dispatches with the custom kernels" in open(tmp_path / "run.log").read()
+
+
+@pytest.mark.parametrize("kernels", [None, ["iree"]])
+def test_the_flash_route_pairs_each_attention_unless_the_cfg_leaves_it_out(tmp_path, kernels):
+    """The route reads the model's attention ops and pairs them with the campaign's flow
+    problems; `kernel = [iree]` leaves the family out before anything is lowered again."""
+    from types import SimpleNamespace
+
+    from autosched.drivers.campaign import ModelProblem
+    from autosched.drivers.custom_route import flash_forms
+    from autosched.drivers.model_run import model_problems
+    from autosched.outputs.report import RunLog
+
+    name = model("hf_llama_layer_bf16.mlirbc")
+    problems, _ = model_problems(analyze_model(name, SM90.compile_flags()), SM90)
+    assert all(isinstance(p, ModelProblem) for p in problems)
+    knobs = {"kernel": kernels} if kernels else {}
+    config = RunConfig(target="cuda", arch="sm_90", work_dir=str(tmp_path), search_space=knobs)
+    log = RunLog(str(tmp_path / "run.log"))
+    forms = flash_forms(SimpleNamespace(target=SM90, config=config, log=log), problems, name)
+    if kernels:
+        assert forms == {} and "leaves them out" in open(tmp_path / "run.log").read()
+        assert not (tmp_path / "model" / "attention").exists()
+    else:
+        ((flow, op),) = forms.items()
+        assert flow.startswith("attention_2x2x64") and op.name.endswith("_causal")

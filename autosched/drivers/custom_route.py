@@ -64,6 +64,8 @@ def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -
         return {}
     view = target.for_kind("attention")
     why = getattr(view, "flash_available", lambda: "no flash family")()
+    if "flash" not in tuning.config.knob_space.get("kernel", ["flash"]):
+        why = "the cfg's `kernel` list leaves them out"
     if why:
         log.write(f"flash-attention kernels not searched: {why}")
         return {}
