@@ -328,3 +328,75 @@ def test_a_model_path_that_is_not_a_file_says_what_it_is(folder, kind, expected,
         os.symlink("gone.onnx", path)
     extra = ["--spec", "mm.mlir"] if command == "apply" else []
     assert_one_error(invoke(command, "model.onnx", *extra), expected)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [  # issue 27 item 8: a spec that parses but is no tuning spec is refused up front
+        ("module {\n  func.func @f() { return }\n}\n", "not a tuning spec"),
+        ("module attributes {transform.with_named_sequence} {\n}\n", "no entry sequence"),
+    ],
+)
+@pytest.mark.parametrize("dry", [True, False])
+@pytest.mark.parametrize("source", ["mm.mlir", "gemm_matmul_transpose.onnx"])
+def test_a_starter_spec_that_is_no_tuning_spec_is_refused_before_anything(
+    folder, text, expected, dry, source
+):
+    import os
+    import shutil
+
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+    shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), folder)
+    (folder / "starter.mlir").write_text(text)
+    args = ["run", source, "--starter-spec", "starter.mlir", *(["--dry-run"] if dry else [])]
+    assert_one_error(invoke(*args), expected)
+    assert not (folder / "generated" / "tuning.jsonl").exists()
+
+
+TWO_FUNCTIONS = """
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @first(%a: tensor<32x32xf32>, %b: tensor<32x32xf32>) -> tensor<32x32xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32x32xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<32x32xf32>) -> tensor<32x32xf32>
+  %c = linalg.matmul ins(%a, %b : tensor<32x32xf32>, tensor<32x32xf32>) outs(%f : tensor<32x32xf32>) -> tensor<32x32xf32>
+  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%c : tensor<32x32xf32>) outs(%e : tensor<32x32xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.addf %x, %x : f32
+    linalg.yield %y : f32
+  } -> tensor<32x32xf32>
+  return %r : tensor<32x32xf32>
+}
+func.func @second(%a: tensor<32x32xf32>) -> tensor<32x32xf32> {
+  return %a : tensor<32x32xf32>
+}
+"""
+DYNAMIC_BESIDE_STATIC = """
+func.func @main(%a: tensor<32x32xf32>, %d: tensor<?x32xf32>) -> (tensor<32x32xf32>, tensor<?x32xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32x32xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<32x32xf32>) -> tensor<32x32xf32>
+  %c = linalg.matmul ins(%a, %a : tensor<32x32xf32>, tensor<32x32xf32>)
+      outs(%f : tensor<32x32xf32>) -> tensor<32x32xf32>
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %d, %c0 : tensor<?x32xf32>
+  %ed = tensor.empty(%n) : tensor<?x32xf32>
+  %fd = linalg.fill ins(%z : f32) outs(%ed : tensor<?x32xf32>) -> tensor<?x32xf32>
+  %cd = linalg.matmul ins(%d, %a : tensor<?x32xf32>, tensor<32x32xf32>)
+      outs(%fd : tensor<?x32xf32>) -> tensor<?x32xf32>
+  return %c, %cd : tensor<32x32xf32>, tensor<?x32xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [  # issue 27 item 8: what the proof cannot take is refused before the search
+        (TWO_FUNCTIONS, "exports 2 functions (first, second): name one"),
+        (DYNAMIC_BESIDE_STATIC, "dynamic shapes are not supported"),
+    ],
+)
+def test_a_model_the_proof_cannot_run_is_refused_before_the_search(folder, text, expected):
+    (folder / "model.mlir").write_text(text)
+    assert_one_error(invoke("run", "model.mlir", "--budget", "2"), expected)
+    assert not (folder / "generated" / "tuning.jsonl").exists()

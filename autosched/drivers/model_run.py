@@ -38,7 +38,7 @@ from autosched.model.configured import form_of, in_configured_form
 from autosched.model.lowering import ModelAnalysis, analyze_model
 from autosched.ops.registry import kind_of
 from autosched.outputs.paths import RunPaths
-from autosched.outputs.spec import write_spec
+from autosched.outputs.spec import check_starter, write_spec
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning, no_winner_line, summary_rows
 from autosched.targets.base import has_config
@@ -126,6 +126,7 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
     path = config.input_file
     target = make_target(config)
     target.check_search_space(config)
+    check_starter(config.starter_spec)  # before anything is compiled, dry runs too
     paths = RunPaths.of(config)
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)

@@ -14,12 +14,14 @@ from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
 from autosched.ops.matmul import Analysis, analyze_file
 from autosched.outputs.paths import RunPaths
+from autosched.outputs.spec import check_starter
 from autosched.run.problem import ProblemResult, Progress
 from autosched.run.tuning import Tuning, no_winner_line, summary_rows
 
 
 def run_module(config: RunConfig, input_file: str | None, resume: bool, dry_run: bool, progress):
     """The module run: checked, dry or measured, under the run guard."""
+    check_starter(config.starter_spec)  # before anything is compiled, dry runs too
     config, target, analysis = prepare(config, input_file)
     if dry_run:
         dry_run_report(config, target, analysis)

@@ -105,12 +105,44 @@ def read_starter(starter_path: str, context: ir.Context) -> ir.Module:
     """The user's starter spec, parsed (checked before a run starts, and when merging)."""
     try:
         with open(starter_path, "rb") as handle:
-            return ir.Module.parse(handle.read(), context)
+            module = ir.Module.parse(handle.read(), context)
     except OSError as error:
         raise UserError(f"{starter_path}: cannot read the starter spec: {error.strerror}") from None
     except ir.MLIRError as error:
         message = str(error).splitlines()[0]
         raise UserError(f"{starter_path}: the starter spec does not parse: {message}") from None
+    _check_tuning_library(starter_path, module)
+    return module
+
+
+def _check_tuning_library(path: str, module: ir.Module) -> None:
+    """A tuning spec is a transform library (`transform.with_named_sequence`) whose entry
+    is `@__kernel_config`: anything else would be refused by iree-compile only at the
+    proof, after the whole search."""
+    from autosched.ir_walk import children, symbol
+
+    if "transform.with_named_sequence" not in module.operation.attributes:
+        raise UserError(
+            f"{path}: not a tuning spec (a module with transform.with_named_sequence and a "
+            "@__kernel_config entry, as a run writes results.spec.mlir)"
+        )
+    sequences = [op for op in children(module.operation) if op.name == "transform.named_sequence"]
+    entry = [
+        op
+        for op in sequences
+        if symbol(op) == "__kernel_config" or "iree_codegen.tuning_spec_entrypoint" in op.attributes
+    ]
+    if not entry:
+        raise UserError(
+            f"{path}: the tuning spec has no entry sequence (@__kernel_config, or one marked "
+            "iree_codegen.tuning_spec_entrypoint)"
+        )
+
+
+def check_starter(path: str) -> None:
+    """The starter spec, if any, is a tuning spec (a dry run checks it too)."""
+    if path:
+        read_starter(path, ir.Context())
 
 
 def merge_with_starter(tuned: str, starter_path: str) -> str:
