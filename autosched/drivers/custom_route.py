@@ -50,7 +50,8 @@ def search_custom_kernels(
         ]
     )
     results = tuning.finish_all(searches, progress)
-    return dict(zip(covered, results, strict=True))
+    # Keyed by the campaign's problem: an attention's search is of its op form.
+    return {name: r for name, p in covered.items() for r in results if r.problem is p}
 
 
 def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
