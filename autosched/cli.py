@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
@@ -182,10 +183,20 @@ except ImportError:  # pragma: no cover - simulate lands with the xgboost tuner
 
 
 def main() -> None:
-    """The installed command: any error that escapes is still one line, never a traceback."""
+    """The installed command: any error that escapes is still one line, never a traceback.
+
+    A native crash (a library's abort or fault) prints every thread's Python stack
+    (faulthandler), so that it can be traced. An interrupted command leaves without the
+    interpreter's teardown: its records, CSV and lock are done with by then, and CI once saw
+    the teardown turn a Ctrl-C's 130 into an abort (-6)."""
+    faulthandler.enable()
     interrupts.outside_runs()
     try:
         _run_command()
+    except SystemExit as done:
+        if done.code in interrupts.SIGNAL_EXIT_CODES:
+            interrupts.leave_now(done.code)
+        raise
     finally:
         interrupts.shutting_down()
 

@@ -67,17 +67,26 @@ def restore() -> None:
     signal.signal(signal.SIGTERM, _exit_quietly)
 
 
+SIGNAL_EXIT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+
+
 def _exit_quietly(signum, frame) -> None:
     """SIGTERM outside a run (starting up, or once every record is written): nothing is
     left to keep, so the process ends as an interrupted run does, 143 and no traceback,
     instead of dying by the signal while the interpreter shuts down."""
     processes.stop_all()
+    leave_now(128 + signum)
+
+
+def leave_now(code: int) -> None:
+    """Ends the process with `code` at once, after flushing the screen's streams (every
+    record and file of the run is closed by then): no interpreter teardown."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError, RuntimeError):  # closed, or cut in the middle of a write
             pass
-    os._exit(128 + signum)
+    os._exit(code)
 
 
 def outside_runs() -> None:

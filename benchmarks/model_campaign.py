@@ -68,6 +68,14 @@ MODELS = {
         torch.float16,
         {"batch": 8, "seq": 512, "hidden": 768, "heads": 12, "mlp": 3072},
     ),
+    # torchvision's own CNNs (issue 25), eval mode, parameters as arguments (the batch norms'
+    # running statistics stay constants of the export).
+    "resnet50_f16": ("torchvision", torch.float16, {"batch": 16, "image": 224, "net": "resnet50"}),
+    "mobilenet_f16": (
+        "torchvision",
+        torch.float16,
+        {"batch": 16, "image": 224, "net": "mobilenet_v3_large"},
+    ),
 }
 
 CFG = """
@@ -248,6 +256,29 @@ def build_bert(dtype, shape: dict, rand, device: str):
     return BertLayerWithWeights(layer), [x, *weights]
 
 
+class TorchvisionWithWeights(torch.nn.Module):
+    """A torchvision model with its parameters as arguments (small exports)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.names = [name for name, _ in net.named_parameters()]
+
+    def forward(self, image, *weights):
+        return torch.func.functional_call(
+            self.net, dict(zip(self.names, weights, strict=True)), (image,)
+        )
+
+
+def build_torchvision(dtype, shape: dict, rand, device: str):
+    import torchvision
+
+    net = getattr(torchvision.models, shape["net"])().to(dtype=dtype, device=device).eval()
+    weights = [p.detach() for p in net.parameters()]
+    image = rand(shape["batch"], 3, shape["image"], shape["image"], std=1.0)
+    return TorchvisionWithWeights(net), [image, *weights]
+
+
 def sdpa_case(name: str, shape: dict, device: str):
     """torch's SDPA alone on the model's attention shapes (q, k, v; causal and GQA for
     Llama), to compare the attention dispatch with; None for models without SDPA."""
@@ -278,6 +309,10 @@ def build(name: str, scale: float, device: str):
     if kind == "llama3":
         s = llama3_shape(shape, scale)
         model, args = build_llama3(dtype, s, rand, device)
+        return model, args, s
+    if kind == "torchvision":
+        s = dict(shape, image=max(32, int(shape["image"] * scale)))
+        model, args = build_torchvision(dtype, s, rand, device)
         return model, args, s
     if kind == "bert":
         s = {k: v if k in ("batch", "heads") else max(1, int(v * scale)) for k, v in shape.items()}
