@@ -26,6 +26,7 @@ from autosched.drivers.campaign import ModelProblem
 from autosched.drivers.model_run import attach_benchmarks
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
+from autosched.ops.convolution import POINTWISE, WINDOW
 from autosched.run.builds import dispatch_job, expected_config
 from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
@@ -34,6 +35,16 @@ from autosched.targets.cpu_convolution import UNIT_BATCH
 MODEL = os.path.join(os.path.dirname(__file__), "data", "models", "tv_resnet18_f32.mlirbc")
 CPU = CpuTarget(RunConfig())
 CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f32_f32_f32"
+POINTWISE_CONV = "conv_nfohowc_2x128x8x8x64_s1x1_f32_f32_f32"
+POINTWISE_DEEPER = [
+    "conv_nfohowc_2x256x4x4x128_s1x1_f32_f32_f32",
+    "conv_nfohowc_2x512x2x2x256_s1x1_f32_f32_f32",
+]
+# A point of each form's CPU space (f_tile, oh_tile, ow_tile, f_vec, ow_vec, c_vec).
+POINTS = {
+    CONV: {"f_tile": 16, "oh_tile": 8, "ow_tile": 2, "f_vec": 8, "ow_vec": 2, "c_vec": 4},
+    POINTWISE_CONV: {"f_tile": 32, "oh_tile": 4, "ow_tile": 8, "f_vec": 4, "ow_vec": 8, "c_vec": 8},
+}
 
 
 def analysis():
@@ -44,9 +55,10 @@ def analysis():
 def test_every_resnet18_convolution_is_found_in_its_configured_form():
     found = analysis()
     convolutions = [r for r in found.roots if r.kind == "convolution"]
-    assert len(convolutions) == 8  # the 7x7 stem, 3x3 at four widths, strided and not
-    assert sum(c.occurrences for c in convolutions) == 17
-    stem = convolutions[0]
+    windows = [c for c in convolutions if c.form == WINDOW]
+    assert len(windows) == 8  # the 7x7 stem, 3x3 at four widths, strided and not
+    assert sum(c.occurrences for c in windows) == 17
+    stem = windows[0]
     assert stem.name == "conv_nfohowckhkw_2x64x32x32x3x7x7_s2x2_f32_f32_f32"
     assert stem.loops == ("n", "f", "oh", "ow", "c", "kh", "kw")
     assert stem.strides == (2, 2) and stem.dilations == (1, 1)
@@ -59,7 +71,12 @@ def test_every_resnet18_convolution_is_found_in_its_configured_form():
         "rhs_type": "f32",
         "acc_type": "f32",
     }
-    # 1x1 convolutions are contractions; pooling windows are neither.
+    # The three 1x1 (downsampling) convolutions are contractions with no matmul form: the
+    # pointwise kind, its image loops split by the output channel. Pooling windows are none.
+    pointwise = [c for c in convolutions if c.form == POINTWISE]
+    assert [c.name for c in pointwise] == [POINTWISE_CONV, *POINTWISE_DEEPER]
+    assert pointwise[0].loops == ("n", "f", "oh", "ow", "c")
+    assert pointwise[0].csv_shape()["K"] == 64
     assert found.skipped_counts() == {}
 
 
@@ -74,12 +91,13 @@ def test_a_batch_of_one_is_refused_with_its_reason():
 
 
 @pytest.mark.slow
-def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path):
-    conv = next(r for r in analysis().roots if r.name == CONV)
+@pytest.mark.parametrize("name", [CONV, POINTWISE_CONV])
+def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, name):
+    conv = next(r for r in analysis().roots if r.name == name)
     entry = ModelProblem(conv, conv)
     attach_benchmarks([entry], MODEL, CPU.compile_flags(), str(tmp_path / "d"))
     assert entry.benchmark.checks_model and entry.benchmark.check_function == "main"
-    point = {"f_tile": 16, "oh_tile": 8, "ow_tile": 2, "f_vec": 8, "ow_vec": 2, "c_vec": 4}
+    point = POINTS[name]
     assert point in build_space(conv, CPU, {}).points
     expected = expected_config(conv, CPU, point)
     timed = dispatch_job(entry.benchmark, conv, CPU, point, str(tmp_path / "timed"))
@@ -87,7 +105,7 @@ def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path):
     assert check_build(timed.output, expected).ok
     check = dispatch_job(entry.benchmark, conv, CPU, point, str(tmp_path / "c"), check=True)
     assert compile_one(check, 300).status == "ok"
-    assert check_build(check.output, expected, only=CONV).ok  # all three of its dispatches
+    assert check_build(check.output, expected, only=name).ok  # every dispatch of it
     assert not check_build(check.output, expected).ok  # the model's other roots do not
 
 

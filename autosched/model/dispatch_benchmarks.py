@@ -54,10 +54,12 @@ class DispatchBenchmark:
     checks_model: bool = False
 
 
-def _entries(path: str) -> tuple[str, str] | None:
-    """(dispatch entry point, benchmark function) of one dumped module, read with the bindings."""
+def _entries(path: str) -> tuple[str, str, bool] | None:
+    """(dispatch entry point, benchmark function, whether it holds resource constants) of
+    one dumped module, read with the bindings."""
     module = ir.Module.parseFile(path, ir.Context())
     function = entry = None
+    resources = False
     for op in module.body.operations:
         op = op.operation
         if op.name == "util.func" and "iree.reflection" in op.attributes:
@@ -71,7 +73,31 @@ def _entries(path: str) -> tuple[str, str] | None:
                     # IREE names a dispatch's export after its executable; a custom kernel's
                     # export is the kernel's name (every matmul one "matmul"): its executable.
                     entry = entry if entry.startswith(executable) else executable
-    return (entry, function) if entry and function else None
+                resources = resources or _holds_resource(inner)
+    return (entry, function, resources) if entry and function else None
+
+
+def _holds_resource(op: ir.Operation) -> bool:
+    """Whether a constant of the op is a `dense_resource` (its data kept outside the IR)."""
+    for name in op.attributes:
+        try:
+            ir.DenseResourceElementsAttr(op.attributes[name])
+            return True
+        except ValueError:  # the bindings cast, or refuse an attribute of another kind
+            continue
+    return False
+
+
+def resource_section(model_path: str) -> str:
+    """The model's resources (`{-# dialect_resources ... #-}`, the data of its
+    `dense_resource` constants) as the printer writes them after the module, or "".
+
+    IREE writes a dispatch's benchmark without them: on CUDA a small constant (a folded batch
+    norm's scale) is inlined into the dispatch, and its benchmark then fails to build
+    ("resource does not exist"). Appended, the benchmark names the same data again."""
+    text = str(ir.Module.parseFile(model_path, ir.Context()))
+    start = text.rfind("\n{-#")
+    return text[start:] if start >= 0 else ""
 
 
 def dump_dispatch_benchmarks(
@@ -97,11 +123,12 @@ def dump_dispatch_benchmarks(
         reason = processes.describe_failure(finished, "iree-compile")
         raise UserError(f"{model_path}: writing the dispatch benchmarks failed: {reason}")
     found = {}
+    resources = None  # the model's, read once and only when a benchmark needs them
     for name in sorted(os.listdir(raw)):
         entries = _entries(os.path.join(raw, name))
         if entries is None:
             continue
-        entry, function = entries
+        entry, function, needs_resources = entries
         stripped = os.path.join(folder, name)
         done = processes.run(
             [
@@ -114,6 +141,10 @@ def dump_dispatch_benchmarks(
             DUMP_TIMEOUT,
         )
         if done.returncode == 0 and not done.timed_out:
+            if needs_resources:
+                resources = resource_section(model_path) if resources is None else resources
+                with open(stripped, "a", encoding="utf-8") as handle:
+                    handle.write(resources)
             found[entry] = DispatchBenchmark(entry, stripped, function)
     return found
 

@@ -10,6 +10,12 @@ Convolutions whose filter is 1x1 at stride 1 are plain contractions (the matmul 
 
 A spec matches the conv by `transform.iree.match.convolution` (element types and maps) and
 each loop's size.
+
+1x1 convolutions at stride 1 are contractions, but IREE forms most of them as generics with
+no matmul form: the image's loops (batch, output rows, output columns) are split by the
+output channel in NCHW (`(n, f, oh, ow, c)`), or there are three of them in NHWC. Those are
+convolutions here too, of the `pointwise` form, matched as the contractions they are
+(`transform.iree.match.contraction` with every loop's size).
 """
 
 from __future__ import annotations
@@ -22,12 +28,19 @@ from iree.compiler import ir
 from iree.compiler.dialects import linalg
 
 from autosched.ops.base import ANY_OP, PARAM, DispatchSite, RootOpKind, SkippedRoot
-from autosched.ops.contraction import is_multiply_add, static_types
+from autosched.ops.contraction import (
+    Contraction,
+    is_multiply_add,
+    recognise_contraction,
+    static_types,
+)
 
 CONV_TYPES = ("f32", "f16", "bf16")
 # Loop roles, named for an image: n batch, f output channel, oh/ow output image, c input
 # channel, kh/kw filter window, g groups (depth).
 ROLES = ("n", "f", "oh", "ow", "c", "kh", "kw", "g")
+WINDOW, POINTWISE = "window", "pointwise"  # a ConvolutionOpInterface op, or a 1x1 contraction
+IMAGE = ("n", "oh", "ow")  # a pointwise convolution's m dims (the contraction's)
 
 
 @dataclass
@@ -44,6 +57,8 @@ class ConvolutionProblem:
     rhs_type: str  # the filter
     acc_type: str
     indexing_maps: str
+    output_roles: tuple[str, ...] = ()  # the output's loops in its own order (NCHW: n f oh ow)
+    form: str = WINDOW  # WINDOW or POINTWISE (see the module docstring)
     sites: list[DispatchSite] = field(default_factory=list)
 
     def size(self, role: str) -> int:
@@ -156,6 +171,44 @@ def read_convolution(op: ir.Operation, site: DispatchSite):
         rhs_type=elements[1],
         acc_type=elements[2],
         indexing_maps=str(op.attributes["indexing_maps"]),
+        output_roles=tuple(roles[ir.AffineDimExpr(e).position] for e in maps[2].results),
+        sites=[site],
+    )
+
+
+def read_pointwise(op: ir.Operation, site: DispatchSite) -> ConvolutionProblem | None:
+    """A 1x1 convolution as IREE forms it (a contraction with no matmul form whose filter
+    has only the output and input channels), or None."""
+    found = recognise_contraction(op, site)
+    if not isinstance(found, Contraction) or found.as_matmul_problem() is not None:
+        return None
+    roles, (_, filter_loops, out_loops) = found.loops, found.operand_loops
+    if "b" in roles or roles.count("n") != 1 or roles.count("k") != 1:
+        return None
+    if sorted(roles[i] for i in filter_loops) != ["k", "n"]:
+        return None
+    image = [i for i in out_loops if roles[i] == "m"]  # in the output's order
+    if len(image) not in (2, 3):
+        return None
+    named = list(roles)
+    names = ("n", "oh", "ow") if len(image) == 3 else ("n", "ow")
+    for position, name in zip(image, names, strict=True):
+        named[position] = name
+    named[roles.index("n")], named[roles.index("k")] = "f", "c"
+    if not {found.lhs_type, found.rhs_type, found.acc_type} <= set(CONV_TYPES):
+        return None
+    return ConvolutionProblem(
+        op_name=op.name,
+        loops=tuple(named),
+        loop_sizes=found.loop_sizes,
+        strides=(1, 1),
+        dilations=(1, 1),
+        lhs_type=found.lhs_type,
+        rhs_type=found.rhs_type,
+        acc_type=found.acc_type,
+        indexing_maps=found.indexing_maps,
+        output_roles=tuple(named[i] for i in out_loops),
+        form=POINTWISE,
         sites=[site],
     )
 
@@ -168,11 +221,13 @@ class ConvolutionKind(RootOpKind):
     checks_model = True  # a spec misses the check module built from `flow` (unit batch)
 
     def recognise(self, op: ir.Operation, site: DispatchSite):
-        return read_convolution(op, site)
+        return read_convolution(op, site) or read_pointwise(op, site)
 
     def spec_matcher(self, problem: ConvolutionProblem, handle: str = "%op") -> str:
         """Transform ops that match `handle` to the problem's convolutions: element types,
         indexing maps and every loop's size."""
+        if problem.form == POINTWISE:
+            return _pointwise_matcher(problem, handle)
         names = ["%batch", "%image", "%channel", "%window", "%input", "%depth", "%s", "%d"]
         roles = [("n",), ("oh", "ow"), ("f",), ("kh", "kw"), ("c",), ("g",)]
         checks = "".join(
@@ -188,3 +243,21 @@ class ConvolutionKind(RootOpKind):
             f" : {ANY_OP} -> {PARAM}\n"
             f"{checks}"
         )
+
+
+def _pointwise_matcher(problem: ConvolutionProblem, handle: str) -> str:
+    """A 1x1 convolution is matched as the contraction it is: its image loops are the m
+    dims, in loop order; the output channel n, the input channel k."""
+    image = [str(s) for r, s in zip(problem.loops, problem.loop_sizes, strict=True) if r in IMAGE]
+    dims = [("%batch", ""), ("%m", ", ".join(image))]
+    dims += [("%n", str(problem.size("f"))), ("%k", str(problem.size("c")))]
+    checks = "".join(
+        f"    transform.iree.match.dims_equal {name}, [{sizes}] : {PARAM}\n" for name, sizes in dims
+    )
+    return (
+        f"    %batch, %m, %n, %k = transform.iree.match.contraction {handle},"
+        f" lhs_type = {problem.lhs_type}, rhs_type = {problem.rhs_type},"
+        f" output_type = {problem.acc_type}, indexing_maps = {problem.indexing_maps}"
+        f" : {ANY_OP} -> {PARAM}\n"
+        f"{checks}"
+    )

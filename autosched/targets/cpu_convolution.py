@@ -6,14 +6,17 @@ IREE's default for torchvision's resnet18 3x3 convolutions (NCHW, batch 1) is
 per workgroup), `vector_common_parallel = [1, 8, 1, 8, 0, 0, 0]` (output channels and
 columns of the vector tile; one row, as the pipeline decomposes the 2-D convolution into
 1-D ones) and `vector_reduction = [0, 0, 0, 0, 8, 1, 1]` (input channels per step, one
-filter tap at a time). Those are the knobs.
+filter tap at a time). Those are the knobs. A pointwise (1x1) convolution, a contraction,
+takes the same knobs on IREE's `DoubleTilingExpert`, its default's pipeline (resnet18's:
+`distribution = [1, 32, 8, 8, 0]`, `vector_common_parallel = [1, 1, 2, 8, 0]`,
+`vector_reduction = [0, 0, 0, 0, 16]`).
 """
 
 from __future__ import annotations
 
 import math
 
-from autosched.ops.convolution import ConvolutionProblem
+from autosched.ops.convolution import POINTWISE, ConvolutionProblem
 from autosched.targets.base import (
     Constraint,
     KnobSpec,
@@ -99,10 +102,11 @@ class CpuConvolutionTarget(CpuTarget):
             f"vector_common_parallel = {by_role(problem, vectors)}, "
             f"vector_reduction = {by_role(problem, reduction)}>"
         )
-        translation = (
-            "#iree_codegen.translation_info<pipeline = "
-            "#iree_cpu.pipeline<ConvTileAndDecomposeExpert>>"
+        # A pointwise convolution is a contraction: IREE's DoubleTilingExpert, as its default.
+        pipeline = (
+            "DoubleTilingExpert" if problem.form == POINTWISE else "ConvTileAndDecomposeExpert"
         )
+        translation = f"#iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<{pipeline}>>"
         return (
             f"#iree_codegen.compilation_info<lowering_config = {config}, "
             f"translation_info = {translation}>"

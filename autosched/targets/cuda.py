@@ -358,7 +358,10 @@ class CudaTarget(Target):
     # iree-compile 3.13 ignores --iree-codegen-tuning-spec-path for CUDA (checked with
     # --compile-to=executable-configurations); the transform library applies the same file.
     tuning_spec_flag = "--iree-codegen-transform-dialect-library"
-    kind_targets = {"attention": ("autosched.targets.cuda_attention", "CudaAttentionTarget")}
+    kind_targets = {
+        "attention": ("autosched.targets.cuda_attention", "CudaAttentionTarget"),
+        "convolution": ("autosched.targets.cuda_convolution", "CudaConvolutionTarget"),
+    }
     knobs = (
         KnobSpec("pipeline", "IREE codegen pipeline", choices=PIPELINES),
         KnobSpec(

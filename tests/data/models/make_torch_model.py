@@ -26,6 +26,8 @@ Models (f32, weights small so the files stay small):
   x[2, 3, 64, 64] (a batch of 2: see targets/cpu_convolution.py), its parameters as arguments
   (issue 25). Needs torchvision and pillow beside torch; a CPU-only torch cannot load
   torchvision's compiled ops, which resnet18 does not use, so their registration is skipped.
+- `tv_resnet18_f16.mlirbc`: the same in f16, for the CUDA convolutions (tensor cores need
+  16-bit operands).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ def hf_bert_layer() -> tuple[nn.Module, tuple]:
     return LayerWithWeights(layer, ()), (torch.randn(2, 32, 128), *weights)
 
 
-def tv_resnet18() -> tuple[nn.Module, tuple]:
+def tv_resnet18(dtype: torch.dtype = torch.float32) -> tuple[nn.Module, tuple]:
     import sys
     import types
 
@@ -149,9 +151,9 @@ def tv_resnet18() -> tuple[nn.Module, tuple]:
     )
     from torchvision.models import resnet18
 
-    model = resnet18(num_classes=10).eval()
+    model = resnet18(num_classes=10).eval().to(dtype)
     weights = [p.detach() for p in model.parameters()]
-    return WeightsAsArguments(model), (torch.randn(2, 3, 64, 64), *weights)
+    return WeightsAsArguments(model), (torch.randn(2, 3, 64, 64).to(dtype), *weights)
 
 
 def save(module: nn.Module, args: tuple, name: str) -> None:
@@ -174,3 +176,5 @@ if __name__ == "__main__":
     save(*hf_bert_layer(), "hf_bert_layer_f32.mlirbc")
     torch.manual_seed(0)
     save(*tv_resnet18(), "tv_resnet18_f32.mlirbc")
+    torch.manual_seed(0)
+    save(*tv_resnet18(torch.float16), "tv_resnet18_f16.mlirbc")

@@ -1,0 +1,128 @@
+"""Convolutions on CUDA (issue 25): IREE's implicit-GEMM `TileAndFuse` configurations on the
+tensor cores, on torchvision's own resnet18 in f16 (2x3x64x64, weights as arguments),
+exported with iree-turbine and committed. Compiled here for sm_80 without a GPU (real
+iree-compile); the run on the GPU is marked and skipped without one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from conftest import MODEL_CFG
+
+from autosched.cli import cli
+from autosched.compile import compile_one
+from autosched.config import RunConfig
+from autosched.drivers.model_run import attach_benchmarks, model_problems
+from autosched.model.configured import check_build, in_configured_form
+from autosched.model.lowering import analyze_model
+from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionProblem
+from autosched.run.builds import dispatch_job, expected_config
+from autosched.search.space import build_space, matching_points
+from autosched.targets.cuda import CudaTarget
+from autosched.targets.cuda_convolution import (
+    CONVOLUTION_KNOBS,
+    IREE_STARTING,
+    mma_extent,
+    warps,
+)
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+F16 = os.path.join(MODELS, "tv_resnet18_f16.mlirbc")
+F32 = os.path.join(MODELS, "tv_resnet18_f32.mlirbc")
+CUDA = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
+CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f16_f16_f32"
+POINTWISE_CONV = "conv_nfohowc_2x128x8x8x64_s1x1_f16_f16_f32"
+
+
+def problems_of(path: str):
+    flags = CUDA.compile_flags()
+    return model_problems(in_configured_form(analyze_model(path, flags), path, flags), CUDA)
+
+
+def test_every_f16_convolution_is_a_cuda_problem_with_iree_defaults_in_its_space():
+    problems, skipped = problems_of(F16)
+    convs = [e.problem for e in problems if e.problem.kind == "convolution"]
+    # the 7x7 stem and the 3x3 ones, strided and not; the three 1x1 downsampling ones
+    assert [c.form for c in convs].count(WINDOW) == 8
+    assert [c.name for c in convs if c.form == POINTWISE] == [
+        POINTWISE_CONV,
+        "conv_nfohowc_2x256x4x4x128_s1x1_f16_f16_f32",
+        "conv_nfohowc_2x512x2x2x256_s1x1_f16_f16_f32",
+    ]
+    assert skipped == {}  # every convolution is tuned
+    for conv in convs:
+        assert conv.output_roles == ("n", "f", "oh", "ow")
+        space = build_space(conv, CUDA, {})
+        assert len(space.points) > 100
+        # the first points measured: IREE's own defaults, cut to the problem's loops
+        starting = CUDA.for_problem(conv).starting_points(conv)
+        assert matching_points(space.points, starting)
+
+
+def test_warps_follow_the_mma_tiles_the_way_iree_counts_them():
+    """IREE's resnet50 defaults all run 8 warps: output columns count 8-wide mma tiles,
+    output channels 16-wide ones, the outer loops elements (see cuda_convolution)."""
+    by_name = {e.problem.name: e.problem for e in problems_of(F16)[0]}
+    conv = by_name[CONV]
+    assert (mma_extent(conv, "ow"), mma_extent(conv, "f"), mma_extent(conv, "n")) == (8, 16, 1)
+    # a pointwise one is IREE's contraction of the image (its lhs) with the filter
+    assert (
+        mma_extent(by_name[POINTWISE_CONV], "ow"),
+        mma_extent(by_name[POINTWISE_CONV], "f"),
+    ) == (16, 8)
+    knobs = [k.name for k in CONVOLUTION_KNOBS]
+    defaults = [dict(zip(knobs, values, strict=True)) for values in IREE_STARTING]
+    assert [warps(conv, point) for point in defaults] == [8] * len(IREE_STARTING)
+
+
+def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
+    problems, skipped = problems_of(F32)
+    assert not [e for e in problems if e.problem.kind == "convolution"]
+    assert any("no tensor-core configuration on sm_80" in reason for reason in skipped)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [CONV, POINTWISE_CONV])
+def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, name):
+    """A random point of the space, compiled for sm_80: the dispatch benchmark that is timed
+    and the whole model its answers are checked on both carry its configuration (the
+    dispatch's batch-norm constants, which IREE's dump leaves out, come with it)."""
+    problems, _ = problems_of(F16)
+    (entry,) = [e for e in problems if e.problem.name == name]
+    attach_benchmarks([entry], F16, CUDA.compile_flags(), str(tmp_path / "d"))
+    conv: ConvolutionProblem = entry.problem
+    point = random.Random(0).choice(build_space(conv, CUDA, {}).points)
+    expected = expected_config(conv, CUDA, point)
+    igemm = "true" if conv.form == WINDOW else "false"
+    assert f"use_igemm_convolution = {igemm}" in expected
+    timed = dispatch_job(entry.benchmark, conv, CUDA, point, str(tmp_path / "timed"))
+    assert compile_one(timed, 300).status == "ok"
+    assert check_build(timed.output, expected).ok
+    check = dispatch_job(entry.benchmark, conv, CUDA, point, str(tmp_path / "c"), check=True)
+    assert compile_one(check, 300).status == "ok"
+    verdict = check_build(check.output, expected, only=name)
+    assert verdict.ok, verdict.message
+
+
+@pytest.mark.gpu
+def test_a_cuda_run_checks_and_times_the_convolutions_on_the_gpu(tmp_path, monkeypatch):
+    """On the GPU: resnet18's convolution candidates are built, checked against the default
+    build's outputs and timed."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(F16, tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    result = CliRunner().invoke(
+        cli, ["run", "tv_resnet18_f16.mlirbc", "--target", "cuda", "--budget", "24"]
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    convs = [r for r in records if r["shape"].get("kind") == "convolution" and not r["baseline"]]
+    timed = [r for r in convs if r["status"] == "ok"]
+    assert timed and all(r["verification"] == "correct" and r["median_ms"] > 0 for r in timed)
+    assert not [r for r in convs if r["status"] == "not_applied"]
