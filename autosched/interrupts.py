@@ -61,6 +61,25 @@ def install() -> None:
         signal.signal(signum, _handler)
 
 
+@contextmanager
+def kept_handlers() -> Iterator[None]:
+    """The handlers of SIGINT and SIGTERM as they were before the section, put back after it.
+
+    A library may install its own: `ray.init` sets a Python handler for SIGTERM that exits
+    with status 15, and beneath Python a C++ one that prints its stack and kills the process
+    by the signal, so a run could neither keep its records nor leave with 143. Setting the
+    saved handlers again (from the main thread, as Python allows) makes them the ones the
+    process calls; a handler not set from Python is left alone."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in saved.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
+
+
 def restore() -> None:
     """Back to the handlers outside a run (SIGTERM: `_exit_quietly`)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)

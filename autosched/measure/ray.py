@@ -2,9 +2,12 @@
 actors that each hold one device (`num_gpus=1` for CUDA; CPU actors for the CPU target).
 
 The driver alone records (database, CSV, run log): actors only return measurements. When
-an actor dies mid-candidate (its node went away, someone killed it), its candidate is
-queued again for another actor and a replacement actor is started; the record is written
-once, when a measurement comes back, so nothing is lost or written twice.
+an actor dies mid-call (its node went away, someone killed it), a replacement actor is
+started in its slot and the call is queued again: a search candidate, a default, a
+re-timing round. A compile task lost with its node is queued again too. The record is
+written once, when a measurement comes back, so nothing is lost or written twice, and an
+environment failure is never recorded as the candidate's: when the cluster keeps failing
+the run ends with one error line, every measurement so far kept.
 
 Modules and inputs travel by path: every node must see the run's work folder at the same
 path (one host, or a shared file system). Each actor checks that when it starts.
@@ -14,11 +17,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autosched import interrupts
 from autosched.compile import CompileJob, CompileResult, compile_one
 from autosched.errors import UserError
 from autosched.measure.benchmark_tool import Timing
@@ -37,6 +42,17 @@ from autosched.measure.local import Bench
 from autosched.measure.worker import ProblemData
 
 WAIT_S = 0.5  # how often the driver looks up from waiting (so that Ctrl-C is prompt)
+ATTEMPTS = 3  # a call lost to the cluster (actor died, task lost) is made this often at most
+
+
+def cluster_failing(what: str, error: Exception) -> UserError:
+    """The run's end when the cluster loses the same work ATTEMPTS times: an environment
+    failure, which no record may hold as the candidate's."""
+    return UserError(
+        f"--executor ray: the Ray cluster lost {what} {ATTEMPTS} times "
+        f"({str(error).splitlines()[0][:200]}); every measurement made so far is kept in "
+        "the tuning database: run the same command again once the cluster is back"
+    )
 
 
 def import_ray():
@@ -114,11 +130,26 @@ def _compile(job: CompileJob, timeout: float) -> CompileResult:
 
 @dataclass
 class RemoteBench:
-    """An actor seen from the driver: the `Bench` interface, called remotely."""
+    """An actor seen from the driver: the `Bench` interface, called remotely. The slot
+    outlives its actor: a dead one is replaced in place (`revive`), so whoever holds the
+    bench (a re-timing thread, the search's loop) goes on with the new actor."""
 
     ray: object
     actor: object
     device: str  # the name its records carry: the device and the actor's node
+    revive: Callable[[RemoteBench, object, str], None]  # (bench, dead actor, what it was doing)
+
+    def _call(self, method: str, what: str, *args):
+        """The actor's `method` waited for. When the actor dies the call is queued again on
+        its replacement: a lost actor is no answer (a re-timing round, a default)."""
+        for attempt in range(ATTEMPTS):
+            actor = self.actor
+            try:
+                return self.ray.get(getattr(actor, method).remote(*args))
+            except self.ray.exceptions.RayActorError as error:
+                if attempt == ATTEMPTS - 1:
+                    raise cluster_failing(f"the measuring actor of {self.device}", error) from None
+                self.revive(self, actor, what)
 
     def time(
         self,
@@ -130,20 +161,18 @@ class RemoteBench:
         benchmark_function: str | None = None,
         slow_ms: float | None = None,
     ) -> Timing:
-        call = self.actor.time.remote(
-            module, data, repeat, settings, repetitions, benchmark_function, slow_ms
-        )
+        arguments = (module, data, repeat, settings, repetitions, benchmark_function, slow_ms)
         try:
-            return self.ray.get(call)
-        except self.ray.exceptions.RayError as error:
+            return self._call("time", f"timing {os.path.basename(module)}", *arguments)
+        except self.ray.exceptions.RayError as error:  # the actor's own failure
             return Timing("runtime_error", message=f"actor failed: {error}"[:300])
 
     def run(self, task: MeasureTask) -> Measurement:
         """One candidate checked and timed on the actor, waited for (`RayExecutor.run`
         hands candidates to actors without waiting, and queues a dead actor's again)."""
         try:
-            outcome = self.ray.get(self.actor.run.remote(task))
-        except self.ray.exceptions.RayError as error:
+            outcome = self._call("run", "measuring a candidate", task)
+        except self.ray.exceptions.RayError as error:  # the actor's own failure
             return Measurement(self.device, "runtime_error", f"actor failed: {error}"[:300])
         outcome.device = self.device  # the slot's name, as its default is keyed
         return outcome
@@ -156,9 +185,9 @@ class RemoteBench:
         from autosched.measure.module_io import RunFailed
 
         module, folder = os.path.abspath(module), os.path.abspath(folder)
-        call = self.actor.reference_outputs.remote(module, entry, inputs, folder, timeout)
+        arguments = (module, entry, inputs, folder, timeout)
         try:
-            return self.ray.get(call)
+            return self._call("reference_outputs", "computing the dispatch's answer", *arguments)
         except self.ray.exceptions.RayTaskError as error:
             if isinstance(error.cause, RunFailed):
                 raise RunFailed(str(error.cause)) from None
@@ -179,14 +208,7 @@ class RayExecutor:
         self.lock = threading.Lock()
         if not ray.is_initialized():
             _check_reachable(config.ray_address)
-            try:  # "local" (Ray's own word) starts a cluster of this host alone
-                ray.init(address=config.ray_address, logging_level="ERROR", log_to_driver=False)
-            except (ConnectionError, RuntimeError, ValueError) as error:
-                raise UserError(
-                    f"--executor ray: cannot join the Ray cluster at {config.ray_address} "
-                    f"({str(error).splitlines()[0]}); start one with `ray start --head`, or "
-                    "use --ray-address local for a cluster of this host alone"
-                ) from None
+            self._join(config.ray_address)
             self.started_ray = True
         self.work_dir = os.path.abspath(config.work_dir)
         os.makedirs(self.work_dir, exist_ok=True)
@@ -194,7 +216,23 @@ class RayExecutor:
         self.remote_compile = ray.remote(num_cpus=1, max_retries=3)(_compile)
         self.actor_class = ray.remote(MeasuringActor)
         self.slots = self._device_slots()
-        self.benches = [self._start(slot, index) for index, slot in enumerate(self.slots)]
+        self.benches = [
+            RemoteBench(ray, self._start(slot), f"ray:{slot}#{index}", self._revive)
+            for index, slot in enumerate(self.slots)
+        ]
+
+    def _join(self, address: str) -> None:
+        """`ray.init`, keeping the run's own signal handlers (Ray's would end a SIGTERM with
+        status 15 and a C++ stack dump, the records' clean-up cut short)."""
+        try:  # "local" (Ray's own word) starts a cluster of this host alone
+            with interrupts.kept_handlers():
+                self.ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise UserError(
+                f"--executor ray: cannot join the Ray cluster at {address} "
+                f"({str(error).splitlines()[0]}); start one with `ray start --head`, or "
+                "use --ray-address local for a cluster of this host alone"
+            ) from None
 
     def _device_slots(self) -> list[str]:
         """One measuring actor per GPU of the cluster (CUDA), or per listed CPU device
@@ -210,7 +248,8 @@ class RayExecutor:
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
         return [self.target.device] * max(1, len(nodes))
 
-    def _start(self, device: str, index: int) -> RemoteBench:
+    def _start(self, device: str):
+        """A measuring actor for `device`, once it answers."""
         # Actors reserve no CPU: on a small node, CPU actors holding its slots would leave
         # none for the compile tasks, and the run would wait forever.
         options = {"num_cpus": 0, **({"num_gpus": 1} if self.target.name == "cuda" else {})}
@@ -222,7 +261,7 @@ class RayExecutor:
                 f"--executor ray: a measuring actor for {device} did not start: "
                 f"{str(error).splitlines()[-1]} (every node must see {self.work_dir})"
             ) from None
-        return RemoteBench(self.ray, actor, f"ray:{device}#{index}")
+        return actor
 
     @property
     def primary(self) -> RemoteBench:
@@ -233,44 +272,49 @@ class RayExecutor:
         return [bench.device for bench in self.benches]
 
     def time_others(self, module, data, repeat, settings, benchmark_function):
+        """The default timed on every actor but the primary, all at once."""
+        arguments = (module, data, repeat, settings, None, benchmark_function)
         calls = {
-            bench.device: bench.actor.time.remote(
-                module, data, repeat, settings, None, benchmark_function
-            )
+            bench.device: (bench.actor, bench.actor.time.remote(*arguments))
             for bench in self.benches[1:]
         }
         timings = {}
-        for device, call in calls.items():
+        for bench in self.benches[1:]:
+            actor, call = calls[bench.device]
             try:
-                timings[device] = self.ray.get(call)
+                timings[bench.device] = self.ray.get(call)
+            except self.ray.exceptions.RayActorError:  # timed again on its replacement
+                self._revive(bench, actor, "timing the default")
+                timings[bench.device] = bench.time(
+                    module, data, repeat, settings, None, benchmark_function
+                )
             except self.ray.exceptions.RayError as error:
-                timings[device] = Timing("runtime_error", message=str(error)[:300])
+                timings[bench.device] = Timing("runtime_error", message=str(error)[:300])
         return timings
 
     def run(self, candidates: list[Candidate], prepare: Prepare, done: Done) -> None:
         ray = self.ray
         pending = PendingBuilds()
         pending.add(candidates)
-        compiling = {}
-        for job in builds_of(candidates):
-            absolute = replace(
-                job, source=os.path.abspath(job.source), output=os.path.abspath(job.output)
-            )
-            compiling[self.remote_compile.remote(absolute, self.compile_timeout)] = job
+        compiling = {self._submit(job): job for job in builds_of(candidates)}
+        lost: Counter = Counter()  # compiles lost to the cluster, by output
         waiting: deque = deque()  # (candidate, builds, task) for the next free actor
-        measuring: dict = {}  # object ref -> (bench, candidate, builds, task)
+        measuring: dict = {}  # object ref -> (bench, its actor, candidate, builds, task)
         idle = list(self.benches)
         while compiling or measuring or waiting:
             while waiting and idle:
                 bench = idle.pop(0)
                 item = waiting.popleft()
-                measuring[bench.actor.run.remote(item[2])] = (bench, *item)
+                measuring[bench.actor.run.remote(item[2])] = (bench, bench.actor, *item)
             refs = list(compiling) + list(measuring)
             ready, _ = ray.wait(refs, num_returns=1, timeout=WAIT_S)
             for ref in ready:
                 if ref in compiling:
                     job = compiling.pop(ref)
-                    result = self._compiled(ref, job)
+                    result = self._compiled(ref, job, lost)
+                    if result is None:  # lost with its node or raylet: compiled again
+                        compiling[self._submit(job)] = job
+                        continue
                     for candidate, builds in pending.finished(result):
                         task = prepare(candidate, builds)
                         if task is None:
@@ -278,17 +322,14 @@ class RayExecutor:
                         else:
                             waiting.append((candidate, builds, task))
                     continue
-                bench, candidate, builds, task = measuring.pop(ref)
+                bench, actor, candidate, builds, task = measuring.pop(ref)
                 try:
                     outcome = ray.get(ref)
                 except ray.exceptions.RayActorError:
                     # The actor died with this candidate: measure it again elsewhere.
                     waiting.appendleft((candidate, builds, task))
-                    idle.append(self._replace(bench))
-                    self.events.append(
-                        f"{bench.device} died measuring {candidate.name}: queued again, "
-                        "actor replaced"
-                    )
+                    self._revive(bench, actor, f"measuring {candidate.name}")
+                    idle.append(bench)
                     continue
                 idle.append(bench)
                 outcome.device = bench.device  # the slot's name, as its default is keyed
@@ -304,22 +345,40 @@ class RayExecutor:
                 continue
         return busy
 
-    def _compiled(self, ref, job: CompileJob) -> CompileResult:
-        """The compile task's result, named by the driver's job (a lost task is a failure)."""
+    def _submit(self, job: CompileJob):
+        """The compile as a Ray task, its paths absolute (any node may run it)."""
+        absolute = replace(
+            job, source=os.path.abspath(job.source), output=os.path.abspath(job.output)
+        )
+        return self.remote_compile.remote(absolute, self.compile_timeout)
+
+    def _compiled(self, ref, job: CompileJob, lost: Counter) -> CompileResult | None:
+        """The compile task's result, named by the driver's job; None when the cluster lost
+        the task (its worker, node or raylet died: no failure of the candidate's, so it is
+        compiled again), an error once it has lost it ATTEMPTS times."""
         try:
             result = self.ray.get(ref)
-        except self.ray.exceptions.RayError as error:
+        except self.ray.exceptions.RayTaskError as error:  # the compile itself raised
             return CompileResult(job, "compile_error", 0.0, f"Ray task failed: {error}"[:300])
+        except self.ray.exceptions.RayError as error:
+            lost[job.output] += 1
+            if lost[job.output] >= ATTEMPTS:
+                what = f"the compile of {os.path.basename(job.output)}"
+                raise cluster_failing(what, error) from None
+            self.events.append(f"compile of {job.output} lost ({error}): queued again"[:300])
+            return None
         return replace(result, job=job)
 
-    def _replace(self, dead: RemoteBench) -> RemoteBench:
-        """A new actor in place of a dead one, with the same device and name (so its records
-        and its default stay those of the slot)."""
-        with self.lock:  # problems searched at once may both see the actor die
-            index = next(i for i, bench in enumerate(self.benches) if bench.device == dead.device)
-            if self.benches[index] is dead:
-                self.benches[index] = self._start(self.slots[index], index)
-            return self.benches[index]
+    def _revive(self, bench: RemoteBench, dead, doing: str) -> None:
+        """A new actor in the slot of a dead one, same device and name (so its records and
+        its default stay those of the slot). Threads that saw the same actor die (problems
+        searched or re-timed at once) start one replacement between them."""
+        with self.lock:
+            if bench.actor is not dead:
+                return
+            index = self.benches.index(bench)
+            bench.actor = self._start(self.slots[index])
+            self.events.append(f"{bench.device} died {doing}: queued again, actor replaced")
 
     def close(self) -> None:
         for bench in self.benches:

@@ -142,12 +142,16 @@ class Tuning:
         self.executor.run(
             candidates, lambda cand, built: self.builds.task(search, cand, built, settings), done
         )
+        self.log_executor_events()
+        order = {name: i for i, (name, _) in enumerate(entries)}
+        return sorted(trials, key=lambda t: order[t.config])
+
+    def log_executor_events(self) -> None:
+        """What the executor noted since (an actor lost and its call queued again, ...)."""
         with self.lock:
             events, self.executor.events[:] = list(self.executor.events), []
         for event in events:
             self.log.write(f"executor: {event}")
-        order = {name: i for i, (name, _) in enumerate(entries)}
-        return sorted(trials, key=lambda t: order[t.config])
 
     # ----- one problem ---------------------------------------------------------------
 
@@ -406,6 +410,7 @@ class Tuning:
             return timing.median_ms if timing.status == "ok" else None
 
         rounds = retime.timed_rounds([t.config for t in entries], time_one)
+        self.log_executor_events()  # a round lost with its actor was timed again
         found = retime.judge(contenders, rounds)
         self.retimed.update(keep_verdict(log, search, contenders, found))
 

@@ -1,0 +1,149 @@
+"""`--executor ray` under faults (issue 27 items 4 and 10), on real local Ray clusters: a
+SIGTERM ends the run as it ends a local one, and a measuring actor or the raylet lost in a
+late phase (the final re-timing, the defaults' compiles) is queued again or ends the run
+with one error line, never a lost round or an environment failure recorded for good."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from test_ray_executor import _autosched, _free_port, _project, _records, cluster, no_token_auth
+
+pytest.importorskip("ray")
+
+__all__ = ["cluster", "no_token_auth"]  # the fixtures, shared with test_ray_executor
+
+# Appended to the cfg's [Benchmark]: the re-timing takes seconds (three finalists and the
+# default, three rounds), long enough to kill its actor in the middle.
+RETIME_TOP = "retime_top = 3\n"
+HANG_DEFAULT_COMPILE = """#!/bin/sh
+case "$*" in *iree_default*) sleep 60;; esac
+exec "{real}" "$@"
+"""
+
+
+def _rows(folder) -> list[dict]:
+    path = folder / "generated" / "results.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _assert_once_each(folder) -> None:
+    """Every record in the database once, and the CSV holding exactly those."""
+    keys = [(r["problem"], r["config"]) for r in _records(folder)]
+    assert len(keys) == len(set(keys)), f"recorded twice: {keys}"
+    rows = [(r["problem"], r["config"]) for r in _rows(folder)]
+    assert sorted(rows) == sorted(keys), (rows, keys)
+
+
+def _wait_for(condition, run: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    assert condition(), "the run never got that far"
+
+
+def _pids(pattern: str, parent: int | None = None) -> list[int]:
+    command = ["pgrep", "-f", pattern] + (["-P", str(parent)] if parent else [])
+    return [
+        int(pid) for pid in subprocess.run(command, capture_output=True, text=True).stdout.split()
+    ]
+
+
+def test_sigterm_under_ray_ends_like_a_local_run(tmp_path, cluster):
+    """Item 4: `ray.init` puts in its own SIGTERM handlers (Python's exits 15, the C++ one
+    dumps its stack and dies by the signal); the run keeps its own: 143 and one line."""
+    folder = _project(tmp_path / "term", min_time=0.2)
+    run = _autosched(folder, "--executor", "ray", "--ray-address", cluster, wait=False)
+    try:
+        _wait_for(lambda: len(_records(folder)) >= 2, run)  # the default and one candidate
+        run.send_signal(signal.SIGTERM)
+        output, _ = run.communicate(timeout=60)
+    finally:
+        run.kill() if run.poll() is None else None
+    assert run.returncode == 143, output[-3000:]
+    assert output.strip().splitlines()[-1].startswith("SIGTERM: measurements kept in"), output
+    for noise in ("Traceback", "SIGTERM received", "logging.cc", "KeyboardInterrupt"):
+        assert noise not in output, output[-3000:]
+    _assert_once_each(folder)
+
+
+@pytest.mark.slow
+def test_an_actor_killed_during_the_final_re_timing_loses_no_round(tmp_path, cluster):
+    """Item 10: the re-timing's actor killed mid-round: its round is timed again on the
+    replacement actor, so the verdict still pairs three rounds, and the log says so."""
+    folder = _project(tmp_path / "retime", min_time=0.2)
+    with open(folder / "auto-scheduler.cfg", "a") as cfg:
+        cfg.write(RETIME_TOP)
+    run = _autosched(folder, "--executor", "ray", "--ray-address", cluster, wait=False)
+    log = folder / "generated" / "run.log"
+    try:
+        _wait_for(lambda: log.exists() and "re-timed beside the default" in log.read_text(), run)
+        (actor,) = _pids("ray::MeasuringActor")  # one node, one slot
+        os.kill(actor, signal.SIGKILL)
+        output, _ = run.communicate(timeout=300)
+    finally:
+        run.kill() if run.poll() is None else None
+    assert run.returncode == 0, output[-3000:]
+    text = log.read_text()
+    assert "died timing" in text and "queued again, actor replaced" in text, text[-3000:]
+    (verdict,) = [line for line in text.splitlines() if "paired speedups" in line]
+    assert verdict.split("paired speedups")[1].split("(")[0].count("x") == 3, verdict
+    _assert_once_each(folder)
+    assert len(_records(folder)) == 7
+
+
+@pytest.fixture
+def hanging_cluster(tmp_path_factory, no_token_auth):
+    """A Ray head of this test alone, whose workers compile IREE's default for a minute
+    (the wrapper is in their environment); its address and temp folder."""
+    from test_faults import real_compiler
+
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    port, temp = _free_port(), tmp_path_factory.mktemp("o")
+    wrapper = temp / "compile.sh"
+    wrapper.write_text(HANG_DEFAULT_COMPILE.format(real=real_compiler()))
+    wrapper.chmod(0o755)
+    head = [ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={temp}"]
+    quiet = ["--include-dashboard=false", "--disable-usage-stats"]
+    env = {**os.environ, "AUTOSCHED_IREE_COMPILE": str(wrapper)}
+    started = subprocess.run(head + quiet, capture_output=True, text=True, timeout=180, env=env)
+    assert started.returncode == 0, started.stderr[-2000:]
+    yield f"127.0.0.1:{port}", str(temp)
+    for pid in _pids(str(temp)):  # this cluster's processes alone (`ray stop` ends all)
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_the_raylet_lost_during_the_defaults_compile_records_nothing(
+    tmp_path, hanging_cluster, cluster
+):
+    """Item 10: the cluster's raylet killed while IREE's default compiles: the lost compile
+    is queued again, then the run ends with one error line; no `compile_error` default is
+    recorded, so the rerun (on a live cluster) measures it once."""
+    address, temp = hanging_cluster
+    folder = _project(tmp_path / "raylet")
+    run = _autosched(folder, "--executor", "ray", "--ray-address", address, wait=False)
+    try:
+        _wait_for(lambda: _pids(f"{temp}/compile.sh.*iree_default"), run)
+        (raylet,) = _pids(f"raylet/raylet.*{temp}")
+        os.kill(raylet, signal.SIGKILL)
+        output, _ = run.communicate(timeout=300)
+    finally:
+        run.kill() if run.poll() is None else None
+    assert run.returncode == 2, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: --executor ray: the Ray cluster lost"), output[-3000:]
+    assert _records(folder) == [], _records(folder)
+    again = _autosched(folder, "--executor", "ray", "--ray-address", cluster)
+    assert again.returncode == 0, again.stderr[-3000:]
+    _assert_once_each(folder)
+    assert len(_records(folder)) == 7
