@@ -21,9 +21,10 @@ from autosched.config import RunConfig
 from autosched.drivers.model_run import attach_benchmarks, model_problems
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
-from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionProblem
+from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
 from autosched.run.builds import dispatch_job, expected_config
 from autosched.search.space import build_space, matching_points
+from autosched.targets.cpu import CpuTarget
 from autosched.targets.cuda import CudaTarget
 from autosched.targets.cuda_convolution import (
     CONVOLUTION_KNOBS,
@@ -35,9 +36,15 @@ from autosched.targets.cuda_convolution import (
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 F16 = os.path.join(MODELS, "tv_resnet18_f16.mlirbc")
 F32 = os.path.join(MODELS, "tv_resnet18_f32.mlirbc")
+RESNET50 = os.path.join(MODELS, "tv_resnet50_f16.mlirbc")
 CUDA = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
 CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f16_f16_f32"
 POINTWISE_CONV = "conv_nfohowc_2x128x8x8x64_s1x1_f16_f16_f32"
+STRIDED_CONVS = [
+    "conv_nfohowc_2x512x8x8x256_s2x2_f16_f16_f32",
+    "conv_nfohowc_2x1024x4x4x512_s2x2_f16_f16_f32",
+    "conv_nfohowc_2x2048x2x2x1024_s2x2_f16_f16_f32",
+]
 
 
 def problems_of(path: str):
@@ -81,6 +88,29 @@ def test_warps_follow_the_mma_tiles_the_way_iree_counts_them():
     assert [warps(conv, point) for point in defaults] == [8] * len(IREE_STARTING)
 
 
+def test_strided_1x1_convolutions_are_found_and_tuned_with_thread_tiles():
+    """resnet50's downsampling 1x1 convolutions read their image through `d * 2`: neither a
+    convolution to MLIR nor a contraction. They are found, with their strides, and searched
+    with plain thread tiles on CUDA (no mma intrinsic takes them); the CPU says it does not
+    tune them."""
+    problems, skipped = problems_of(RESNET50)
+    assert skipped == {}
+    strided = [e.problem for e in problems if getattr(e.problem, "form", "") == STRIDED]
+    assert [p.name for p in strided] == STRIDED_CONVS
+    first = strided[0]
+    assert first.loops == ("n", "f", "oh", "ow", "c") and first.strides == (2, 2)
+    assert first.csv_shape()["K"] == 256
+    space = build_space(first, CUDA, {})
+    assert space.points and all(p["thread_f"] > 0 and p["sg_f"] == 1 for p in space.points)
+    assert "thread = [1, " in expected_config(first, CUDA, space.points[0])
+    cpu = CpuTarget(RunConfig())
+    flags = cpu.compile_flags()
+    found = model_problems(
+        in_configured_form(analyze_model(RESNET50, flags), RESNET50, flags), cpu
+    )[1]
+    assert found.get("strided 1x1 convolution: not tuned on cpu yet") == 3
+
+
 def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
     problems, skipped = problems_of(F32)
     assert not [e for e in problems if e.problem.kind == "convolution"]
@@ -88,19 +118,22 @@ def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [CONV, POINTWISE_CONV])
-def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, name):
+@pytest.mark.parametrize(
+    "model, name", [(F16, CONV), (F16, POINTWISE_CONV), (RESNET50, STRIDED_CONVS[0])]
+)
+def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, model, name):
     """A random point of the space, compiled for sm_80: the dispatch benchmark that is timed
     and the whole model its answers are checked on both carry its configuration (the
     dispatch's batch-norm constants, which IREE's dump leaves out, come with it)."""
-    problems, _ = problems_of(F16)
+    problems, _ = problems_of(model)
     (entry,) = [e for e in problems if e.problem.name == name]
-    attach_benchmarks([entry], F16, CUDA.compile_flags(), str(tmp_path / "d"))
+    attach_benchmarks([entry], model, CUDA.compile_flags(), str(tmp_path / "d"))
     conv: ConvolutionProblem = entry.problem
     point = random.Random(0).choice(build_space(conv, CUDA, {}).points)
     expected = expected_config(conv, CUDA, point)
-    igemm = "true" if conv.form == WINDOW else "false"
-    assert f"use_igemm_convolution = {igemm}" in expected
+    if conv.form != STRIDED:
+        igemm = "true" if conv.form == WINDOW else "false"
+        assert f"use_igemm_convolution = {igemm}" in expected
     timed = dispatch_job(entry.benchmark, conv, CUDA, point, str(tmp_path / "timed"))
     assert compile_one(timed, 300).status == "ok"
     assert check_build(timed.output, expected).ok

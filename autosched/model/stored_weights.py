@@ -14,10 +14,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
-
-ANY_OP, ANY_VALUE = "!transform.any_op", "!transform.any_value"
 
 
 @dataclass(frozen=True)

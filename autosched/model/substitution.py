@@ -38,6 +38,7 @@ from autosched.model.stored_weights import (
     transpose_matcher,
     wrapper_function,
 )
+from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.spec import match_contraction
 from autosched.targets import cuda_flash_attention as flash
@@ -47,7 +48,6 @@ SPEC_FLAG = "--iree-preprocessing-transform-spec-filename"
 REWRITE_PHASE = "global-optimization"  # where a model's contractions have their dispatch form
 RESUME_FLAG = f"--compile-from={REWRITE_PHASE}"  # compiles a rewritten model the rest of the way
 FUNCTION_PREFIX = "autosched_custom_"
-ANY_OP, ANY_VALUE = "!transform.any_op", "!transform.any_value"
 
 
 NARROW_FROM = "f32"  # an accumulator type whose truncf consumer the kernel can take over

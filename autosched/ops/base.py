@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 ANY_OP = "!transform.any_op"
+ANY_VALUE = "!transform.any_value"
 PARAM = "!transform.param<i64>"
 
 

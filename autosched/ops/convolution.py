@@ -16,6 +16,12 @@ no matmul form: the image's loops (batch, output rows, output columns) are split
 output channel in NCHW (`(n, f, oh, ow, c)`), or there are three of them in NHWC. Those are
 convolutions here too, of the `pointwise` form, matched as the contractions they are
 (`transform.iree.match.contraction` with every loop's size).
+
+A 1x1 convolution with a stride reads its image through `d * stride` in its map, which is
+neither a convolution to MLIR nor a contraction: IREE forms it as a `reduction` dispatch
+(resnet50's three strided 1x1s took 8.4-9.4 ms each on the H200, an output element per
+workgroup). It is the `strided` form here, matched by its whole op
+(`transform.iree.match.cast_compatible_dag_from_root`) and the operands' types.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import ClassVar
 from iree.compiler import ir
 from iree.compiler.dialects import linalg
 
-from autosched.ops.base import ANY_OP, PARAM, DispatchSite, RootOpKind, SkippedRoot
+from autosched.ops.base import ANY_OP, ANY_VALUE, PARAM, DispatchSite, RootOpKind, SkippedRoot
 from autosched.ops.contraction import (
     Contraction,
     is_multiply_add,
@@ -40,6 +46,7 @@ CONV_TYPES = ("f32", "f16", "bf16")
 # channel, kh/kw filter window, g groups (depth).
 ROLES = ("n", "f", "oh", "ow", "c", "kh", "kw", "g")
 WINDOW, POINTWISE = "window", "pointwise"  # a ConvolutionOpInterface op, or a 1x1 contraction
+STRIDED = "strided"  # a 1x1 convolution with a stride: `d * s` in the image's map
 IMAGE = ("n", "oh", "ow")  # a pointwise convolution's m dims (the contraction's)
 
 
@@ -58,7 +65,7 @@ class ConvolutionProblem:
     acc_type: str
     indexing_maps: str
     output_roles: tuple[str, ...] = ()  # the output's loops in its own order (NCHW: n f oh ow)
-    form: str = WINDOW  # WINDOW or POINTWISE (see the module docstring)
+    form: str = WINDOW  # WINDOW, POINTWISE or STRIDED (see the module docstring)
     sites: list[DispatchSite] = field(default_factory=list)
 
     def size(self, role: str) -> int:
@@ -213,6 +220,84 @@ def read_pointwise(op: ir.Operation, site: DispatchSite) -> ConvolutionProblem |
     )
 
 
+def _image_reads(image_map: ir.AffineMap) -> list[tuple[int, int]] | None:
+    """(loop, stride) of each result of the image's map (stride 1 for a plain loop), or None
+    where a result is anything else."""
+    reads = []
+    for expr in image_map.results:
+        if isinstance(expr, ir.AffineDimExpr):
+            reads.append((expr.position, 1))
+        elif (
+            isinstance(expr, ir.AffineMulExpr)
+            and isinstance(expr.lhs, ir.AffineDimExpr)
+            and isinstance(expr.rhs, ir.AffineConstantExpr)
+        ):
+            reads.append((expr.lhs.position, expr.rhs.value))
+        else:
+            return None
+    return reads
+
+
+def _strided_roles(maps: list[ir.AffineMap], iterators: list[str]):
+    """(each loop's role, the strides) of a strided 1x1 convolution's maps, or None."""
+    reads = _image_reads(maps[0])
+    if reads is None or maps[0].n_dims != 5:
+        return None
+    try:
+        filter_loops = [ir.AffineDimExpr(e).position for e in maps[1].results]
+        out_loops = [ir.AffineDimExpr(e).position for e in maps[2].results]
+    except ValueError:
+        return None
+    strided = [loop for loop, stride in reads if stride > 1]
+    reduced = [i for i, kind in enumerate(iterators) if kind == "reduction"]
+    plain = [loop for loop, stride in reads if stride == 1 and loop not in reduced]
+    channel = [loop for loop in filter_loops if loop not in reduced]
+    if len(strided) != 2 or len(reduced) != 1 or len(plain) != 1 or len(channel) != 1:
+        return None
+    if sorted(filter_loops) != sorted([*channel, *reduced]) or len(out_loops) != 4:
+        return None
+    roles = [""] * 5
+    roles[plain[0]], roles[channel[0]], roles[reduced[0]] = "n", "f", "c"
+    rows, columns = sorted(strided, key=out_loops.index)
+    roles[rows], roles[columns] = "oh", "ow"
+    strides = {loop: stride for loop, stride in reads}
+    return roles, (strides[rows], strides[columns]), [roles[i] for i in out_loops]
+
+
+def read_strided(op: ir.Operation, site: DispatchSite) -> ConvolutionProblem | None:
+    """A 1x1 convolution with a stride as IREE forms it (see the module docstring), or None."""
+    if op.name != "linalg.generic" or len(op.operands) != 3 or not is_multiply_add(op):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    iterators = [str(i).split("<")[-1].rstrip(">") for i in op.attributes["iterator_types"]]
+    found = _strided_roles(maps, iterators)
+    types = static_types(op)
+    if found is None or isinstance(types, str):
+        return None
+    roles, strides, output_roles = found
+    sizes: dict[int, int] = {}
+    for affine, tensor in ((maps[1], types[1]), (maps[2], types[2])):
+        for expr, extent in zip(affine.results, tensor.shape, strict=True):
+            sizes[expr.position] = extent
+    elements = [str(t.element_type) for t in types]
+    if not set(elements) <= set(CONV_TYPES):
+        return SkippedRoot(op.name, "element type", f"convolution on {elements}", site)
+    return ConvolutionProblem(
+        op_name=op.name,
+        loops=tuple(roles),
+        loop_sizes=tuple(sizes[i] for i in range(5)),
+        strides=strides,
+        dilations=(1, 1),
+        lhs_type=elements[0],
+        rhs_type=elements[1],
+        acc_type=elements[2],
+        indexing_maps=str(op.attributes["indexing_maps"]),
+        output_roles=tuple(output_roles),
+        form=STRIDED,
+        sites=[site],
+    )
+
+
 class ConvolutionKind(RootOpKind):
     name = "convolution"
     tuned = True
@@ -221,13 +306,15 @@ class ConvolutionKind(RootOpKind):
     checks_model = True  # a spec misses the check module built from `flow` (unit batch)
 
     def recognise(self, op: ir.Operation, site: DispatchSite):
-        return read_convolution(op, site) or read_pointwise(op, site)
+        return read_convolution(op, site) or read_pointwise(op, site) or read_strided(op, site)
 
     def spec_matcher(self, problem: ConvolutionProblem, handle: str = "%op") -> str:
         """Transform ops that match `handle` to the problem's convolutions: element types,
         indexing maps and every loop's size."""
         if problem.form == POINTWISE:
             return _pointwise_matcher(problem, handle)
+        if problem.form == STRIDED:
+            return _strided_matcher(problem, handle)
         names = ["%batch", "%image", "%channel", "%window", "%input", "%depth", "%s", "%d"]
         roles = [("n",), ("oh", "ow"), ("f",), ("kh", "kw"), ("c",), ("g",)]
         checks = "".join(
@@ -261,3 +348,57 @@ def _pointwise_matcher(problem: ConvolutionProblem, handle: str) -> str:
         f" : {ANY_OP} -> {PARAM}\n"
         f"{checks}"
     )
+
+
+def _strided_matcher(problem: ConvolutionProblem, handle: str) -> str:
+    """The whole op: its maps and its multiply-add body (inputs widened to the accumulator's
+    type where they are narrower), then the filter's and output's exact types; the image's
+    rows and columns are left open (its map alone says how it is read)."""
+    narrow, wide = problem.lhs_type, problem.acc_type
+    out_shape = [problem.size(r) for r in problem.output_roles]
+    image_shape = [
+        "?" if r in ("oh", "ow") else str(problem.size(r))
+        for r in ("n", "c", "oh", "ow")  # NCHW; NHWC images take the same open dims
+    ]
+    out = f"tensor<{'x'.join(map(str, out_shape))}x{wide}>"
+    kernel = f"tensor<{problem.size('f')}x{problem.size('c')}x{problem.rhs_type}>"
+    image = f"tensor<{'x'.join(image_shape)}x{narrow}>"
+    loose = [
+        f"tensor<?x?x?x?x{narrow}>",
+        f"tensor<?x?x{problem.rhs_type}>",
+        f"tensor<?x?x?x?x{wide}>",
+    ]
+    widen = narrow != wide
+    body = [
+        f"      ^bb1(%a: {narrow}, %b: {problem.rhs_type}, %c: {wide}):",
+        *(
+            [
+                f"        %wa = arith.extf %a : {narrow} to {wide}",
+                f"        %wb = arith.extf %b : {problem.rhs_type} to {wide}",
+            ]
+            if widen
+            else []
+        ),
+        f"        %m = arith.mulf {'%wa, %wb' if widen else '%a, %b'} : {wide}",
+        f"        %s = arith.addf %c, %m : {wide}",
+        f"        linalg.yield %s : {wide}",
+    ]
+    iterators = ", ".join('"reduction"' if r == "c" else '"parallel"' for r in problem.loops)
+    lines = [
+        f"    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
+        f"    ^bb0(%x: {loose[0]}, %w: {loose[1]}, %o: {loose[2]}):",
+        f"      %r = linalg.generic {{indexing_maps = {problem.indexing_maps}, "
+        f"iterator_types = [{iterators}]}} ins(%x, %w : {loose[0]}, {loose[1]}) "
+        f"outs(%o : {loose[2]}) {{",
+        *body,
+        f"      }} -> {loose[2]}",
+        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+    ]
+    for position, tensor in enumerate((image, kernel, out)):
+        lines += [
+            f"    %operand{position} = transform.get_operand {handle}[{position}]"
+            f" : ({ANY_OP}) -> {ANY_VALUE}",
+            f"    transform.iree.match.cast_compatible_type %operand{position} = {tensor}"
+            f" : {ANY_VALUE}",
+        ]
+    return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from autosched.ops.convolution import POINTWISE, ConvolutionProblem
+from autosched.ops.convolution import POINTWISE, STRIDED, ConvolutionProblem
 from autosched.targets.base import (
     Constraint,
     KnobSpec,
@@ -84,6 +84,8 @@ class CpuConvolutionTarget(CpuTarget):
         ]
 
     def supports(self, problem: ConvolutionProblem) -> str | None:
+        if problem.form == STRIDED:
+            return "strided 1x1 convolution: not tuned on cpu yet"
         if "n" in problem.loops and problem.size("n") == 1:
             return UNIT_BATCH
         return None

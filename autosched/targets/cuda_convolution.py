@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 
-from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionProblem
+from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
+from autosched.targets import cuda_strided_convolution as strided
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
 from autosched.targets.cuda import ELEMENT_BYTES, MMA_FOR_TYPES, CudaTarget, mma_k
 from autosched.targets.cuda_custom import WARP
@@ -40,6 +41,8 @@ CONVOLUTION_KNOBS = (
     KnobSpec("sg_oh", "output rows per warp (convolution)"),
     KnobSpec("sg_ow", "mma tiles per warp along the output columns (convolution)"),
     KnobSpec("sg_f", "mma tiles per warp along the output channels (convolution)"),
+    KnobSpec("thread_f", "output channels per thread (strided 1x1 convolution; else 0)", minimum=0),
+    KnobSpec("thread_ow", "output columns per thread (strided 1x1 convolution; else 0)", minimum=0),
 )
 TILE_KNOB = {"n": "n_tile", "oh": "oh_tile", "ow": "ow_tile", "f": "f_tile"}
 WARP_KNOB = {"n": "sg_n", "oh": "sg_oh", "ow": "sg_ow", "f": "sg_f"}
@@ -48,18 +51,20 @@ STAGES = 2  # IREE's prefetch_num_stages for these configurations
 MAX_WARPS = 16
 # IREE's defaults above, in CONVOLUTION_KNOBS' order: the first points.
 IREE_STARTING = (
-    (1, 1, 64, 64, 64, 1, 1, 2, 2),
-    (1, 2, 32, 64, 128, 1, 2, 1, 2),
-    (4, 1, 8, 128, 128, 2, 1, 1, 2),
+    (1, 1, 64, 64, 64, 1, 1, 2, 2, 0, 0),
+    (1, 2, 32, 64, 128, 1, 2, 1, 2, 0, 0),
+    (4, 1, 8, 128, 128, 2, 1, 1, 2, 0, 0),
 )
 # IREE's defaults for resnet50's pointwise (1x1) convolutions, 4 warps each: [1, 64, 1, 64]
 # over (n, f, oh, ow) with warps of [1, 4, 1, 2] and K 64; [4, 64, 16] over (n, f, oh x ow)
 # with [2, 4, 1] and K 128; [1, 64, 2, 32] with [1, 4, 2, 1] and K 128.
 POINTWISE_STARTING = (
-    (1, 1, 64, 64, 64, 1, 1, 2, 4),
-    (4, 1, 16, 64, 128, 2, 1, 1, 4),
-    (1, 2, 32, 64, 128, 1, 2, 1, 4),
+    (1, 1, 64, 64, 64, 1, 1, 2, 4, 0, 0),
+    (4, 1, 16, 64, 128, 2, 1, 1, 4, 0, 0),
+    (1, 2, 32, 64, 128, 1, 2, 1, 4, 0, 0),
 )
+STARTING = {WINDOW: IREE_STARTING, POINTWISE: POINTWISE_STARTING, STRIDED: strided.STRIDED_STARTING}
+MMA_SHARES = ("sg_n", "sg_oh", "sg_ow", "sg_f")
 
 
 def mma_rows_role(problem: ConvolutionProblem) -> str:
@@ -126,16 +131,20 @@ class CudaConvolutionTarget(CudaTarget):
         return int(min(200, max(1, math.ceil(0.05 / estimate_s))))
 
     def families(self, problem: ConvolutionProblem, lists) -> list[Family]:
-        return [Family("igemm", self.constraints(problem))]
+        """The mma configurations, or plain thread tiles for a strided 1x1 convolution."""
+        if problem.form == STRIDED:
+            rules = strided.constraints(problem, self.shared_memory_bytes)
+            return [Family("simt", rules, fixed={k: [1] for k in MMA_SHARES})]
+        fixed = {k: [0] for k in strided.THREAD_KNOB.values()}
+        return [Family("mma", self.constraints(problem), fixed=fixed)]
 
     def starting_points(self, problem: ConvolutionProblem) -> list[Point]:
-        """IREE's own defaults for resnet50 (IREE_STARTING, POINTWISE_STARTING), each tile
-        cut to the problem's candidates and each warp's share to its tile (small images
-        have no 64-column tile)."""
+        """IREE's own defaults for resnet50 (IREE_STARTING, POINTWISE_STARTING; the strided
+        form's: STRIDED_STARTING), each tile cut to the problem's candidates and each warp's
+        share to its tile (small images have no 64-column tile)."""
         names = [k.name for k in CONVOLUTION_KNOBS]
         points: list[Point] = []
-        defaults = POINTWISE_STARTING if problem.form == POINTWISE else IREE_STARTING
-        for values in defaults:
+        for values in STARTING[problem.form]:
             point = dict(zip(names, values, strict=True))
             for role, knob in TILE_KNOB.items():
                 fitting = [v for v in self.candidates(knob, problem) if v <= point[knob]]
@@ -157,18 +166,22 @@ class CudaConvolutionTarget(CudaTarget):
             return upto("n", 1, 4)
         if knob == "oh_tile":
             return upto("oh", 1, 8)
+        simt = problem.form == STRIDED
         if knob == "ow_tile":
-            return upto("ow", mma_extent(problem, "ow"), 64)
+            return upto("ow", 1 if simt else mma_extent(problem, "ow"), 64)
         if knob == "f_tile":
-            return upto("f", mma_extent(problem, "f"), 256)
+            return upto("f", 1 if simt else mma_extent(problem, "f"), 256)
         if knob == "k_tile":
             return [16, 32, 64, 128]
-        if knob in ("sg_n", "sg_oh", "sg_ow", "sg_f"):
+        if knob in MMA_SHARES:
             return [1, 2, 4]
+        if knob in strided.THREAD_KNOB.values():
+            return [1, 2, 4, 8]
         raise KeyError(knob)
 
     def constraints(self, problem: ConvolutionProblem) -> list[Constraint]:
-        every = tuple(k.name for k in CONVOLUTION_KNOBS if k.name != "k_tile")
+        """The mma configurations' rules (the strided form's: cuda_strided_convolution)."""
+        every = (*TILE_KNOB.values(), *MMA_SHARES)
         return [
             Constraint(
                 "a warp's share does not divide the workgroup tile",
@@ -193,6 +206,8 @@ class CudaConvolutionTarget(CudaTarget):
         ]
 
     def lowering_config(self, problem: ConvolutionProblem, point: Point) -> str:
+        if problem.form == STRIDED:
+            return strided.lowering_config(problem, point, TILE_KNOB)
         kind = MMA_FOR_TYPES[(problem.lhs_type, problem.acc_type)]
         loops = config_loops(problem)
         workgroup = [point[TILE_KNOB[r]] if r in TILE_KNOB else int(r != "c") for r in loops]
@@ -229,6 +244,8 @@ class CudaConvolutionTarget(CudaTarget):
         return []
 
     def config_name(self, point: Point) -> str:
+        if point.get("thread_f"):
+            return strided.config_name(point)
         tile = "x".join(str(point[k]) for k in ("n_tile", "oh_tile", "ow_tile", "f_tile"))
         share = "x".join(str(point[k]) for k in ("sg_n", "sg_oh", "sg_ow", "sg_f"))
         return f"igemm_wg{tile}_k{point['k_tile']}_sg{share}"
@@ -236,12 +253,15 @@ class CudaConvolutionTarget(CudaTarget):
     def features(self, problem: ConvolutionProblem, point: Point) -> dict[str, float]:
         """Knobs (log2) and what they imply: workgroups against the SMs, warps, shared
         memory, and the tile's reuse (multiply-adds per element loaded)."""
+        knobs = {f"log2_{k.name}": math.log2(max(point[k.name], 1)) for k in CONVOLUTION_KNOBS}
+        if problem.form == STRIDED:
+            return {**knobs, **strided.features(problem, point, self.sm_count)}
         tiles = {r: point[TILE_KNOB[r]] for r in TILE_KNOB}
         workgroups = math.prod(math.ceil(problem.size(r) / t) for r, t in tiles.items())
         pixels = tiles["n"] * tiles["oh"] * tiles["ow"]
         waves = workgroups / self.sm_count
         return {
-            **{f"log2_{k.name}": math.log2(point[k.name]) for k in CONVOLUTION_KNOBS},
+            **knobs,
             "log2_workgroups": math.log2(workgroups),
             "waves": waves,
             "wave_efficiency": waves / math.ceil(waves),

@@ -28,6 +28,9 @@ Models (f32, weights small so the files stay small):
   torchvision's compiled ops, which resnet18 does not use, so their registration is skipped.
 - `tv_resnet18_f16.mlirbc`: the same in f16, for the CUDA convolutions (tensor cores need
   16-bit operands).
+- `tv_resnet50_f16.mlirbc`: torchvision's own `resnet50` (10 classes, eval mode, f16) on
+  x[2, 3, 64, 64], parameters as arguments: its strided 1x1 (downsampling) convolutions stay
+  in their dispatches, read through `d * 2`, as at full size.
 """
 
 from __future__ import annotations
@@ -140,18 +143,19 @@ def hf_bert_layer() -> tuple[nn.Module, tuple]:
     return LayerWithWeights(layer, ()), (torch.randn(2, 32, 128), *weights)
 
 
-def tv_resnet18(dtype: torch.dtype = torch.float32) -> tuple[nn.Module, tuple]:
+def torchvision_resnet(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
+    """torchvision's own `name` (10 classes, eval mode) on x[2, 3, 64, 64] in `dtype`."""
+    import importlib
     import sys
     import types
 
     # torchvision's compiled ops (nms, roi_align) do not load beside a CPU-only torch wheel;
-    # resnet18 uses none of them.
+    # the resnets use none of them.
     sys.modules.setdefault(
         "torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations")
     )
-    from torchvision.models import resnet18
-
-    model = resnet18(num_classes=10).eval().to(dtype)
+    models = importlib.import_module("torchvision.models")
+    model = getattr(models, name)(num_classes=10).eval().to(dtype)
     weights = [p.detach() for p in model.parameters()]
     return WeightsAsArguments(model), (torch.randn(2, 3, 64, 64).to(dtype), *weights)
 
@@ -175,6 +179,10 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     save(*hf_bert_layer(), "hf_bert_layer_f32.mlirbc")
     torch.manual_seed(0)
-    save(*tv_resnet18(), "tv_resnet18_f32.mlirbc")
-    torch.manual_seed(0)
-    save(*tv_resnet18(torch.float16), "tv_resnet18_f16.mlirbc")
+    for net, dtype, name in (
+        ("resnet18", torch.float32, "tv_resnet18_f32.mlirbc"),
+        ("resnet18", torch.float16, "tv_resnet18_f16.mlirbc"),
+        ("resnet50", torch.float16, "tv_resnet50_f16.mlirbc"),
+    ):
+        torch.manual_seed(0)
+        save(*torchvision_resnet(net, dtype), name)
