@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from iree.compiler.tools.binaries import find_tool
 
 from autosched import processes
+from autosched.errors import UserError
 
 
 @dataclass
@@ -53,6 +55,49 @@ def compiler_path() -> str:
 
 def opt_path() -> str:
     return processes.tool_path("iree-opt", find_tool("iree-opt"))
+
+
+TEMP_ROOM = 64 * 2**20  # free bytes the compiles' temporaries need at least (objects, .so)
+TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")  # LLVM's order
+
+
+def compiler_temp_dir() -> tuple[str, str]:
+    """The folder iree-compile writes its temporaries to (the objects iree-lld links) and
+    the variable that named it, picked as LLVM picks it: the first of TEMP_VARIABLES that
+    is set, else /tmp. Not `tempfile.gettempdir()`: that skips a folder it cannot write,
+    which iree-compile would still use."""
+    for variable in TEMP_VARIABLES:
+        if variable in os.environ:
+            return os.environ[variable] or os.getcwd(), variable
+    return "/tmp", ""
+
+
+def check_temp_dir() -> None:
+    """One UserError naming the temporary folder when it is unusable or nearly full: every
+    compile would fail there with a linker error that hides the cause (a full folder shows
+    up as `iree-lld: error: target emulation unknown`), and each candidate would be
+    recorded as a compile error. A probe file and one statvfs: cheap, once a run."""
+    folder, variable = compiler_temp_dir()
+    named = f"{folder} (${variable})" if variable else folder
+    advice = (
+        "iree-compile writes each build's objects there: free some space, or set TMPDIR "
+        "to a folder with room"
+    )
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".autosched-probe-") as probe:
+            probe.write(bytes(4096))
+            probe.flush()
+            os.fsync(probe.fileno())
+        free = shutil.disk_usage(folder).free
+    except OSError as error:
+        reason = error.strerror or str(error)
+        message = f"the temporary folder {named} cannot be written ({reason}); {advice}"
+        raise UserError(message) from None
+    if free < TEMP_ROOM:
+        raise UserError(
+            f"the temporary folder {named} has {free / 2**20:.1f} MiB free, less than the "
+            f"{TEMP_ROOM // 2**20} MiB the compiles need; {advice}"
+        )
 
 
 # Compiles run well below normal priority: a pool that fills every core must not keep the

@@ -547,6 +547,55 @@ def test_read_only_working_folder_is_refused(tuning, small_disk):
     assert len(lines) == 1 and "not writable" in lines[0], done.stderr
 
 
+def _fill(folder) -> None:
+    """Writes into `folder` until its file system is full."""
+    descriptor = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, bytes(4096)):
+            pass
+    except OSError:  # ENOSPC: full
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def assert_refused_for_the_temporary_folder(done, folder: str, reason: str) -> None:
+    """Exit 2, one Error: line naming the folder and why, and nothing compiled or recorded
+    (before the check, every candidate was recorded as a compile error, exit 0)."""
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"Error: the temporary folder {folder} ($TMPDIR)"), lines
+    assert reason in lines[0], lines
+    assert_clean_stderr(done.stderr)
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full", "nearly-full"])
+def test_a_full_temporary_folder_is_one_error_line_up_front(tuning, small_disk, full):
+    """Issue 27 item 13: with TMPDIR full, iree-compile's objects cannot be written and
+    every build fails as `iree-lld: error: target emulation unknown`; with a few KiB left,
+    some do. The run refuses at the start instead, naming the folder."""
+    if full:
+        _fill(small_disk)
+    tuning.env["TMPDIR"] = str(small_disk)
+    done = tuning.run()
+    reason = "No space left on device" if full else "MiB free, less than the 64 MiB"
+    assert_refused_for_the_temporary_folder(done, str(small_disk), reason)
+    assert tuning.records() == [] and tuning.rows() == []
+
+
+def test_a_temporary_folder_that_cannot_hold_files_is_one_error_line_up_front(tuning):
+    """TMPDIR naming a regular file (as root too, where a read-only folder is writable):
+    iree-compile fails every build with `failed to generate temporary file: Not a
+    directory`; the run refuses at the start, naming the folder."""
+    not_a_folder = tuning.path("not-a-folder")
+    not_a_folder.write_text("")
+    tuning.env["TMPDIR"] = str(not_a_folder)
+    done = tuning.run()
+    assert_refused_for_the_temporary_folder(done, str(not_a_folder), "Not a directory")
+    assert tuning.records() == [] and tuning.rows() == []
+
+
 def _start_model_run(run: Run, folder, budget: int) -> subprocess.Popen:
     """`autosched run model.onnx` in its own process group, its output piped."""
     return subprocess.Popen(

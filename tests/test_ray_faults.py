@@ -5,6 +5,7 @@ with one error line, never a lost round or an environment failure recorded for g
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -101,20 +102,79 @@ def test_an_actor_killed_during_the_final_re_timing_loses_no_round(tmp_path, clu
     assert len(_records(folder)) == 7
 
 
+def _hanging_compiler(temp) -> str:
+    """A compiler under `temp` that takes a minute over IREE's default, so a test can kill
+    the raylet while the default compiles (its processes name `temp`)."""
+    from test_faults import real_compiler
+
+    wrapper = temp / "compile.sh"
+    wrapper.write_text(HANG_DEFAULT_COMPILE.format(real=real_compiler()))
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:  # gone
+        return b""
+
+
+def _family(pid: int) -> dict[int, bytes]:
+    """Every descendant of `pid` with its command line (to tell it from a reused pid)."""
+    found, parents = {}, [pid]
+    while parents:
+        children = _pids(".", parent=parents.pop())
+        found.update({child: _command_line(child) for child in children})
+        parents += children
+    return found
+
+
+def _kill_raylet_during_the_default(
+    run: subprocess.Popen, temp: str, timeout: float = 300, family: dict | None = None
+) -> str:
+    """SIGKILL to the raylet whose command names `temp`, once the default compiles; what
+    the run then printed, once it ended (within `timeout` seconds). `family` gets the
+    run's descendants as they were just before the kill (its cluster's, when it started
+    one: the raylet's workers are orphaned by the kill)."""
+    sleeps: list[int] = []  # the wrapper's own child, which outlives the wrapper
+    try:
+        _wait_for(lambda: _pids(f"{temp}/compile.sh.*iree_default"), run)
+        (wrapper,) = _pids(f"{temp}/compile.sh.*iree_default")
+        _wait_for(lambda: sleeps.extend(_pids("sleep", parent=wrapper)) or sleeps, run)
+        (raylet,) = _pids(f"raylet/raylet.*{temp}")
+        if family is not None:
+            family.update(_family(run.pid))
+        os.kill(raylet, signal.SIGKILL)
+        output, _ = run.communicate(timeout=timeout)
+    finally:
+        run.kill() if run.poll() is None else None
+        for pid in sleeps:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return output
+
+
+def _assert_lost_and_nothing_recorded(run: subprocess.Popen, output: str, folder) -> None:
+    """Exit 2, the cluster's loss as the last line, and no record of the lost default."""
+    assert run.returncode == 2, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: --executor ray: the Ray cluster lost"), output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert _records(folder) == [], _records(folder)
+
+
 @pytest.fixture
 def hanging_cluster(tmp_path_factory, no_token_auth):
     """A Ray head of this test alone, whose workers compile IREE's default for a minute
     (the wrapper is in their environment); its address and temp folder."""
-    from test_faults import real_compiler
-
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     port, temp = _free_port(), tmp_path_factory.mktemp("o")
-    wrapper = temp / "compile.sh"
-    wrapper.write_text(HANG_DEFAULT_COMPILE.format(real=real_compiler()))
-    wrapper.chmod(0o755)
+    wrapper = _hanging_compiler(temp)
     head = [ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={temp}"]
     quiet = ["--include-dashboard=false", "--disable-usage-stats"]
-    env = {**os.environ, "AUTOSCHED_IREE_COMPILE": str(wrapper)}
+    env = {**os.environ, "AUTOSCHED_IREE_COMPILE": wrapper}
     started = subprocess.run(head + quiet, capture_output=True, text=True, timeout=180, env=env)
     assert started.returncode == 0, started.stderr[-2000:]
     yield f"127.0.0.1:{port}", str(temp)
@@ -132,18 +192,37 @@ def test_the_raylet_lost_during_the_defaults_compile_records_nothing(
     address, temp = hanging_cluster
     folder = _project(tmp_path / "raylet")
     run = _autosched(folder, "--executor", "ray", "--ray-address", address, wait=False)
-    try:
-        _wait_for(lambda: _pids(f"{temp}/compile.sh.*iree_default"), run)
-        (raylet,) = _pids(f"raylet/raylet.*{temp}")
-        os.kill(raylet, signal.SIGKILL)
-        output, _ = run.communicate(timeout=300)
-    finally:
-        run.kill() if run.poll() is None else None
-    assert run.returncode == 2, output[-3000:]
-    last = output.strip().splitlines()[-1]
-    assert last.startswith("Error: --executor ray: the Ray cluster lost"), output[-3000:]
-    assert _records(folder) == [], _records(folder)
+    output = _kill_raylet_during_the_default(run, temp)
+    _assert_lost_and_nothing_recorded(run, output, folder)
     again = _autosched(folder, "--executor", "ray", "--ray-address", cluster)
     assert again.returncode == 0, again.stderr[-3000:]
     _assert_once_each(folder)
     assert len(_records(folder)) == 7
+
+
+@pytest.mark.slow
+def test_the_raylet_of_a_local_cluster_lost_during_the_defaults_compile_ends_the_run(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth
+):
+    """Item 10 on `--ray-address local`: the run's private cluster loses its raylet while
+    IREE's default compiles. No error ever comes back for the lost compile (Ray waits for
+    ever); the run sees that no node is alive and ends with one error line, recording
+    nothing, and leaves no process of that cluster behind."""
+    temp = tmp_path_factory.mktemp("p")  # short: Ray's socket paths have a length limit
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))  # the private cluster's session folder
+    monkeypatch.setenv("AUTOSCHED_IREE_COMPILE", _hanging_compiler(temp))  # its workers' too
+    folder = _project(tmp_path / "local")
+    run = _autosched(folder, "--executor", "ray", "--ray-address", "local", wait=False)
+    family: dict[int, bytes] = {}  # the run's cluster: GCS, raylet, workers, actors
+    try:
+        output = _kill_raylet_during_the_default(run, str(temp), 120, family)  # ends in ~20 s
+        _assert_lost_and_nothing_recorded(run, output, folder)
+        _assert_once_each(folder)
+        assert "lost every node" in output.strip().splitlines()[-1], output[-3000:]
+    finally:
+        time.sleep(2)  # what the run's shutdown stopped has exited
+        left = [pid for pid, line in family.items() if line and _command_line(pid) == line]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert any(b"raylet" in line for line in family.values()), family  # the snapshot held
+    assert left == [], [family[pid] for pid in left]

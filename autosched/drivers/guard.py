@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import click
 
 from autosched import interrupts
+from autosched.compile import check_temp_dir
 from autosched.config import RunConfig
 from autosched.drivers.runlock import RunLock, lock_paths
 from autosched.errors import UserError
@@ -24,9 +25,12 @@ EXIT_INTERRUPTED = 130
 
 @contextmanager
 def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
-    """What every measuring run needs around it: its paths checked, the device opened once,
-    the work folder locked, signals handled, and OS errors turned into one Error: line."""
+    """What every measuring run needs around it: its paths checked (the temporary folder
+    too: a full one fails every compile with a misleading linker error), the device opened
+    once, the work folder locked, signals handled, and OS errors turned into one Error:
+    line."""
     check_paths(paths)
+    check_temp_dir()
     lock = None
     try:
         if config.executor == "local":  # a Ray cluster's actors open their own devices

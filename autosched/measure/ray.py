@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -43,6 +44,11 @@ from autosched.measure.worker import ProblemData
 
 WAIT_S = 0.5  # how often the driver looks up from waiting (so that Ctrl-C is prompt)
 ATTEMPTS = 3  # a call lost to the cluster (actor died, task lost) is made this often at most
+NODES_CHECK_S = 3.0  # how often a wait with nothing ready asks whether any node is alive
+KEPT = (
+    "every measurement made so far is kept in the tuning database: run the same command "
+    "again once the cluster is back"
+)
 
 
 def cluster_failing(what: str, error: Exception) -> UserError:
@@ -50,9 +56,48 @@ def cluster_failing(what: str, error: Exception) -> UserError:
     failure, which no record may hold as the candidate's."""
     return UserError(
         f"--executor ray: the Ray cluster lost {what} {ATTEMPTS} times "
-        f"({str(error).splitlines()[0][:200]}); every measurement made so far is kept in "
-        "the tuning database: run the same command again once the cluster is back"
+        f"({str(error).splitlines()[0][:200]}); {KEPT}"
     )
+
+
+def cluster_gone(what: str) -> UserError:
+    """The run's end when no node of the cluster is alive: the work in flight will never
+    come back, not even as an error (a `--ray-address local` cluster whose raylet died)."""
+    return UserError(f"--executor ray: the Ray cluster lost every node while {what}; {KEPT}")
+
+
+def any_node_alive(ray) -> bool:
+    """Whether the cluster still has a live node; a GCS that no longer answers has none."""
+    try:
+        return any(node.get("Alive") for node in ray.nodes())
+    except Exception:  # noqa: BLE001 - whatever the dead GCS's client raises
+        return False
+
+
+class NodeWatch:
+    """Asks the cluster whether any node is alive, at most every NODES_CHECK_S: a waiting
+    loop calls `check` each time nothing is ready, and so ends instead of waiting for ever
+    on work that a dead cluster lost without an error."""
+
+    def __init__(self, ray):
+        self.ray = ray
+        self.checked = time.monotonic()
+
+    def check(self, what: str) -> None:
+        if time.monotonic() - self.checked < NODES_CHECK_S:
+            return
+        if not any_node_alive(self.ray):
+            raise cluster_gone(what)
+        self.checked = time.monotonic()
+
+
+def get_watched(ray, ref, what: str):
+    """`ray.get(ref)`, ending with one error line when the cluster has no live node left
+    (plain `ray.get` would wait for ever)."""
+    watch = NodeWatch(ray)
+    while not ray.wait([ref], timeout=WAIT_S)[0]:
+        watch.check(what)
+    return ray.get(ref)
 
 
 def import_ray():
@@ -145,7 +190,7 @@ class RemoteBench:
         for attempt in range(ATTEMPTS):
             actor = self.actor
             try:
-                return self.ray.get(getattr(actor, method).remote(*args))
+                return get_watched(self.ray, getattr(actor, method).remote(*args), what)
             except self.ray.exceptions.RayActorError as error:
                 if attempt == ATTEMPTS - 1:
                     raise cluster_failing(f"the measuring actor of {self.device}", error) from None
@@ -282,7 +327,7 @@ class RayExecutor:
         for bench in self.benches[1:]:
             actor, call = calls[bench.device]
             try:
-                timings[bench.device] = self.ray.get(call)
+                timings[bench.device] = get_watched(self.ray, call, "timing the default")
             except self.ray.exceptions.RayActorError:  # timed again on its replacement
                 self._revive(bench, actor, "timing the default")
                 timings[bench.device] = bench.time(
@@ -301,6 +346,7 @@ class RayExecutor:
         waiting: deque = deque()  # (candidate, builds, task) for the next free actor
         measuring: dict = {}  # object ref -> (bench, its actor, candidate, builds, task)
         idle = list(self.benches)
+        watch = NodeWatch(ray)
         while compiling or measuring or waiting:
             while waiting and idle:
                 bench = idle.pop(0)
@@ -308,6 +354,9 @@ class RayExecutor:
                 measuring[bench.actor.run.remote(item[2])] = (bench, bench.actor, *item)
             refs = list(compiling) + list(measuring)
             ready, _ = ray.wait(refs, num_returns=1, timeout=WAIT_S)
+            if not ready:
+                in_flight = f"{len(compiling)} compile(s) and {len(measuring)} measurement(s)"
+                watch.check(f"{in_flight} were in flight")
             for ref in ready:
                 if ref in compiling:
                     job = compiling.pop(ref)
