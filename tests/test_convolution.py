@@ -32,7 +32,9 @@ from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
 from autosched.targets.cpu_convolution import UNIT_BATCH
 
-MODEL = os.path.join(os.path.dirname(__file__), "data", "models", "tv_resnet18_f32.mlirbc")
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+MODEL = os.path.join(MODELS, "tv_resnet18_f32.mlirbc")
+MOBILENET = os.path.join(MODELS, "tv_mobilenet_v3_small_f32.mlirbc")
 CPU = CpuTarget(RunConfig())
 CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f32_f32_f32"
 POINTWISE_CONV = "conv_nfohowc_2x128x8x8x64_s1x1_f32_f32_f32"
@@ -41,15 +43,17 @@ POINTWISE_DEEPER = [
     "conv_nfohowc_2x512x2x2x256_s1x1_f32_f32_f32",
 ]
 # A point of each form's CPU space (f_tile, oh_tile, ow_tile, f_vec, ow_vec, c_vec).
+DEPTHWISE = "conv_nohowkhkwg_2x8x8x3x3x88_s1x1_f32_f32_f32"
 POINTS = {
+    DEPTHWISE: {"f_tile": 8, "oh_tile": 4, "ow_tile": 8, "f_vec": 4, "ow_vec": 4, "c_vec": 1},
     CONV: {"f_tile": 16, "oh_tile": 8, "ow_tile": 2, "f_vec": 8, "ow_vec": 2, "c_vec": 4},
     POINTWISE_CONV: {"f_tile": 32, "oh_tile": 4, "ow_tile": 8, "f_vec": 4, "ow_vec": 8, "c_vec": 8},
 }
 
 
-def analysis():
+def analysis(model: str = MODEL):
     flags = CPU.compile_flags()
-    return in_configured_form(analyze_model(MODEL, flags), MODEL, flags)
+    return in_configured_form(analyze_model(model, flags), model, flags)
 
 
 def test_every_resnet18_convolution_is_found_in_its_configured_form():
@@ -90,12 +94,29 @@ def test_a_batch_of_one_is_refused_with_its_reason():
     assert CPU.for_problem(conv).supports(conv) is None
 
 
+def test_depthwise_convolutions_are_found_with_their_channel_as_depth():
+    """mobilenet_v3's depthwise 3x3 and 5x5 convolutions, strided and not: MLIR's depth
+    loop is the channel they keep apart; every one is tuned."""
+    found = analysis(MOBILENET)
+    depthwise = [r for r in found.roots if r.kind == "convolution" and r.depthwise]
+    assert len(depthwise) == 9
+    conv = next(r for r in depthwise if r.name == DEPTHWISE)
+    assert conv.loops == ("n", "oh", "ow", "g", "kh", "kw") and conv.channel == "g"
+    assert conv.size("f") == conv.size("c") == 1 and conv.size("g") == 88
+    assert found.skipped_counts() == {}
+    space = build_space(conv, CPU, {})
+    assert POINTS[DEPTHWISE] in space.points
+    assert "DoubleTilingExpert" in expected_config(conv, CPU, POINTS[DEPTHWISE])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [CONV, POINTWISE_CONV])
-def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, name):
-    conv = next(r for r in analysis().roots if r.name == name)
+@pytest.mark.parametrize(
+    "model, name", [(MODEL, CONV), (MODEL, POINTWISE_CONV), (MOBILENET, DEPTHWISE)]
+)
+def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, model, name):
+    conv = next(r for r in analysis(model).roots if r.name == name)
     entry = ModelProblem(conv, conv)
-    attach_benchmarks([entry], MODEL, CPU.compile_flags(), str(tmp_path / "d"))
+    attach_benchmarks([entry], model, CPU.compile_flags(), str(tmp_path / "d"))
     assert entry.benchmark.checks_model and entry.benchmark.check_function == "main"
     point = POINTS[name]
     assert point in build_space(conv, CPU, {}).points

@@ -37,6 +37,8 @@ MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 F16 = os.path.join(MODELS, "tv_resnet18_f16.mlirbc")
 F32 = os.path.join(MODELS, "tv_resnet18_f32.mlirbc")
 RESNET50 = os.path.join(MODELS, "tv_resnet50_f16.mlirbc")
+MOBILENET = os.path.join(MODELS, "tv_mobilenet_v3_small_{}.mlirbc")
+DEPTHWISE = "conv_nohowkhkwg_2x8x8x3x3x88_s1x1_{t}_{t}_f32"
 CUDA = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
 CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f16_f16_f32"
 POINTWISE_CONV = "conv_nfohowc_2x128x8x8x64_s1x1_f16_f16_f32"
@@ -111,6 +113,23 @@ def test_strided_1x1_convolutions_are_found_and_tuned_with_thread_tiles():
     assert found.get("strided 1x1 convolution: not tuned on cpu yet") == 3
 
 
+@pytest.mark.parametrize("element", ["f16", "f32"])
+def test_depthwise_convolutions_take_thread_tiles_in_any_type(element):
+    """No GEMM in a depthwise convolution: plain thread tiles over its own loops, the whole
+    window a step, as IREE's default (f32 too: no tensor cores needed)."""
+    problems, _ = problems_of(MOBILENET.format(element))
+    depthwise = [e.problem for e in problems if e.problem.kind == "convolution"]
+    depthwise = [p for p in depthwise if p.depthwise]
+    assert len(depthwise) == 9
+    conv = next(p for p in depthwise if p.name == DEPTHWISE.format(t=element))
+    space = build_space(conv, CUDA, {})
+    assert all(p["thread_f"] > 0 and p["k_tile"] == 1 for p in space.points)
+    starting = CUDA.for_problem(conv).starting_points(conv)
+    assert matching_points(space.points, starting)
+    config = expected_config(conv, CUDA, starting[0])
+    assert "reduction = [0, 0, 0, 0, 3, 3]" in config and "promote_operands" not in config
+
+
 def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
     problems, skipped = problems_of(F32)
     assert not [e for e in problems if e.problem.kind == "convolution"]
@@ -119,7 +138,13 @@ def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "model, name", [(F16, CONV), (F16, POINTWISE_CONV), (RESNET50, STRIDED_CONVS[0])]
+    "model, name",
+    [
+        (F16, CONV),
+        (F16, POINTWISE_CONV),
+        (RESNET50, STRIDED_CONVS[0]),
+        (MOBILENET.format("f16"), DEPTHWISE.format(t="f16")),
+    ],
 )
 def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, model, name):
     """A random point of the space, compiled for sm_80: the dispatch benchmark that is timed
@@ -131,7 +156,7 @@ def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_model(tmp_path,
     conv: ConvolutionProblem = entry.problem
     point = random.Random(0).choice(build_space(conv, CUDA, {}).points)
     expected = expected_config(conv, CUDA, point)
-    if conv.form != STRIDED:
+    if conv.form != STRIDED and not conv.depthwise:
         igemm = "true" if conv.form == WINDOW else "false"
         assert f"use_igemm_convolution = {igemm}" in expected
     timed = dispatch_job(entry.benchmark, conv, CUDA, point, str(tmp_path / "timed"))

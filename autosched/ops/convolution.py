@@ -68,6 +68,16 @@ class ConvolutionProblem:
     form: str = WINDOW  # WINDOW, POINTWISE or STRIDED (see the module docstring)
     sites: list[DispatchSite] = field(default_factory=list)
 
+    @property
+    def depthwise(self) -> bool:
+        """Each channel convolved alone (MLIR's depth loop, no channels to reduce)."""
+        return "g" in self.loops and "f" not in self.loops and "c" not in self.loops
+
+    @property
+    def channel(self) -> str:
+        """The role of the output's channel loop: `g` in a depthwise convolution, else `f`."""
+        return "g" if self.depthwise else "f"
+
     def size(self, role: str) -> int:
         return math.prod(s for r, s in zip(self.loops, self.loop_sizes, strict=True) if r == role)
 
@@ -122,10 +132,14 @@ class ConvolutionProblem:
 
 
 def _roles(dims, loops: int) -> list[str] | None:
-    """Each loop's role from MLIR's convolution dimensions (2-D images only)."""
+    """Each loop's role from MLIR's convolution dimensions (2-D images only; a depthwise
+    convolution's channel is its depth loop, `g`)."""
     image, window = list(dims.output_image), list(dims.filter_loop)
-    if len(image) != 2 or len(window) != 2 or not dims.output_channel or not dims.input_channel:
+    if len(image) != 2 or len(window) != 2:
         return None
+    channels = bool(dims.output_channel) and bool(dims.input_channel)
+    if not channels and not (dims.depth and not dims.output_channel and not dims.input_channel):
+        return None  # neither from input to output channels nor depthwise
     roles = ["?"] * loops
     for positions, names in (
         (list(dims.batch), ["n"]),
@@ -153,7 +167,7 @@ def read_convolution(op: ir.Operation, site: DispatchSite):
     loops = maps[0].n_dims
     roles = _roles(dims, loops)
     if roles is None:
-        why = "not a 2-D convolution from input to output channels (depthwise: not yet)"
+        why = "not a 2-D convolution from input to output channels, nor a depthwise one"
         return SkippedRoot(op.name, "convolution", why, site)
     types = static_types(op)
     if isinstance(types, str):

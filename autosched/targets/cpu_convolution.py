@@ -9,7 +9,9 @@ columns of the vector tile; one row, as the pipeline decomposes the 2-D convolut
 filter tap at a time). Those are the knobs. A pointwise (1x1) convolution, a contraction,
 takes the same knobs on IREE's `DoubleTilingExpert`, its default's pipeline (resnet18's:
 `distribution = [1, 32, 8, 8, 0]`, `vector_common_parallel = [1, 1, 2, 8, 0]`,
-`vector_reduction = [0, 0, 0, 0, 16]`).
+`vector_reduction = [0, 0, 0, 0, 16]`), and so does a depthwise one (its channel loop, the
+depth `g`, takes f_tile and f_vec; mobilenet_v3's default: `distribution = [1, 4, 16, 16,
+0, 0]` over (n, oh, ow, g, kh, kw)).
 """
 
 from __future__ import annotations
@@ -44,7 +46,13 @@ UNIT_BATCH = (
     "convolution with a batch of 1: IREE 3.13 drops a spec's configuration when it brings "
     "the folded batch loop back"
 )
-ROLE_OF = {"f_tile": "f", "oh_tile": "oh", "ow_tile": "ow", "f_vec": "f", "ow_vec": "ow"}
+ROLE_OF = {"oh_tile": "oh", "ow_tile": "ow", "ow_vec": "ow"}  # f_tile, f_vec: the channel
+
+
+def role_of(knob: str, problem: ConvolutionProblem) -> str:
+    """The loop a knob tiles: the output channel's (`g` in a depthwise convolution) for
+    f_tile and f_vec."""
+    return ROLE_OF.get(knob) or problem.channel
 
 
 def _within(vector: str, tile: str) -> Constraint:
@@ -61,7 +69,7 @@ class CpuConvolutionTarget(CpuTarget):
     def candidates(self, knob: str, problem: ConvolutionProblem) -> list[int]:
         if knob == "c_vec":
             return problem_candidates(problem.size("c"), 1, 16)
-        size = problem.size(ROLE_OF[knob])
+        size = problem.size(role_of(knob, problem))
         if knob == "f_tile":
             return problem_candidates(size, min(8, size), 64)
         if knob in ("oh_tile", "ow_tile"):
@@ -70,7 +78,7 @@ class CpuConvolutionTarget(CpuTarget):
 
     def constraints(self, problem: ConvolutionProblem) -> list[Constraint]:
         return [
-            divides_role("f_tile", "f"),
+            divides_role("f_tile", problem.channel),
             divides_role("oh_tile", "oh"),
             divides_role("ow_tile", "ow"),
             _within("f_vec", "f_tile"),
@@ -95,8 +103,10 @@ class CpuConvolutionTarget(CpuTarget):
 
     def lowering_config(self, problem: ConvolutionProblem, point: Point) -> str:
         one = {"n": 1, "g": 1}
-        distribution = {**one, "f": point["f_tile"], "oh": point["oh_tile"], "ow": point["ow_tile"]}
-        vectors = {**one, "f": point["f_vec"], "oh": 1, "ow": point["ow_vec"]}
+        channel = problem.channel
+        distribution = {**one, channel: point["f_tile"]}
+        distribution.update(oh=point["oh_tile"], ow=point["ow_tile"])
+        vectors = {**one, channel: point["f_vec"], "oh": 1, "ow": point["ow_vec"]}
         reduction = {"c": point["c_vec"], "kh": 1, "kw": 1}
         config = (
             "#iree_cpu.lowering_config<"
@@ -104,10 +114,10 @@ class CpuConvolutionTarget(CpuTarget):
             f"vector_common_parallel = {by_role(problem, vectors)}, "
             f"vector_reduction = {by_role(problem, reduction)}>"
         )
-        # A pointwise convolution is a contraction: IREE's DoubleTilingExpert, as its default.
-        pipeline = (
-            "DoubleTilingExpert" if problem.form == POINTWISE else "ConvTileAndDecomposeExpert"
-        )
+        # A pointwise convolution is a contraction, and IREE builds a depthwise one as
+        # generic loops too: DoubleTilingExpert, as their defaults.
+        generic = problem.form == POINTWISE or problem.depthwise
+        pipeline = "DoubleTilingExpert" if generic else "ConvTileAndDecomposeExpert"
         translation = f"#iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<{pipeline}>>"
         return (
             f"#iree_codegen.compilation_info<lowering_config = {config}, "
@@ -123,7 +133,7 @@ class CpuConvolutionTarget(CpuTarget):
     def features(self, problem: ConvolutionProblem, point: Point) -> dict[str, float]:
         """Knobs (log2) and what they imply: workgroups, the vector tile, the input patch."""
         tiles = point["f_tile"] * point["oh_tile"] * point["ow_tile"]
-        pixels = problem.size("f") * problem.size("oh") * problem.size("ow")
+        pixels = problem.size(problem.channel) * problem.size("oh") * problem.size("ow")
         return {
             **{f"log2_{k}": math.log2(point[k]) for k in self.knob_names},
             "log2_workgroups": math.log2(pixels * problem.size("n") // tiles),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
-from autosched.targets import cuda_strided_convolution as strided
+from autosched.targets import cuda_simt_convolution as simt
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
 from autosched.targets.cuda import ELEMENT_BYTES, MMA_FOR_TYPES, CudaTarget, mma_k
 from autosched.targets.cuda_custom import WARP
@@ -63,7 +63,7 @@ POINTWISE_STARTING = (
     (4, 1, 16, 64, 128, 2, 1, 1, 4, 0, 0),
     (1, 2, 32, 64, 128, 1, 2, 1, 4, 0, 0),
 )
-STARTING = {WINDOW: IREE_STARTING, POINTWISE: POINTWISE_STARTING, STRIDED: strided.STRIDED_STARTING}
+STARTING = {WINDOW: IREE_STARTING, POINTWISE: POINTWISE_STARTING, STRIDED: simt.STRIDED_STARTING}
 MMA_SHARES = ("sg_n", "sg_oh", "sg_ow", "sg_f")
 
 
@@ -82,6 +82,16 @@ def mma_extent(problem: ConvolutionProblem, role: str) -> int:
     if role not in ("f", "ow"):
         return 1
     return MMA_ROWS if role == mma_rows_role(problem) else MMA_COLUMNS
+
+
+def uses_simt(problem: ConvolutionProblem) -> bool:
+    """Whether no tensor-core configuration takes the convolution (cuda_simt_convolution)."""
+    return problem.form == STRIDED or problem.depthwise
+
+
+def tile_knobs(problem: ConvolutionProblem) -> dict[str, str]:
+    """Each output loop's workgroup-tile knob (f_tile tiles the channel, `g` if depthwise)."""
+    return {**{r: k for r, k in TILE_KNOB.items() if r != "f"}, problem.channel: "f_tile"}
 
 
 def config_loops(problem: ConvolutionProblem) -> list[str]:
@@ -116,13 +126,16 @@ class CudaConvolutionTarget(CudaTarget):
     knobs = CONVOLUTION_KNOBS
 
     def supports(self, problem: ConvolutionProblem) -> str | None:
-        """16-bit operands with an mma intrinsic, and one group (depthwise: not yet)."""
+        """16-bit operands with an mma intrinsic (plain thread tiles need none), and not
+        grouped."""
+        if "g" in problem.loops and not problem.depthwise and problem.size("g") > 1:
+            return "grouped convolution: not tuned on cuda yet"
+        if uses_simt(problem):
+            return None
         kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type))
         if problem.lhs_type != problem.rhs_type or kind not in self.mma_intrinsics:
             types = f"{problem.lhs_type} x {problem.rhs_type} -> {problem.acc_type}"
             return f"convolution on {types}: no tensor-core configuration on {self.arch}"
-        if "g" in problem.loops and problem.size("g") > 1:
-            return "grouped convolution: not tuned on cuda yet"
         return None
 
     def dispatch_repeat(self, problem: ConvolutionProblem) -> int:
@@ -131,11 +144,12 @@ class CudaConvolutionTarget(CudaTarget):
         return int(min(200, max(1, math.ceil(0.05 / estimate_s))))
 
     def families(self, problem: ConvolutionProblem, lists) -> list[Family]:
-        """The mma configurations, or plain thread tiles for a strided 1x1 convolution."""
-        if problem.form == STRIDED:
-            rules = strided.constraints(problem, self.shared_memory_bytes)
-            return [Family("simt", rules, fixed={k: [1] for k in MMA_SHARES})]
-        fixed = {k: [0] for k in strided.THREAD_KNOB.values()}
+        """The mma configurations, or plain thread tiles (strided 1x1 and depthwise)."""
+        if uses_simt(problem):
+            rules = simt.constraints(problem, self.shared_memory_bytes)
+            fixed = {k: [1] for k in MMA_SHARES} | ({"k_tile": [1]} if problem.depthwise else {})
+            return [Family("simt", rules, fixed=fixed)]
+        fixed = {k: [0] for k in simt.THREAD_KNOBS}
         return [Family("mma", self.constraints(problem), fixed=fixed)]
 
     def starting_points(self, problem: ConvolutionProblem) -> list[Point]:
@@ -144,13 +158,15 @@ class CudaConvolutionTarget(CudaTarget):
         share to its tile (small images have no 64-column tile)."""
         names = [k.name for k in CONVOLUTION_KNOBS]
         points: list[Point] = []
-        for values in STARTING[problem.form]:
+        starting = simt.DEPTHWISE_STARTING if problem.depthwise else STARTING[problem.form]
+        for values in starting:
             point = dict(zip(names, values, strict=True))
-            for role, knob in TILE_KNOB.items():
+            for role, knob in tile_knobs(problem).items():
                 fitting = [v for v in self.candidates(knob, problem) if v <= point[knob]]
                 point[knob] = max(fitting, default=point[knob])
                 share = max(point[knob] // mma_extent(problem, role), 1)
-                point[WARP_KNOB[role]] = min(point[WARP_KNOB[role]], share)
+                warp = WARP_KNOB[role if role != "g" else "f"]
+                point[warp] = min(point[warp], share)
             if point not in points:
                 points.append(point)
         return points
@@ -166,16 +182,16 @@ class CudaConvolutionTarget(CudaTarget):
             return upto("n", 1, 4)
         if knob == "oh_tile":
             return upto("oh", 1, 8)
-        simt = problem.form == STRIDED
+        plain = uses_simt(problem)
         if knob == "ow_tile":
-            return upto("ow", 1 if simt else mma_extent(problem, "ow"), 64)
+            return upto("ow", 1 if plain else mma_extent(problem, "ow"), 64)
         if knob == "f_tile":
-            return upto("f", 1 if simt else mma_extent(problem, "f"), 256)
+            return upto(problem.channel, 1 if plain else mma_extent(problem, "f"), 256)
         if knob == "k_tile":
             return [16, 32, 64, 128]
         if knob in MMA_SHARES:
             return [1, 2, 4]
-        if knob in strided.THREAD_KNOB.values():
+        if knob in simt.THREAD_KNOBS:
             return [1, 2, 4, 8]
         raise KeyError(knob)
 
@@ -206,8 +222,8 @@ class CudaConvolutionTarget(CudaTarget):
         ]
 
     def lowering_config(self, problem: ConvolutionProblem, point: Point) -> str:
-        if problem.form == STRIDED:
-            return strided.lowering_config(problem, point, TILE_KNOB)
+        if uses_simt(problem):
+            return simt.lowering_config(problem, point, tile_knobs(problem))
         kind = MMA_FOR_TYPES[(problem.lhs_type, problem.acc_type)]
         loops = config_loops(problem)
         workgroup = [point[TILE_KNOB[r]] if r in TILE_KNOB else int(r != "c") for r in loops]
@@ -245,7 +261,7 @@ class CudaConvolutionTarget(CudaTarget):
 
     def config_name(self, point: Point) -> str:
         if point.get("thread_f"):
-            return strided.config_name(point)
+            return simt.config_name(point)
         tile = "x".join(str(point[k]) for k in ("n_tile", "oh_tile", "ow_tile", "f_tile"))
         share = "x".join(str(point[k]) for k in ("sg_n", "sg_oh", "sg_ow", "sg_f"))
         return f"igemm_wg{tile}_k{point['k_tile']}_sg{share}"
@@ -254,8 +270,9 @@ class CudaConvolutionTarget(CudaTarget):
         """Knobs (log2) and what they imply: workgroups against the SMs, warps, shared
         memory, and the tile's reuse (multiply-adds per element loaded)."""
         knobs = {f"log2_{k.name}": math.log2(max(point[k.name], 1)) for k in CONVOLUTION_KNOBS}
-        if problem.form == STRIDED:
-            return {**knobs, **strided.features(problem, point, self.sm_count)}
+        if uses_simt(problem):
+            sizes = tile_knobs(problem)
+            return {**knobs, **simt.features(problem, point, sizes, self.sm_count)}
         tiles = {r: point[TILE_KNOB[r]] for r in TILE_KNOB}
         workgroups = math.prod(math.ceil(problem.size(r) / t) for r, t in tiles.items())
         pixels = tiles["n"] * tiles["oh"] * tiles["ow"]

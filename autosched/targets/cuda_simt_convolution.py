@@ -1,12 +1,17 @@
-"""Strided 1x1 convolutions on IREE's CUDA backend: plain (SIMT) `TileAndFuse` tiles.
+"""Convolutions no tensor-core configuration takes, on IREE's CUDA backend: plain (SIMT)
+`TileAndFuse` tiles over the op's own loops.
 
-The image is read through `d * stride` (ops/convolution.py, the `strided` form), so the op
-is no contraction to IREE and no mma intrinsic takes it ("expected indexing map 0 to be a
-projected permutation", sm_80). IREE's default is a reduction: one output element per
-workgroup of 32 threads (resnet50's three took 8.4-9.4 ms each on the H200). Here each
-thread computes `thread_f` output channels x `thread_ow` output columns of a workgroup's
-tile, `k_tile` input channels per step, both operands staged in shared memory. The lists
-run over the op's own loops.
+- A strided 1x1 convolution reads its image through `d * stride` (ops/convolution.py, the
+  `strided` form): no contraction to IREE, and no mma intrinsic takes it ("expected indexing
+  map 0 to be a projected permutation", sm_80). IREE's default is a reduction, one output
+  element per workgroup of 32 threads (resnet50's three took 8.4-9.4 ms each on the H200).
+- A depthwise convolution has no channels to reduce, so no GEMM. IREE's default (sm_80,
+  mobilenet_v3) is 32 threads of one output each, `workgroup = [1, 1, 4, 8, 0, 0]` over
+  (n, oh, ow, g, kh, kw), the whole filter window per step, nothing staged.
+
+Here each thread computes `thread_f` output channels x `thread_ow` output columns of a
+workgroup's tile. A strided convolution reduces `k_tile` input channels per step with both
+operands in shared memory; a depthwise one its whole window, as IREE's default does.
 """
 
 from __future__ import annotations
@@ -17,14 +22,22 @@ from autosched.ops.convolution import ConvolutionProblem
 from autosched.targets.base import Constraint, Point
 from autosched.targets.cuda import ELEMENT_BYTES
 
-# Points of the strided space measured first, in CONVOLUTION_KNOBS' order (the mma warp
-# shares pinned to 1): 256 threads each, 8 outputs a thread.
+# Points measured first, in CONVOLUTION_KNOBS' order (the mma warp shares pinned to 1):
+# strided, 256 threads of 8 outputs each; depthwise, IREE's defaults and two with more
+# outputs per thread.
 STRIDED_STARTING = (
     (1, 1, 32, 64, 16, 1, 1, 1, 1, 4, 2),
     (1, 2, 16, 64, 32, 1, 1, 1, 1, 4, 2),
     (1, 1, 16, 128, 16, 1, 1, 1, 1, 8, 1),
 )
-THREAD_KNOB = {"f": "thread_f", "ow": "thread_ow"}
+DEPTHWISE_STARTING = (
+    (1, 1, 4, 8, 1, 1, 1, 1, 1, 1, 1),
+    (1, 1, 2, 16, 1, 1, 1, 1, 1, 1, 1),
+    (1, 1, 1, 32, 1, 1, 1, 1, 1, 1, 1),
+    (1, 1, 8, 32, 1, 1, 1, 1, 1, 1, 2),
+    (1, 2, 8, 32, 1, 1, 1, 1, 1, 2, 2),
+)
+THREAD_KNOBS = ("thread_f", "thread_ow")
 MAX_THREADS = 1024
 
 
@@ -36,17 +49,20 @@ def threads(point: Point) -> int:
 
 
 def shared_memory(problem: ConvolutionProblem, point: Point) -> int:
-    """Bytes of the staged image tile (its strided reads compacted) and filter tile."""
+    """Bytes of the staged image tile (its strided reads compacted) and filter tile; a
+    depthwise convolution stages nothing."""
+    if problem.depthwise:
+        return 0
     pixels = point["n_tile"] * point["oh_tile"] * point["ow_tile"]
     return ELEMENT_BYTES[problem.lhs_type] * point["k_tile"] * (pixels + point["f_tile"])
 
 
 def constraints(problem: ConvolutionProblem, shared_limit: int) -> list[Constraint]:
-    tiles = ("n_tile", "oh_tile", "ow_tile", "f_tile", "thread_f", "thread_ow")
+    tiles = ("n_tile", "oh_tile", "ow_tile", "f_tile", *THREAD_KNOBS)
     return [
         Constraint(
             "a thread's outputs do not divide the workgroup tile",
-            ("f_tile", "ow_tile", "thread_f", "thread_ow"),
+            ("f_tile", "ow_tile", *THREAD_KNOBS),
             lambda p, x: x["f_tile"] % x["thread_f"] == 0 and x["ow_tile"] % x["thread_ow"] == 0,
         ),
         Constraint(
@@ -67,14 +83,23 @@ def constraints(problem: ConvolutionProblem, shared_limit: int) -> list[Constrai
     ]
 
 
-def lowering_config(problem: ConvolutionProblem, point: Point, tile_knob: dict) -> str:
+def _reduction(problem: ConvolutionProblem, point: Point) -> dict[str, int]:
+    if problem.depthwise:
+        return {"kh": problem.size("kh"), "kw": problem.size("kw")}
+    return {"c": point["k_tile"]}
+
+
+def lowering_config(problem: ConvolutionProblem, point: Point, tile_knobs: dict) -> str:
     """TileAndFuse with thread tiles over the op's loops (the reduction in elements)."""
     loops = problem.loops
-    workgroup = [point[tile_knob[r]] if r in tile_knob else 0 for r in loops]
-    thread = [point[THREAD_KNOB[r]] if r in THREAD_KNOB else int(r != "c") for r in loops]
-    reduction = [point["k_tile"] if r == "c" else 0 for r in loops]
+    steps = _reduction(problem, point)
+    per_thread = {problem.channel: point["thread_f"], "ow": point["thread_ow"]}
+    workgroup = [point[tile_knobs[r]] if r in tile_knobs else 0 for r in loops]
+    thread = [per_thread.get(r, 0 if r in steps or r in ("kh", "kw") else 1) for r in loops]
+    reduction = [steps.get(r, 0) for r in loops]
+    promote = "" if problem.depthwise else "promote_operands = [0, 1], "
     config = (
-        f"#iree_gpu.lowering_config<{{promote_operands = [0, 1], reduction = {reduction}, "
+        f"#iree_gpu.lowering_config<{{{promote}reduction = {reduction}, "
         f"thread = {thread}, workgroup = {workgroup}}}>"
     )
     translation = (
@@ -92,10 +117,11 @@ def config_name(point: Point) -> str:
     return f"simt_wg{tile}_k{point['k_tile']}_th{point['thread_f']}x{point['thread_ow']}"
 
 
-def features(problem: ConvolutionProblem, point: Point, sm_count: int) -> dict[str, float]:
+def features(
+    problem: ConvolutionProblem, point: Point, tile_knobs: dict, sm_count: int
+) -> dict[str, float]:
     """What a point implies beyond its knobs: workgroups against the SMs, threads."""
-    sizes = {"n": "n_tile", "oh": "oh_tile", "ow": "ow_tile", "f": "f_tile"}
-    workgroups = math.prod(math.ceil(problem.size(r) / point[k]) for r, k in sizes.items())
+    workgroups = math.prod(math.ceil(problem.size(r) / point[k]) for r, k in tile_knobs.items())
     waves = workgroups / sm_count
     return {
         "log2_workgroups": math.log2(workgroups),

@@ -31,6 +31,8 @@ Models (f32, weights small so the files stay small):
 - `tv_resnet50_f16.mlirbc`: torchvision's own `resnet50` (10 classes, eval mode, f16) on
   x[2, 3, 64, 64], parameters as arguments: its strided 1x1 (downsampling) convolutions stay
   in their dispatches, read through `d * 2`, as at full size.
+- `tv_mobilenet_v3_small_{f32,f16}.mlirbc`: torchvision's own `mobilenet_v3_small` the same
+  way: depthwise 3x3 and 5x5 convolutions, strided and not.
 """
 
 from __future__ import annotations
@@ -143,14 +145,14 @@ def hf_bert_layer() -> tuple[nn.Module, tuple]:
     return LayerWithWeights(layer, ()), (torch.randn(2, 32, 128), *weights)
 
 
-def torchvision_resnet(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
+def torchvision_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     """torchvision's own `name` (10 classes, eval mode) on x[2, 3, 64, 64] in `dtype`."""
     import importlib
     import sys
     import types
 
     # torchvision's compiled ops (nms, roi_align) do not load beside a CPU-only torch wheel;
-    # the resnets use none of them.
+    # these models use none of them.
     sys.modules.setdefault(
         "torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations")
     )
@@ -183,6 +185,8 @@ if __name__ == "__main__":
         ("resnet18", torch.float32, "tv_resnet18_f32.mlirbc"),
         ("resnet18", torch.float16, "tv_resnet18_f16.mlirbc"),
         ("resnet50", torch.float16, "tv_resnet50_f16.mlirbc"),
+        ("mobilenet_v3_small", torch.float32, "tv_mobilenet_v3_small_f32.mlirbc"),
+        ("mobilenet_v3_small", torch.float16, "tv_mobilenet_v3_small_f16.mlirbc"),
     ):
         torch.manual_seed(0)
-        save(*torchvision_resnet(net, dtype), name)
+        save(*torchvision_model(net, dtype), name)
