@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from iree.compiler import ir
 
-from autosched.ops.base import DispatchSite, SkippedRoot
+from autosched.ops.base import ANY_OP, PARAM, DispatchSite, SkippedRoot
 from autosched.ops.matmul import SUPPORTED_TYPES, MatmulProblem, OpSite
 
 # Contraction roots: the named matmuls and any op whose maps and body make it one.
@@ -301,4 +301,21 @@ def recognise_contraction(op: ir.Operation, site: DispatchSite) -> Contraction |
         operand_loops=tuple(tuple(dims) for dims in maps),
         zero_init=init is not None and init.name == "linalg.fill",
         sites=[site],
+    )
+
+
+def contraction_matcher(problem, handle: str, dims: dict[str, list[int]]) -> str:
+    """Transform ops that match `handle` to a contraction of the problem's element types and
+    indexing maps whose batch, m, n and k dims (`dims`, each a list of sizes in loop order)
+    are those given."""
+    checks = "".join(
+        f"    transform.iree.match.dims_equal %{name}, {dims.get(name, [])} : {PARAM}\n"
+        for name in ("batch", "m", "n", "k")
+    )
+    return (
+        f"    %batch, %m, %n, %k = transform.iree.match.contraction {handle},"
+        f" lhs_type = {problem.lhs_type}, rhs_type = {problem.rhs_type},"
+        f" output_type = {problem.acc_type}, indexing_maps = {problem.indexing_maps}"
+        f" : {ANY_OP} -> {PARAM}\n"
+        f"{checks}"
     )

@@ -36,6 +36,7 @@ from iree.compiler.dialects import linalg
 from autosched.ops.base import ANY_OP, ANY_VALUE, PARAM, DispatchSite, RootOpKind, SkippedRoot
 from autosched.ops.contraction import (
     Contraction,
+    contraction_matcher,
     is_multiply_add,
     recognise_contraction,
     static_types,
@@ -349,19 +350,9 @@ class ConvolutionKind(RootOpKind):
 def _pointwise_matcher(problem: ConvolutionProblem, handle: str) -> str:
     """A 1x1 convolution is matched as the contraction it is: its image loops are the m
     dims, in loop order; the output channel n, the input channel k."""
-    image = [str(s) for r, s in zip(problem.loops, problem.loop_sizes, strict=True) if r in IMAGE]
-    dims = [("%batch", ""), ("%m", ", ".join(image))]
-    dims += [("%n", str(problem.size("f"))), ("%k", str(problem.size("c")))]
-    checks = "".join(
-        f"    transform.iree.match.dims_equal {name}, [{sizes}] : {PARAM}\n" for name, sizes in dims
-    )
-    return (
-        f"    %batch, %m, %n, %k = transform.iree.match.contraction {handle},"
-        f" lhs_type = {problem.lhs_type}, rhs_type = {problem.rhs_type},"
-        f" output_type = {problem.acc_type}, indexing_maps = {problem.indexing_maps}"
-        f" : {ANY_OP} -> {PARAM}\n"
-        f"{checks}"
-    )
+    image = [s for r, s in zip(problem.loops, problem.loop_sizes, strict=True) if r in IMAGE]
+    dims = {"m": image, "n": [problem.size("f")], "k": [problem.size("c")]}
+    return contraction_matcher(problem, handle, dims)
 
 
 def _strided_matcher(problem: ConvolutionProblem, handle: str) -> str:
