@@ -136,6 +136,7 @@ def test_dry_run_writes_variants_and_compiles_nothing(workdir):
     assert not list(workdir.glob("generated/**/*.vmfb"))
 
 
+@pytest.mark.slow
 def test_rerun_resumes_and_measures_only_new_points(workdir):
     (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
     assert (
@@ -248,6 +249,7 @@ def test_early_stopping_ends_a_problem_without_improvement(workdir):
     assert "early stop: 1 trials without improvement" in (workdir / "generated/run.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_later_problem_starts_from_the_database_history(workdir):
     """With `history = database` a run's database teaches the cost model of the next
     problem: the second run's problem, a new shape, starts from the first run's records;

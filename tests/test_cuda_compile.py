@@ -169,6 +169,7 @@ def test_every_valid_point_compiles_as_emitted(tmp_path, arch: str, name: str) -
     ],
     ids=lambda shape: "x".join(map(str, shape)),
 )
+@pytest.mark.slow
 def test_every_point_of_a_default_space_compiles(tmp_path, arch: str, shape) -> None:
     """No [SearchSpace] at all: the space a user gets from the problem alone."""
     m, n, k, element, accumulator = shape

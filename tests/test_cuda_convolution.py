@@ -6,6 +6,7 @@ iree-compile); the run on the GPU is marked and skipped without one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -49,13 +50,19 @@ STRIDED_CONVS = [
 ]
 
 
-def problems_of(path: str):
-    flags = CUDA.compile_flags()
-    return model_problems(in_configured_form(analyze_model(path, flags), path, flags), CUDA)
+def problems_of(path: str, target=CUDA):
+    flags = target.compile_flags()
+    return model_problems(in_configured_form(analyze_model(path, flags), path, flags), target)
+
+
+@functools.cache
+def analysed(path: str):
+    """The fast tests' shared reading of a model (nothing they do changes it)."""
+    return problems_of(path)
 
 
 def test_every_f16_convolution_is_a_cuda_problem_with_iree_defaults_in_its_space():
-    problems, skipped = problems_of(F16)
+    problems, skipped = analysed(F16)
     convs = [e.problem for e in problems if e.problem.kind == "convolution"]
     # the 7x7 stem and the 3x3 ones, strided and not; the three 1x1 downsampling ones
     assert [c.form for c in convs].count(WINDOW) == 8
@@ -77,7 +84,7 @@ def test_every_f16_convolution_is_a_cuda_problem_with_iree_defaults_in_its_space
 def test_warps_follow_the_mma_tiles_the_way_iree_counts_them():
     """IREE's resnet50 defaults all run 8 warps: output columns count 8-wide mma tiles,
     output channels 16-wide ones, the outer loops elements (see cuda_convolution)."""
-    by_name = {e.problem.name: e.problem for e in problems_of(F16)[0]}
+    by_name = {e.problem.name: e.problem for e in analysed(F16)[0]}
     conv = by_name[CONV]
     assert (mma_extent(conv, "ow"), mma_extent(conv, "f"), mma_extent(conv, "n")) == (8, 16, 1)
     # a pointwise one is IREE's contraction of the image (its lhs) with the filter
@@ -93,9 +100,8 @@ def test_warps_follow_the_mma_tiles_the_way_iree_counts_them():
 def test_strided_1x1_convolutions_are_found_and_tuned_with_thread_tiles():
     """resnet50's downsampling 1x1 convolutions read their image through `d * 2`: neither a
     convolution to MLIR nor a contraction. They are found, with their strides, and searched
-    with plain thread tiles on CUDA (no mma intrinsic takes them); the CPU says it does not
-    tune them."""
-    problems, skipped = problems_of(RESNET50)
+    with plain thread tiles on CUDA (no mma intrinsic takes them)."""
+    problems, skipped = analysed(RESNET50)
     assert skipped == {}
     strided = [e.problem for e in problems if getattr(e.problem, "form", "") == STRIDED]
     assert [p.name for p in strided] == STRIDED_CONVS
@@ -105,19 +111,19 @@ def test_strided_1x1_convolutions_are_found_and_tuned_with_thread_tiles():
     space = build_space(first, CUDA, {})
     assert space.points and all(p["thread_f"] > 0 and p["sg_f"] == 1 for p in space.points)
     assert "thread = [1, " in expected_config(first, CUDA, space.points[0])
-    cpu = CpuTarget(RunConfig())
-    flags = cpu.compile_flags()
-    found = model_problems(
-        in_configured_form(analyze_model(RESNET50, flags), RESNET50, flags), cpu
-    )[1]
-    assert found.get("strided 1x1 convolution: not tuned on cpu yet") == 3
 
 
-@pytest.mark.parametrize("element", ["f16", "f32"])
+@pytest.mark.slow
+def test_the_cpu_says_it_does_not_tune_strided_1x1_convolutions():
+    skipped = problems_of(RESNET50, CpuTarget(RunConfig()))[1]
+    assert skipped.get("strided 1x1 convolution: not tuned on cpu yet") == 3
+
+
+@pytest.mark.parametrize("element", ["f16", pytest.param("f32", marks=pytest.mark.slow)])
 def test_depthwise_convolutions_take_thread_tiles_in_any_type(element):
     """No GEMM in a depthwise convolution: plain thread tiles over its own loops, the whole
     window a step, as IREE's default (f32 too: no tensor cores needed)."""
-    problems, _ = problems_of(MOBILENET.format(element))
+    problems, _ = analysed(MOBILENET.format(element))
     depthwise = [e.problem for e in problems if e.problem.kind == "convolution"]
     depthwise = [p for p in depthwise if p.depthwise]
     assert len(depthwise) == 9
@@ -131,7 +137,7 @@ def test_depthwise_convolutions_take_thread_tiles_in_any_type(element):
 
 
 def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
-    problems, skipped = problems_of(F32)
+    problems, skipped = analysed(F32)
     assert not [e for e in problems if e.problem.kind == "convolution"]
     assert any("no tensor-core configuration on sm_80" in reason for reason in skipped)
 

@@ -88,6 +88,7 @@ def test_a_device_that_does_not_open_is_one_error_line(tmp_path, monkeypatch):
     assert "Error: device 'nosuch://0' cannot be opened here" in result.output
 
 
+@pytest.mark.slow
 def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch):
     """Three problems, two at a time, on two devices: every point once in the database and
     the CSV, each problem's run-log section in one piece, re-timing after every search, and

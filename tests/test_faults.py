@@ -369,7 +369,7 @@ def test_crashing_compile_is_a_compile_error_with_its_signal(tuning):
     [
         (TRUNCATED_REPORT, "runtime_error", "unreadable report"),
         (CRASH_BENCHMARK, "runtime_error", "INTERNAL; device lost while dispatching"),
-        (HANG_BENCHMARK, "timeout", "over 3 s"),
+        pytest.param(HANG_BENCHMARK, "timeout", "over 3 s", marks=pytest.mark.slow),
     ],
 )
 def test_benchmark_faults_are_recorded_outcomes(tuning, script, status, message):
@@ -387,7 +387,10 @@ def test_benchmark_faults_are_recorded_outcomes(tuning, script, status, message)
     assert_once_each(tuning)
 
 
-@pytest.mark.parametrize("fault, status", [("hang", "timeout"), ("crash", "runtime_error")])
+@pytest.mark.parametrize(
+    "fault, status",
+    [pytest.param("hang", "timeout", marks=pytest.mark.slow), ("crash", "runtime_error")],
+)
 def test_verifier_faults_stay_within_run_timeout(tuning, fault, status):
     tuning.configure(n_trial=2, run_timeout=3)
     tuning.env["AUTOSCHED_VERIFY_FAULT"] = fault
@@ -503,6 +506,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_full_disk_stops_with_one_line_and_loses_nothing(tuning, small_disk):
     env = f"database = {small_disk}/t.jsonl\noutput_file = {small_disk}/r.csv\n"
     env += f"log_file = {small_disk}/run.log"

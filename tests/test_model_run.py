@@ -232,6 +232,7 @@ def test_a_named_module_is_tuned_on_its_dispatches(folder):
 
 
 @pytest.mark.parametrize("parallel", ["1", pytest.param("2", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder, parallel):
     """A model's budget can give one problem more than n_trial points (4 here); a rerun
     resumes all of them, measures nothing twice and nothing new. With two problems

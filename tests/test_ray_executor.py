@@ -95,6 +95,7 @@ def _records(folder) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_a_ray_run_agrees_with_the_local_executor(tmp_path, cluster):
     on_ray = _project(tmp_path / "ray")
     local = _project(tmp_path / "local")
@@ -115,6 +116,7 @@ def test_a_ray_run_agrees_with_the_local_executor(tmp_path, cluster):
     assert len(rows) == 8
 
 
+@pytest.mark.slow
 def test_a_models_problems_run_at_the_same_time_on_the_cluster(tmp_path, cluster):
     """Two problems searched at once, both handing candidates to the cluster's actors:
     every point of each measured once, and the database and the CSV agree."""
@@ -140,6 +142,7 @@ MODEL_CFG = (
 )
 
 
+@pytest.mark.slow
 def test_a_models_dispatch_check_runs_on_the_actor(tmp_path, cluster):
     """A model timed on its dispatches (`time_on = dispatch`) checks candidates against IREE's
     default on the dispatch: that reference is computed by the measuring actor, whose slot

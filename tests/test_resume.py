@@ -56,7 +56,9 @@ def start_run(folder):
     )
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize(
+    "how", [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)]
+)
 def test_killed_run_resumes_without_remeasuring(tmp_path, how):
     (tmp_path / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
     (tmp_path / "auto-scheduler.cfg").write_text(CFG)

@@ -101,7 +101,7 @@ def summary(folder) -> dict:
     return json.loads((folder / "generated/results.summary.json").read_text())
 
 
-@pytest.mark.parametrize("element", ["f32", "bf16"])
+@pytest.mark.parametrize("element", ["f32", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_unit_batch_model_on_cpu_times_applied_candidates(folder, element):
     result = CliRunner().invoke(cli, ["run", f"hf_llama_mlp_{element}.mlirbc", "--budget", "8"])
     assert result.exit_code == 0, result.output
@@ -162,6 +162,7 @@ def test_a_candidate_that_does_not_apply_is_recorded_not_timed(folder, monkeypat
     assert "not applied" in result.output
 
 
+@pytest.mark.slow
 def test_a_tuned_model_slower_than_the_default_gets_no_spec(folder):
     """A starter spec that configures every matmul with 1x1 tiles makes the tuned model
     slower: the run says so, leaves winners out, writes no spec, and still ends with the
