@@ -223,8 +223,9 @@ def build_llama3(dtype, shape: dict, rand, device: str):
     return model, [x, cos, sin, *weights]
 
 
-class BertLayerWithWeights(torch.nn.Module):
-    """transformers' BertLayer with its weights as arguments (no mask: every token attends)."""
+class ModuleWithWeights(torch.nn.Module):
+    """A module called with its parameters as arguments (small exports): transformers'
+    BertLayer (no mask: every token attends), a torchvision model."""
 
     def __init__(self, layer):
         super().__init__()
@@ -253,21 +254,7 @@ def build_bert(dtype, shape: dict, rand, device: str):
         for _, p in layer.named_parameters()
     ]
     x = rand(shape["batch"], shape["seq"], shape["hidden"], std=1.0)
-    return BertLayerWithWeights(layer), [x, *weights]
-
-
-class TorchvisionWithWeights(torch.nn.Module):
-    """A torchvision model with its parameters as arguments (small exports)."""
-
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-        self.names = [name for name, _ in net.named_parameters()]
-
-    def forward(self, image, *weights):
-        return torch.func.functional_call(
-            self.net, dict(zip(self.names, weights, strict=True)), (image,)
-        )
+    return ModuleWithWeights(layer), [x, *weights]
 
 
 def build_torchvision(dtype, shape: dict, rand, device: str):
@@ -276,7 +263,7 @@ def build_torchvision(dtype, shape: dict, rand, device: str):
     net = getattr(torchvision.models, shape["net"])().to(dtype=dtype, device=device).eval()
     weights = [p.detach() for p in net.parameters()]
     image = rand(shape["batch"], 3, shape["image"], shape["image"], std=1.0)
-    return TorchvisionWithWeights(net), [image, *weights]
+    return ModuleWithWeights(net), [image, *weights]
 
 
 def sdpa_case(name: str, shape: dict, device: str):
