@@ -600,6 +600,35 @@ def test_a_temporary_folder_that_cannot_hold_files_is_one_error_line_up_front(tu
     assert tuning.records() == [] and tuning.rows() == []
 
 
+def test_apply_refuses_an_unusable_temporary_folder_up_front(tuning, tmp_path):
+    """`apply` builds the model twice or three times: the same check as a run, first."""
+    import shutil
+
+    from autosched.config import RunConfig
+    from autosched.model.lowering import analyze_model
+    from autosched.outputs.spec import tuning_spec
+    from autosched.targets.cpu import CpuTarget
+
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+    shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path / "model.onnx")
+    target = CpuTarget(RunConfig())
+    problems = analyze_model(str(tmp_path / "model.onnx"), target.compile_flags()).matmul_problems()
+    point = {"tile_m": 8, "tile_n": 8, "vec_m": 4, "vec_n": 8, "vec_k": 4}
+    (tmp_path / "spec.mlir").write_text(tuning_spec([(p, target, point) for p in problems]))
+    not_a_folder = tmp_path / "not-a-folder"
+    not_a_folder.write_text("")
+    env = dict(tuning.env, TMPDIR=str(not_a_folder))
+    done = subprocess.run(
+        [sys.executable, "-m", "autosched", "apply", "model.onnx", "--spec", "spec.mlir"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_refused_for_the_temporary_folder(done, str(not_a_folder), "Not a directory")
+
+
 def _start_model_run(run: Run, folder, budget: int) -> subprocess.Popen:
     """`autosched run model.onnx` in its own process group, its output piped."""
     return subprocess.Popen(

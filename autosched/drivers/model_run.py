@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import click
 
+from autosched.compile import check_temp_dir
 from autosched.config import RunConfig
 from autosched.drivers.campaign import (
     CampaignReport,
@@ -542,6 +543,7 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
 
     target = make_target(config)
     target.check_device()
+    check_temp_dir()  # as a run does: a full one would fail every build with a linker error
     if custom_spec:
         from autosched.model.substitution import check_custom_spec
 
