@@ -600,8 +600,8 @@ def test_a_temporary_folder_that_cannot_hold_files_is_one_error_line_up_front(tu
     assert tuning.records() == [] and tuning.rows() == []
 
 
-def test_apply_refuses_an_unusable_temporary_folder_up_front(tuning, tmp_path):
-    """`apply` builds the model twice or three times: the same check as a run, first."""
+def apply_folder(tmp_path) -> None:
+    """The ONNX model and a spec of one CPU point for each of its matmuls, for `apply`."""
     import shutil
 
     from autosched.config import RunConfig
@@ -615,6 +615,11 @@ def test_apply_refuses_an_unusable_temporary_folder_up_front(tuning, tmp_path):
     problems = analyze_model(str(tmp_path / "model.onnx"), target.compile_flags()).matmul_problems()
     point = {"tile_m": 8, "tile_n": 8, "vec_m": 4, "vec_n": 8, "vec_k": 4}
     (tmp_path / "spec.mlir").write_text(tuning_spec([(p, target, point) for p in problems]))
+
+
+def test_apply_refuses_an_unusable_temporary_folder_up_front(tuning, tmp_path):
+    """`apply` builds the model twice or three times: the same check as a run, first."""
+    apply_folder(tmp_path)
     not_a_folder = tmp_path / "not-a-folder"
     not_a_folder.write_text("")
     env = dict(tuning.env, TMPDIR=str(not_a_folder))
@@ -781,19 +786,7 @@ def test_applies_in_one_folder_keep_their_own_builds(tuning, tmp_path):
     """Issue 27 item 9: `apply` builds in a folder of its own (removed after), so applies
     beside each other never read another's half-written modules, and a run's model/proof
     folder is never written by one."""
-    import shutil
-
-    from autosched.config import RunConfig
-    from autosched.model.lowering import analyze_model
-    from autosched.outputs.spec import tuning_spec
-    from autosched.targets.cpu import CpuTarget
-
-    models = os.path.join(os.path.dirname(__file__), "data", "models")
-    shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path / "model.onnx")
-    target = CpuTarget(RunConfig())
-    problems = analyze_model(str(tmp_path / "model.onnx"), target.compile_flags()).matmul_problems()
-    point = {"tile_m": 8, "tile_n": 8, "vec_m": 4, "vec_n": 8, "vec_k": 4}
-    (tmp_path / "spec.mlir").write_text(tuning_spec([(p, target, point) for p in problems]))
+    apply_folder(tmp_path)
     command = [sys.executable, "-m", "autosched", "apply", "model.onnx", "--spec", "spec.mlir"]
     applies = [
         subprocess.Popen(
