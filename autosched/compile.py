@@ -219,6 +219,10 @@ def compile_all(
         futures = [pool.submit(compile_one, job, timeout) for job in jobs]
         for future in as_completed(futures):
             result = future.result()
+            if result.status == "compile_error":
+                # A folder that filled up mid-run fails every build from then on: that is
+                # the run's end (one Error: line), not a failure of this candidate's.
+                check_temp_dir()
             if on_done:
                 on_done(result)
             yield result

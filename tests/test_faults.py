@@ -600,6 +600,49 @@ def test_a_temporary_folder_that_cannot_hold_files_is_one_error_line_up_front(tu
     assert tuning.records() == [] and tuning.rows() == []
 
 
+# The third build fills the temporary folder first (as another job on the host might),
+# then compiles: that build and every later one would fail for want of room.
+FILL_TEMP_COMPILE = """#!/bin/sh
+count=$(ls "$TMPDIR" | grep -c '^build-')
+touch "$TMPDIR/build-$$"
+if [ "$count" -eq 2 ]; then cat /dev/zero > "$TMPDIR/filler" 2>/dev/null; fi
+exec "{real}" "$@"
+"""
+
+
+@pytest.fixture
+def roomy_disk(tmp_path):
+    """A tmpfs just above the room the up-front check asks of the temporary folder."""
+    disk = tmp_path / "roomy"
+    if not mount_tmpfs(disk, "80m"):
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_temporary_folder_that_fills_mid_run_ends_it_recording_nothing_false(tuning, roomy_disk):
+    """Issue 27 item 13: TMPDIR fills after two builds. The build that then fails is no
+    compile error of its candidate's: the run ends with one Error: line naming the folder,
+    keeps what it measured, and the rerun, with room again, measures the rest."""
+    tuning.env["TMPDIR"] = str(roomy_disk)
+    tuning.wrap("AUTOSCHED_IREE_COMPILE", FILL_TEMP_COMPILE, real_compiler())
+    done = tuning.run()
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: the temporary folder {roomy_disk} ($TMPDIR)"), last
+    assert "No space left on device" in last, last
+    assert_clean_stderr(done.stderr)
+    assert all(r["status"] == "ok" for r in tuning.records()), tuning.records()
+    assert_once_each(tuning)
+    (roomy_disk / "filler").unlink()
+    tuning.env.pop("AUTOSCHED_IREE_COMPILE")
+    again = tuning.run()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert all(r["status"] == "ok" for r in tuning.records()), tuning.records()
+    assert_once_each(tuning)
+    assert len(tuning.records()) == 5  # the default and the 4 points
+
+
 def apply_folder(tmp_path) -> None:
     """The ONNX model and a spec of one CPU point for each of its matmuls, for `apply`."""
     import shutil
