@@ -8,13 +8,24 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from test_ray_executor import _autosched, _free_port, _project, _records, cluster, no_token_auth
+from test_ray_executor import (
+    MODEL_CFG,
+    MODELS,
+    TWO_ACTORS,
+    _autosched,
+    _free_port,
+    _project,
+    _records,
+    cluster,
+    no_token_auth,
+)
 
 pytest.importorskip("ray")
 
@@ -226,3 +237,116 @@ def test_the_raylet_of_a_local_cluster_lost_during_the_defaults_compile_ends_the
             os.kill(pid, signal.SIGKILL)
     assert any(b"raylet" in line for line in family.values()), family  # the snapshot held
     assert left == [], [family[pid] for pid in left]
+
+
+# The first call of a tool that matches PATTERN waits a minute before it runs (`mkdir` is
+# atomic: one call alone waits), so a test can kill the actor that is waiting on it.
+HOLD_FIRST_CALL = """#!/bin/sh
+case "$*" in {pattern}) mkdir "{marker}" 2>/dev/null && sleep 60;; esac
+exec "{real}" "$@"
+"""
+
+
+def _hold_first_call(temp, variable: str, pattern: str, real: str, monkeypatch) -> str:
+    """The tool `variable` names, wrapped by HOLD_FIRST_CALL, in the run's environment (a
+    private cluster's actors inherit it); the wrapper's path."""
+    wrapper = temp / f"{variable.lower()}.sh"
+    marker = temp / "held"
+    wrapper.write_text(HOLD_FIRST_CALL.format(pattern=pattern, marker=marker, real=real))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv(variable, str(wrapper))
+    return str(wrapper)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
+
+
+def _kill_the_actor_holding(run: subprocess.Popen, wrapper_path: str) -> None:
+    """SIGKILL to the measuring actor whose tool call is held, then to the held call."""
+    _wait_for(lambda: _pids(f"sh {wrapper_path}"), run)
+    (wrapper,) = _pids(f"sh {wrapper_path}")
+    actor = _parent(wrapper)
+    assert b"MeasuringActor" in _command_line(actor), _command_line(actor)
+    held = _pids("sleep", parent=wrapper)
+    os.kill(actor, signal.SIGKILL)
+    for pid in [wrapper, *held]:  # the orphaned call would write its outputs a minute late
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _private_run(folder, *arguments) -> subprocess.Popen:
+    command = [sys.executable, "-m", "autosched", "run", *arguments]
+    return subprocess.Popen(
+        command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+@pytest.mark.slow
+def test_an_actor_killed_computing_a_dispatchs_answer_is_replaced(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth
+):
+    """Item 10, the model path: the actor computing IREE's default answer on a dispatch
+    (the reference every candidate is checked against) is killed. The reference is
+    computed again on its replacement; no problem falls back to the kernel's check."""
+    from test_faults import real_benchmark
+
+    temp = tmp_path_factory.mktemp("q")  # short: Ray's socket paths have a length limit
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    run_module = os.path.join(os.path.dirname(real_benchmark()), "iree-run-module")
+    wrapper = _hold_first_call(
+        temp, "AUTOSCHED_IREE_RUN_MODULE", "*/dispatch/*", run_module, monkeypatch
+    )
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(os.path.join(MODELS, "gemm_matmul_transpose.onnx"), folder)
+    (folder / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    options = ["--executor", "ray", "--ray-address", "local", "--budget", "2"]
+    run = _private_run(folder, "gemm_matmul_transpose.onnx", *options)
+    try:
+        _kill_the_actor_holding(run, wrapper)
+        output, _ = run.communicate(timeout=300)
+    finally:
+        run.kill() if run.poll() is None else None
+    assert run.returncode == 0, output[-3000:]
+    log = (folder / "generated" / "run.log").read_text()
+    assert "died computing the dispatch's answer: queued again" in log, log[-3000:]
+    assert log.count("answers checked on the dispatch against IREE's default") == 2, log
+    assert "the dispatch check could not run" not in log, log[-3000:]
+    assert all(r["status"] == "ok" for r in _records(folder)), _records(folder)
+    _assert_once_each(folder)
+
+
+@pytest.mark.slow
+def test_an_actor_killed_timing_its_default_is_replaced(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth
+):
+    """Item 10: with two devices, the second actor times its own default (each device's
+    candidates are weighed against it). Killed there, the default is timed again on the
+    replacement, not recorded as a runtime error."""
+    from test_faults import real_benchmark
+
+    temp = tmp_path_factory.mktemp("d")
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    held = "*iree_default*local-sync*|*local-sync*iree_default*"
+    wrapper = _hold_first_call(
+        temp, "AUTOSCHED_IREE_BENCHMARK_MODULE", held, real_benchmark(), monkeypatch
+    )
+    folder = _project(tmp_path / "others")
+    cfg = folder / "auto-scheduler.cfg"
+    cfg.write_text(cfg.read_text().replace("timer = worker", "timer = tool"))
+    run = _private_run(
+        folder, "mm.mlir", "--executor", "ray", "--ray-address", "local", *TWO_ACTORS
+    )
+    try:
+        _kill_the_actor_holding(run, wrapper)
+        output, _ = run.communicate(timeout=300)
+    finally:
+        run.kill() if run.poll() is None else None
+    assert run.returncode == 0, output[-3000:]
+    log = (folder / "generated" / "run.log").read_text()
+    assert "local-sync#1 died timing the default: queued again" in log, log[-3000:]
+    records = _records(folder)
+    assert len(records) == 7 and all(r["status"] == "ok" for r in records), records
+    _assert_once_each(folder)
