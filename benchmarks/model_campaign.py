@@ -373,6 +373,7 @@ def export(model, args, path: str) -> None:
     from iree.turbine import aot
 
     cpu_args = [a.cpu() for a in args]
+    model.cpu()  # its buffers too (batch norms' statistics), where the arguments now are
     aot.export(model, *cpu_args).save_mlir(path)
 
 
