@@ -378,10 +378,15 @@ def export(model, args, path: str) -> None:
 
 
 def run_autosched(folder: str, model_path: str, target: str, budget: int) -> tuple[int, float, str]:
+    """The run's exit code, wall seconds and output; the output is written to output.txt
+    as it comes, so a campaign cut short by a time limit still shows how far it got."""
     command = [sys.executable, "-m", "autosched", "run", model_path, "--budget", str(budget)]
     began = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
-    return done.returncode, time.perf_counter() - began, done.stdout + done.stderr
+    path = os.path.join(folder, "output.txt")
+    with open(path, "w") as handle:
+        done = subprocess.run(command, cwd=folder, stdout=handle, stderr=subprocess.STDOUT)
+    with open(path) as handle:
+        return done.returncode, time.perf_counter() - began, handle.read()
 
 
 def main() -> None:
@@ -423,9 +428,7 @@ def main() -> None:
                     n_trial=options.n_trial,
                 )
             )
-        code, wall, output = run_autosched(folder, model_path, options.target, options.budget)
-        with open(os.path.join(folder, "output.txt"), "w") as handle:
-            handle.write(output)
+        code, wall, _ = run_autosched(folder, model_path, options.target, options.budget)
         summary_path = os.path.join(folder, "generated", "results.summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
         rows.append((name, shape, eager, eager_cv, compiled, code, wall, summary, sdpa))
