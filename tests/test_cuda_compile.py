@@ -185,6 +185,27 @@ def test_every_point_of_a_default_space_compiles(tmp_path, arch: str, shape) -> 
     _assert_all_compile_as_emitted(tmp_path, problem, target, space.points)
 
 
+@pytest.mark.parametrize("arch", ("sm_80", "sm_90"))
+def test_unaligned_shapes_pad_on_tensor_cores_and_compile(tmp_path, arch: str) -> None:
+    """A classifier's 1000 columns and 2 rows (resnet's FC at batch 2): no tile divides
+    them, so the space was empty. TileAndFuse on tensor cores pads each tile, as IREE's
+    own default does (padding = [16, 32, 128] at 16x1000x2048); the points compile and
+    IREE applies them as emitted."""
+    path = tmp_path / "fc.mlir"
+    path.write_text(matmul_function("fc", 2, 1000, 256, "f16", "f32"))
+    (problem,) = analyze_file(str(path)).problems
+    target = _target(arch)
+    assert build_space(problem, target, {}).points  # was: tile_n does not divide N
+    lists = {"tile_n": [32, 128], "tile_k": [64], "subgroup_m": [1], "subgroup_n": [2]}
+    space = build_space(problem, target, {**lists, "pipeline": ["TileAndFuse"]})
+    assert 1 <= len(space.points) <= 4, (len(space.points), space.rejected)
+    for point in space.points:
+        assert "padding = [16, " in target.lowering_config(problem, point), point
+    _assert_all_compile_as_emitted(tmp_path, problem, target, space.points)
+    simt = build_space(problem, target, {**lists, "mma_kind": ["none"], "tile_n": [128]})
+    assert not simt.points and "only TileAndFuse on tensor cores pads" in str(simt.rejected)
+
+
 def test_sm_90_target_attribute_compiles(tmp_path) -> None:
     """sm_90 is unknown to --iree-cuda-target in 3.13; the module carries the whole target."""
     target = _target("sm_90")

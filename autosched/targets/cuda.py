@@ -22,6 +22,7 @@ from autosched.targets.base import (
     KnobSpec,
     Point,
     Target,
+    powers_of_two,
     problem_candidates,
 )
 from autosched.targets.cuda_custom import (
@@ -212,13 +213,41 @@ def _kind_rules(target: CudaTarget, problem: MatmulProblem) -> list[Constraint]:
     ]
 
 
+def pads(point: Point) -> bool:
+    """Whether a point may leave a tile that does not divide its dimension to padding:
+    TileAndFuse on tensor cores pads each operand tile up to the workgroup's (IREE's own
+    default does so for a 1000-wide classifier); SIMT and VectorDistribute points cannot."""
+    return point["pipeline"] == "TileAndFuse" and _is_mma(point)
+
+
+def padding(problem: MatmulProblem, point: Point) -> list[int] | None:
+    """The padded tile (m, n, k in elements) where a tile overhangs its dimension, else None
+    (an aligned point's config stays exactly as before)."""
+    tiles = [point["tile_m"], point["tile_n"], point["tile_k"]]
+    dims = [problem.m, problem.n, problem.k]
+    if not pads(point) or all(_divides(t, d) for t, d in zip(tiles, dims, strict=True)):
+        return None
+    return tiles
+
+
 def _divides_rule(knob: str, dim: str) -> Constraint:
-    """`knob` divides the problem's dimension `dim` (m, n or k)."""
+    """`knob` divides the problem's dimension `dim` (m, n or k), unless the point pads."""
     return Constraint(
-        f"{knob} does not divide {dim.upper()}",
-        (knob,),
-        lambda p, x: _divides(x[knob], getattr(p, dim)),
+        f"{knob} does not divide {dim.upper()} (only TileAndFuse on tensor cores pads)",
+        (knob, "pipeline", "mma_kind"),
+        lambda p, x: pads(x) or _divides(x[knob], getattr(p, dim)),
     )
+
+
+def _padded_tile_candidates(dim: int, low: int, high: int, unit: int) -> list[int]:
+    """A dimension's tile candidates, with the smallest power of two of at least `unit`
+    that covers a dimension the tensor-core tile does not divide (2 rows take a 16-row
+    tile, padded)."""
+    values = set(problem_candidates(dim, low, high))
+    if dim % unit:
+        cover = max(unit, 2 ** math.ceil(math.log2(dim)))
+        values.update(powers_of_two(unit, min(cover, high)))
+    return sorted(values)
 
 
 def _mma_tile_fits(p: MatmulProblem, x: Point) -> bool:
@@ -470,9 +499,8 @@ class CudaTarget(Target):
     def default_mma_kind(self, problem: MatmulProblem) -> str:
         """The intrinsic for the problem's types when the arch has it and the shape fits it."""
         kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type))
-        step = mma_k(kind or "")
-        fits = problem.m % MMA_M == 0 and problem.n % MMA_N == 0 and problem.k % step == 0
-        if problem.lhs_type != problem.rhs_type or kind not in self.mma_intrinsics or not fits:
+        # A shape the intrinsic does not divide still takes it: TileAndFuse pads (`pads`).
+        if problem.lhs_type != problem.rhs_type or kind not in self.mma_intrinsics:
             return NONE
         return kind
 
@@ -492,13 +520,15 @@ class CudaTarget(Target):
             return iree + ([CUSTOM] if self.custom.unavailable(problem) is None else [])
         if knob == "mma_kind":
             return [default]
-        # Tiles under 32 only where the dimension itself is that small.
+        # Tiles under 32 only where the dimension itself is that small; with tensor cores,
+        # one that covers a dimension the intrinsic does not divide.
+        step = mma_k(default) if mma else 1
         if knob == "tile_m":
-            return problem_candidates(problem.m, min(32, problem.m), 256)
+            return _padded_tile_candidates(problem.m, min(32, problem.m), 256, MMA_M if mma else 1)
         if knob == "tile_n":
-            return problem_candidates(problem.n, min(32, problem.n), 256)
+            return _padded_tile_candidates(problem.n, min(32, problem.n), 256, MMA_N if mma else 1)
         if knob == "tile_k":
-            return problem_candidates(problem.k, 8 if simt else 16, 128 if mma else 64)
+            return _padded_tile_candidates(problem.k, 8 if simt else 16, 128 if mma else 64, step)
         if knob in ("subgroup_m", "subgroup_n"):
             return ([DERIVE] if simt else []) + (powers_of_two_up_to(8) if mma else [])
         if knob in ("thread_m", "thread_n"):
@@ -578,6 +608,9 @@ class CudaTarget(Target):
                 # matmul needs it.
                 entries.append("convert_acc_gemm")
             entries.append(f"mma_kind = #iree_gpu.mma_layout<{point['mma_kind']}>")
+        padded = padding(problem, point)
+        if padded:
+            entries.append(f"padding = {_list([*zeros, *padded])}")
         if point["promote_operands"]:
             entries.append("promote_operands = [0, 1]")
         if vector_distribute:
@@ -706,6 +739,12 @@ class CudaTarget(Target):
             "tile_bytes_per_step": (tm + tn) * tk * element,
             "accumulators_per_thread": per_thread,
             "aspect": math.log2(tm / tn),
+            # Work spent on a padded or masked overhang of M and N (1: none).
+            "overhang": math.ceil(problem.m / tm)
+            * tm
+            * math.ceil(problem.n / tn)
+            * tn
+            / (problem.m * problem.n),
         }
 
 
