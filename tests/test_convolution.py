@@ -35,6 +35,7 @@ from autosched.targets.cpu_convolution import UNIT_BATCH
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 MODEL = os.path.join(MODELS, "tv_resnet18_f32.mlirbc")
 MOBILENET = os.path.join(MODELS, "tv_mobilenet_v3_small_f32.mlirbc")
+RESNET50 = os.path.join(MODELS, "tv_resnet50_f16.mlirbc")  # its strided 1x1s survive at 64x64
 CPU = CpuTarget(RunConfig())
 CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f32_f32_f32"
 POINTWISE_CONV = "conv_nfohowc_2x128x8x8x64_s1x1_f32_f32_f32"
@@ -44,7 +45,9 @@ POINTWISE_DEEPER = [
 ]
 # A point of each form's CPU space (f_tile, oh_tile, ow_tile, f_vec, ow_vec, c_vec).
 DEPTHWISE = "conv_nohowkhkwg_2x8x8x3x3x88_s1x1_f32_f32_f32"
+STRIDED_CONV = "conv_nfohowc_2x512x8x8x256_s2x2_f16_f16_f32"
 POINTS = {
+    STRIDED_CONV: {"f_tile": 32, "oh_tile": 8, "ow_tile": 8, "f_vec": 1, "ow_vec": 8, "c_vec": 16},
     DEPTHWISE: {"f_tile": 8, "oh_tile": 4, "ow_tile": 8, "f_vec": 4, "ow_vec": 4, "c_vec": 1},
     CONV: {"f_tile": 16, "oh_tile": 8, "ow_tile": 2, "f_vec": 8, "ow_vec": 2, "c_vec": 4},
     POINTWISE_CONV: {"f_tile": 32, "oh_tile": 4, "ow_tile": 8, "f_vec": 4, "ow_vec": 8, "c_vec": 8},
@@ -111,7 +114,8 @@ def test_depthwise_convolutions_are_found_with_their_channel_as_depth():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "model, name", [(MODEL, CONV), (MODEL, POINTWISE_CONV), (MOBILENET, DEPTHWISE)]
+    "model, name",
+    [(MODEL, CONV), (MODEL, POINTWISE_CONV), (MOBILENET, DEPTHWISE), (RESNET50, STRIDED_CONV)],
 )
 def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, model, name):
     conv = next(r for r in analysis(model).roots if r.name == name)

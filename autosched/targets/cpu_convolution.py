@@ -9,9 +9,12 @@ columns of the vector tile; one row, as the pipeline decomposes the 2-D convolut
 filter tap at a time). Those are the knobs. A pointwise (1x1) convolution, a contraction,
 takes the same knobs on IREE's `DoubleTilingExpert`, its default's pipeline (resnet18's:
 `distribution = [1, 32, 8, 8, 0]`, `vector_common_parallel = [1, 1, 2, 8, 0]`,
-`vector_reduction = [0, 0, 0, 0, 16]`), and so does a depthwise one (its channel loop, the
-depth `g`, takes f_tile and f_vec; mobilenet_v3's default: `distribution = [1, 4, 16, 16,
-0, 0]` over (n, oh, ow, g, kh, kw)).
+`vector_reduction = [0, 0, 0, 0, 16]`), and so do a strided 1x1 one (resnet50's
+downsampling, read through `d * 2`; its default: `distribution = [2, 32, 8, 8, 0]`,
+`vector_common_parallel = [1, 1, 1, 8, 0]`, `vector_reduction = [0, 0, 0, 0, 32]` over
+(n, f, oh, ow, c)) and a depthwise one (its channel loop, the depth `g`, takes f_tile and
+f_vec; mobilenet_v3's default: `distribution = [1, 4, 16, 16, 0, 0]` over (n, oh, ow, g,
+kh, kw)).
 """
 
 from __future__ import annotations
@@ -92,8 +95,6 @@ class CpuConvolutionTarget(CpuTarget):
         ]
 
     def supports(self, problem: ConvolutionProblem) -> str | None:
-        if problem.form == STRIDED:
-            return "strided 1x1 convolution: not tuned on cpu yet"
         if "n" in problem.loops and problem.size("n") == 1:
             return UNIT_BATCH
         return None
@@ -114,9 +115,9 @@ class CpuConvolutionTarget(CpuTarget):
             f"vector_common_parallel = {by_role(problem, vectors)}, "
             f"vector_reduction = {by_role(problem, reduction)}>"
         )
-        # A pointwise convolution is a contraction, and IREE builds a depthwise one as
-        # generic loops too: DoubleTilingExpert, as their defaults.
-        generic = problem.form == POINTWISE or problem.depthwise
+        # A pointwise convolution is a contraction, and IREE builds a strided 1x1 or a
+        # depthwise one as generic loops too: DoubleTilingExpert, as their defaults.
+        generic = problem.form in (POINTWISE, STRIDED) or problem.depthwise
         pipeline = "DoubleTilingExpert" if generic else "ConvTileAndDecomposeExpert"
         translation = f"#iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<{pipeline}>>"
         return (
