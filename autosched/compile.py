@@ -30,6 +30,7 @@ class CompileJob:
     output: str  # .vmfb
     flags: list[str]
     before: list[str] = field(default_factory=list)  # a command that writes `source` first
+    built: bool = False  # compiled already by this run (a build problems share): reused
 
 
 @dataclass
@@ -169,6 +170,8 @@ def _assemble(build: list[str], job: CompileJob, timeout: float, folder: str) ->
 
 def compile_one(job: CompileJob, timeout: float) -> CompileResult:
     """iree-compile on one variant (after the command that writes it, if it has one)."""
+    if job.built and os.path.exists(job.output):
+        return CompileResult(job, "ok", 0.0)
     os.makedirs(os.path.dirname(job.output) or ".", exist_ok=True)
     seconds = 0.0
     if job.before:

@@ -33,7 +33,8 @@ from autosched.targets.cpu import CpuTarget
 from autosched.targets.cpu_convolution import UNIT_BATCH
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
-MODEL = os.path.join(MODELS, "tv_resnet18_f32.mlirbc")
+MODEL_NAME = "tv_resnet18_f32.mlirbc"
+MODEL = os.path.join(MODELS, MODEL_NAME)
 MOBILENET = os.path.join(MODELS, "tv_mobilenet_v3_small_f32.mlirbc")
 RESNET50 = os.path.join(MODELS, "tv_resnet50_f16.mlirbc")  # its strided 1x1s survive at 64x64
 CPU = CpuTarget(RunConfig())
@@ -146,3 +147,11 @@ def test_a_run_checks_convolution_candidates_on_the_whole_model(tmp_path, monkey
     assert convs and not [r for r in convs if r["status"] == "not_applied"]
     checked = [r for r in convs if r["status"] == "ok"]
     assert checked and all(r["verification"] == "correct" for r in checked)
+    # IREE's default build of the whole model, the same for every problem, is built once.
+    builds = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*iree_default*.vmfb")]
+    defaults = [p for p in builds if "/conv_" in p]
+    assert defaults and not [p for p in defaults if ".check." in p], defaults
+    assert [p.name for p in tmp_path.rglob("*.iree_default.vmfb")] == [
+        "tv_resnet18_f32.iree_default.vmfb"
+    ]
+    assert set(os.listdir(tmp_path)) == {"auto-scheduler.cfg", "generated", MODEL_NAME}

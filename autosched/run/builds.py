@@ -9,6 +9,7 @@ configuration did not reach the root op is caught before it is timed.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import replace
 
 from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
@@ -35,7 +36,7 @@ from autosched.ops.matmul_kernel import variant_path, write_text
 from autosched.ops.registry import kind_of
 from autosched.outputs.records import Trial
 from autosched.outputs.spec import tuning_spec
-from autosched.run.problem import ProblemSearch
+from autosched.run.problem import BASELINE, ProblemSearch
 from autosched.targets.base import Point, Target
 
 
@@ -99,6 +100,8 @@ class CandidateBuilds:
     def __init__(self, config: RunConfig, target: Target, jobs: int):
         self.config, self.target, self.jobs = config, target, jobs
         self.built: set[str] = set()  # modules compiled by this run (not left by another)
+        self.shared: dict[str, CompileResult] = {}  # builds every problem of a model shares
+        self.shared_lock = threading.Lock()
 
     def source(self, problem: MatmulProblem, name: str) -> str:
         """Where a candidate's module (and, beside it, its builds) are written."""
@@ -115,6 +118,23 @@ class CandidateBuilds:
         stem = self.source(search.problem, name).removesuffix(".mlir")
         return dispatch_job(search.benchmark, search.problem, self.target, point, stem, check)
 
+    def default_model_check(self, search: ProblemSearch) -> CompileResult:
+        """IREE's default build of the whole model that a convolution's candidates are
+        checked on (`checks_model`). It is the same build for every problem of the model,
+        so it is compiled once a run: on the H200's host one took 25 s for mobilenet_v3,
+        and every problem compiled it twice before its first candidate."""
+        source = search.benchmark.check_source
+        stem = os.path.splitext(os.path.basename(source))[0]
+        output = os.path.join(self.config.work_dir, "model", "check", f"{stem}.{BASELINE}.vmfb")
+        with self.shared_lock:
+            if output not in self.shared:
+                flags = [*self.target.compile_flags(), dump_flag(output)]
+                built = compile_one(CompileJob(source, output, flags), self.config.compile_timeout)
+                if built.status == "ok":
+                    built = replace(built, job=replace(built.job, built=True))
+                self.shared[output] = built
+            return self.shared[output]
+
     def candidate(self, search: ProblemSearch, name: str, point: Point | None) -> Candidate:
         """The modules one point needs: the one its answer is checked on, the one timed.
 
@@ -126,7 +146,10 @@ class CandidateBuilds:
         problem = search.problem
         if search.benchmark:
             timed = self.dispatch_job(search, name, point)
-            if search.check is not None:
+            shared = point is None and search.check is not None and search.benchmark.checks_model
+            if shared and self.default_model_check(search).status == "ok":
+                check = self.default_model_check(search).job  # the default's, built already
+            elif search.check is not None:
                 check = self.dispatch_job(search, name, point, check=True)
             else:
                 check = self.kernel_job(problem, name, point, repeat=1)

@@ -94,6 +94,8 @@ class Tuning:
         self.book = TrialBook(config, target, self.log, self.lock)
         self.csv, self.recorders = self.book.csv, self.book.recorders
         self.defaults = DefaultTimings(self.executor, self.builds, self.settings, self.log)
+        self.model_checks: dict[str, object] = {}  # check source -> its default's answer
+        self.model_check_lock = threading.Lock()
 
     def time_candidate(
         self,
@@ -214,12 +216,7 @@ class Tuning:
         Without it (no check module, or the default fails on it) candidates are checked on
         the bare kernel against numpy.
         """
-        from autosched.measure.module_io import (
-            EntryFunction,
-            RunFailed,
-            TensorSpec,
-            make_inputs,
-        )
+        from autosched.measure.module_io import EntryFunction, RunFailed, TensorSpec
 
         benchmark = search.benchmark
         if benchmark is None or not benchmark.check_source:
@@ -229,25 +226,48 @@ class Tuning:
             tuple(TensorSpec(shape, element) for shape, element in benchmark.check_inputs),
             tuple(TensorSpec(shape, element) for shape, element in benchmark.check_outputs),
         )
-        folder = os.path.join(self.config.work_dir, "inputs", search.problem.name, "dispatch")
+        if benchmark.checks_model:  # one model, one default answer: its problems share it
+            with self.model_check_lock:
+                if benchmark.check_source not in self.model_checks:
+                    self.model_checks[benchmark.check_source] = self._default_answer(
+                        search, entry, "model"
+                    )
+                check = self.model_checks[benchmark.check_source]
+        else:
+            check = self._default_answer(search, entry, search.problem.name)
+        if isinstance(check, RunFailed):
+            self.log.write(
+                f"the dispatch check could not run ({check}): answers checked on the kernel"
+            )
+            return
+        search.check = check
+        self.log.write(
+            f"answers checked on the dispatch against IREE's default ({benchmark.check_source})"
+        )
+
+    def _default_answer(self, search: ProblemSearch, entry, name: str):
+        """IREE's default build of the check module run on seeded inputs (under
+        inputs/`name`): a DispatchCheck, or the RunFailed that says why it did not build
+        or run. A model's whole build is compiled once a run
+        (`CandidateBuilds.default_model_check`)."""
+        from autosched.measure.module_io import RunFailed, make_inputs
+
+        folder = os.path.join(self.config.work_dir, "inputs", name, "dispatch")
         inputs = make_inputs(entry, folder, seed=self.config.seed)
-        job = self.builds.dispatch_job(search, BASELINE, None, check=True)
-        built = compile_one(job, self.config.compile_timeout)
+        if search.benchmark.checks_model:
+            built = self.builds.default_model_check(search)
+        else:
+            job = self.builds.dispatch_job(search, BASELINE, None, check=True)
+            built = compile_one(job, self.config.compile_timeout)
+        if built.status != "ok":
+            return RunFailed(built.message)
         try:
-            if built.status != "ok":
-                raise RunFailed(built.message)
             reference = self.executor.primary.reference_outputs(
                 built.job.output, entry, inputs, folder, self.config.run_timeout
             )
         except RunFailed as error:
-            self.log.write(
-                f"the dispatch check could not run ({error}): answers checked on the kernel"
-            )
-            return
-        search.check = DispatchCheck(entry, inputs, reference, folder)
-        self.log.write(
-            f"answers checked on the dispatch against IREE's default ({benchmark.check_source})"
-        )
+            return error
+        return DispatchCheck(entry, inputs, reference, folder)
 
     def _stop_not_applied(self, search: ProblemSearch, progress: Progress, why: str) -> None:
         """Ends a search whose configurations do not reach the root, with a loud warning
