@@ -5,6 +5,7 @@ benchmark)."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 
 from click.testing import CliRunner
@@ -15,9 +16,13 @@ from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.measure.benchmark_tool import time_module
 from autosched.measure.worker import CHECK_PHASES, Verifier, make_problem_data
+from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
+from autosched.model.lowering import prepare_model
 from autosched.ops.matmul import analyze_file
 from autosched.ops.matmul_kernel import kernel_variant
 from autosched.targets.cpu import CpuTarget
+
+MODEL = os.path.join(os.path.dirname(__file__), "data", "models", "gemm_matmul_transpose.onnx")
 
 
 def test_worker_timing_agrees_with_iree_benchmark_module(tmp_path):
@@ -85,3 +90,33 @@ def test_timer_auto_is_the_worker_where_it_was_checked_against_the_tool():
     assert measure_settings(config, cuda).timer == "worker"
     assert measure_settings(config, CpuTarget(config, Machine())).timer == "tool"
     assert measure_settings(replace(config, timer="tool"), cuda).timer == "tool"
+
+
+def test_a_slow_dispatch_benchmark_dispatches_less_often_per_call(tmp_path):
+    """IREE's dispatch benchmarks take how often to dispatch per call. Asked for far more
+    than fits in a call (here 10^8, over a minute a call), the worker dispatches less often
+    and still reports time per dispatch. On the H200, resnet50's strided 1x1 default at 200
+    dispatches a call timed out after 120 s, and its problem, the model's largest, lost its
+    default."""
+    target = CpuTarget(RunConfig())
+    source = prepare_model(MODEL, str(tmp_path / "m"))
+    benchmarks = dump_dispatch_benchmarks(source, target.compile_flags(), str(tmp_path))
+    benchmark = next(iter(benchmarks.values()))
+    flags = [*target.compile_flags(), *benchmark.flags]
+    built = compile_one(CompileJob(benchmark.source, str(tmp_path / "b.vmfb"), flags), 120)
+    assert built.status == "ok", built.message
+    path = tmp_path / "mm.mlir"
+    path.write_text(matmul_function("mm", 8, 24, 32))  # inputs the worker keeps: unused
+    (problem,) = analyze_file(str(path)).problems
+    data = make_problem_data(problem, str(tmp_path / "inputs"))
+    verifier = Verifier("local-task")
+    try:
+        timings = [
+            verifier.time(built.job.output, data, count, 3, 0.05, 20, benchmark.function)
+            for count in (50, 10**8)
+        ]
+    finally:
+        verifier.close()
+    assert all(t.status == "ok" for t in timings), timings
+    normal, fitted = (t.median_ms for t in timings)
+    assert 0.2 < fitted / normal < 5, (normal, fitted)  # per dispatch, either way
