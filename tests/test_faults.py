@@ -497,13 +497,17 @@ def mount_tmpfs(path, size: str) -> bool:
     return done.returncode == 0
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    disk = tmp_path / "disk"
-    if not mount_tmpfs(disk, "24k"):
+def mounted_tmpfs(disk, size: str):
+    """A fixture's tmpfs of `size` at `disk`, unmounted after (skips where none mounts)."""
+    if not mount_tmpfs(disk, size):
         pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
     yield disk
     subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    yield from mounted_tmpfs(tmp_path / "disk", "24k")
 
 
 @pytest.mark.slow
@@ -613,11 +617,7 @@ exec "{real}" "$@"
 @pytest.fixture
 def roomy_disk(tmp_path):
     """A tmpfs just above the room the up-front check asks of the temporary folder."""
-    disk = tmp_path / "roomy"
-    if not mount_tmpfs(disk, "80m"):
-        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    yield from mounted_tmpfs(tmp_path / "roomy", "80m")
 
 
 def test_a_temporary_folder_that_fills_mid_run_ends_it_recording_nothing_false(tuning, roomy_disk):

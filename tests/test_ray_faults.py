@@ -276,6 +276,17 @@ def _kill_the_actor_holding(run: subprocess.Popen, wrapper_path: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _run_with_the_held_actor_killed(run: subprocess.Popen, wrapper: str, folder) -> str:
+    """The run's log, once it has ended (exit 0) after its held actor was killed."""
+    try:
+        _kill_the_actor_holding(run, wrapper)
+        output, _ = run.communicate(timeout=300)
+    finally:
+        run.kill() if run.poll() is None else None
+    assert run.returncode == 0, output[-3000:]
+    return (folder / "generated" / "run.log").read_text()
+
+
 def _private_run(folder, *arguments) -> subprocess.Popen:
     command = [sys.executable, "-m", "autosched", "run", *arguments]
     return subprocess.Popen(
@@ -304,13 +315,7 @@ def test_an_actor_killed_computing_a_dispatchs_answer_is_replaced(
     (folder / "auto-scheduler.cfg").write_text(MODEL_CFG)
     options = ["--executor", "ray", "--ray-address", "local", "--budget", "2"]
     run = _private_run(folder, "gemm_matmul_transpose.onnx", *options)
-    try:
-        _kill_the_actor_holding(run, wrapper)
-        output, _ = run.communicate(timeout=300)
-    finally:
-        run.kill() if run.poll() is None else None
-    assert run.returncode == 0, output[-3000:]
-    log = (folder / "generated" / "run.log").read_text()
+    log = _run_with_the_held_actor_killed(run, wrapper, folder)
     assert "died computing the dispatch's answer: queued again" in log, log[-3000:]
     assert log.count("answers checked on the dispatch against IREE's default") == 2, log
     assert "the dispatch check could not run" not in log, log[-3000:]
@@ -339,13 +344,7 @@ def test_an_actor_killed_timing_its_default_is_replaced(
     run = _private_run(
         folder, "mm.mlir", "--executor", "ray", "--ray-address", "local", *TWO_ACTORS
     )
-    try:
-        _kill_the_actor_holding(run, wrapper)
-        output, _ = run.communicate(timeout=300)
-    finally:
-        run.kill() if run.poll() is None else None
-    assert run.returncode == 0, output[-3000:]
-    log = (folder / "generated" / "run.log").read_text()
+    log = _run_with_the_held_actor_killed(run, wrapper, folder)
     assert "local-sync#1 died timing the default: queued again" in log, log[-3000:]
     records = _records(folder)
     assert len(records) == 7 and all(r["status"] == "ok" for r in records), records
