@@ -18,7 +18,7 @@ from autosched.config import (
     load_config,
     with_overrides,
 )
-from autosched.drivers.guard import EXIT_INTERRUPTED, signal_name
+from autosched.drivers.guard import signal_name
 from autosched.errors import UserError, require_file
 from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
@@ -169,7 +169,7 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
         apply_spec(config, spec_path, custom_spec)
     except KeyboardInterrupt as interrupt:
         click.echo(signal_name(interrupt), err=True)
-        sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
+        sys.exit(interrupts.exit_code_of(interrupt))
     finally:
         interrupts.restore()
 
@@ -212,7 +212,7 @@ def _run_command() -> None:
         sys.exit(done.exit_code)
     except (click.Abort, KeyboardInterrupt) as interrupt:
         click.echo(signal_name(interrupt), err=True)
-        sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
+        sys.exit(interrupts.exit_code_of(interrupt))
     except OSError as error:
         click.echo(f"Error: {error}", err=True)
         sys.exit(2)

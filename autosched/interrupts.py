@@ -32,6 +32,21 @@ class Interrupted(KeyboardInterrupt):
 
 _state = threading.local()
 _pending: list[int] = []
+_received: list[int] = []  # every signal the run got, in order
+
+
+def signal_of(interrupt: KeyboardInterrupt) -> int:
+    """The signal that stopped the run. An `Interrupted` names it; another interrupt
+    (`processes.Stopped`, raised by a tool the signal's clean-up refused to start while
+    the signal itself waited at the end of a critical section) is the first signal the
+    run got, or a Ctrl-C."""
+    signum = getattr(interrupt, "signum", None)
+    return signum or (_received[0] if _received else signal.SIGINT)
+
+
+def exit_code_of(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + signal_of(interrupt)
 
 
 def _in_critical() -> bool:
@@ -39,6 +54,7 @@ def _in_critical() -> bool:
 
 
 def _handler(signum, frame) -> None:
+    _received.append(signum)
     processes.stop_all()
     if _in_critical():
         _pending.append(signum)
@@ -56,6 +72,7 @@ def _quiet() -> None:
 def install() -> None:
     """Routes SIGINT and SIGTERM through `_handler` (call from the main thread)."""
     _pending.clear()
+    _received.clear()
     processes.reset()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _handler)

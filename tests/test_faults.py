@@ -867,3 +867,25 @@ def test_a_torn_line_is_compacted_away_on_the_next_start(tuning):
     again = tuning.run()
     assert again.returncode == 0 and "torn" not in again.stderr, again.stderr
     assert_once_each(tuning)
+
+
+def test_a_sigterm_that_waits_on_a_record_still_ends_as_sigterm():
+    """CI saw `--executor ray` end a SIGTERM with "interrupted" and 130: the signal came
+    while a record was being written (it waits for the end of that section), and meanwhile
+    a tool the clean-up refused to start raised its own interrupt, which left the section
+    first. The exit code and the line are the signal's, whichever interrupt arrives."""
+    from autosched import interrupts, processes
+    from autosched.drivers.guard import signal_name
+
+    interrupts.install()
+    try:
+        with pytest.raises(processes.Stopped) as stopped:
+            with interrupts.critical():
+                os.kill(os.getpid(), signal.SIGTERM)  # handled here: it waits on the section
+                assert processes.stopping()
+                raise processes.Stopped()
+    finally:
+        interrupts.restore()
+        processes.reset()
+    assert interrupts.exit_code_of(stopped.value) == 143
+    assert signal_name(stopped.value) == "SIGTERM"

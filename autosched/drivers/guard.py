@@ -20,8 +20,6 @@ from autosched.outputs.paths import RunPaths, check_paths
 from autosched.outputs.records import TuningDatabase
 from autosched.targets.host import device_problem, measuring_devices
 
-EXIT_INTERRUPTED = 130
-
 
 @contextmanager
 def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
@@ -60,7 +58,7 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
 
 
 def signal_name(interrupt: KeyboardInterrupt) -> str:
-    return "SIGTERM" if getattr(interrupt, "signum", 0) == signal.SIGTERM else "interrupted"
+    return "SIGTERM" if interrupts.signal_of(interrupt) == signal.SIGTERM else "interrupted"
 
 
 def exit_interrupted(
@@ -78,4 +76,4 @@ def exit_interrupted(
         "run the same command again to resume",
         err=True,
     )
-    sys.exit(getattr(interrupt, "exit_code", EXIT_INTERRUPTED))
+    sys.exit(interrupts.exit_code_of(interrupt))
