@@ -47,7 +47,10 @@ POINTWISE_DEEPER = [
 # A point of each form's CPU space (f_tile, oh_tile, ow_tile, f_vec, ow_vec, c_vec).
 DEPTHWISE = "conv_nohowkhkwg_2x8x8x3x3x88_s1x1_f32_f32_f32"
 STRIDED_CONV = "conv_nfohowc_2x512x8x8x256_s2x2_f16_f16_f32"
+RESNEXT = os.path.join(MODELS, "tv_resnext50_32x4d_f16.mlirbc")  # 32-group 3x3 convolutions
+GROUPED = "conv_nfohowckhkwg_2x8x8x8x8x3x3x32_s2x2_f16_f16_f32"
 POINTS = {
+    GROUPED: {"f_tile": 8, "oh_tile": 4, "ow_tile": 8, "f_vec": 4, "ow_vec": 4, "c_vec": 4},
     STRIDED_CONV: {"f_tile": 32, "oh_tile": 8, "ow_tile": 8, "f_vec": 1, "ow_vec": 8, "c_vec": 16},
     DEPTHWISE: {"f_tile": 8, "oh_tile": 4, "ow_tile": 8, "f_vec": 4, "ow_vec": 4, "c_vec": 1},
     CONV: {"f_tile": 16, "oh_tile": 8, "ow_tile": 2, "f_vec": 8, "ow_vec": 2, "c_vec": 4},
@@ -116,7 +119,13 @@ def test_depthwise_convolutions_are_found_with_their_channel_as_depth():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "model, name",
-    [(MODEL, CONV), (MODEL, POINTWISE_CONV), (MOBILENET, DEPTHWISE), (RESNET50, STRIDED_CONV)],
+    [
+        (MODEL, CONV),
+        (MODEL, POINTWISE_CONV),
+        (MOBILENET, DEPTHWISE),
+        (RESNET50, STRIDED_CONV),
+        (RESNEXT, GROUPED),
+    ],
 )
 def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, model, name):
     conv = next(r for r in analysis(model).roots if r.name == name)

@@ -39,6 +39,8 @@ F16 = os.path.join(MODELS, "tv_resnet18_f16.mlirbc")
 F32 = os.path.join(MODELS, "tv_resnet18_f32.mlirbc")
 RESNET50 = os.path.join(MODELS, "tv_resnet50_f16.mlirbc")
 MOBILENET = os.path.join(MODELS, "tv_mobilenet_v3_small_{}.mlirbc")
+RESNEXT = os.path.join(MODELS, "tv_resnext50_32x4d_f16.mlirbc")
+GROUPED = "conv_nfohowckhkwg_2x8x8x8x8x3x3x32_s2x2_f16_f16_f32"
 DEPTHWISE = "conv_nohowkhkwg_2x8x8x3x3x88_s1x1_{t}_{t}_f32"
 CUDA = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
 CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f16_f16_f32"
@@ -144,6 +146,27 @@ def test_depthwise_convolutions_take_thread_tiles_in_any_type(element):
     assert "reduction = [0, 0, 0, 0, 3, 3]" in config and "promote_operands" not in config
 
 
+def test_grouped_convolutions_take_thread_tiles_a_group_a_workgroup():
+    """resnext's 32-group 3x3 convolutions (MLIR's `g` beside `f` and `c`): no implicit GEMM
+    takes them, so plain thread tiles over one group a workgroup, the whole window and a
+    few of the group's channels a step, as IREE's default (which they were refused
+    before); IREE's default point is the first measured."""
+    problems, skipped = analysed(RESNEXT)
+    assert skipped == {}
+    grouped = [e.problem for e in problems if getattr(e.problem, "grouped", False)]
+    assert len(grouped) == 7
+    conv = next(p for p in grouped if p.name == GROUPED)
+    assert conv.loops == ("n", "g", "f", "oh", "ow", "c", "kh", "kw")
+    space = build_space(conv, CUDA, {})
+    assert all(p["thread_f"] > 0 and p["k_tile"] <= conv.size("c") for p in space.points)
+    starting = CUDA.for_problem(conv).starting_points(conv)
+    assert matching_points(space.points, starting)
+    config = expected_config(conv, CUDA, starting[0])
+    assert "reduction = [0, 0, 0, 0, 0, 1, 3, 3]" in config and "promote_operands" not in config
+    assert "workgroup = [1, 1, 1, 2, 8, 0, 0, 0]" in config  # IREE's [1, 1, 1, 2, 16], cut
+    assert build_space(conv, CpuTarget(RunConfig()), {}).points  # the CPU's tiles too
+
+
 def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
     problems, skipped = analysed(F32)
     assert not [e for e in problems if e.problem.kind == "convolution"]
@@ -158,6 +181,7 @@ def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
         (F16, POINTWISE_CONV),
         (RESNET50, STRIDED_CONVS[0]),
         (MOBILENET.format("f16"), DEPTHWISE.format(t="f16")),
+        (RESNEXT, GROUPED),
     ],
 )
 def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, model, name):
@@ -170,7 +194,7 @@ def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_model(tmp_path,
     conv: ConvolutionProblem = entry.problem
     point = random.Random(0).choice(build_space(conv, CUDA, {}).points)
     expected = expected_config(conv, CUDA, point)
-    if conv.form != STRIDED and not conv.depthwise:
+    if conv.form != STRIDED and not conv.depthwise and not conv.grouped:
         igemm = "true" if conv.form == WINDOW else "false"
         assert f"use_igemm_convolution = {igemm}" in expected
     timed = dispatch_job(entry.benchmark, conv, CUDA, point, str(tmp_path / "timed"))

@@ -75,6 +75,11 @@ class ConvolutionProblem:
         return "g" in self.loops and "f" not in self.loops and "c" not in self.loops
 
     @property
+    def grouped(self) -> bool:
+        """Channels in groups, each group convolved with its own filters (resnext's 32)."""
+        return "g" in self.loops and not self.depthwise and self.size("g") > 1
+
+    @property
     def channel(self) -> str:
         """The role of the output's channel loop: `g` in a depthwise convolution, else `f`."""
         return "g" if self.depthwise else "f"

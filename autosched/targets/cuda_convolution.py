@@ -85,8 +85,9 @@ def mma_extent(problem: ConvolutionProblem, role: str) -> int:
 
 
 def uses_simt(problem: ConvolutionProblem) -> bool:
-    """Whether no tensor-core configuration takes the convolution (cuda_simt_convolution)."""
-    return problem.form == STRIDED or problem.depthwise
+    """Whether no tensor-core configuration takes the convolution (cuda_simt_convolution):
+    strided 1x1, depthwise and grouped ones."""
+    return problem.form == STRIDED or problem.depthwise or problem.grouped
 
 
 def tile_knobs(problem: ConvolutionProblem) -> dict[str, str]:
@@ -126,10 +127,7 @@ class CudaConvolutionTarget(CudaTarget):
     knobs = CONVOLUTION_KNOBS
 
     def supports(self, problem: ConvolutionProblem) -> str | None:
-        """16-bit operands with an mma intrinsic (plain thread tiles need none), and not
-        grouped."""
-        if "g" in problem.loops and not problem.depthwise and problem.size("g") > 1:
-            return "grouped convolution: not tuned on cuda yet"
+        """16-bit operands with an mma intrinsic (plain thread tiles need none)."""
         if uses_simt(problem):
             return None
         kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type))
@@ -153,12 +151,15 @@ class CudaConvolutionTarget(CudaTarget):
         return [Family("mma", self.constraints(problem), fixed=fixed)]
 
     def starting_points(self, problem: ConvolutionProblem) -> list[Point]:
-        """IREE's own defaults for resnet50 (IREE_STARTING, POINTWISE_STARTING; the strided
-        form's: STRIDED_STARTING), each tile cut to the problem's candidates and each warp's
-        share to its tile (small images have no 64-column tile)."""
+        """IREE's own defaults for resnet50 (IREE_STARTING, POINTWISE_STARTING; the strided,
+        depthwise and grouped forms': cuda_simt_convolution's), each tile cut to the
+        problem's candidates and each warp's share to its tile (small images have no
+        64-column tile)."""
         names = [k.name for k in CONVOLUTION_KNOBS]
         points: list[Point] = []
-        starting = simt.DEPTHWISE_STARTING if problem.depthwise else STARTING[problem.form]
+        starting = STARTING[problem.form]
+        if problem.depthwise or problem.grouped:
+            starting = simt.DEPTHWISE_STARTING if problem.depthwise else simt.GROUPED_STARTING
         for values in starting:
             point = dict(zip(names, values, strict=True))
             for role, knob in tile_knobs(problem).items():
@@ -187,6 +188,8 @@ class CudaConvolutionTarget(CudaTarget):
             return upto("ow", 1 if plain else mma_extent(problem, "ow"), 64)
         if knob == "f_tile":
             return upto(problem.channel, 1 if plain else mma_extent(problem, "f"), 256)
+        if knob == "k_tile" and problem.grouped:  # a group's few input channels
+            return [v for v in powers_of_two(1, 64) if problem.size("c") % v == 0]
         if knob == "k_tile":
             return [16, 32, 64, 128]
         if knob in MMA_SHARES:

@@ -8,10 +8,15 @@
 - A depthwise convolution has no channels to reduce, so no GEMM. IREE's default (sm_80,
   mobilenet_v3) is 32 threads of one output each, `workgroup = [1, 1, 4, 8, 0, 0]` over
   (n, oh, ow, g, kh, kw), the whole filter window per step, nothing staged.
+- A grouped convolution (resnext's 32 groups) is no GEMM IREE's implicit-GEMM path takes
+  either. IREE's default (sm_80) is 32 threads of one output each, `workgroup = [1, 1, 1,
+  2, 16, 0, 0, 0]` over (n, g, f, oh, ow, c, kh, kw), one input channel and the whole window
+  a step, nothing staged.
 
 Here each thread computes `thread_f` output channels x `thread_ow` output columns of a
-workgroup's tile. A strided convolution reduces `k_tile` input channels per step with both
-operands in shared memory; a depthwise one its whole window, as IREE's default does.
+workgroup's tile (of one group). A strided convolution reduces `k_tile` input channels per
+step with both operands in shared memory; a grouped one `k_tile` channels of its group and
+the whole window, nothing staged; a depthwise one its whole window, as IREE's defaults do.
 """
 
 from __future__ import annotations
@@ -37,6 +42,13 @@ DEPTHWISE_STARTING = (
     (1, 1, 8, 32, 1, 1, 1, 1, 1, 1, 2),
     (1, 2, 8, 32, 1, 1, 1, 1, 1, 2, 2),
 )
+# grouped: IREE's default (32 threads of one output), then a group's 4 channels with 4 of
+# its input channels a step, and 2x2 outputs per thread.
+GROUPED_STARTING = (
+    (1, 2, 16, 1, 1, 1, 1, 1, 1, 1, 1),
+    (1, 2, 16, 4, 4, 1, 1, 1, 1, 1, 1),
+    (1, 4, 16, 4, 4, 1, 1, 1, 1, 2, 2),
+)
 THREAD_KNOBS = ("thread_f", "thread_ow")
 MAX_THREADS = 1024
 
@@ -48,10 +60,15 @@ def threads(point: Point) -> int:
     return point["n_tile"] * point["oh_tile"] * per_f * per_ow
 
 
+def staged(problem: ConvolutionProblem) -> bool:
+    """Whether both operands' tiles go through shared memory (a strided 1x1 alone)."""
+    return not (problem.depthwise or problem.grouped)
+
+
 def shared_memory(problem: ConvolutionProblem, point: Point) -> int:
     """Bytes of the staged image tile (its strided reads compacted) and filter tile; a
-    depthwise convolution stages nothing."""
-    if problem.depthwise:
+    depthwise or grouped convolution stages nothing."""
+    if not staged(problem):
         return 0
     pixels = point["n_tile"] * point["oh_tile"] * point["ow_tile"]
     return ELEMENT_BYTES[problem.lhs_type] * point["k_tile"] * (pixels + point["f_tile"])
@@ -84,9 +101,9 @@ def constraints(problem: ConvolutionProblem, shared_limit: int) -> list[Constrai
 
 
 def _reduction(problem: ConvolutionProblem, point: Point) -> dict[str, int]:
-    if problem.depthwise:
-        return {"kh": problem.size("kh"), "kw": problem.size("kw")}
-    return {"c": point["k_tile"]}
+    """Each reduction loop's step: the whole filter window, and `k_tile` input channels."""
+    window = {r: problem.size(r) for r in ("kh", "kw") if r in problem.loops}
+    return window if problem.depthwise else {"c": point["k_tile"], **window}
 
 
 def lowering_config(problem: ConvolutionProblem, point: Point, tile_knobs: dict) -> str:
@@ -94,10 +111,11 @@ def lowering_config(problem: ConvolutionProblem, point: Point, tile_knobs: dict)
     loops = problem.loops
     steps = _reduction(problem, point)
     per_thread = {problem.channel: point["thread_f"], "ow": point["thread_ow"]}
-    workgroup = [point[tile_knobs[r]] if r in tile_knobs else 0 for r in loops]
+    # A grouped convolution's workgroup takes one group (`g`, 1 in each list).
+    workgroup = [point[tile_knobs[r]] if r in tile_knobs else int(r == "g") for r in loops]
     thread = [per_thread.get(r, 0 if r in steps or r in ("kh", "kw") else 1) for r in loops]
     reduction = [steps.get(r, 0) for r in loops]
-    promote = "" if problem.depthwise else "promote_operands = [0, 1], "
+    promote = "promote_operands = [0, 1], " if staged(problem) else ""
     config = (
         f"#iree_gpu.lowering_config<{{{promote}reduction = {reduction}, "
         f"thread = {thread}, workgroup = {workgroup}}}>"

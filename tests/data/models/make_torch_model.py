@@ -31,6 +31,8 @@ Models (f32, weights small so the files stay small):
 - `tv_resnet50_f16.mlirbc`: torchvision's own `resnet50` (10 classes, eval mode, f16) on
   x[2, 3, 64, 64], parameters as arguments: its strided 1x1 (downsampling) convolutions stay
   in their dispatches, read through `d * 2`, as at full size.
+- `tv_resnext50_32x4d_f16.mlirbc`: torchvision's own `resnext50_32x4d` the same way (f16):
+  its 3x3 convolutions are grouped, 32 groups.
 - `tv_mobilenet_v3_small_{f32,f16}.mlirbc`: torchvision's own `mobilenet_v3_small` the same
   way: depthwise 3x3 and 5x5 convolutions, strided and not.
 """
@@ -187,6 +189,7 @@ if __name__ == "__main__":
         ("resnet50", torch.float16, "tv_resnet50_f16.mlirbc"),
         ("mobilenet_v3_small", torch.float32, "tv_mobilenet_v3_small_f32.mlirbc"),
         ("mobilenet_v3_small", torch.float16, "tv_mobilenet_v3_small_f16.mlirbc"),
+        ("resnext50_32x4d", torch.float16, "tv_resnext50_32x4d_f16.mlirbc"),
     ):
         torch.manual_seed(0)
         save(*torchvision_model(net, dtype), name)
