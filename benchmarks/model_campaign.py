@@ -414,6 +414,10 @@ def main() -> None:
         compiled = compile_ms(model, args, device)
         case = sdpa_case(name, shape, device)
         sdpa = time_calls(case[0], case[1], device, warmups=5) if case else None
+        torch_times = {"eager": [eager, eager_cv], "compile": compiled, "sdpa": sdpa}
+        with open(os.path.join(folder, "torch_times.json"), "w") as handle:
+            json.dump(torch_times, handle)  # kept even if the run is cut short
+        print(f"{name}: torch {json.dumps(torch_times)}", flush=True)
         model_path = os.path.join(folder, f"{name}.mlir")
         export(model, args, model_path)
         with open(os.path.join(folder, "auto-scheduler.cfg"), "w") as handle:
