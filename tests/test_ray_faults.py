@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from test_faults import roomy_disk
 from test_ray_executor import (
     MODEL_CFG,
     MODELS,
@@ -29,7 +30,7 @@ from test_ray_executor import (
 
 pytest.importorskip("ray")
 
-__all__ = ["cluster", "no_token_auth"]  # the fixtures, shared with test_ray_executor
+__all__ = ["cluster", "no_token_auth", "roomy_disk"]  # fixtures shared with other tests
 
 # Appended to the cfg's [Benchmark]: the re-timing takes seconds (three finalists and the
 # default, three rounds), long enough to kill its actor in the middle.
@@ -348,4 +349,34 @@ def test_an_actor_killed_timing_its_default_is_replaced(
     assert "local-sync#1 died timing the default: queued again" in log, log[-3000:]
     records = _records(folder)
     assert len(records) == 7 and all(r["status"] == "ok" for r in records), records
+    _assert_once_each(folder)
+
+
+@pytest.mark.slow
+def test_a_nodes_temporary_folder_that_fills_ends_the_run(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth, roomy_disk
+):
+    """Issue 27 item 13 under Ray: the compile tasks' temporary folder fills after two
+    builds. The build that fails there is the node's fault, not the candidate's: the run
+    ends with one Error: line naming the folder, and records no compile error."""
+    from test_faults import FILL_TEMP_COMPILE, real_compiler
+
+    temp = tmp_path_factory.mktemp("t")
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    monkeypatch.setenv("TMPDIR", str(roomy_disk))
+    wrapper = temp / "compile.sh"
+    wrapper.write_text(FILL_TEMP_COMPILE.format(real=real_compiler()))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("AUTOSCHED_IREE_COMPILE", str(wrapper))
+    folder = _project(tmp_path / "full")
+    run = _private_run(folder, "mm.mlir", "--executor", "ray", "--ray-address", "local")
+    try:
+        output, _ = run.communicate(timeout=300)
+    finally:
+        run.kill() if run.poll() is None else None
+    assert run.returncode == 2, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: --executor ray, a compile task: the temporary folder"), last
+    assert "No space left on device" in last and "Traceback" not in output, output[-3000:]
+    assert all(r["status"] == "ok" for r in _records(folder)), _records(folder)
     _assert_once_each(folder)

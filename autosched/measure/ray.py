@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autosched import interrupts
-from autosched.compile import CompileJob, CompileResult, compile_one
+from autosched.compile import CompileJob, CompileResult, check_temp_dir, compile_one
 from autosched.errors import UserError
 from autosched.measure.benchmark_tool import Timing
 from autosched.measure.contract import (
@@ -170,7 +170,13 @@ class MeasuringActor:
 
 
 def _compile(job: CompileJob, timeout: float) -> CompileResult:
-    return compile_one(job, timeout)
+    """A compile on whichever node runs the task. A build that failed on a node whose
+    temporary folder is full or unusable is that node's fault, not the candidate's: the
+    task raises the UserError that says so (`RayExecutor._compiled` ends the run)."""
+    result = compile_one(job, timeout)
+    if result.status == "compile_error":
+        check_temp_dir()
+    return result
 
 
 @dataclass
@@ -408,6 +414,8 @@ class RayExecutor:
         try:
             result = self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as error:  # the compile itself raised
+            if isinstance(error.cause, UserError):  # the node's temporary folder: the end
+                raise UserError(f"--executor ray, a compile task: {error.cause}") from None
             return CompileResult(job, "compile_error", 0.0, f"Ray task failed: {error}"[:300])
         except self.ray.exceptions.RayError as error:
             lost[job.output] += 1
