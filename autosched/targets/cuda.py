@@ -497,7 +497,7 @@ class CudaTarget(Target):
         return None
 
     def default_mma_kind(self, problem: MatmulProblem) -> str:
-        """The intrinsic for the problem's types when the arch has it and the shape fits it."""
+        """The intrinsic for the problem's types when the arch has it, whatever the shape."""
         kind = MMA_FOR_TYPES.get((problem.lhs_type, problem.acc_type))
         # A shape the intrinsic does not divide still takes it: TileAndFuse pads (`pads`).
         if problem.lhs_type != problem.rhs_type or kind not in self.mma_intrinsics:
