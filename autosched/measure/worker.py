@@ -305,7 +305,7 @@ FITTED_CALL_S = 0.05  # ... about this much work a call, as the targets' dispatc
 def fitted_count(function, count: int) -> int:
     """How often one call of a dispatch benchmark dispatches: `count`, as the target chose
     it from the problem's work, unless that makes a call longer than MAX_CALL_S. IREE's
-    default for resnet50's strided 1x1 convolutions is so slow (over 150 ms a dispatch on
+    default for resnet50's strided 1x1 convolutions is so slow (over 0.14 s a dispatch on
     the H200) that 200 dispatches a call timed out after 120 s, and the problem, the
     model's largest, lost its default. Two calls of one dispatch say how long one takes
     (the first also loads the kernel)."""
