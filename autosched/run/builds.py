@@ -147,8 +147,9 @@ class CandidateBuilds:
         if search.benchmark:
             timed = self.dispatch_job(search, name, point)
             shared = point is None and search.check is not None and search.benchmark.checks_model
-            if shared and self.default_model_check(search).status == "ok":
-                check = self.default_model_check(search).job  # the default's, built already
+            default = self.default_model_check(search) if shared else None
+            if default is not None and default.status == "ok":
+                check = default.job  # the default's whole model, built already
             elif search.check is not None:
                 check = self.dispatch_job(search, name, point, check=True)
             else:

@@ -90,6 +90,15 @@ def uses_simt(problem: ConvolutionProblem) -> bool:
     return problem.form == STRIDED or problem.depthwise or problem.grouped
 
 
+def _starting_table(problem: ConvolutionProblem) -> tuple:
+    """The known-good points of the problem's form, in CONVOLUTION_KNOBS' order."""
+    if problem.depthwise:
+        return simt.DEPTHWISE_STARTING
+    if problem.grouped:
+        return simt.GROUPED_STARTING
+    return STARTING[problem.form]
+
+
 def tile_knobs(problem: ConvolutionProblem) -> dict[str, str]:
     """Each output loop's workgroup-tile knob (f_tile tiles the channel, `g` if depthwise)."""
     return {**{r: k for r, k in TILE_KNOB.items() if r != "f"}, problem.channel: "f_tile"}
@@ -157,10 +166,7 @@ class CudaConvolutionTarget(CudaTarget):
         64-column tile)."""
         names = [k.name for k in CONVOLUTION_KNOBS]
         points: list[Point] = []
-        starting = STARTING[problem.form]
-        if problem.depthwise or problem.grouped:
-            starting = simt.DEPTHWISE_STARTING if problem.depthwise else simt.GROUPED_STARTING
-        for values in starting:
+        for values in _starting_table(problem):
             point = dict(zip(names, values, strict=True))
             for role, knob in tile_knobs(problem).items():
                 fitting = [v for v in self.candidates(knob, problem) if v <= point[knob]]
