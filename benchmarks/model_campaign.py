@@ -377,10 +377,15 @@ def export(model, args, path: str) -> None:
     aot.export(model, *cpu_args).save_mlir(path)
 
 
-def run_autosched(folder: str, model_path: str, target: str, budget: int) -> tuple[int, float, str]:
+def run_autosched(
+    folder: str, model_path: str, budget: int, minutes: float | None
+) -> tuple[int, float, str]:
     """The run's exit code, wall seconds and output; the output is written to output.txt
-    as it comes, so a campaign cut short by a time limit still shows how far it got."""
+    as it comes, so a campaign cut short by a time limit still shows how far it got.
+    `minutes` bounds the search (`--time-budget`), so that a device call's limit leaves
+    time for the whole-model proof."""
     command = [sys.executable, "-m", "autosched", "run", model_path, "--budget", str(budget)]
+    command += ["--time-budget", str(minutes)] if minutes else []
     began = time.perf_counter()
     path = os.path.join(folder, "output.txt")
     with open(path, "w") as handle:
@@ -402,6 +407,7 @@ def main() -> None:
         "--custom", action="store_true", help="custom kernels too (sm_90 with Triton, issue 12)"
     )
     parser.add_argument("--n-trial", type=int, default=32, help="[SearchStrategy] n_trial")
+    parser.add_argument("--time-budget", type=float, help="minutes of search per model")
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -432,7 +438,7 @@ def main() -> None:
                     n_trial=options.n_trial,
                 )
             )
-        code, wall, _ = run_autosched(folder, model_path, options.target, options.budget)
+        code, wall, _ = run_autosched(folder, model_path, options.budget, options.time_budget)
         summary_path = os.path.join(folder, "generated", "results.summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
         rows.append((name, shape, eager, eager_cv, compiled, code, wall, summary, sdpa))
@@ -494,6 +500,7 @@ def write_table(path: str, rows, options) -> None:
         f"--timer {options.timer}"
         + (f" --devices {options.devices}" if options.devices else "")
         + (" --custom" if options.custom else "")
+        + (f" --time-budget {options.time_budget:g}" if options.time_budget else "")
     )
     lines = [
         f"# Whole models: IREE default, autosched, torch eager ({options.target})",
