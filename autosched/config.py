@@ -51,6 +51,9 @@ class RunConfig:
     mode: str = "normal"  # models: fast | normal | extreme, the budget when none is given
     budget: int = 0  # models: total trials over all problems; 0: from the mode
     time_budget: float = 0.0  # models: wall-clock minutes for the search; 0: no limit
+    # models: auto: a layout the target needs is chosen before the dispatches are read
+    # (model/layouts.py: strided 1x1 convolutions as slices on CUDA); none: the model as given
+    layout: str = "auto"
     # [Benchmark]
     repetitions: int = 5
     min_time: float = 0.05  # seconds per repetition
@@ -118,6 +121,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "mode": str,
         "budget": int,
         "time_budget": float,
+        "layout": str,
     },
     "Benchmark": {
         "repetitions": int,
@@ -137,6 +141,7 @@ EXECUTORS = ("local", "ray")
 STARTING_POINTS = ("target", "none")
 HISTORIES = ("database", "none")
 DISPATCH_TABLES = ("all", "none")
+LAYOUTS = ("auto", "none")
 _CHOICES = {
     "target": TARGETS,
     "tuner": TUNERS,
@@ -147,6 +152,7 @@ _CHOICES = {
     "starting_points": STARTING_POINTS,
     "history": HISTORIES,
     "dispatch_table": DISPATCH_TABLES,
+    "layout": LAYOUTS,
 }
 _MINIMUM = {
     "jobs": 0,

@@ -102,3 +102,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def dispatch_check_takes_a_spec(entry, target, work_dir: str):
+    """Whether a one-point spec reaches the root of the problem's dispatch check module,
+    as a run decides before choosing it over the whole model (`CandidateBuilds.probe_check`)."""
+    from autosched.config import RunConfig
+    from autosched.outputs.records import MeasureContext
+    from autosched.run.builds import CandidateBuilds
+    from autosched.run.tuning import new_search
+    from autosched.search.space import build_space
+
+    config = RunConfig(target=target.config.target, arch=target.config.arch, work_dir=work_dir)
+    space = build_space(entry.problem, target, {})
+    context = MeasureContext("", "", "")
+    search = new_search(config, target, context, entry.problem, space, entry.benchmark)
+    verdict = CandidateBuilds(config, target, 1).probe_check(search)
+    assert verdict is not None, "the probe's point did not build"
+    return verdict.ok

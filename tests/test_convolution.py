@@ -17,7 +17,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_CFG
+from conftest import MODEL_CFG, dispatch_check_takes_a_spec
 
 from autosched.cli import cli
 from autosched.compile import compile_one
@@ -26,7 +26,7 @@ from autosched.drivers.campaign import ModelProblem
 from autosched.drivers.model_run import attach_benchmarks
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
-from autosched.ops.convolution import POINTWISE, WINDOW
+from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW
 from autosched.run.builds import dispatch_job, expected_config
 from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
@@ -46,7 +46,12 @@ POINTWISE_DEEPER = [
 ]
 # A point of each form's CPU space (f_tile, oh_tile, ow_tile, f_vec, ow_vec, c_vec).
 DEPTHWISE = "conv_nohowkhkwg_2x8x8x3x3x88_s1x1_f32_f32_f32"
-STRIDED_CONV = "conv_nfohowc_2x512x8x8x256_s2x2_f16_f16_f32"
+STRIDED_CONVS = [
+    "conv_nfohowc_2x512x8x8x256_s2x2_f16_f16_f32",
+    "conv_nfohowc_2x1024x4x4x512_s2x2_f16_f16_f32",
+    "conv_nfohowc_2x2048x2x2x1024_s2x2_f16_f16_f32",
+]
+STRIDED_CONV = STRIDED_CONVS[0]
 RESNEXT = os.path.join(MODELS, "tv_resnext50_32x4d_f16.mlirbc")  # 32-group 3x3 convolutions
 GROUPED = "conv_nfohowckhkwg_2x8x8x8x8x3x3x32_s2x2_f16_f16_f32"
 POINTS = {
@@ -128,9 +133,15 @@ def test_depthwise_convolutions_are_found_with_their_channel_as_depth():
     ],
 )
 def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, model, name):
+    """The timed dispatch and the whole model carry the point's configuration. The dispatch's
+    own check module does too, except for a strided 1x1 (its stride moves out of the root
+    when the check module is built from `flow`), so a run checks that one on the model."""
     conv = next(r for r in analysis(model).roots if r.name == name)
     entry = ModelProblem(conv, conv)
     attach_benchmarks([entry], model, CPU.compile_flags(), str(tmp_path / "d"))
+    on_dispatch = dispatch_check_takes_a_spec(entry, CPU, str(tmp_path / "w"))
+    assert on_dispatch == (conv.form != STRIDED)
+    entry.benchmark = entry.benchmark.on_whole_model()
     assert entry.benchmark.checks_model and entry.benchmark.check_function == "main"
     point = POINTS[name]
     assert point in build_space(conv, CPU, {}).points
@@ -145,7 +156,10 @@ def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, m
 
 
 @pytest.mark.slow
-def test_a_run_checks_convolution_candidates_on_the_whole_model(tmp_path, monkeypatch):
+def test_a_run_checks_convolution_candidates_on_their_dispatch(tmp_path, monkeypatch):
+    """resnet18's convolutions (its 1x1 downsampling ones are pointwise by the time IREE forms
+    their dispatches) are checked on their dispatches' own modules: the whole model is never
+    built for a check."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
     shutil.copy(MODEL, tmp_path)
@@ -156,11 +170,27 @@ def test_a_run_checks_convolution_candidates_on_the_whole_model(tmp_path, monkey
     assert convs and not [r for r in convs if r["status"] == "not_applied"]
     checked = [r for r in convs if r["status"] == "ok"]
     assert checked and all(r["verification"] == "correct" for r in checked)
-    # IREE's default build of the whole model, the same for every problem, is built once.
-    builds = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*iree_default*.vmfb")]
-    defaults = [p for p in builds if "/conv_" in p]
-    assert defaults and not [p for p in defaults if ".check." in p], defaults
-    assert [p.name for p in tmp_path.rglob("*.iree_default.vmfb")] == [
-        "tv_resnet18_f32.iree_default.vmfb"
-    ]
+    log = open("generated/run.log").read()
+    assert log.count("answers checked on the dispatch against IREE's default") == 12
+    assert "answers checked on the whole model" not in log
+    assert not list(tmp_path.rglob("*.iree_default.vmfb"))  # the model's check build
     assert set(os.listdir(tmp_path)) == {"auto-scheduler.cfg", "generated", MODEL_NAME}
+
+
+@pytest.mark.slow
+def test_a_strided_1x1_is_checked_on_the_whole_model_built_once(tmp_path, monkeypatch):
+    """resnet50's strided 1x1 convolutions, which no spec reaches in their dispatches' check
+    modules, are checked on the whole model; IREE's default build of it, the same for every
+    such problem, is built once, under generated/."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    shutil.copy(RESNET50, tmp_path)
+    result = CliRunner().invoke(cli, ["run", os.path.basename(RESNET50), "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    sections = open("generated/run.log").read().split("--- problem ")
+    on_model = [s.split(" ---")[0] for s in sections if "checked on the whole model" in s]
+    assert sorted(on_model) == sorted(STRIDED_CONVS), on_model
+    defaults = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.iree_default.vmfb")]
+    assert defaults == ["generated/model/check/tv_resnet50_f16.iree_default.vmfb"]
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    assert all(r["status"] != "not_applied" for r in records), result.output

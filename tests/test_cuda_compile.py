@@ -349,7 +349,7 @@ def test_dispatch_modules_of_a_model_keep_the_sm_90_target(tmp_path) -> None:
     flags = target.compile_flags()
     benchmarks = dump_dispatch_benchmarks(model, flags, str(tmp_path / "d"))
     checks = dispatch_check_modules(
-        lower_to_dispatches(model, flags), set(benchmarks), str(tmp_path / "d")
+        lower_to_dispatches(model, flags), set(benchmarks), str(tmp_path / "d"), model
     )
     (problem,) = analyze_model(model, flags).matmul_problems()
     point = next(p for p in build_space(problem, target, {}).points if p["mma_kind"] != "none")

@@ -132,7 +132,8 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
     work = os.path.join(config.work_dir, "model")
     model_path = model_for_target(path, target, work)
     flags, types_line, _ = typed_flags(target, model_path, work)
-    analysis = in_configured_form(analyze_model(model_path, flags), model_path, flags)
+    layout, analysis = laid_out(config, target, model_path, flags, work)
+    model_path = layout.source
     problems, skipped = model_problems(analysis, target)
     if not problems:
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
@@ -141,7 +142,8 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
             f"{analysis.dispatches} dispatch(es) IREE forms can be tuned for {target.name}"
             + (f" (not tuned: {reasons})" if reasons else "")
         )
-    for line in [types_line, *describe_analysis(path, analysis, problems, skipped)]:
+    lines = [types_line, layout.describe(), *describe_analysis(path, analysis, problems, skipped)]
+    for line in filter(None, lines):
         click.echo(line, err=True)
     budget = config.budget or budget_for(config.mode, config.n_trial, problems)
     if dry_run:
@@ -160,7 +162,27 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
         tuning = _tune_model(
             config, target, paths, model_path, problems, skipped, budget, resume, progress
         )
-        _finish_model(tuning, paths, model_path, problems, dispatches)
+        _finish_model(tuning, paths, layout, problems, dispatches)
+
+
+def laid_out(config: RunConfig, target, model_path: str, flags, work: str):
+    """(layout, analysis): the model every build starts from, with the layout the target
+    needs (layouts.py) unless the cfg says `layout = none`, and its roots."""
+    from autosched.model.layouts import choose_layout
+    from autosched.ops.convolution import STRIDED, ConvolutionProblem
+
+    analysis = in_configured_form(analyze_model(model_path, flags), model_path, flags)
+    strided = [
+        root
+        for root in analysis.roots
+        if isinstance(root, ConvolutionProblem) and root.form == STRIDED
+    ]
+    wanted = config.layout == "auto" and target.slices_strided_convolutions
+    reductions = sum(root.occurrences for root in strided) if wanted else 0
+    layout = choose_layout(model_path, flags, work, reductions)
+    if not layout.changed:
+        return layout, analysis
+    return layout, in_configured_form(analyze_model(layout.source, flags), layout.source, flags)
 
 
 @dataclass
@@ -202,7 +224,7 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
     source = prepare_model(model_path, folder)  # an ONNX model is imported first
     benchmarks = dump_dispatch_benchmarks(source, flags, folder)
     flow = lower_to_dispatches(source, flags)
-    checks = dispatch_check_modules(flow, set(benchmarks), folder)
+    checks = dispatch_check_modules(flow, set(benchmarks), folder, source)
     for entry_point, (check, inputs, outputs) in checks.items():
         benchmarks[entry_point] = replace(
             benchmarks[entry_point], check_source=check, check_inputs=inputs, check_outputs=outputs
@@ -217,7 +239,9 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
             )
         elif kind_of(entry.problem).checks_model:
             whole_model = whole_model or model_check(source, flags, folder, model_path)
-            entry.benchmark = replace(entry.benchmark, **whole_model)
+            entry.benchmark = replace(entry.benchmark, model_check=whole_model)
+            if not entry.benchmark.check_source:
+                entry.benchmark = entry.benchmark.on_whole_model()
     return ModelDispatches(benchmarks, dispatch_calls(flow))
 
 
@@ -293,11 +317,14 @@ def _tune_model(config, target, paths, model_path, problems, skipped, budget, re
     return tuning
 
 
-def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: ModelDispatches):
+def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDispatches):
     """The spec, its checks and proof, the tables and the summary, after the search."""
     config, target, report, custom = tuning.config, tuning.target, tuning.report, tuning.custom
+    model_path = layout.source
+    if layout.changed:
+        tuning.log.write(layout.describe())
     custom_spec = write_custom_spec(paths.custom_spec, target, problems, custom, tuning.log)
-    spec_path, applied, proof = spec_never_slower(tuning, model_path, paths, problems, custom_spec)
+    spec_path, applied, proof = spec_never_slower(tuning, layout, paths, problems, custom_spec)
     report.problems = problem_rows(problems, applied)
     for entry, row in zip(problems, report.problems, strict=True):
         result = custom_winner(entry, custom, target)
@@ -320,7 +347,8 @@ def _finish_model(tuning: Tuning, paths, model_path, problems, dispatches: Model
     summary_path = write_summary(paths.summary, proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     if spec_path:
-        click.echo(tuned_model_command(config.input_file, target, spec_path))
+        built_from = model_path if layout.changed else config.input_file
+        click.echo(tuned_model_command(built_from, target, spec_path))
     if custom_spec:
         if custom_wins:
             click.echo(custom_commands(model_path, target, spec_path, custom_spec, config.work_dir))
@@ -390,13 +418,14 @@ def _warn(tuning: Tuning, message: str) -> None:
     click.echo(click.style(message, fg="red", bold=True), err=True)
 
 
-def spec_never_slower(tuning: Tuning, model_path, paths, problems, custom_spec):
+def spec_never_slower(tuning: Tuning, layout, paths, problems, custom_spec):
     """(spec path or None, applied, proof): the winners' spec, checked in the model and
     proved on it. While the tuned model proves slower than IREE's default, the winner that
     was to save the least model time is left out and the spec proved again; with none left,
     no spec is written. Without any spec the default alone is timed, so the run always ends
     with the model's line."""
     config, target, starter = tuning.config, tuning.target, tuning.config.starter_spec
+    model_path = layout.source
     while True:
         best = [(e.problem, target, e.result.best.point) for e in problems if e.result.best]
         spec_path = write_spec(paths.spec, best, starter)
@@ -406,7 +435,10 @@ def spec_never_slower(tuning: Tuning, model_path, paths, problems, custom_spec):
             _warn(tuning, message)
         if not spec_path and not custom_spec:
             click.echo(no_winner_line([e.result for e in problems]))
-        proof = _prove(model_path, target, spec_path, config, tuning, custom_spec)
+        if spec_path:
+            proof = _prove(layout, target, spec_path, config, tuning, custom_spec)
+        else:
+            proof = _prove_without_spec(tuning, layout, custom_spec)
         if not spec_path or (proof["speedup"] or 1.0) >= 1.0:
             return spec_path, applied, proof
         left_out = _leave_out_least(problems)
@@ -419,7 +451,23 @@ def spec_never_slower(tuning: Tuning, model_path, paths, problems, custom_spec):
         )
         if left_out is None and not best:
             os.remove(spec_path)
-            return None, {}, _prove(model_path, target, None, config, tuning, custom_spec)
+            return None, {}, _prove_without_spec(tuning, layout, custom_spec)
+
+
+def _prove_without_spec(tuning: Tuning, layout, custom_spec) -> dict:
+    """The proof with no spec: of the model's layout where that is not slower than IREE's
+    default of the model as given, else of the model as given."""
+    config, target = tuning.config, tuning.target
+    proof = _prove(layout, target, None, config, tuning, custom_spec)
+    if not layout.changed or (proof["speedup"] or 1.0) >= 1.0:
+        return proof
+    _warn(
+        tuning,
+        f"WARNING: the model's layout alone is SLOWER than IREE's default "
+        f"({proof['speedup']:.2f}x): the model is kept as given",
+    )
+    kept = replace(layout, source=layout.original)
+    return _prove(kept, target, None, config, tuning, custom_spec)
 
 
 def _leave_out_least(problems) -> str | None:
@@ -461,15 +509,16 @@ def check_applied(model_path, target, spec_path, problems, log) -> dict[str, boo
     return applied
 
 
-def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None, work=None):
+def run_proof(layout, target, spec_path, config: RunConfig, custom_spec=None, work=None):
     """proof.prove with the run's target, device, seed and timing settings (its builds in
-    `work`, by default the run's model/proof folder)."""
+    `work`, by default the run's model/proof folder): IREE's default of the model as given
+    against the tuned builds of its layout."""
     from autosched.drivers.proof import prove
 
     what = "proving the spec on" if spec_path or custom_spec else "timing"
     click.echo(f"{what} the whole model ...", err=True)
     return prove(
-        model_path,
+        layout.source,
         target.compile_flags(),
         spec_path,
         target.device,
@@ -480,14 +529,15 @@ def run_proof(model_path, target, spec_path, config: RunConfig, custom_spec=None
         min_time=config.min_time,
         work_dir=work or os.path.join(config.work_dir, "model", "proof"),
         custom_spec=custom_spec,
+        default_model=layout.original if layout.changed else None,
     )
 
 
-def _prove(model_path, target, spec_path, config: RunConfig, tuning: Tuning, custom_spec) -> dict:
+def _prove(layout, target, spec_path, config: RunConfig, tuning: Tuning, custom_spec) -> dict:
     """The whole model with and without the spec: one line and the summary's numbers."""
     from dataclasses import asdict
 
-    proof = run_proof(model_path, target, spec_path, config, custom_spec)
+    proof = run_proof(layout, target, spec_path, config, custom_spec)
     for line in [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]:
         tuning.log.write(line)
         click.echo(line)
@@ -561,9 +611,13 @@ def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> N
 
     path = config.input_file
     model_path = model_for_target(path, target, work)
-    _, types_line, needed = typed_flags(target, model_path, work)
+    flags, types_line, needed = typed_flags(target, model_path, work)
     if needed:
         click.echo(types_line, err=True)
+    layout, _ = laid_out(config, target, model_path, flags, work)  # as the run tuned it
+    model_path = layout.source
+    if layout.changed:
+        click.echo(layout.describe(), err=True)
     if spec_path:
         configs = spec_coverage(
             model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
@@ -575,9 +629,7 @@ def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> N
         for c in configs:
             state = "spec" if c.changed else "IREE default"
             click.echo(f"  {c.entry_point}: {c.contraction} ({state})")
-    proof = run_proof(
-        model_path, target, spec_path, config, custom_spec, os.path.join(work, "proof")
-    )
+    proof = run_proof(layout, target, spec_path, config, custom_spec, os.path.join(work, "proof"))
     click.echo(model_line(proof))
     if proof.custom:
         click.echo(custom_line(proof.custom))

@@ -169,6 +169,7 @@ def prove(
     tolerance: float | None = None,
     work_dir: str | None = None,
     custom_spec: str | None = None,
+    default_model: str | None = None,
 ) -> ModelProof:
     """Compiles the model without and with the spec, compares outputs, times both.
 
@@ -181,7 +182,9 @@ def prove(
     With `custom_spec` (substitution.py) a third build runs custom kernels in place of the
     contractions it matches, with the spec for the rest (`custom`). With neither spec, the
     default alone is compiled and timed (`default_only`): a run that found nothing faster
-    still reports the model's time.
+    still reports the model's time. With `default_model` (the user's model, where the tuned
+    builds start from its rewritten layout: model/layouts.py) IREE's default is built from
+    that, and the model at `model_path` is a tuned build even without a spec.
     """
     if rounds < 1:
         raise UserError(f"rounds is {rounds}: at least 1")
@@ -189,7 +192,9 @@ def prove(
     with tempfile.TemporaryDirectory(prefix="autosched-proof-") as scratch:
         run = _Run(model_path, device, timeout, work_dir or scratch, repetitions, min_time)
         source = prepare_model(model_path, run.work)
-        builds = _compile_builds(run, source, flags, spec, spec_path is not None, custom_spec)
+        baseline = prepare_model(default_model, run.work) if default_model else source
+        tuned = spec_path is not None or baseline != source
+        builds = _compile_builds(run, (baseline, source), flags, spec, tuned, custom_spec)
         run.entry = source_entry_function(source, flags, function, run.work, timeout, model_path)
         run.inputs = make_inputs(run.entry, os.path.join(run.work, "inputs"), seed)
         _check_outputs(run, builds, tolerance)
@@ -200,15 +205,17 @@ def prove(
 
 def _compile_builds(
     run: _Run,
-    source: str,
+    sources: tuple[str, str],
     flags: Sequence[str],
     spec: list[str],
     has_spec: bool,
     custom_spec: str | None,
 ) -> _Builds:
-    """The default build; the spec's with a spec or a custom spec; the custom kernels'."""
+    """The default build (from the first of `sources`); the spec's with a spec or a custom
+    spec, and the custom kernels' (from the second)."""
+    baseline, source = sources
     out = os.path.join(run.work, "default.vmfb")
-    default = _Build("default", iree_compile(source, flags, out, run.timeout, run.model_path))
+    default = _Build("default", iree_compile(baseline, flags, out, run.timeout, run.model_path))
     builds = _Builds(default, _Build("tuned", None, runs=False), compiled=[default])
     if has_spec or custom_spec:
         out = os.path.join(run.work, "tuned.vmfb")

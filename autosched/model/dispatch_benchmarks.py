@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from iree.compiler import ir
 
@@ -52,6 +52,13 @@ class DispatchBenchmark:
     # The check module is the whole model (a kind whose dispatch alone is out of a spec's
     # reach): its build is checked for the problem's own roots, not for every root.
     checks_model: bool = False
+    # A kind whose dispatch check a spec may miss (`RootOpKind.checks_model`): the whole
+    # model's check fields, taken (`on_whole_model`) where a one-point spec does not reach
+    # the root of the dispatch's own check module.
+    model_check: dict | None = field(default=None, compare=False)
+
+    def on_whole_model(self) -> DispatchBenchmark:
+        return replace(self, **(self.model_check or {}), model_check=None)
 
 
 def _entries(path: str) -> tuple[str, str, bool] | None:
@@ -98,6 +105,17 @@ def resource_section(model_path: str) -> str:
     text = str(ir.Module.parseFile(model_path, ir.Context()))
     start = text.rfind("\n{-#")
     return text[start:] if start >= 0 else ""
+
+
+def _holds_any_resource(op: ir.Operation) -> bool:
+    return any(_holds_resource(inner) for inner in walk_ops(op))
+
+
+def _tied_operands(op: ir.Operation) -> list[int]:
+    """Per result of a `flow.dispatch`, the operand it is written into, or -1."""
+    if "tied_operands" not in op.attributes:
+        return [-1] * len(op.results)
+    return [ir.IntegerAttr(t).value for t in ir.ArrayAttr(op.attributes["tied_operands"])]
 
 
 def dump_dispatch_benchmarks(
@@ -163,15 +181,17 @@ def _tensor(value_type: ir.Type) -> tuple[tuple[int, ...], str] | None:
 
 
 def dispatch_check_modules(
-    flow_module: ir.Module, entry_points: set[str], folder: str
+    flow_module: ir.Module, entry_points: set[str], folder: str, model_path: str
 ) -> dict[str, tuple[str, tuple, tuple]]:
     """Entry point -> (module, operand types, result types) that runs that one dispatch.
 
     The module holds the dispatch's `flow.executable` and a function `@dispatch` that takes
     the dispatch's operands as arguments and returns its results, so a candidate's answer
     on the dispatch itself, fused consumers included, can be compared with the default's on
-    the same inputs. Built from the model lowered to `flow`; dispatches whose results are
-    tied to an operand (written in place), or whose shapes are dynamic, get none.
+    the same inputs. Built from the model lowered to `flow`; dispatches whose shapes are
+    dynamic get none. A result tied to an operand (a convolution written into the padded
+    input of the next one) stays tied: that operand is an argument too, and the parts the
+    dispatch does not write keep its values in every build.
     """
     executables, devices = {}, []
     for op in flow_module.body.operations:
@@ -189,6 +209,7 @@ def dispatch_check_modules(
     named = [f"{name} = {own[name]}" for name in own if name not in ("sym_name", "sym_visibility")]
     attributes = f" attributes {{{', '.join(named)}}}" if named else ""
     found = {}
+    resources = None  # the module's resource section, printed once and only when needed
     for op in walk_ops(flow_module.operation):
         if op.name != "flow.dispatch":
             continue
@@ -197,15 +218,14 @@ def dispatch_check_modules(
         executable, entry = reference.value[0], reference.value[-1]
         if entry not in entry_points or entry in found or executable not in executables:
             continue
-        tied = op.attributes["tied_operands"] if "tied_operands" in op.attributes else None
-        if tied is not None and any(ir.IntegerAttr(t).value >= 0 for t in ir.ArrayAttr(tied)):
-            continue
         inputs = [_tensor(v.type) for v in op.operands]
         outputs = [_tensor(r.type) for r in op.results]
         if None in inputs or None in outputs or not outputs:
             continue
         in_types = [str(v.type) for v in op.operands]
         out_types = [str(r.type) for r in op.results]
+        tied = _tied_operands(op)
+        written = [f"%a{t}" if t >= 0 else out_types[i] for i, t in enumerate(tied)]
         arguments = ", ".join(f"%a{i}: {t}" for i, t in enumerate(in_types))
         names = ", ".join(f"%a{i}" for i in range(len(in_types)))
         results = ", ".join(f"%r#{i}" for i in range(len(out_types)))
@@ -215,10 +235,14 @@ def dispatch_check_modules(
             + f"{executables[executable]}\n"
             f"util.func public @{CHECK_FUNCTION}({arguments}) -> ({', '.join(out_types)}) {{\n"
             f"  %r:{len(out_types)} = flow.dispatch {entry_ref}({names}) : "
-            f"({', '.join(in_types)}) -> ({', '.join(out_types)})\n"
+            f"({', '.join(in_types)}) -> ({', '.join(written)})\n"
             f"  util.return {results} : {', '.join(out_types)}\n"
             "}\n}\n"
         )
+        if _holds_any_resource(executables[executable]):
+            # `flow_module` was printed with its resources elided: the model's name the same data.
+            resources = resource_section(model_path) if resources is None else resources
+            text += resources
         ir.Module.parse(text, flow_module.context)  # what is written is valid MLIR
         path = os.path.join(folder, f"{entry}.check.mlir")
         with open(path, "w", encoding="utf-8") as handle:

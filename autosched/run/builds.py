@@ -211,22 +211,41 @@ class CandidateBuilds:
         """Does a one-point spec reach the root op IREE configures in the module that is
         timed? One compile to `executable-configurations`; None when it cannot tell (no
         point a spec carries, or the probe's point does not build)."""
-        target = self.target.for_problem(search.problem)
-        point = next((p for p in search.space.points if target.in_spec(p)), None)
+        point = self._probe_point(search)
         if point is None or search.exhausted:
             return None
         job = self.candidate(search, SPEC_PROBE, point).jobs[TIMED]
+        verdict = self._configured(job, expected_config(search.problem, self.target, point))
+        if verdict is not None:
+            # The probe builds the default's source with the default's flags: its root's
+            # form is the one timed (a resumed default was not built by this run).
+            search.result.timed_form = search.result.timed_form or verdict.form
+        return verdict
+
+    def probe_check(self, search: ProblemSearch) -> Applied | None:
+        """Does a one-point spec reach the root in the dispatch's own check module? Built
+        from `flow`, a convolution's may have another form (a strided 1x1's stride becomes
+        a slice outside the root); None when it cannot tell."""
+        point = self._probe_point(search)
+        if point is None:
+            return None
+        job = self.dispatch_job(search, SPEC_PROBE, point, check=True)
+        return self._configured(job, expected_config(search.problem, self.target, point))
+
+    def _probe_point(self, search: ProblemSearch) -> Point | None:
+        target = self.target.for_problem(search.problem)
+        return next((p for p in search.space.points if target.in_spec(p)), None)
+
+    def _configured(self, job: CompileJob, expected: str | None) -> Applied | None:
+        """Whether `job`, built to `executable-configurations` only, carries `expected` on
+        its roots; None when it does not build (each candidate is checked on its own)."""
         output = job.output.removesuffix(".vmfb") + ".configured.mlir"
         flags = [f for f in job.flags if not f.startswith(CONFIGS_FLAG)]
         flags.append(f"--compile-to={CONFIG_PHASE}")
         built = compile_one(replace(job, output=output, flags=flags), self.config.compile_timeout)
         if built.status != "ok":
-            return None  # each candidate is checked on its own
-        verdict = check_roots(roots_in(output), expected_config(search.problem, self.target, point))
-        # The probe builds the default's source with the default's flags: its root's form is
-        # the one timed (a resumed default was not built by this run).
-        search.result.timed_form = search.result.timed_form or verdict.form
-        return verdict
+            return None
+        return check_roots(roots_in(output), expected)
 
     def modules_for(
         self,

@@ -180,6 +180,7 @@ class Tuning:
         log.section(f"problem {problem.name}")
         if benchmark:
             log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
+            self._choose_check(search)
             self._prepare_check(search)
         log_problem(log, search)
         earlier = self.book.earlier(search, progress) if self.resume else []
@@ -209,6 +210,25 @@ class Tuning:
         elif verdict is not None:
             self._stop_not_applied(search, progress, verdict.message)
         return search
+
+    def _choose_check(self, search: ProblemSearch) -> None:
+        """Where a kind that may need the whole model (`model_check`) checks its answers:
+        on its dispatch's own module where a one-point spec reaches the root there, since
+        each candidate's check then compiles in seconds (resnet50's whole model took 76 s a
+        candidate on the H200's host); on the whole model otherwise."""
+        benchmark = search.benchmark
+        if benchmark.model_check is None:
+            return
+        verdict = self.builds.probe_check(search) if benchmark.check_source else None
+        if verdict is not None and verdict.ok:
+            search.benchmark = replace(benchmark, model_check=None)
+            return
+        if not benchmark.check_source:
+            why = "the dispatch has no check module"
+        else:
+            why = verdict.message if verdict else "no point a spec carries builds it"
+        self.log.write(f"answers checked on the whole model: a spec misses the dispatch's ({why})")
+        search.benchmark = benchmark.on_whole_model()
 
     def _prepare_check(self, search: ProblemSearch) -> None:
         """The default build's answer on the dispatch itself, to check candidates against.

@@ -145,6 +145,9 @@ class Target(KindViews, ABC):
     default_timer = "tool"
     arch = ""  # the chip the code is built for, where the backend has such a notion
     tuning_spec_flag = "--iree-codegen-tuning-spec-path"  # how iree-compile takes a spec
+    # A strided 1x1 convolution is read through a strided slice before dispatches form
+    # (model/layouts.py): where its strided form has no fast configuration.
+    slices_strided_convolutions = False
     # Flags a model's own types need, in every compile of it (model/input_types.py).
     input_flags: tuple[str, ...] = ()
 

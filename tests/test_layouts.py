@@ -1,0 +1,127 @@
+"""The model-level layout for strided 1x1 convolutions (model/layouts.py, issue 25): IREE forms
+one whose input an op computes as a `reduction_` dispatch that no tensor-core configuration
+takes; with that input behind a barrier, IREE's own pass reads it through a strided slice and
+the dispatch is a pointwise convolution. Compiled for sm_80 without a GPU (real iree-compile);
+the answers are compared on the CPU (real local-task runs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from autosched.cli import cli
+from autosched.config import RunConfig
+from autosched.drivers.model_run import laid_out
+from autosched.drivers.proof import prove
+from autosched.model.layouts import choose_layout, place_barriers
+from autosched.ops.convolution import POINTWISE, STRIDED
+from autosched.targets.cpu import CpuTarget
+from autosched.targets.cuda import CudaTarget
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+RESNET50 = os.path.join(MODELS, "tv_resnet50_f16.mlirbc")
+CUDA = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
+CPU = CpuTarget(RunConfig())
+
+# A ReLU feeding a strided 1x1 convolution (IREE's pass misses it), another one fed by an
+# argument (IREE's pass takes it) and a strided 3x3 (no 1x1: left alone).
+MODULE = """
+func.func @main(%x: tensor<2x64x16x16xf16>, %w: tensor<128x64x1x1xf16>,
+                %w3: tensor<128x64x3x3xf16>)
+    -> (tensor<2x128x8x8xf32>, tensor<2x128x8x8xf32>, tensor<2x128x7x7xf32>) {
+  %zero = arith.constant 0.0 : f16
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x64x16x16xf16>
+  %relu = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>,
+                                           affine_map<(a, b, c, d) -> (a, b, c, d)>],
+                          iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%x : tensor<2x64x16x16xf16>) outs(%e : tensor<2x64x16x16xf16>) {
+  ^bb0(%in: f16, %out: f16):
+    %m = arith.maximumf %in, %zero : f16
+    linalg.yield %m : f16
+  } -> tensor<2x64x16x16xf16>
+  %o = tensor.empty() : tensor<2x128x8x8xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%o : tensor<2x128x8x8xf32>) -> tensor<2x128x8x8xf32>
+  %a = linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, strides = dense<2> : tensor<2xi64>}
+      ins(%relu, %w : tensor<2x64x16x16xf16>, tensor<128x64x1x1xf16>)
+      outs(%f : tensor<2x128x8x8xf32>) -> tensor<2x128x8x8xf32>
+  %b = linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, strides = dense<2> : tensor<2xi64>}
+      ins(%x, %w : tensor<2x64x16x16xf16>, tensor<128x64x1x1xf16>)
+      outs(%f : tensor<2x128x8x8xf32>) -> tensor<2x128x8x8xf32>
+  %o3 = tensor.empty() : tensor<2x128x7x7xf32>
+  %f3 = linalg.fill ins(%cst : f32) outs(%o3 : tensor<2x128x7x7xf32>) -> tensor<2x128x7x7xf32>
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, strides = dense<2> : tensor<2xi64>}
+      ins(%relu, %w3 : tensor<2x64x16x16xf16>, tensor<128x64x3x3xf16>)
+      outs(%f3 : tensor<2x128x7x7xf32>) -> tensor<2x128x7x7xf32>
+  return %a, %b, %c : tensor<2x128x8x8xf32>, tensor<2x128x8x8xf32>, tensor<2x128x7x7xf32>
+}
+"""
+
+
+def forms(path: str, target) -> list:
+    from autosched.model.configured import in_configured_form
+    from autosched.model.lowering import analyze_model
+
+    flags = target.compile_flags()
+    analysis = in_configured_form(analyze_model(path, flags), path, flags)
+    return sorted((root.name, root.form) for root in analysis.roots)
+
+
+def test_a_strided_1x1_fed_by_an_op_is_read_through_a_slice(tmp_path):
+    from iree.compiler import ir
+
+    source = tmp_path / "model.mlir"
+    source.write_text(MODULE)
+    assert ("conv_nfohowc_2x128x8x8x64_s2x2_f16_f16_f32", STRIDED) in forms(str(source), CUDA)
+    module = ir.Module.parse(MODULE, ir.Context())
+    assert place_barriers(module) == 1  # the ReLU's consumer; the argument's needs none
+    assert place_barriers(module) == 0  # placed once
+    layout = choose_layout(str(source), CUDA.compile_flags(), str(tmp_path / "w"), 1)
+    assert layout.changed and layout.original == str(source)
+    found = forms(layout.source, CUDA)
+    assert [form for _, form in found].count(STRIDED) == 0, found
+    assert found.count(("conv_nfohowc_2x128x8x8x64_s1x1_f16_f16_f32", POINTWISE)) == 1, found
+
+
+def test_no_reduction_no_layout(tmp_path):
+    layout = choose_layout(RESNET50, CUDA.compile_flags(), str(tmp_path), 0)
+    assert not layout.changed and layout.source == RESNET50 and not layout.describe()
+
+
+@pytest.mark.slow
+def test_resnet50_on_cuda_gets_the_layout_and_keeps_its_answers(tmp_path):
+    """resnet50's three downsampling convolutions become pointwise problems with the same
+    dispatches around them, only on a target that asks for it, and the model computes the
+    same outputs (run on the CPU: the layout is a rewrite of the model, not of the target)."""
+    layout, analysis = laid_out(CUDA.config, CUDA, RESNET50, CUDA.compile_flags(), str(tmp_path))
+    assert layout.changed and layout.strided_slices == 3
+    assert not [r for r in analysis.roots if getattr(r, "form", "") == STRIDED]
+    original, _ = laid_out(CPU.config, CPU, RESNET50, CPU.compile_flags(), str(tmp_path / "c"))
+    assert not original.changed  # the CPU tunes them as they are (DoubleTilingExpert)
+    none = RunConfig(target="cuda", arch="sm_80", layout="none")
+    kept, _ = laid_out(none, CUDA, RESNET50, CUDA.compile_flags(), str(tmp_path / "n"))
+    assert not kept.changed
+    work = str(tmp_path / "proof")
+    proof = prove(
+        layout.source, CPU.compile_flags(), None, "local-task", rounds=1,
+        default_model=RESNET50, work_dir=work, min_time=0.0, repetitions=1,
+    )  # fmt: skip
+    assert proof.outputs_match and proof.tuned_ms, proof.message
+
+
+@pytest.mark.slow
+def test_a_cuda_dry_run_says_which_layout_it_chose(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(RESNET50, tmp_path)
+    model = os.path.basename(RESNET50)
+    result = CliRunner().invoke(
+        cli, ["run", model, "--target", "cuda", "--arch", "sm_80", "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "layout: 3 strided 1x1 convolution(s) that IREE forms as reductions" in result.output
+    assert "conv_nfohowc_2x512x8x8x256_s1x1_f16_f16_f32: runs 1x" in result.output
+    assert "conv_nfohowc_2x512x8x8x256_s2x2" not in result.output
