@@ -99,6 +99,7 @@ def test_warps_follow_the_mma_tiles_the_way_iree_counts_them():
     assert [warps(conv, point) for point in defaults] == [8] * len(IREE_STARTING)
 
 
+@pytest.mark.slow  # reads resnet50 or resnext50 for CUDA (15 s)
 def test_strided_1x1_convolutions_are_found_and_tuned_with_thread_tiles():
     """resnet50's downsampling 1x1 convolutions read their image through `d * 2`: neither a
     convolution to MLIR nor a contraction. They are found, with their strides, and searched
@@ -146,6 +147,7 @@ def test_depthwise_convolutions_take_thread_tiles_in_any_type(element):
     assert "reduction = [0, 0, 0, 0, 3, 3]" in config and "promote_operands" not in config
 
 
+@pytest.mark.slow  # reads resnet50 or resnext50 for CUDA (15 s)
 def test_grouped_convolutions_take_thread_tiles_a_group_a_workgroup():
     """resnext's 32-group 3x3 convolutions (MLIR's `g` beside `f` and `c`): no implicit GEMM
     takes them, so plain thread tiles over one group a workgroup, the whole window and a
