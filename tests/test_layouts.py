@@ -125,3 +125,29 @@ def test_a_cuda_dry_run_says_which_layout_it_chose(tmp_path, monkeypatch):
     assert "layout: 3 strided 1x1 convolution(s) that IREE forms as reductions" in result.output
     assert "conv_nfohowc_2x512x8x8x256_s1x1_f16_f16_f32: runs 1x" in result.output
     assert "conv_nfohowc_2x512x8x8x256_s2x2" not in result.output
+
+
+@pytest.mark.slow
+def test_a_run_with_the_strided_layout_proves_it_against_the_model_as_given(tmp_path, monkeypatch):
+    """`layout = strided` on the CPU: the run tunes the layout's problems, proves the tuned
+    build of the layout against IREE's default of the model as given (outputs compared), and
+    names the layout in the command that builds the tuned model."""
+    import json
+
+    from conftest import MODEL_CFG
+
+    monkeypatch.chdir(tmp_path)
+    cfg = MODEL_CFG.replace("[SearchStrategy]\n", "[SearchStrategy]\nlayout = strided\n")
+    (tmp_path / "auto-scheduler.cfg").write_text(cfg)
+    shutil.copy(RESNET50, tmp_path)
+    result = CliRunner().invoke(cli, ["run", os.path.basename(RESNET50), "--budget", "3"])
+    assert result.exit_code == 0, result.output
+    assert "layout: 3 strided 1x1 convolution(s)" in result.output
+    log = open("generated/run.log").read()
+    assert "answers checked on the whole model" not in log  # no strided form is left
+    proof = json.load(open("generated/results.summary.json"))["model"]
+    assert proof["outputs_match"] and not proof["default_only"], proof
+    baseline = tmp_path / "generated" / "model" / "proof" / "default.vmfb"
+    assert baseline.exists()
+    if "tuned model:" in result.output:  # a spec, or the layout alone, was faster
+        assert "generated/model/tv_resnet50_f16.layout.mlirbc" in result.output

@@ -167,7 +167,8 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
 
 def laid_out(config: RunConfig, target, model_path: str, flags, work: str):
     """(layout, analysis): the model every build starts from, with the layout the target
-    needs (layouts.py) unless the cfg says `layout = none`, and its roots."""
+    needs (layouts.py; `layout = strided`: on any target) unless the cfg says `layout =
+    none`, and its roots."""
     from autosched.model.layouts import choose_layout
     from autosched.ops.convolution import STRIDED, ConvolutionProblem
 
@@ -177,7 +178,9 @@ def laid_out(config: RunConfig, target, model_path: str, flags, work: str):
         for root in analysis.roots
         if isinstance(root, ConvolutionProblem) and root.form == STRIDED
     ]
-    wanted = config.layout == "auto" and target.slices_strided_convolutions
+    wanted = config.layout == "strided" or (
+        config.layout == "auto" and target.slices_strided_convolutions
+    )
     reductions = sum(root.occurrences for root in strided) if wanted else 0
     layout = choose_layout(model_path, flags, work, reductions)
     if not layout.changed:
@@ -193,10 +196,12 @@ class ModelDispatches:
     calls: dict[str, int] = field(default_factory=dict)  # entry point -> launches
 
 
-def tuned_model_command(path: str, target, spec_path: str) -> str:
+def tuned_model_command(path: str, target, spec_path: str | None) -> str:
     """The command that builds the tuned model, as it can be pasted: an ONNX model is
-    imported first (iree-compile takes MLIR, not .onnx)."""
-    flags = " ".join([*target.compile_flags(), *target.spec_flags(spec_path)])
+    imported first (iree-compile takes MLIR, not .onnx). Without a spec: a model's layout
+    built with IREE's defaults."""
+    spec = target.spec_flags(spec_path) if spec_path else []
+    flags = " ".join([*target.compile_flags(), *spec])
     if path.endswith(".onnx"):
         imported = os.path.splitext(path)[0] + ".mlir"
         return (
@@ -336,6 +341,13 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
     tuning.log.write(shares)
     click.echo("\n" + shares)
     report.dispatches = whole_model_table(tuning, paths, problems, dispatches, spec_path)
+    if report.dispatches and layout.changed:
+        note = (
+            "(every dispatch is of the model's layout: its 'before' is IREE's default for "
+            "the layout; IREE's default of the model as given is the model line's)"
+        )
+        tuning.log.write(note)
+        click.echo(note)
     verdict = (proof or {}).get("custom") or {}
     custom_wins = (
         bool(custom_spec) and verdict.get("outputs_match") and (verdict.get("over_spec") or 0) > 1
@@ -346,8 +358,9 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
         )
     summary_path = write_summary(paths.summary, proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
-    if spec_path:
-        built_from = model_path if layout.changed else config.input_file
+    proved_layout = layout.changed and not (proof or {}).get("default_only")
+    if spec_path or proved_layout:
+        built_from = model_path if proved_layout else config.input_file
         click.echo(tuned_model_command(built_from, target, spec_path))
     if custom_spec:
         if custom_wins:
