@@ -105,10 +105,12 @@ def place_barriers(module: ir.Module) -> int:
 
 
 def _lowered(model_path: str, flags: Sequence[str], work_dir: str) -> str:
-    """The model at IREE's input phase, as text (its constants in full)."""
+    """The model at IREE's input phase, as text: its constants in full, and its ops with the
+    model's own locations (the run names a root by its line in the user's model)."""
     source = prepare_model(model_path, work_dir)
     out = os.path.join(work_dir, "model.input.mlir")
-    command = [compiler_path(), source, *flags, f"--compile-to={LAYOUT_PHASE}", "-o", out]
+    command = [compiler_path(), source, *flags, f"--compile-to={LAYOUT_PHASE}"]
+    command += ["--mlir-print-debuginfo", "-o", out]
     finished = processes.run(command, LAYOUT_TIMEOUT)
     if finished.timed_out or finished.returncode != 0:
         why = (
