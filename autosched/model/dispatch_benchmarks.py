@@ -240,7 +240,7 @@ def dispatch_check_modules(
             "}\n}\n"
         )
         if _holds_any_resource(executables[executable]):
-            # `flow_module` was printed with its resources elided: the model's name the same data.
+            # `flow_module` was printed with its resources elided; the model's hold the data.
             resources = resource_section(model_path) if resources is None else resources
             text += resources
         ir.Module.parse(text, flow_module.context)  # what is written is valid MLIR

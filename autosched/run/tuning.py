@@ -217,16 +217,13 @@ class Tuning:
         each candidate's check then compiles in seconds (resnet50's whole model took 76 s a
         candidate on the H200's host); on the whole model otherwise."""
         benchmark = search.benchmark
-        if benchmark.model_check is None:
+        if benchmark.model_check is None:  # (attach_benchmarks: none without a check module)
             return
-        verdict = self.builds.probe_check(search) if benchmark.check_source else None
+        verdict = self.builds.probe_check(search)
         if verdict is not None and verdict.ok:
             search.benchmark = replace(benchmark, model_check=None)
             return
-        if not benchmark.check_source:
-            why = "the dispatch has no check module"
-        else:
-            why = verdict.message if verdict else "no point a spec carries builds it"
+        why = verdict.message if verdict else "no point a spec carries builds it"
         self.log.write(f"answers checked on the whole model: a spec misses the dispatch's ({why})")
         search.benchmark = benchmark.on_whole_model()
 
