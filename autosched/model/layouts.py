@@ -4,13 +4,13 @@ form IREE would give an op leaves it out of every fast configuration.
 **Strided 1x1 convolutions** (resnet's downsampling). IREE's global optimization has a pass
 for them, `iree-global-opt-convert-strided-contraction-to-contraction`: the input is read
 through a strided `tensor.extract_slice`, and the op becomes a pointwise convolution that IREE
-configures on the tensor cores. In IREE 3.13 the pass leaves alone every one whose input an
-op of the model computes (a ReLU's output, in resnet); those stay `reduction_` dispatches that
+configures on the tensor cores. In IREE 3.13 the pass leaves alone every one whose input a
+`linalg.generic` computes (a ReLU's output, in resnet); those stay `reduction_` dispatches that
 no tensor-core configuration takes ("expected indexing map 0 to be a projected
 permutation"). On the H200, resnet50's three took 164-210 ms each, 99 % of IREE's 552 ms model.
 
-With the input behind a `util.optimization_barrier` (an identity IREE keeps until the end of
-global optimization), IREE's own pass takes it, and the dispatch reads its input through a
+With the input behind a `util.optimization_barrier` (an identity op), IREE's own pass takes
+it, and the dispatch reads its input through a
 strided view: the same dispatches (resnet50: 41), the same answers. The model is lowered to
 IREE's `input` phase, the barriers are placed with the bindings, and the module is written as
 bytecode: every later compile (dispatches, candidates, checks, the tuned model) starts from it
