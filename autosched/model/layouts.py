@@ -25,14 +25,10 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from autosched import processes
-from autosched.compile import compiler_path
-from autosched.errors import UserError
 from autosched.ir_walk import walk_ops
-from autosched.model.lowering import first_error_line, prepare_model
+from autosched.model.lowering import lower_to_phase
 
 LAYOUT_PHASE = "input"  # where the convolutions are still named ops with their strides
-LAYOUT_TIMEOUT = 1800.0
 # Named 2-D convolutions and where their filter's window dims are.
 WINDOW_DIMS = {
     "linalg.conv_2d_nchw_fchw": (2, 3),
@@ -107,19 +103,8 @@ def place_barriers(module: ir.Module) -> int:
 def _lowered(model_path: str, flags: Sequence[str], work_dir: str) -> str:
     """The model at IREE's input phase, as text: its constants in full, and its ops with the
     model's own locations (the run names a root by its line in the user's model)."""
-    source = prepare_model(model_path, work_dir)
     out = os.path.join(work_dir, "model.input.mlir")
-    command = [compiler_path(), source, *flags, f"--compile-to={LAYOUT_PHASE}"]
-    command += ["--mlir-print-debuginfo", "-o", out]
-    finished = processes.run(command, LAYOUT_TIMEOUT)
-    if finished.timed_out or finished.returncode != 0:
-        why = (
-            f"over {LAYOUT_TIMEOUT:g} s"
-            if finished.timed_out
-            else first_error_line(finished.stderr).replace(source, model_path)
-        )
-        raise UserError(f"{model_path}: iree-compile failed lowering it to {LAYOUT_PHASE}: {why}")
-    return out
+    return lower_to_phase(model_path, flags, LAYOUT_PHASE, out, work_dir, elide=False)
 
 
 def choose_layout(

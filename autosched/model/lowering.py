@@ -127,18 +127,27 @@ def import_onnx(path: str, output: str) -> None:
 
 
 def _compile_to_dispatches(
-    path: str, compile_flags: Sequence[str], timeout: float, named: str, phase: str = PHASE
+    path: str,
+    compile_flags: Sequence[str],
+    timeout: float,
+    named: str,
+    phase: str = PHASE,
+    elide: bool = True,
 ) -> bytes:
     """iree-compile to `phase` (`flow`: the dispatches), through `processes.run` so that a
     signal or a timeout kills it; errors name `named`, the user's file (`path` may be a
-    temporary import of it)."""
+    temporary import of it). With `elide` large constants are left out (to be read, not
+    compiled on)."""
+    elided = [
+        f"--mlir-elide-elementsattrs-if-larger={_ELIDE_ABOVE}",
+        f"--mlir-elide-resource-strings-if-larger={_ELIDE_ABOVE}",
+    ]
     command = [
         compiler_path(),
         path,
         *compile_flags,
         f"--compile-to={phase}",
-        f"--mlir-elide-elementsattrs-if-larger={_ELIDE_ABOVE}",
-        f"--mlir-elide-resource-strings-if-larger={_ELIDE_ABOVE}",
+        *(elided if elide else []),
         "--mlir-print-debuginfo",  # the dispatch roots' locations: the model's own lines
         "-o",
         "-",
@@ -175,13 +184,19 @@ def prepare_model(model_path: str, work_dir: str) -> str:
 
 
 def lower_to_phase(
-    model_path: str, compile_flags: Sequence[str], phase: str, save_to: str, work_dir: str
+    model_path: str,
+    compile_flags: Sequence[str],
+    phase: str,
+    save_to: str,
+    work_dir: str,
+    elide: bool = True,
 ) -> str:
     """The model lowered to `phase` (its ops keep the model's locations), written to
-    `save_to` as text; returns that path."""
+    `save_to` as text; returns that path. `elide = False` keeps every constant, for a module
+    that is compiled on."""
     source = prepare_model(model_path, work_dir)
     lowered = _compile_to_dispatches(
-        source, compile_flags, LOWERING_TIMEOUT, named=model_path, phase=phase
+        source, compile_flags, LOWERING_TIMEOUT, named=model_path, phase=phase, elide=elide
     )
     with open(save_to, "wb") as file:
         file.write(lowered)
