@@ -85,9 +85,17 @@ def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -
     return forms
 
 
-def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: dict, log):
+def write_custom_spec(
+    path: str,
+    target,
+    problems: list[ModelProblem],
+    custom: dict,
+    log,
+    model: tuple[str, str] | None = None,
+):
     """The custom kernels that beat both IREE's default kernel and the campaign's best
-    dispatch time, as the spec that replaces their contractions; None when there are none."""
+    dispatch time, as the spec that replaces their contractions; None when there are none.
+    `model` (its path and a work folder) lets narrow kernels reach truncfs behind reshapes."""
     winners = []
     for entry in problems:
         result = custom_winner(entry, custom, target)
@@ -101,8 +109,13 @@ def write_custom_spec(path: str, target, problems: list[ModelProblem], custom: d
             )
             continue
         winners.append((result.problem, result.best.point))  # an attention's op form
+    chains = None
+    if winners and model is not None:
+        from autosched.model.narrow_reshapes import model_reshape_chains
+
+        chains = model_reshape_chains(model[0], target.compile_flags(), model[1])
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
-        for why in write_substitution(path, winners, target):
+        for why in write_substitution(path, winners, target, chains):
             log.write(f"not substituted: {why}")
     return path if os.path.exists(path) else None
 

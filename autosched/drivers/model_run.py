@@ -328,7 +328,14 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
     model_path = layout.source
     if layout.changed:
         tuning.log.write(layout.describe())
-    custom_spec = write_custom_spec(paths.custom_spec, target, problems, custom, tuning.log)
+    custom_spec = write_custom_spec(
+        paths.custom_spec,
+        target,
+        problems,
+        custom,
+        tuning.log,
+        (model_path, os.path.join(config.work_dir, "model", "narrow")),
+    )
     spec_path, applied, proof = spec_never_slower(tuning, layout, paths, problems, custom_spec)
     report.problems = problem_rows(problems, applied)
     for entry, row in zip(problems, report.problems, strict=True):

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autosched import processes
+from autosched.model.narrow_reshapes import ReshapeChain, chain_matcher_lines, reshaped_function
 from autosched.model.stored_weights import (
     StoredLayout,
     stored_layout,
@@ -40,6 +41,7 @@ from autosched.model.stored_weights import (
 )
 from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.matmul import MatmulProblem
+from autosched.ops.matmul_kernel import tensor_type
 from autosched.outputs.spec import match_contraction
 from autosched.targets import cuda_flash_attention as flash
 from autosched.targets.cuda_custom import KernelBinary, KernelParams, extern_function, unsupported
@@ -65,6 +67,8 @@ class Substitute:
     # B made by transposing a stored weight (model/stored_weights.py): the layout, the
     # kernel that reads the weight as stored, and its narrow twin.
     stored: tuple[StoredLayout, MatmulProblem, KernelBinary, KernelBinary | None] | None = None
+    # Reshapes between the contraction and its truncf in the model (narrow_reshapes.py).
+    chains: tuple[ReshapeChain, ...] = ()
 
 
 def narrow_params(params: KernelParams) -> KernelParams:
@@ -137,21 +141,37 @@ def _attention_matcher(index: int, problem) -> str:
     return "\n".join([*lines, f"    transform.yield %op : {ANY_OP}", "  }"])
 
 
+def _narrow_name(index: int, layout: StoredLayout | None, chain: int | None) -> str:
+    """`narrow_{i}`, `narrow_stored_{i}`, and `_r{j}` for the j-th reshape chain."""
+    name = f"narrow_stored_{index}" if layout else f"narrow_{index}"
+    return name if chain is None else f"{name}_r{chain}"
+
+
 def _narrow_matcher(
-    index: int, problem: MatmulProblem, narrow: str, layout: StoredLayout | None = None
+    index: int,
+    problem: MatmulProblem,
+    narrow: str,
+    layout: StoredLayout | None = None,
+    chain: tuple[int, ReshapeChain] | None = None,
 ) -> str:
     """Matches a `truncf` to `narrow` (an elementwise linalg.generic of nothing else) whose
     input is one of the problem's zero-filled contractions; yields both (with `layout`: only
-    where the contraction's B is a stored weight's transpose, yielded third)."""
-    rank = len(problem.acc_shape)
+    where the contraction's B is a stored weight's transpose, yielded third). With `chain`
+    (its index and itself), the truncf reads the contraction through that chain's reshapes
+    and has its shape."""
+    rank = len(chain[1].shape) if chain else len(problem.acc_shape)
     dims = ", ".join(f"d{i}" for i in range(rank))
     identity = f"affine_map<({dims}) -> ({dims})>"
-    wide = f"tensor<{'?x' * rank}{NARROW_FROM}>"
-    thin = f"tensor<{'?x' * rank}{narrow}>"
+    shape = list(chain[1].shape) if chain else ["?"] * rank
+    wide, thin = tensor_type(shape, NARROW_FROM), tensor_type(shape, narrow)
     parallel = ", ".join(['"parallel"'] * rank)
-    name = f"match_narrow_stored_{index}" if layout else f"match_narrow_{index}"
+    name = "match_" + _narrow_name(index, layout, chain[0] if chain else None)
     yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm"]
     handles = ", ".join([ANY_OP] * len(yielded))
+    if chain is None:
+        producer = [f"    %mm = transform.get_producer_of_operand %op[0] : ({ANY_OP}) -> {ANY_OP}"]
+    else:  # the DAG's static types pin the truncf's shape
+        producer = chain_matcher_lines("%op", chain[1], ANY_OP)
     return "\n".join(
         [
             f"  transform.named_sequence @{name}"
@@ -165,7 +185,7 @@ def _narrow_matcher(
             f"        linalg.yield %c : {narrow}",
             f"      }} -> {thin}",
             f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
-            f"    %mm = transform.get_producer_of_operand %op[0] : ({ANY_OP}) -> {ANY_OP}",
+            *producer,
             match_contraction(problem, "%mm").rstrip("\n"),
             # The truncf is the contraction's only user: else its f32 result is still needed.
             f"    transform.match.structured %mm : {ANY_OP} {{",
@@ -264,7 +284,61 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
                     narrow_problem.acc_type,
                 ),
             ]
+    return functions + _reshaped_functions(name, w)
+
+
+def _reshaped_functions(name: str, w: Substitute) -> list[str]:
+    """For each reshape chain of a narrowed winner: its narrow kernel (and the one that
+    reads the weight as stored) with the result reshaped to the truncf's shape."""
+    if w.narrow is None:
+        return []
+    narrow_type = w.narrow[0].acc_type
+    result = tensor_type(w.problem.acc_shape, narrow_type)
+    lhs = tensor_type(w.problem.lhs_shape, w.problem.lhs_type)
+    operands = [("narrow", tensor_type(w.problem.rhs_shape, w.problem.rhs_type))]
+    if w.stored is not None and w.stored[3] is not None:
+        operands.append(("narrow_stored", tensor_type(w.stored[0].shape, w.problem.rhs_type)))
+    functions = []
+    for j, chain in enumerate(w.chains):
+        reshaped = tensor_type(list(chain.shape), narrow_type)
+        for kind, rhs in operands:
+            functions.append(
+                reshaped_function(
+                    f"{name}_{kind}_r{j}", f"{name}_{kind}", [lhs, rhs], result, reshaped
+                )
+            )
     return functions
+
+
+def _narrow_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
+    """(arm, matcher, caller) of each narrow form of a winner, the reshaped and stored-weight
+    ones first: the truncf read through each reshape chain, then read directly; in each,
+    B as a stored weight's transpose before B as it is."""
+    prefix = f"{FUNCTION_PREFIX}{i}"
+    narrow_type = w.narrow[0].acc_type
+    layouts: list[StoredLayout | None] = [None]
+    if w.stored is not None and w.stored[3] is not None:
+        layouts.insert(0, w.stored[0])
+    arms = []
+    for chain in [*enumerate(w.chains), None]:
+        suffix = f"_r{chain[0]}" if chain else ""
+        for layout in layouts:
+            name = _narrow_name(i, layout, chain[0] if chain else None)
+            if layout is None:
+                function, params, sources = f"{prefix}_narrow", ["%op", "%mm"], [("%mm", "0, 1")]
+                callees = (function,) if chain else ()
+            else:
+                function, params = f"{prefix}_narrow_stored", ["%op", "%mm", "%t"]
+                sources = [("%mm", "0"), ("%t", "0")]
+                callees = (f"{prefix}_ns_kernel", function) if chain else (f"{prefix}_ns_kernel",)
+            arms.append(
+                (
+                    f"@match_{name} -> @call_{name}",
+                    _narrow_matcher(i, w.problem, narrow_type, layout, chain),
+                    _caller(f"call_{name}", function + suffix, params, sources, callees),
+                )
+            )
+    return arms
 
 
 def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -273,25 +347,10 @@ def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[
     prefix = f"{FUNCTION_PREFIX}{i}"
     stored = w.stored[0] if w.stored is not None else None
     narrow_arms, plain_arms, matchers, callers = [], [], [], []
-    if w.narrow is not None:
-        narrow_type = w.narrow[0].acc_type
-        if stored is not None and w.stored[3] is not None:
-            narrow_arms.append(f"@match_narrow_stored_{i} -> @call_narrow_stored_{i}")
-            matchers.append(_narrow_matcher(i, w.problem, narrow_type, stored))
-            callers.append(
-                _caller(
-                    f"call_narrow_stored_{i}",
-                    f"{prefix}_narrow_stored",
-                    ["%op", "%mm", "%t"],
-                    [("%mm", "0"), ("%t", "0")],
-                    (f"{prefix}_ns_kernel",),
-                )
-            )
-        narrow_arms.append(f"@match_narrow_{i} -> @call_narrow_{i}")
-        matchers.append(_narrow_matcher(i, w.problem, narrow_type))
-        callers.append(
-            _caller(f"call_narrow_{i}", f"{prefix}_narrow", ["%op", "%mm"], [("%mm", "0, 1")])
-        )
+    for arm, matcher, caller in _narrow_arms(i, w) if w.narrow is not None else []:
+        narrow_arms.append(arm)
+        matchers.append(matcher)
+        callers.append(caller)
     if stored is not None:
         plain_arms.append(f"@match_stored_{i} -> @call_stored_{i}")
         matchers.append(_matcher(i, w.problem, stored))
@@ -345,10 +404,16 @@ def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
     return f"module attributes {{transform.with_named_sequence}} {{\n{body}\n}}\n"
 
 
-def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], target) -> list[str]:
+def write_substitution(
+    path: str,
+    winners: list[tuple[MatmulProblem, dict]],
+    target,
+    chains: dict[str, set[ReshapeChain]] | None = None,
+) -> list[str]:
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
-    left by an earlier run is removed first."""
+    left by an earlier run is removed first. `chains` (narrow_reshapes.model_reshape_chains
+    of the model) give the narrow kernels the truncfs they reach through reshapes."""
     from autosched.targets.cuda_attention import flash_params
     from autosched.targets.cuda_custom import compile_ptx
 
@@ -374,7 +439,9 @@ def write_substitution(path: str, winners: list[tuple[MatmulProblem, dict]], tar
             ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
             narrow = (narrow, compile_ptx(narrow, narrow_params(params), target.arch, ptx))
         stored = _stored_kernels(problem, params, narrow, target, folder)
-        kept.append(Substitute(problem, params, binary, narrow, stored))
+        wide = tensor_type(problem.acc_shape, problem.acc_type)
+        reshaped = tuple(sorted((chains or {}).get(wide, ()))) if narrow else ()
+        kept.append(Substitute(problem, params, binary, narrow, stored, reshaped))
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))
