@@ -354,9 +354,9 @@ def test_the_custom_build_is_tabled_dispatch_by_dispatch(tmp_path, monkeypatch):
     rows = custom_build_dispatches(
         config, target, RunLog(str(tmp_path / "run.log")), name, spec, None
     )
-    externs = [r for r in rows if "extern_dispatch" in r["entry_point"]]
-    assert externs and all(r["tuned_ms"] and r["tuned_ms"] > 0 for r in externs)
-    assert not [r for r in rows if r["entry_point"].endswith("transpose_128x128_bf16")]
+    externs = [r for r in rows if "extern_dispatch" in r.entry_point]
+    assert externs and all(r.tuned_ms and r.tuned_ms > 0 for r in externs)
+    assert not [r for r in rows if r.entry_point.endswith("transpose_128x128_bf16")]
     assert "all dispatches with the custom kernels" in open(tmp_path / "run.log").read()
 
 

@@ -197,3 +197,27 @@ def test_the_dispatch_picture_is_drawn_with_matplotlib(tmp_path):
     ]
     path = plot_dispatches(rows, str(tmp_path / "d.png"))
     assert path and (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # With the custom build, a second panel of its dispatches makes a taller picture.
+    custom = [DispatchRow("extern_dispatch_0", 1, 0.1, 0.1), DispatchRow("b", 2, 0.5, 0.2)]
+    both = plot_dispatches(rows, str(tmp_path / "both.png"), custom=custom)
+    from PIL import Image
+
+    heights = [Image.open(tmp_path / name).size[1] for name in ("d.png", "both.png")]
+    assert both and heights[1] > 1.5 * heights[0]
+
+
+def test_the_dispatch_tables_say_what_the_layout_ops_left_cost():
+    """Issue 24 item 2: where a transpose or a broadcast stays, the table says what it costs;
+    a model without one gets no such line."""
+    from autosched.drivers.dispatch_table import DispatchRow, custom_build_lines, dispatch_lines
+
+    rows = [
+        DispatchRow("extern_dispatch_4", 2, 0.4, 0.4),
+        DispatchRow("main$async_dispatch_5_transpose_32x2048x128_bf16", 1, 0.05, 0.05),
+        DispatchRow("main$async_dispatch_4_elementwise_broadcast_8x4x128x2048_bf16", 1, 0.1, 0.1),
+        DispatchRow("main$async_dispatch_0_reduction_2048x4096_f32", 2, 0.025, 0.025),
+    ]
+    line = "layout ops left (transposes, broadcasts): 2 dispatch(es), 0.15 ms (15.0%)"
+    assert line in custom_build_lines(rows)
+    assert line in dispatch_lines(rows)
+    assert "layout ops" not in dispatch_lines([rows[0], rows[3]])

@@ -134,12 +134,8 @@ def custom_winner(entry: ModelProblem, custom: dict, target):
 def custom_build_dispatches(config, target, log, model_path: str, custom_spec: str, spec_path):
     """Every dispatch of the model as built with its custom kernels (and the spec for the
     rest), timed on IREE's own dispatch benchmarks: where the time goes after the custom
-    route. A table in run.log (`log`) and on the screen; rows for the summary."""
-    from autosched.drivers.dispatch_table import (
-        custom_build_lines,
-        summary_rows,
-        time_dispatches,
-    )
+    route. A table in run.log (`log`) and on the screen; its rows."""
+    from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
     from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
     from autosched.model.lowering import dispatch_calls, lower_to_dispatches
     from autosched.model.substitution import RESUME_FLAG, rewrite_model
@@ -167,7 +163,7 @@ def custom_build_dispatches(config, target, log, model_path: str, custom_spec: s
     log.section("every dispatch, with the custom kernels")
     log.write(text)
     click.echo("\n" + text)
-    return summary_rows(rows)
+    return rows
 
 
 def route_of(row: dict, substituted: bool) -> str:

@@ -116,11 +116,29 @@ def custom_build_lines(rows: list[DispatchRow]) -> str:
             str(r.calls),
             f"{r.tuned_total:.4g}" if r.default_ms is not None else "-",
             f"{r.tuned_total / total:.1%}",
-            "custom" if "extern_dispatch" in r.entry_point else "IREE",
+            "custom" if _is_custom(r) else "IREE",
         ]
         for r in sorted(rows, key=lambda r: -r.tuned_total)
     ]
-    return table(headers, cells) + f"\nall dispatches with the custom kernels: {total:.4g} ms"
+    lines = [table(headers, cells), f"all dispatches with the custom kernels: {total:.4g} ms"]
+    return "\n".join([*lines, *layout_line(rows, total, after=True)])
+
+
+# Words in IREE's dispatch names for dispatches that only move data (or mostly): what the
+# custom kernels could absorb by reading their operands through strides (issue 24 item 2).
+LAYOUT_WORDS = ("transpose", "broadcast")
+
+
+def layout_line(rows: list[DispatchRow], total: float, after: bool) -> list[str]:
+    """One line saying what the layout ops left cost (none when there are none)."""
+    layout = [r for r in rows if any(w in r.entry_point for w in LAYOUT_WORDS)]
+    if not layout:
+        return []
+    ms = sum(r.tuned_total if after else r.default_total for r in layout)
+    return [
+        f"layout ops left (transposes, broadcasts): {len(layout)} dispatch(es), "
+        f"{ms:.4g} ms ({ms / (total or 1.0):.1%})"
+    ]
 
 
 def dispatch_lines(rows: list[DispatchRow]) -> str:
@@ -141,19 +159,27 @@ def dispatch_lines(rows: list[DispatchRow]) -> str:
         for r in rows
     ]
     total = f"all dispatches: {before:.4g} ms -> {after:.4g} ms per model call"
-    return table(headers, cells) + "\n" + total
+    return "\n".join([table(headers, cells), total, *layout_line(rows, after, after=True)])
 
 
-def summary_rows(rows: list[DispatchRow]) -> list[dict]:
+def dispatch_summary(rows: list[DispatchRow] | None) -> list[dict]:
+    """The rows as the summary JSON holds them (none for no rows)."""
     return [
         asdict(r) | {"default_total_ms": r.default_total, "tuned_total_ms": r.tuned_total}
-        for r in rows
+        for r in rows or []
     ]
 
 
-def plot_dispatches(rows: list[DispatchRow], path: str, top: int = 20) -> str | None:
+def plot_dispatches(
+    rows: list[DispatchRow],
+    path: str,
+    top: int = 20,
+    custom: list[DispatchRow] | None = None,
+) -> str | None:
     """A bar chart of the largest dispatches before and after (needs matplotlib: the
-    optional `plots` extra); None without it."""
+    optional `plots` extra); None without it. With `custom` (the build with custom kernels,
+    `custom_build_dispatches`), a second panel shows that build's dispatches, largest first:
+    the build the run reports as its fastest."""
     try:
         import matplotlib
 
@@ -162,17 +188,45 @@ def plot_dispatches(rows: list[DispatchRow], path: str, top: int = 20) -> str | 
     except ImportError:
         return None
     shown = rows[:top][::-1]
-    names = [r.entry_point.split("_dispatch_")[-1][:48] for r in shown]
+    extra = sorted(custom or [], key=lambda r: -r.tuned_total)[:top][::-1]
+    heights = [0.35 * len(shown) + 1.5, *([0.35 * len(extra) + 1.5] if extra else [])]
+    figure, panels = plt.subplots(
+        len(heights),
+        1,
+        figsize=(10, sum(heights)),
+        squeeze=False,
+        sharex=True,
+        height_ratios=heights,
+    )
+    axes = panels[0][0]
     positions = range(len(shown))
-    figure, axes = plt.subplots(figsize=(10, 0.35 * len(shown) + 1.5))
     axes.barh(
         [p + 0.2 for p in positions], [r.default_total for r in shown], 0.4, label="IREE default"
     )
     axes.barh([p - 0.2 for p in positions], [r.tuned_total for r in shown], 0.4, label="tuned")
-    axes.set_yticks(list(positions), names, fontsize=7)
-    axes.set_xlabel("ms per model call")
+    axes.set_yticks(list(positions), [_short(r) for r in shown], fontsize=7)
+    axes.set_title("IREE's dispatches, default and tuning spec", fontsize=9)
     axes.legend()
+    if extra:
+        below = panels[1][0]
+        colors = ["tab:green" if _is_custom(r) else "tab:orange" for r in extra]
+        below.barh(range(len(extra)), [r.tuned_total for r in extra], 0.6, color=colors)
+        below.set_yticks(range(len(extra)), [_short(r) for r in extra], fontsize=7)
+        total = sum(r.tuned_total for r in extra)
+        below.set_title(f"with the custom kernels (green): {total:.4g} ms", fontsize=9)
+    panels[-1][0].set_xlabel("ms per model call")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def _short(row: DispatchRow) -> str:
+    if _is_custom(row):
+        return f"custom kernel ({row.entry_point})"
+    return row.entry_point.split("_dispatch_")[-1][:48]
+
+
+def _is_custom(row: DispatchRow) -> bool:
+    """A custom kernel's dispatch: IREE names each `hal.dispatch.extern` extern_dispatch_N."""
+    return "extern_dispatch" in row.entry_point

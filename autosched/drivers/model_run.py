@@ -33,6 +33,7 @@ from autosched.drivers.custom_route import (
     search_custom_kernels,
     write_custom_spec,
 )
+from autosched.drivers.dispatch_table import dispatch_summary, plot_dispatches
 from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
 from autosched.model.configured import form_of, in_configured_form
@@ -347,7 +348,8 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
     shares = share_table(report.problems)
     tuning.log.write(shares)
     click.echo("\n" + shares)
-    report.dispatches = whole_model_table(tuning, paths, problems, dispatches, spec_path)
+    rows = whole_model_table(tuning, problems, dispatches, spec_path)
+    report.dispatches = dispatch_summary(rows)
     if report.dispatches and layout.changed:
         note = (
             "(every dispatch is of the model's layout: its 'before' is IREE's default for "
@@ -359,9 +361,16 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
     custom_wins = (
         bool(custom_spec) and verdict.get("outputs_match") and (verdict.get("over_spec") or 0) > 1
     )
+    custom_rows = None
     if custom_wins and config.dispatch_table != "none":
-        report.custom_dispatches = custom_build_dispatches(
+        custom_rows = custom_build_dispatches(
             config, target, tuning.log, model_path, custom_spec, spec_path
+        )
+        report.custom_dispatches = dispatch_summary(custom_rows)
+    if rows:
+        picture = plot_dispatches(rows, paths.picture, custom=custom_rows)
+        click.echo(
+            f"picture: {picture}" if picture else "a picture of it: pip install 'autosched[plots]'"
         )
     summary_path = write_summary(paths.summary, proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
@@ -386,15 +395,10 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
         raise SystemExit(1)
 
 
-def whole_model_table(tuning: Tuning, paths, problems, dispatches, spec_path) -> list[dict]:
+def whole_model_table(tuning: Tuning, problems, dispatches, spec_path) -> list:
     """Every dispatch of the model timed before and after the spec: a table in run.log and
-    on the screen, rows for the summary, and a picture beside the CSV with matplotlib."""
-    from autosched.drivers.dispatch_table import (
-        dispatch_lines,
-        plot_dispatches,
-        summary_rows,
-        time_dispatches,
-    )
+    on the screen; its rows (none where the cfg turns the table off)."""
+    from autosched.drivers.dispatch_table import dispatch_lines, time_dispatches
 
     if tuning.config.dispatch_table == "none" or not dispatches.benchmarks:
         return []
@@ -407,11 +411,7 @@ def whole_model_table(tuning: Tuning, paths, problems, dispatches, spec_path) ->
     tuning.log.section("every dispatch")
     tuning.log.write(text)
     click.echo("\n" + text)
-    picture = plot_dispatches(rows, paths.picture)
-    click.echo(
-        f"picture: {picture}" if picture else "a picture of it: pip install 'autosched[plots]'"
-    )
-    return summary_rows(rows)
+    return rows
 
 
 def share_table(rows: list[dict]) -> str:
