@@ -30,6 +30,7 @@ from iree.compiler import ir
 from autosched import processes
 from autosched.compile import compiler_path
 from autosched.errors import UserError
+from autosched.interrupts import critical
 from autosched.ir_walk import children, symbol, walk_ops
 from autosched.model.lowering import ModelAnalysis, is_linalg_op, prepare_model
 from autosched.ops.base import DispatchSite, SkippedRoot
@@ -348,11 +349,16 @@ class Applied:
 def check_build(output: str, expected: str | None, only: str = "") -> Applied:
     """Whether the build of `output` carries `expected` (compilation_info text; None for
     IREE's default, whose form alone is read); with `only`, on the roots of that problem
-    name alone (a whole model's build)."""
-    roots = configured_roots(configs_folder(output))
-    if only:
-        roots = [root for root in roots if root.contraction == only]
-    return check_roots(roots, expected)
+    name alone (a whole model's build).
+
+    A signal waits for the end: the bindings' first use of an attribute class imports
+    Python code from inside a C++ call, and an interrupt raised there aborted the process
+    (SIGABRT, its records' clean-up skipped) instead of ending the run as Ctrl-C."""
+    with critical():
+        roots = configured_roots(configs_folder(output))
+        if only:
+            roots = [root for root in roots if root.contraction == only]
+        return check_roots(roots, expected)
 
 
 def check_roots(roots: list[DispatchConfig], expected: str | None) -> Applied:
