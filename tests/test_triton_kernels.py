@@ -697,3 +697,40 @@ def test_narrow_kernels_behind_reshapes_give_the_default_builds_outputs(tmp_path
     assert result.exit_code == 0, result.output
     assert "with custom kernels (2 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+def test_a_runs_custom_spec_reads_the_models_reshapes(tmp_path):
+    """The run's own spec writer (`write_custom_spec` with the model) lowers the model once
+    more and gives the narrow kernel its reshape arms: a model run reaches the truncfs the
+    test above reaches by hand."""
+    from autosched.drivers.campaign import ModelProblem
+    from autosched.drivers.custom_route import write_custom_spec
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.lowering import analyze_model
+    from autosched.outputs.records import Trial
+    from autosched.outputs.report import RunLog
+    from autosched.run.problem import ProblemResult
+    from autosched.search.space import build_space
+    from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    model = model_for_target(LLAMA_BF16, target, str(tmp_path / "work"))
+    contraction = next(
+        c
+        for c in analyze_model(model, target.compile_flags()).contractions
+        if c.as_matmul_problem().name == "batch_matmul_1x64x128x128_bf16_bf16_f32"
+    )
+    problem = contraction.as_matmul_problem()
+    space = build_space(problem, target, {"pipeline": ["TileAndFuse", "Custom"]})
+    point = next(p for p in space.points if not target.in_spec(p))
+    name = target.config_name(point)
+    best = Trial(problem.name, "cuda", "sm_90", name, point, False, "ok", median_ms=0.05)
+    found = ProblemResult(problem, space, [best], best=best, best_ms=0.05, baseline_ms=0.3)
+    entry = ModelProblem(problem, contraction, result=found)
+    spec = str(tmp_path / "results.custom.mlir")
+    log = RunLog(str(tmp_path / "run.log"))
+    model_and_work = (model, str(tmp_path / "narrow"))
+    assert write_custom_spec(spec, target, [entry], {problem.name: found}, log, model_and_work)
+    text = open(spec).read()
+    assert "@match_narrow_stored_0_r1" in text and "flow.tensor.reshape" in text

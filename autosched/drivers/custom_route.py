@@ -11,7 +11,7 @@ from functools import partial
 import click
 
 from autosched.drivers.campaign import ModelProblem
-from autosched.model.substitution import substitutable, write_substitution
+from autosched.model.substitution import narrowed, substitutable, write_substitution
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning
 from autosched.search.space import build_space
@@ -110,7 +110,7 @@ def write_custom_spec(
             continue
         winners.append((result.problem, result.best.point))  # an attention's op form
     chains = None
-    if winners and model is not None:
+    if model is not None and any(narrowed(p) for p, _ in winners if p.kind != "attention"):
         from autosched.model.narrow_reshapes import model_reshape_chains
 
         chains = model_reshape_chains(model[0], target.compile_flags(), model[1])
