@@ -121,7 +121,7 @@ def custom_build_lines(rows: list[DispatchRow]) -> str:
         for r in sorted(rows, key=lambda r: -r.tuned_total)
     ]
     lines = [table(headers, cells), f"all dispatches with the custom kernels: {total:.4g} ms"]
-    return "\n".join([*lines, *layout_line(rows, total, after=True)])
+    return "\n".join([*lines, *layout_line(rows, total)])
 
 
 # Words in IREE's dispatch names for dispatches that only move data (or mostly): what the
@@ -129,12 +129,13 @@ def custom_build_lines(rows: list[DispatchRow]) -> str:
 LAYOUT_WORDS = ("transpose", "broadcast")
 
 
-def layout_line(rows: list[DispatchRow], total: float, after: bool) -> list[str]:
-    """One line saying what the layout ops left cost (none when there are none)."""
+def layout_line(rows: list[DispatchRow], total: float) -> list[str]:
+    """One line saying what the layout ops left after tuning cost, against `total` (none
+    when there are none)."""
     layout = [r for r in rows if any(w in r.entry_point for w in LAYOUT_WORDS)]
     if not layout:
         return []
-    ms = sum(r.tuned_total if after else r.default_total for r in layout)
+    ms = sum(r.tuned_total for r in layout)
     return [
         f"layout ops left (transposes, broadcasts): {len(layout)} dispatch(es), "
         f"{ms:.4g} ms ({ms / (total or 1.0):.1%})"
@@ -159,7 +160,7 @@ def dispatch_lines(rows: list[DispatchRow]) -> str:
         for r in rows
     ]
     total = f"all dispatches: {before:.4g} ms -> {after:.4g} ms per model call"
-    return "\n".join([table(headers, cells), total, *layout_line(rows, after, after=True)])
+    return "\n".join([table(headers, cells), total, *layout_line(rows, after)])
 
 
 def dispatch_summary(rows: list[DispatchRow] | None) -> list[dict]:
@@ -208,17 +209,20 @@ def plot_dispatches(
     axes.set_title("IREE's dispatches, default and tuning spec", fontsize=9)
     axes.legend()
     if extra:
-        below = panels[1][0]
-        colors = ["tab:green" if _is_custom(r) else "tab:orange" for r in extra]
-        below.barh(range(len(extra)), [r.tuned_total for r in extra], 0.6, color=colors)
-        below.set_yticks(range(len(extra)), [_short(r) for r in extra], fontsize=7)
-        total = sum(r.tuned_total for r in extra)
-        below.set_title(f"with the custom kernels (green): {total:.4g} ms", fontsize=9)
+        _custom_panel(panels[1][0], extra, sum(r.tuned_total for r in custom or []))
     panels[-1][0].set_xlabel("ms per model call")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def _custom_panel(axes, shown: list[DispatchRow], total: float) -> None:
+    """The build with custom kernels: its dispatches' times, the kernels in green."""
+    colors = ["tab:green" if _is_custom(r) else "tab:orange" for r in shown]
+    axes.barh(range(len(shown)), [r.tuned_total for r in shown], 0.6, color=colors)
+    axes.set_yticks(range(len(shown)), [_short(r) for r in shown], fontsize=7)
+    axes.set_title(f"with the custom kernels (green): {total:.4g} ms", fontsize=9)
 
 
 def _short(row: DispatchRow) -> str:
