@@ -80,10 +80,11 @@ def model_reshape_chains(
     """`reshape_chains` of the model lowered to global optimization, where the substitution
     rewrites it (substitution.REWRITE_PHASE)."""
     from autosched.model.lowering import lower_to_phase
+    from autosched.model.substitution import REWRITE_PHASE  # it imports this module
 
     os.makedirs(work_dir, exist_ok=True)
     path = os.path.join(work_dir, "narrow_reshapes.global.mlir")
-    lower_to_phase(model_path, flags, "global-optimization", path, work_dir)
+    lower_to_phase(model_path, flags, REWRITE_PHASE, path, work_dir)
     return reshape_chains(ir.Module.parseFile(path, ir.Context()))
 
 
