@@ -98,7 +98,9 @@ timer = {timer}
 {custom}"""
 CUSTOM_CFG = "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute, Custom]\n"
 # Custom kernels are searched by default where they run: without --custom, IREE's alone.
-IREE_ONLY_CFG = "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute]\n"
+IREE_ONLY_CFG = (
+    "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute]\nconv_kernel = [iree]\n"
+)
 
 
 def rms_norm(x, weight):

@@ -28,7 +28,7 @@ from autosched.search.space import build_space, matching_points
 from autosched.targets.cpu import CpuTarget
 from autosched.targets.cuda import CudaTarget
 from autosched.targets.cuda_convolution import (
-    CONVOLUTION_KNOBS,
+    IREE_KNOBS,
     IREE_STARTING,
     mma_extent,
     warps,
@@ -94,8 +94,7 @@ def test_warps_follow_the_mma_tiles_the_way_iree_counts_them():
         mma_extent(by_name[POINTWISE_CONV], "ow"),
         mma_extent(by_name[POINTWISE_CONV], "f"),
     ) == (16, 8)
-    knobs = [k.name for k in CONVOLUTION_KNOBS]
-    defaults = [dict(zip(knobs, values, strict=True)) for values in IREE_STARTING]
+    defaults = [dict(zip(IREE_KNOBS, values, strict=True)) for values in IREE_STARTING]
     assert [warps(conv, point) for point in defaults] == [8] * len(IREE_STARTING)
 
 

@@ -40,6 +40,7 @@ def search_custom_kernels(
         and not substitutable(entry.problem)
     }
     covered |= flash_forms(tuning, problems, model_path)
+    covered |= convolution_forms(tuning, problems, model_path)
     if not covered:
         return {}
     click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
@@ -85,6 +86,39 @@ def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -
     return forms
 
 
+def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
+    """Dispatch convolution name -> its op form, for each convolution the Triton
+    implicit-GEMM family can replace (each op form once); why not, in run.log."""
+    from autosched.model.convolution_ops import model_convolutions, paired
+
+    target, log = tuning.target, tuning.log
+    convolutions = [e.problem for e in problems if e.problem.kind == "convolution"]
+    if not convolutions or not target.tunes("convolution"):
+        return {}
+    view = target.for_kind("convolution")
+    why = getattr(view, "triton_available", lambda: "no Triton convolution family")()
+    if "triton" not in tuning.config.knob_space.get("conv_kernel", ["triton"]):
+        why = "the cfg's `conv_kernel` list leaves them out"
+    if why:
+        log.write(f"Triton convolution kernels not searched: {why}")
+        return {}
+    folder = os.path.join(tuning.config.work_dir, "model", "convolution")
+    ops = model_convolutions(model_path, target.compile_flags(), folder)
+    forms, taken = {}, set()
+    for flow in convolutions:
+        op = paired(flow, ops)
+        why = "no convolution op at its location" if op is None else view.triton_unavailable(op)
+        if why is None and op._key() in taken:
+            why = "its op form is searched for another dispatch"
+        if why:
+            log.write(f"{flow.name}: no Triton convolution kernel: {why}")
+            continue
+        log.write(f"{flow.name}: Triton convolution kernels searched on its op form {op.name}")
+        taken.add(op._key())
+        forms[flow.name] = op
+    return forms
+
+
 def write_custom_spec(
     path: str,
     target,
@@ -110,7 +144,7 @@ def write_custom_spec(
             continue
         winners.append((result.problem, result.best.point))  # an attention's op form
     chains = None
-    if model is not None and any(narrowed(p) for p, _ in winners if p.kind != "attention"):
+    if model is not None and any(narrowed(p) for p, _ in winners if p.kind == "matmul"):
         from autosched.model.narrow_reshapes import model_reshape_chains
 
         chains = model_reshape_chains(model[0], target.compile_flags(), model[1])

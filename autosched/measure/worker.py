@@ -119,6 +119,8 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
     os.makedirs(directory, exist_ok=True)
     if bare_attention(problem):
         return attention_data(problem, directory, seed)
+    if getattr(problem, "op_form", False):
+        return convolution_data(problem, directory, seed)
     if problem.kind != "matmul":
         return dispatch_only_data(directory)
     rng = np.random.default_rng(seed)
@@ -171,6 +173,20 @@ def attention_data(problem, directory: str, seed: int) -> ProblemData:
 
     types = (problem.query_type, problem.key_type, problem.value_type)
     operands = [(n, problem.operand_shape(i), types[i]) for i, n in enumerate("qkv")]
+    values, flags = _random_inputs(operands, directory, np.random.default_rng(seed))
+    return _problem_data(directory, flags, reference(problem, *values))
+
+
+def convolution_data(problem, directory: str, seed: int) -> ProblemData:
+    """An op-form convolution's image and filter at random and numpy's convolution of them
+    (ops/convolution.reference)."""
+    from autosched.ops.convolution import reference
+
+    shapes = [problem.image_shape, [problem.size(r) for r in problem.operand_roles(1)]]
+    operands = [
+        ("image", shapes[0], problem.lhs_type),
+        ("filter", shapes[1], problem.rhs_type),
+    ]
     values, flags = _random_inputs(operands, directory, np.random.default_rng(seed))
     return _problem_data(directory, flags, reference(problem, *values))
 

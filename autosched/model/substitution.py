@@ -43,6 +43,7 @@ from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.outputs.spec import match_contraction
+from autosched.targets import cuda_custom_convolution as igemm
 from autosched.targets import cuda_flash_attention as flash
 from autosched.targets.cuda_custom import KernelBinary, KernelParams, extern_function, unsupported
 
@@ -90,6 +91,8 @@ def substitutable(problem: MatmulProblem) -> str | None:
     """Why a custom winner for this problem cannot be substituted, or None."""
     if problem.kind == "attention":
         return flash.unsupported(problem)
+    if problem.kind == "convolution":
+        return igemm.unsupported(problem)
     return unsupported(problem)
 
 
@@ -110,10 +113,23 @@ def _matcher(index: int, problem: MatmulProblem, layout: StoredLayout | None = N
             f"    %init = transform.get_producer_of_operand %op[2] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
             *transposed,
+            *_image_matcher(problem),
             f"    transform.yield {', '.join(yielded)} : {', '.join([ANY_OP] * len(yielded))}",
             "  }",
         ]
     )
+
+
+def _image_matcher(problem) -> list[str]:
+    """A convolution's image type (its padded extents; the spec's sizes are the loops'):
+    the kernel's function takes that type alone."""
+    if problem.kind != "convolution":
+        return []
+    (image, _), _ = igemm.operand_tensor_types(problem)
+    return [
+        f"    %conv_image = transform.get_operand %op[0] : ({ANY_OP}) -> {ANY_VALUE}",
+        f"    transform.iree.match.cast_compatible_type %conv_image = {image} : {ANY_VALUE}",
+    ]
 
 
 def _attention_matcher(index: int, problem) -> str:
@@ -255,7 +271,9 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
     """The util.funcs a winner's arms call: its kernel, its narrow twin, and for a stored
     weight the kernels that read it as stored with their wrappers."""
     name = f"{FUNCTION_PREFIX}{i}"
-    extern = flash.extern_function if w.problem.kind == "attention" else extern_function
+    extern = {"attention": flash.extern_function, "convolution": igemm.extern_function}.get(
+        w.problem.kind, extern_function
+    )
 
     def kernel(problem, params, binary, called):
         return extern(problem, params, binary, executable_target, called, "util.func")
@@ -365,7 +383,11 @@ def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[
         )
     plain_arms.append(f"@match_custom_{i} -> @call_custom_{i}")
     matchers.append(_matcher(i, w.problem))
-    callers.append(_caller(f"call_custom_{i}", prefix, ["%op"], [("%op", _operands(w.problem))]))
+    # A convolution's function puts its operands channels-last and calls its kernel.
+    callees = (f"{prefix}_kernel",) if w.problem.kind == "convolution" else ()
+    callers.append(
+        _caller(f"call_custom_{i}", prefix, ["%op"], [("%op", _operands(w.problem))], callees)
+    )
     return narrow_arms, plain_arms, matchers, callers
 
 
@@ -415,6 +437,7 @@ def write_substitution(
     left by an earlier run is removed first. `chains` (narrow_reshapes.model_reshape_chains
     of the model) give the narrow kernels the truncfs they reach through reshapes."""
     from autosched.targets.cuda_attention import flash_params
+    from autosched.targets.cuda_convolution import triton_params
     from autosched.targets.cuda_custom import compile_ptx
 
     if os.path.exists(path):
@@ -430,6 +453,11 @@ def write_substitution(
         if problem.kind == "attention":
             params = flash_params(point)
             binary = flash.compile_kernel(problem, params, target.arch, ptx)
+            kept.append(Substitute(problem, params, binary))
+            continue
+        if problem.kind == "convolution":
+            params = triton_params(point)
+            binary = igemm.compile_kernel(problem, params, target.arch, ptx)
             kept.append(Substitute(problem, params, binary))
             continue
         params = KernelParams.from_point(point)

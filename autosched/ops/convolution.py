@@ -68,6 +68,10 @@ class ConvolutionProblem:
     output_roles: tuple[str, ...] = ()  # the output's loops in its own order (NCHW: n f oh ow)
     form: str = WINDOW  # WINDOW, POINTWISE or STRIDED (see the module docstring)
     sites: list[DispatchSite] = field(default_factory=list)
+    image_shape: tuple[int, ...] = ()  # the image operand's extents (padded where it is)
+    # The op as it stands where the custom route replaces it (global optimization), rebuilt
+    # alone to search custom kernels on (kernel_module, a numpy reference).
+    op_form: bool = False
 
     @property
     def depthwise(self) -> bool:
@@ -94,7 +98,8 @@ class ConvolutionProblem:
         stride = "x".join(map(str, self.strides))
         dilation = "" if set(self.dilations) == {1} else "_d" + "x".join(map(str, self.dilations))
         types = f"{self.lhs_type}_{self.rhs_type}_{self.acc_type}"
-        return f"conv_{''.join(roles)}_{shape}_s{stride}{dilation}_{types}"
+        op = "_op" if self.op_form else ""  # never a dispatch problem's name (its records)
+        return f"conv_{''.join(roles)}_{shape}_s{stride}{dilation}_{types}{op}"
 
     @property
     def occurrences(self) -> int:
@@ -104,14 +109,31 @@ class ConvolutionProblem:
     def flops(self) -> int:
         return 2 * math.prod(self.loop_sizes)
 
+    @property
+    def output_shape(self) -> list[int]:
+        """The result, in the output's layout (every kind names it so)."""
+        return [self.size(r) for r in self.output_roles]
+
+    @property
+    def out_type(self) -> str:
+        return self.acc_type
+
     def _key(self) -> str:
-        return f"{self.name} {self.indexing_maps}"
+        image = "x".join(map(str, self.image_shape)) if self.op_form else ""
+        return f"{self.name} {self.indexing_maps} {image}"
+
+    def operand_roles(self, operand: int) -> tuple[str, ...]:
+        """The roles of a filter's (1) or output's (2) dims, in its own order."""
+        if operand == 2:
+            return self.output_roles
+        maps = parsed_maps(self.indexing_maps)
+        return tuple(self.loops[ir.AffineDimExpr(e).position] for e in maps[operand].results)
 
     def as_problem(self) -> ConvolutionProblem:
         return self
 
     def record_shape(self) -> dict:
-        return {
+        shape = {
             "kind": self.kind,
             "loops": list(self.loops),
             "loop_sizes": list(self.loop_sizes),
@@ -121,6 +143,35 @@ class ConvolutionProblem:
             "rhs_type": self.rhs_type,
             "acc_type": self.acc_type,
         }
+        if self.op_form:  # all it takes to rebuild the op alone (from_shape)
+            shape |= {
+                "op_form": True,
+                "op_name": self.op_name,
+                "form": self.form,
+                "indexing_maps": self.indexing_maps,
+                "output_roles": list(self.output_roles),
+                "image_shape": list(self.image_shape),
+            }
+        return shape
+
+    @classmethod
+    def from_shape(cls, shape: dict) -> ConvolutionProblem:
+        """The op-form problem a record names (see record_shape)."""
+        return cls(
+            op_name=shape["op_name"],
+            loops=tuple(shape["loops"]),
+            loop_sizes=tuple(shape["loop_sizes"]),
+            strides=tuple(shape["strides"]),
+            dilations=tuple(shape["dilations"]),
+            lhs_type=shape["lhs_type"],
+            rhs_type=shape["rhs_type"],
+            acc_type=shape["acc_type"],
+            indexing_maps=shape["indexing_maps"],
+            output_roles=tuple(shape["output_roles"]),
+            form=shape["form"],
+            image_shape=tuple(shape["image_shape"]),
+            op_form=True,
+        )
 
     def csv_shape(self) -> dict:
         """The CSV's shape columns as the implicit GEMM sees them: M output pixels, N output
@@ -135,6 +186,28 @@ class ConvolutionProblem:
             "rhs_type": self.rhs_type,
             "acc_type": self.acc_type,
         }
+
+
+def parsed_maps(indexing_maps: str) -> list[ir.AffineMap]:
+    """A problem's indexing maps (as the bindings print them), parsed again."""
+    with ir.Context():
+        return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(ir.Attribute.parse(indexing_maps))]
+
+
+def _dims_of(expr) -> list[int]:
+    """The loops an affine expression reads (`d2 * 2 + d5` reads d2 and d5)."""
+    if isinstance(expr, ir.AffineDimExpr):
+        return [expr.position]
+    if isinstance(expr, ir.AffineBinaryExpr):
+        return _dims_of(expr.lhs) + _dims_of(expr.rhs)
+    return []
+
+
+def image_dims(problem: ConvolutionProblem) -> list[tuple[str, ...]]:
+    """The roles each dim of the image reads, in the image's order: ("n",), ("c",),
+    ("oh", "kh"), ("ow", "kw") for NCHW."""
+    image_map = parsed_maps(problem.indexing_maps)[0]
+    return [tuple(problem.loops[d] for d in _dims_of(e)) for e in image_map.results]
 
 
 def _roles(dims, loops: int) -> list[str] | None:
@@ -200,6 +273,7 @@ def read_convolution(op: ir.Operation, site: DispatchSite):
         indexing_maps=str(op.attributes["indexing_maps"]),
         output_roles=tuple(roles[ir.AffineDimExpr(e).position] for e in maps[2].results),
         sites=[site],
+        image_shape=tuple(image.shape),
     )
 
 
@@ -237,6 +311,7 @@ def read_pointwise(op: ir.Operation, site: DispatchSite) -> ConvolutionProblem |
         output_roles=tuple(named[i] for i in out_loops),
         form=POINTWISE,
         sites=[site],
+        image_shape=tuple(found.loop_sizes[i] for i in found.operand_loops[0]),
     )
 
 
@@ -318,6 +393,79 @@ def read_strided(op: ir.Operation, site: DispatchSite) -> ConvolutionProblem | N
     )
 
 
+REDUCED = ("c", "kh", "kw")  # the loops a convolution adds up over
+
+
+def _tensor(shape, element: str) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{element}>"
+
+
+def op_module_text(problem: ConvolutionProblem, module_attributes: dict[str, str]) -> str:
+    """The op-form convolution alone in `@main(image, filter) -> out`, from a zero-filled
+    accumulator, as a `linalg.generic` with the op's own maps (what IREE generalizes it to)."""
+    image = _tensor(problem.image_shape, problem.lhs_type)
+    kernel = _tensor([problem.size(r) for r in problem.operand_roles(1)], problem.rhs_type)
+    acc = _tensor([problem.size(r) for r in problem.output_roles], problem.acc_type)
+    wide = problem.acc_type
+    iterators = ", ".join(f'"{"reduction" if r in REDUCED else "parallel"}"' for r in problem.loops)
+    widen = [
+        f"    %w{name} = arith.extf %{name} : {element} to {wide}"
+        for name, element in (("a", problem.lhs_type), ("b", problem.rhs_type))
+        if element != wide
+    ]
+    a = "%wa" if problem.lhs_type != wide else "%a"
+    b = "%wb" if problem.rhs_type != wide else "%b"
+    listed = ", ".join(f"{name} = {text}" for name, text in module_attributes.items())
+    return "\n".join(
+        [
+            f"module{f' attributes {{{listed}}}' if listed else ''} {{",
+            f"func.func @main(%image: {image}, %filter: {kernel}) -> {acc} {{",
+            f"  %zero = arith.constant 0.0 : {wide}",
+            f"  %empty = tensor.empty() : {acc}",
+            f"  %init = linalg.fill ins(%zero : {wide}) outs(%empty : {acc}) -> {acc}",
+            f"  %r = linalg.generic {{indexing_maps = {problem.indexing_maps}, iterator_types = "
+            f"[{iterators}]}} ins(%image, %filter : {image}, {kernel}) outs(%init : {acc}) {{",
+            f"  ^bb0(%a: {problem.lhs_type}, %b: {problem.rhs_type}, %c: {wide}):",
+            *widen,
+            f"    %m = arith.mulf {a}, {b} : {wide}",
+            f"    %s = arith.addf %c, %m : {wide}",
+            f"    linalg.yield %s : {wide}",
+            f"  }} -> {acc}",
+            f"  return %r : {acc}",
+            "}",
+            "}",
+            "",
+        ]
+    )
+
+
+def reference(problem: ConvolutionProblem, image, kernel):
+    """The op-form convolution in float64 with numpy: for each filter tap, the image read at
+    the tap's offset (strided, dilated) contracted with the tap's filter over the input
+    channels; in the output's layout."""
+    import numpy as np
+
+    order = [roles[0] for roles in image_dims(problem)]  # n, c, oh, ow in the image's order
+    x = np.transpose(image, [order.index(r) for r in ("n", "c", "oh", "ow") if r in order])
+    x = x if "oh" in order else x[:, :, None, :]  # a pointwise image of (n, c, pixels)
+    roles = problem.operand_roles(1)
+    w = np.transpose(kernel, [roles.index(r) for r in ("f", "c", "kh", "kw") if r in roles])
+    w = w.reshape(w.shape[:2] + (problem.size("kh"), problem.size("kw")))
+    oh, ow = problem.size("oh"), problem.size("ow")
+    (sh, sw), (dh, dw) = problem.strides, problem.dilations
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for kh in range(w.shape[2]):
+        for kw in range(w.shape[3]):
+            rows = slice(kh * dh, kh * dh + sh * (oh - 1) + 1, sh)
+            columns = slice(kw * dw, kw * dw + sw * (ow - 1) + 1, sw)
+            out += np.einsum(
+                "nchw,fc->nfhw", x[:, :, rows, columns], w[:, :, kh, kw], optimize=True
+            )
+    kept = ("n", "f", "oh", "ow") if "oh" in problem.output_roles else ("n", "f", "ow")
+    out = out if "oh" in problem.output_roles else out[:, :, 0, :]
+    return np.transpose(out, [kept.index(r) for r in problem.output_roles])
+
+
 class ConvolutionKind(RootOpKind):
     name = "convolution"
     tuned = True
@@ -327,6 +475,13 @@ class ConvolutionKind(RootOpKind):
 
     def recognise(self, op: ir.Operation, site: DispatchSite):
         return read_convolution(op, site) or read_pointwise(op, site) or read_strided(op, site)
+
+    def kernel_module(self, problem: ConvolutionProblem, target, point) -> str:
+        """An op-form convolution alone (IREE's default build of it; the Triton points write
+        their own modules). A dispatch's convolution is timed on IREE's dispatch."""
+        if not problem.op_form:
+            raise NotImplementedError("a dispatch's convolution is timed on IREE's dispatch")
+        return op_module_text(problem, target.module_attributes())
 
     def spec_matcher(self, problem: ConvolutionProblem, handle: str = "%op") -> str:
         """Transform ops that match `handle` to the problem's convolutions: element types,
@@ -412,3 +567,42 @@ def _strided_matcher(problem: ConvolutionProblem, handle: str) -> str:
             f" : {ANY_VALUE}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def nchw_problem(
+    batch: int,
+    channels: int,
+    size: int,
+    filters: int,
+    window: int,
+    stride: int = 1,
+    element: str = "f16",
+    acc: str = "f32",
+) -> ConvolutionProblem:
+    """The op-form problem of a torch `Conv2d` (NCHW image padded by window // 2, FCHW
+    filter) as IREE holds it at global optimization: for tests and benchmarks."""
+    pad = window // 2
+    out = (size + 2 * pad - window) // stride + 1
+    dims = "(d0, d1, d2, d3, d4, d5, d6)"
+
+    def read(d: str, tap: str) -> str:
+        return f"{d} * {stride} + {tap}" if stride > 1 else f"{d} + {tap}"
+
+    maps = (
+        f"[affine_map<{dims} -> (d0, d4, {read('d2', 'd5')}, {read('d3', 'd6')})>, "
+        f"affine_map<{dims} -> (d1, d4, d5, d6)>, affine_map<{dims} -> (d0, d1, d2, d3)>]"
+    )
+    return ConvolutionProblem(
+        op_name="linalg.conv_2d_nchw_fchw",
+        loops=("n", "f", "oh", "ow", "c", "kh", "kw"),
+        loop_sizes=(batch, filters, out, out, channels, window, window),
+        strides=(stride, stride),
+        dilations=(1, 1),
+        lhs_type=element,
+        rhs_type=element,
+        acc_type=acc,
+        indexing_maps=maps,
+        output_roles=("n", "f", "oh", "ow"),
+        image_shape=(batch, channels, size + 2 * pad, size + 2 * pad),
+        op_form=True,
+    )

@@ -93,11 +93,16 @@ def _indexing_maps(batched: bool, transpose_a: bool, transpose_b: bool) -> str:
 
 def problem_from_shape(shape: dict) -> MatmulProblem:
     """The problem a record was measured on (no op sites: it is not in any module here);
-    an attention's only in its op form (the custom route's, which records all of it)."""
+    an attention's or a convolution's only in its op form (the custom route's, which
+    records all of it)."""
     if shape.get("kind") == "attention":
         from autosched.ops.attention import AttentionProblem
 
         return AttentionProblem.from_shape(shape)
+    if shape.get("kind") == "convolution":
+        from autosched.ops.convolution import ConvolutionProblem
+
+        return ConvolutionProblem.from_shape(shape)
     return MatmulProblem(
         op_name=shape["op"],
         m=shape["m"],

@@ -26,10 +26,25 @@ from __future__ import annotations
 import math
 
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
+from autosched.targets import cuda_custom_convolution as igemm
 from autosched.targets import cuda_simt_convolution as simt
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
 from autosched.targets.cuda import ELEMENT_BYTES, MMA_FOR_TYPES, CudaTarget, mma_k
-from autosched.targets.cuda_custom import WARP
+from autosched.targets.cuda_custom import CUSTOM_ARCHS, WARP
+
+IREE, TRITON = "iree", "triton"  # the `conv_kernel` knob
+# The Triton family's first points (pixels, output channels, input channels per step,
+# warps, stages): the best of benchmarks/conv_kernels.py's six on resnet50's convolutions on
+# the H200 (results/h200_conv_kernels.md), most often first; a 32-channel step for images
+# of a few channels (the 7x7 stem's 3).
+TRITON_STARTING = (
+    (64, 128, 64, 4, 3),
+    (64, 64, 64, 4, 4),
+    (128, 128, 64, 8, 3),
+    (128, 64, 64, 4, 3),
+    (128, 256, 64, 8, 3),
+    (64, 64, 32, 4, 4),
+)
 
 CONVOLUTION_KNOBS = (
     KnobSpec("n_tile", "images per workgroup (convolution)"),
@@ -43,7 +58,26 @@ CONVOLUTION_KNOBS = (
     KnobSpec("sg_f", "mma tiles per warp along the output channels (convolution)"),
     KnobSpec("thread_f", "output channels per thread (strided 1x1 convolution; else 0)", minimum=0),
     KnobSpec("thread_ow", "output columns per thread (strided 1x1 convolution; else 0)", minimum=0),
+    KnobSpec(
+        "conv_kernel",
+        "convolution: IREE's TileAndFuse (iree) or the Triton implicit-GEMM family on sm_90 "
+        "(triton), which replaces the op before dispatches are formed",
+        choices=(IREE, TRITON),
+    ),
+    *(
+        KnobSpec(name, f"Triton convolution kernels: {what} (0 for IREE's)", minimum=0)
+        for name, what in (
+            ("block_pixels", "output pixels per workgroup"),
+            ("block_filters", "output channels per workgroup"),
+            ("block_channels", "input channels per step"),
+            ("kernel_warps", "warps per workgroup"),
+            ("kernel_stages", "steps in flight"),
+        )
+    ),
 )
+TRITON_KNOBS = ("block_pixels", "block_filters", "block_channels", "kernel_warps", "kernel_stages")
+# IREE's knobs, in order: the starting tables' columns.
+IREE_KNOBS = tuple(k.name for k in CONVOLUTION_KNOBS[: -len(TRITON_KNOBS) - 1])
 TILE_KNOB = {"n": "n_tile", "oh": "oh_tile", "ow": "ow_tile", "f": "f_tile"}
 WARP_KNOB = {"n": "sg_n", "oh": "sg_oh", "ow": "sg_ow", "f": "sg_f"}
 MMA_ROWS, MMA_COLUMNS = 16, 8
@@ -128,6 +162,18 @@ def shared_memory(problem: ConvolutionProblem, point: Point) -> int:
     return STAGES * element * point["k_tile"] * (pixels + point["f_tile"])
 
 
+def triton_params(point: Point) -> igemm.ConvParams:
+    """A Triton point's kernel parameters."""
+    return igemm.ConvParams(*(point[k] for k in TRITON_KNOBS))
+
+
+def triton_shared_memory(problem: ConvolutionProblem, point: Point) -> int:
+    """Bytes of the image and filter blocks Triton stages, once per step in flight."""
+    element = ELEMENT_BYTES[problem.lhs_type]
+    blocks = (point["block_pixels"] + point["block_filters"]) * point["block_channels"]
+    return blocks * element * point["kernel_stages"]
+
+
 def _shares_divide(problem: ConvolutionProblem, x: Point) -> bool:
     return all(x[TILE_KNOB[r]] % (x[WARP_KNOB[r]] * mma_extent(problem, r)) == 0 for r in TILE_KNOB)
 
@@ -151,23 +197,73 @@ class CudaConvolutionTarget(CudaTarget):
         return int(min(200, max(1, math.ceil(0.05 / estimate_s))))
 
     def families(self, problem: ConvolutionProblem, lists) -> list[Family]:
-        """The mma configurations, or plain thread tiles (strided 1x1 and depthwise)."""
+        """The mma configurations, or plain thread tiles (strided 1x1 and depthwise); for
+        the op form of a convolution (the custom route's), the Triton family alone."""
+        if problem.op_form:
+            return [self.triton_family(problem)] if self.triton_unavailable(problem) is None else []
+        neutral = {"conv_kernel": [IREE]} | {k: [0] for k in TRITON_KNOBS}
         if uses_simt(problem):
             rules = simt.constraints(problem, self.shared_memory_bytes)
             fixed = {k: [1] for k in MMA_SHARES} | ({"k_tile": [1]} if problem.depthwise else {})
-            return [Family("simt", rules, fixed=fixed)]
+            return [Family("simt", rules, fixed=fixed | neutral)]
         fixed = {k: [0] for k in simt.THREAD_KNOBS}
-        return [Family("mma", self.constraints(problem), fixed=fixed)]
+        return [Family("mma", self.constraints(problem), fixed=fixed | neutral)]
+
+    def triton_unavailable(self, problem: ConvolutionProblem) -> str | None:
+        """Why the Triton family is not searched for this convolution, or None: it replaces
+        the op before dispatches are formed, so only a convolution's op form has it."""
+        if not problem.op_form:
+            return "Triton convolution kernels replace the op form of a convolution"
+        return self.triton_available() or igemm.unsupported(problem)
+
+    def triton_available(self) -> str | None:
+        """Why this target cannot run the Triton family at all, or None."""
+        if self.arch not in CUSTOM_ARCHS:
+            return f"Triton convolution kernels are written for {', '.join(CUSTOM_ARCHS)}"
+        if not self.machine.triton:
+            return "Triton convolution kernels need Triton: pip install 'autosched[triton]'"
+        return None
+
+    def triton_family(self, problem: ConvolutionProblem) -> Family:
+        """Blocks of pixels, output channels and input channels; IREE's knobs pinned."""
+        pinned = {k: [0 if k in simt.THREAD_KNOBS else 1] for k in IREE_KNOBS}
+        return Family(
+            TRITON,
+            [
+                Constraint(
+                    "Triton convolution kernels: 4 or 8 warps, 2 to 5 stages",
+                    ("kernel_warps", "kernel_stages"),
+                    lambda p, x: x["kernel_warps"] in (4, 8) and 2 <= x["kernel_stages"] <= 5,
+                ),
+                Constraint(
+                    f"shared memory over the {self.arch} limit",
+                    ("block_pixels", "block_filters", "block_channels", "kernel_stages"),
+                    lambda p, x: triton_shared_memory(p, x) <= self.shared_memory_bytes,
+                ),
+            ],
+            fixed=pinned | {"conv_kernel": [TRITON]},
+            candidates={
+                "block_pixels": [64, 128, 256],
+                "block_filters": [64, 128, 256],
+                "block_channels": [32, 64],
+                "kernel_warps": [4, 8],
+                "kernel_stages": [3, 4],
+            },
+        )
 
     def starting_points(self, problem: ConvolutionProblem) -> list[Point]:
         """IREE's own defaults for resnet50 (IREE_STARTING, POINTWISE_STARTING; the strided,
         depthwise and grouped forms': cuda_simt_convolution's), each tile cut to the
         problem's candidates and each warp's share to its tile (small images have no
-        64-column tile)."""
-        names = [k.name for k in CONVOLUTION_KNOBS]
+        64-column tile). The op form's: TRITON_STARTING."""
+        if problem.op_form:
+            return [
+                {"conv_kernel": TRITON, **dict(zip(TRITON_KNOBS, values, strict=True))}
+                for values in TRITON_STARTING
+            ]
         points: list[Point] = []
         for values in _starting_table(problem):
-            point = dict(zip(names, values, strict=True))
+            point = dict(zip(IREE_KNOBS, values, strict=True))
             for role, knob in tile_knobs(problem).items():
                 fitting = [v for v in self.candidates(knob, problem) if v <= point[knob]]
                 point[knob] = max(fitting, default=point[knob])
@@ -202,6 +298,10 @@ class CudaConvolutionTarget(CudaTarget):
             return [1, 2, 4]
         if knob in simt.THREAD_KNOBS:
             return [1, 2, 4, 8]
+        if knob == "conv_kernel":
+            return [IREE, TRITON]
+        if knob in TRITON_KNOBS:
+            return self.triton_family(problem).candidates[knob]
         raise KeyError(knob)
 
     def constraints(self, problem: ConvolutionProblem) -> list[Constraint]:
@@ -263,12 +363,17 @@ class CudaConvolutionTarget(CudaTarget):
         )
 
     def in_spec(self, point: Point) -> bool:
-        return True
+        return point.get("conv_kernel", IREE) == IREE
 
     def source_command(self, problem, point: Point, source: str) -> list[str]:
-        return []
+        """Triton points: Triton compiles the point and writes its extern module."""
+        if self.in_spec(point):
+            return []
+        return igemm.source_command(problem, triton_params(point), self.arch, source)
 
     def config_name(self, point: Point) -> str:
+        if not self.in_spec(point):
+            return triton_params(point).name
         if point.get("thread_f"):
             return simt.config_name(point)
         tile = "x".join(str(point[k]) for k in ("n_tile", "oh_tile", "ow_tile", "f_tile"))
@@ -278,7 +383,18 @@ class CudaConvolutionTarget(CudaTarget):
     def features(self, problem: ConvolutionProblem, point: Point) -> dict[str, float]:
         """Knobs (log2) and what they imply: workgroups against the SMs, warps, shared
         memory, and the tile's reuse (multiply-adds per element loaded)."""
-        knobs = {f"log2_{k.name}": math.log2(max(point[k.name], 1)) for k in CONVOLUTION_KNOBS}
+        numeric = [k.name for k in CONVOLUTION_KNOBS if not k.choices]
+        knobs = {f"log2_{k}": math.log2(max(point.get(k, 0), 1)) for k in numeric}
+        if not self.in_spec(point):
+            blocks = igemm.grid(problem, triton_params(point))
+            workgroups = blocks[0] * blocks[1]
+            return {
+                **knobs,
+                "log2_workgroups": math.log2(workgroups),
+                "waves": workgroups / self.sm_count,
+                "shared_memory_fraction": triton_shared_memory(problem, point)
+                / self.shared_memory_bytes,
+            }
         if uses_simt(problem):
             sizes = tile_knobs(problem)
             return {**knobs, **simt.features(problem, point, sizes, self.sm_count)}

@@ -1,6 +1,7 @@
 """`python -m autosched.targets.cuda_custom_compile`: the compile pool's step that writes one
 custom-kernel point (Triton to PTX, then its extern module) of the matmul family
-(`cuda_custom`) or the flash-attention one (`cuda_flash_attention`), apart from the
+(`cuda_custom`), the flash-attention one (`cuda_flash_attention`) or the convolution one
+(`cuda_custom_convolution`), apart from the
 families so that they need nothing of the CUDA target that uses them."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import asdict
 from autosched.config import RunConfig
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION, write_text
 from autosched.outputs.records import problem_from_shape
+from autosched.targets import cuda_custom_convolution as igemm
 from autosched.targets import cuda_flash_attention as flash
 from autosched.targets.cuda import CudaTarget
 from autosched.targets.cuda_custom import (
@@ -39,6 +41,10 @@ def main(argv: list[str] | None = None) -> None:
         params = FlashParams(**json.loads(options.params))
         binary = flash.compile_kernel(problem, params, options.arch, options.ptx)
         extern = flash.extern_function
+    elif problem.kind == "convolution":
+        params = igemm.ConvParams(**json.loads(options.params))
+        binary = igemm.compile_kernel(problem, params, options.arch, options.ptx)
+        extern = igemm.extern_function
     else:
         params = KernelParams(**json.loads(options.params))
         binary = compile_ptx(problem, params, options.arch, options.ptx)

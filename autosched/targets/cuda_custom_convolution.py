@@ -1,0 +1,321 @@
+"""A family of Triton implicit-GEMM convolution kernels that IREE runs as custom dispatches
+(issue 25).
+
+IREE 3.13's IGEMM configurations ran resnet50's 3x3 convolutions at 30-40 TFLOP/s on the
+H200 (0.10 ms for 16x256x14x14 from 256 channels), a twentieth of its tensor cores. This
+kernel is the implicit GEMM as the tensor cores want it: M the output pixels of one image
+(a program's block never straddles two images, so its rows are one image's raster), N the
+output channels, K the input channels for each tap of the filter window, one loop over
+(tap, channel block) that Triton pipelines, and wgmma through `tl.dot`. No im2col is
+written: each step loads its image tile straight from the tensor.
+
+The kernel takes the convolution as IREE holds it at global optimization: any layout (NCHW
+or NHWC images, FCHW or HWCF filters; each operand's strides come from its indexing map and
+shape), strides and dilations, the image already padded (torch's padding is a `tensor.pad`
+before the op). Where a pointwise convolution reads its image as a dense raster (stride 1,
+no padding), the pixel block is one contiguous run of memory, loaded with vector copies.
+
+A point is block_m (pixels), block_n (output channels), block_k (input channels per step),
+warps and stages. Like the matmul and flash-attention families it is compiled by Triton to
+a cubin and wrapped as a `hal.dispatch.extern`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from autosched.errors import UserError
+from autosched.ops.convolution import ConvolutionProblem, image_dims
+from autosched.ops.matmul_kernel import tensor_type
+from autosched.targets.cuda_custom import (
+    TRITON_TYPES,
+    KernelBinary,
+    compile_command,
+    dispatch_extern_function,
+    import_triton,
+    triton_binary,
+)
+
+INPUT_TYPES = ("f16", "bf16")
+OUTPUT_TYPES = ("f32", "f16", "bf16")
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    """One point of the family."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int
+
+    @property
+    def name(self) -> str:
+        return f"igemm_m{self.block_m}_n{self.block_n}_k{self.block_k}_w{self.warps}_s{self.stages}"
+
+
+def unsupported(problem: ConvolutionProblem) -> str | None:
+    """Why the family cannot compute this convolution, or None."""
+    if problem.depthwise or problem.grouped:
+        return "implicit-GEMM kernels take ungrouped convolutions"
+    if problem.form == "strided":
+        return "implicit-GEMM kernels replace window and pointwise convolutions"
+    if problem.lhs_type != problem.rhs_type or problem.lhs_type not in INPUT_TYPES:
+        return f"implicit-GEMM kernels take f16 or bf16 operands, not {problem.lhs_type}"
+    if problem.acc_type not in OUTPUT_TYPES:
+        return f"implicit-GEMM kernels write {OUTPUT_TYPES}, not {problem.acc_type}"
+    if not problem.image_shape:
+        return "the image's shape is not known"
+    return None
+
+
+def _row_major(shape: list[int]) -> list[int]:
+    return [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+
+
+IMAGE_ORDER = ("n", "h", "w", "c")  # the image as the kernel reads it: channels last
+FILTER_ORDER = ("kh", "kw", "c", "f")  # the filter: output channels contiguous
+
+
+def image_order(problem: ConvolutionProblem) -> list[str]:
+    """Each image dim as IMAGE_ORDER names it, in the problem's order."""
+    names = []
+    for roles in image_dims(problem):
+        names.append("h" if "oh" in roles or "kh" in roles else "w" if "ow" in roles else roles[0])
+    return names
+
+
+def kernel_operands(problem: ConvolutionProblem) -> list[tuple[list[int], list[int]]]:
+    """(shape the kernel takes, permutation from the op's layout) of the image and the
+    filter: channels-last, so that each step's tiles are contiguous rows that Triton loads
+    with 16-byte asynchronous copies (an NCHW image read by a shifted filter tap is never
+    aligned). The permutation is the identity for an NHWC convolution."""
+    names = image_order(problem)
+    extents = dict(zip(names, problem.image_shape, strict=True))
+    extents.setdefault("h", 1)
+    image_permutation = [names.index(r) for r in IMAGE_ORDER if r in names]
+    filter_roles = list(problem.operand_roles(1))
+    filter_permutation = [filter_roles.index(r) for r in FILTER_ORDER if r in filter_roles]
+    return [
+        ([extents[r] for r in IMAGE_ORDER if r in names], image_permutation),
+        ([problem.size(r) for r in FILTER_ORDER if r in filter_roles], filter_permutation),
+    ]
+
+
+def layout_constants(problem: ConvolutionProblem) -> dict[str, int]:
+    """The kernel's strides (channels-last image and filter, the output in the op's own
+    layout; 0 along a dim an operand does not have), sizes, strides and dilations."""
+    names = image_order(problem)
+    kept = [r for r in IMAGE_ORDER if r in names]
+    (image_shape, _), _ = kernel_operands(problem)
+    x = dict(zip(kept, _row_major(image_shape), strict=True))
+    filter_roles = [r for r in FILTER_ORDER if r in problem.operand_roles(1)]
+    w = dict(zip(filter_roles, _row_major([problem.size(r) for r in filter_roles]), strict=True))
+    out_roles = problem.output_roles
+    o = dict(zip(out_roles, _row_major([problem.size(r) for r in out_roles]), strict=True))
+    stride_h, stride_w = problem.strides
+    dilation_h, dilation_w = problem.dilations
+    return {
+        "OH": problem.size("oh"),
+        "OW": problem.size("ow"),
+        "F": problem.size("f"),
+        "C": problem.size("c"),
+        "KH": problem.size("kh"),
+        "KW": problem.size("kw"),
+        "SH": stride_h,
+        "SW": stride_w,
+        "DH": dilation_h,
+        "DW": dilation_w,
+        **{f"sx{role}": x.get(role, 0) for role in ("n", "c", "h", "w")},
+        **{
+            f"sw{role}": w.get(r, 0)
+            for role, r in (("f", "f"), ("c", "c"), ("h", "kh"), ("w", "kw"))
+        },
+        **{
+            f"so{role}": o.get(r, 0)
+            for role, r in (("n", "n"), ("f", "f"), ("h", "oh"), ("w", "ow"))
+        },
+    }
+
+
+def _flat(constants: dict[str, int], prefix: str, step_h: int, step_w: int) -> bool:
+    """Whether an operand's pixels are one dense raster: pixel p at p times its column
+    stride (an output's, or a 1x1 image read at stride 1)."""
+    ow = constants["OW"]
+    return (
+        constants["OH"] == 1
+        or step_h * constants[f"{prefix}h"] == ow * step_w * constants[f"{prefix}w"]
+    )
+
+
+def _constants(problem: ConvolutionProblem, params: ConvParams) -> dict:
+    constants = layout_constants(problem)
+    if constants["C"] < params.block_k and constants["DW"] == 1:
+        # A few input channels (an RGB image's 3): a filter row's taps and channels are
+        # one contiguous run of both operands, channels-last, so each step takes them all.
+        constants["C"] *= constants["KW"]
+        constants["KW"] = 1
+    window = constants["KH"] * constants["KW"] == 1
+    constants["FLAT_X"] = (
+        window and constants["SW"] == 1 and _flat(constants, "sx", constants["SH"], 1)
+    )
+    constants["FLAT_O"] = _flat(constants, "so", 1, 1)
+    pixels = constants["OH"] * constants["OW"]
+    constants |= {
+        "P": pixels,
+        "BM": params.block_m,
+        "BN": params.block_n,
+        "BK": params.block_k,
+        "EVEN_P": pixels % params.block_m == 0,
+        "EVEN_F": constants["F"] % params.block_n == 0,
+        "EVEN_C": constants["C"] % params.block_k == 0,
+    }
+    return constants
+
+
+def _kernel():
+    """The Triton kernel (defined here so that importing this module needs no Triton)."""
+    triton = import_triton()
+    import triton.language as tl
+
+    @triton.jit
+    def conv(
+        x, w, o,
+        OH: tl.constexpr, OW: tl.constexpr, F: tl.constexpr, C: tl.constexpr,
+        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+        DH: tl.constexpr, DW: tl.constexpr,
+        sxn: tl.constexpr, sxc: tl.constexpr, sxh: tl.constexpr, sxw: tl.constexpr,
+        swf: tl.constexpr, swc: tl.constexpr, swh: tl.constexpr, sww: tl.constexpr,
+        son: tl.constexpr, sof: tl.constexpr, soh: tl.constexpr, sow: tl.constexpr,
+        FLAT_X: tl.constexpr, FLAT_O: tl.constexpr, P: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+        EVEN_P: tl.constexpr, EVEN_F: tl.constexpr, EVEN_C: tl.constexpr,
+    ):  # fmt: skip
+        # Output-channel blocks vary fastest: the programs that read one image tile run
+        # together, so it is read from L2 after the first.
+        f_blocks: tl.constexpr = (F + BN - 1) // BN
+        pid = tl.program_id(0)
+        image = tl.program_id(1).to(tl.int64)
+        p = (pid // f_blocks) * BM + tl.arange(0, BM)
+        f = (pid % f_blocks) * BN + tl.arange(0, BN)
+        if FLAT_X:
+            x_pixel = p * sxw
+        else:
+            x_pixel = (p // OW) * (SH * sxh) + (p % OW) * (SW * sxw)
+        x_base = x + image * sxn + x_pixel
+        c_blocks: tl.constexpr = (C + BK - 1) // BK
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for step in range(KH * KW * c_blocks):
+            tap = step // c_blocks
+            kh = tap // KW
+            kw = tap % KW
+            c = (step % c_blocks) * BK + tl.arange(0, BK)
+            a_ptrs = x_base[:, None] + (kh * DH * sxh + kw * DW * sxw) + c[None, :] * sxc
+            b_ptrs = w + f[None, :] * swf + c[:, None] * swc + (kh * swh + kw * sww)
+            a_mask = (p[:, None] < P) & (c[None, :] < C)
+            b_mask = (f[None, :] < F) & (c[:, None] < C)
+            if EVEN_P and EVEN_C:
+                a = tl.load(a_ptrs)
+            else:
+                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            if EVEN_F and EVEN_C:
+                b = tl.load(b_ptrs)
+            else:
+                b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+            acc = tl.dot(a, b, acc)
+        if FLAT_O:
+            o_pixel = p * sow
+        else:
+            o_pixel = (p // OW) * soh + (p % OW) * sow
+        o_ptrs = o + image * son + o_pixel[:, None] + f[None, :] * sof
+        out = acc.to(o.dtype.element_ty)
+        if EVEN_P and EVEN_F:
+            tl.store(o_ptrs, out)
+        else:
+            tl.store(o_ptrs, out, mask=(p[:, None] < P) & (f[None, :] < F))
+
+    return conv
+
+
+def grid(problem: ConvolutionProblem, params: ConvParams) -> tuple[int, int, int]:
+    """Workgroups: pixel blocks times output-channel blocks, times the images."""
+    pixels = problem.size("oh") * problem.size("ow")
+    blocks = math.ceil(pixels / params.block_m) * math.ceil(problem.size("f") / params.block_n)
+    return blocks, problem.size("n"), 1
+
+
+def compile_kernel(
+    problem: ConvolutionProblem, params: ConvParams, arch: str, path: str
+) -> KernelBinary:
+    """Triton's PTX and cubin for one point (no GPU needed)."""
+    why = unsupported(problem)
+    if why:
+        raise UserError(f"{params.name}: {why}")
+    element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
+    signature = {"x": f"*{element}", "w": f"*{element}", "o": f"*{output}"}
+    return triton_binary(
+        _kernel(), signature, _constants(problem, params), 3, arch, params.warps,
+        params.stages, path,
+    )  # fmt: skip
+
+
+def operand_tensor_types(problem: ConvolutionProblem) -> tuple[list[str], str]:
+    """(image, filter) and the output as tensor types, in the op's layout."""
+    filter_shape = [problem.size(r) for r in problem.operand_roles(1)]
+    inputs = [
+        tensor_type(list(problem.image_shape), problem.lhs_type),
+        tensor_type(filter_shape, problem.rhs_type),
+    ]
+    return inputs, tensor_type([problem.size(r) for r in problem.output_roles], problem.acc_type)
+
+
+def extern_function(
+    problem: ConvolutionProblem,
+    params: ConvParams,
+    binary: KernelBinary,
+    executable_target: str,
+    name: str,
+    kind: str = "func.func",
+) -> str:
+    """A function `name(image, filter) -> out` in the op's layout (`kind` util.func for a
+    substitution spec to call) that puts the image and filter channels-last where they are
+    not (IREE's own transposes, which it may fuse into their producers) and runs the kernel
+    on them as a `hal.dispatch.extern` (`{name}_kernel`)."""
+    inputs, out = operand_tensor_types(problem)
+    kernel_inputs = [tensor_type(shape, t) for (shape, _), t in zip(
+        kernel_operands(problem), (problem.lhs_type, problem.rhs_type), strict=True
+    )]  # fmt: skip
+    workgroups = grid(problem, params)
+    kernel = dispatch_extern_function(
+        f"{name}_kernel", "util.func", kernel_inputs, out, binary, executable_target, workgroups
+    )
+    returns = "util.return" if kind == "util.func" else "return"
+    visibility = " private" if kind == "util.func" else ""
+    lines = [f"  {kind}{visibility} @{name}(%image: {inputs[0]}, %filter: {inputs[1]}) -> {out} {{"]
+    values = []
+    for operand, (_, permutation), source, wanted in zip(
+        ("image", "filter"), kernel_operands(problem), inputs, kernel_inputs, strict=True
+    ):
+        if permutation == sorted(permutation):
+            values.append(f"%{operand}")
+            continue
+        lines += [
+            f"    %{operand}_init = tensor.empty() : {wanted}",
+            f"    %{operand}_t = linalg.transpose ins(%{operand} : {source}) "
+            f"outs(%{operand}_init : {wanted}) permutation = {permutation}",
+        ]
+        values.append(f"%{operand}_t")
+    lines += [
+        f"    %out = util.call @{name}_kernel({', '.join(values)}) : "
+        f"({', '.join(kernel_inputs)}) -> {out}",
+        f"    {returns} %out : {out}",
+        "  }",
+    ]
+    return kernel + "\n".join(lines) + "\n"
+
+
+def source_command(problem: ConvolutionProblem, params: ConvParams, arch: str, source: str):
+    """The command that compiles a point and writes its extern module to `source`."""
+    return compile_command(problem, asdict(params), arch, source)

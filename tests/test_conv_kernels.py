@@ -1,0 +1,177 @@
+"""The Triton implicit-GEMM convolution family (issue 25) as IREE custom dispatches: the op
+form of a convolution rebuilt alone and checked against numpy on the CPU, PTX made without a
+GPU, torchvision's resnet18 (f16, committed) with every convolution replaced before IREE forms
+dispatches and compiled for sm_90; on a GPU, the kernels against numpy and the rewritten model
+against IREE's default build."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from iree import compiler, runtime
+
+from autosched.compile import CompileJob, compile_one
+from autosched.config import RunConfig
+from autosched.model.convolution_ops import model_convolutions, paired
+from autosched.model.substitution import RESUME_FLAG, rewrite_model, write_substitution
+from autosched.ops.convolution import POINTWISE, nchw_problem, op_module_text, reference
+from autosched.outputs.records import problem_from_shape, problem_shape
+from autosched.search.space import build_space
+from autosched.targets import make_target
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+RESNET18 = os.path.join(MODELS, "tv_resnet18_f16.mlirbc")
+# (batch, channels, image, filters, window, stride): 3x3 at stride 1 and 2, the 7x7 stem on
+# an RGB image, a pointwise one, and output channels and pixels that no block divides.
+SHAPES = [(2, 16, 9, 24, 3, 1), (2, 16, 9, 16, 3, 2), (1, 3, 19, 16, 7, 2), (2, 32, 7, 48, 1, 1)]
+
+
+def _random(shape, seed):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float16)
+
+
+def _run(vmfb: bytes, driver: str, *inputs) -> np.ndarray:
+    config = runtime.Config(driver)
+    context = runtime.SystemContext(config=config)
+    context.add_vm_module(runtime.VmModule.copy_buffer(config.vm_instance, vmfb))
+    return np.asarray(context.modules.module["main"](*inputs).to_host())
+
+
+def _operands(problem, seed=0):
+    filter_shape = [problem.size(r) for r in problem.operand_roles(1)]
+    return _random(problem.image_shape, seed), _random(filter_shape, seed + 1)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_op_form_built_by_iree_gives_numpys_convolution(shape):
+    """The module a bare search times IREE's default on, and the reference its candidates
+    are checked against, agree (real iree-compile, real local-task)."""
+    problem = nchw_problem(*shape)
+    vmfb = compiler.compile_str(
+        op_module_text(problem, {}),
+        target_backends=["llvm-cpu"],
+        extra_args=["--iree-llvmcpu-target-cpu=generic"],
+    )
+    image, kernel = _operands(problem)
+    out = _run(vmfb, "local-task", image, kernel)
+    expected = reference(problem, image.astype(np.float64), kernel.astype(np.float64))
+    assert out.shape == tuple(problem.output_shape)
+    assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max()
+    wrong = reference(problem, image.astype(np.float64), -kernel.astype(np.float64))
+    assert np.abs(out - wrong).max() > 0.5 * np.abs(expected).max()
+
+
+def test_an_op_form_round_trips_through_its_record():
+    problem = nchw_problem(2, 16, 9, 24, 3, 2)
+    again = problem_from_shape(problem_shape(problem))
+    assert again == problem
+    assert problem.name.endswith("_op")  # never a dispatch problem's name (or records)
+
+
+def test_triton_points_are_only_in_an_op_forms_space_on_sm_90():
+    pytest.importorskip("triton")
+    op = nchw_problem(2, 64, 16, 64, 3, 1)
+    hopper = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
+    points = build_space(op, hopper, {}).points
+    assert points and {p["conv_kernel"] for p in points} == {"triton"}
+    assert not build_space(op, make_target(RunConfig(target="cuda", arch="sm_80")), {}).points
+    dispatch = nchw_problem(2, 64, 16, 64, 3, 1)
+    dispatch.op_form = False
+    assert {p["conv_kernel"] for p in build_space(dispatch, hopper, {}).points} == {"iree"}
+
+
+def test_the_kernel_reads_channels_last_tiles_with_asynchronous_copies(tmp_path):
+    pytest.importorskip("triton")
+    from autosched.targets import cuda_custom_convolution as family
+
+    problem = nchw_problem(16, 256, 14, 256, 3, 1)
+    params = family.ConvParams(64, 128, 64, 4, 3)
+    binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "conv.ptx"))
+    ptx = open(binary.ptx_path).read()
+    assert "wgmma" in ptx and "cp.async" in ptx
+    assert binary.shared_bytes == 3 * (64 + 128) * 64 * 2  # every stage staged
+    stem = family._constants(nchw_problem(16, 3, 224, 64, 7, 2), params)
+    assert (stem["C"], stem["KW"]) == (21, 1)  # a filter row's taps and channels in one step
+
+
+@pytest.fixture(scope="module")
+def resnet18_rewritten(tmp_path_factory):
+    """resnet18's op forms, and the model with each replaced by a Triton point."""
+    pytest.importorskip("triton")
+    folder = tmp_path_factory.mktemp("resnet18")
+    target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
+    ops = model_convolutions(RESNET18, target.compile_flags(), str(folder))
+    view = target.for_kind("convolution")
+    winners = [(op, view.starting_points(op)[0]) for op in ops]
+    spec = str(folder / "custom.mlir")
+    assert write_substitution(spec, winners, target) == []
+    out = str(folder / "model.custom.mlir")
+    rewritten, replaced = rewrite_model(RESNET18, spec, target.compile_flags(), out, 300)
+    return target, ops, rewritten, replaced, folder
+
+
+def test_resnet18s_convolutions_are_replaced_before_dispatches_form(resnet18_rewritten):
+    target, ops, rewritten, replaced, folder = resnet18_rewritten
+    assert len(ops) == 11 and sum(len(op.sites) for op in ops) == 20
+    assert [op.form for op in ops].count(POINTWISE) == 3
+    assert replaced == 20  # every convolution of the model runs a Triton kernel
+    flags = [*target.compile_flags(), RESUME_FLAG]
+    built = compile_one(CompileJob(rewritten, str(folder / "model.vmfb"), flags), 600)
+    assert built.status == "ok", built.message
+
+
+def test_each_dispatch_convolution_pairs_with_its_op_form(resnet18_rewritten):
+    from test_cuda_convolution import analysed
+
+    from autosched.ops.convolution import STRIDED
+
+    _, ops, *_ = resnet18_rewritten
+    problems, _ = analysed(RESNET18)
+    convolutions = [e.problem for e in problems if e.problem.kind == "convolution"]
+    for flow in convolutions:
+        op = paired(flow, ops)
+        if flow.form == STRIDED:
+            continue
+        assert op is not None and op.flops == flow.flops, flow.name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_kernels_give_numpys_answer_on_the_gpu(shape, tmp_path):
+    from autosched.targets import cuda_custom_convolution as family
+    from autosched.targets.cuda_custom import extern_module_text
+
+    target = make_target(RunConfig(target="cuda", arch="sm_90"))
+    problem = nchw_problem(*shape)
+    image, kernel = _operands(problem)
+    expected = reference(problem, image.astype(np.float64), kernel.astype(np.float64))
+    for params in (family.ConvParams(64, 64, 32, 4, 3), family.ConvParams(128, 128, 64, 8, 3)):
+        binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "k.ptx"))
+        executable = target.executable_target()
+        body = family.extern_function(problem, params, binary, executable, "main")
+        vmfb = compiler.compile_str(
+            extern_module_text(executable, body), extra_args=target.compile_flags()
+        )
+        out = _run(vmfb, "cuda", image, kernel)
+        assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max(), params.name
+
+
+@pytest.mark.gpu
+def test_resnet18_with_triton_convolutions_gives_the_default_builds_outputs(
+    resnet18_rewritten, tmp_path, monkeypatch
+):
+    """`autosched apply MODEL --custom SPEC` on the GPU: every convolution a Triton kernel,
+    and the outputs match IREE's default build."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    folder = resnet18_rewritten[-1]
+    monkeypatch.chdir(tmp_path)
+    arguments = ["apply", RESNET18, "--custom", str(folder / "custom.mlir"), "--target", "cuda"]
+    result = CliRunner().invoke(cli, arguments)
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (20 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
