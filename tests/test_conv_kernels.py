@@ -175,3 +175,23 @@ def test_resnet18_with_triton_convolutions_gives_the_default_builds_outputs(
     assert result.exit_code == 0, result.output
     assert "with custom kernels (20 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+def test_a_triton_point_and_the_default_compile_through_the_runs_own_jobs(tmp_path):
+    """What the custom pass builds for an op form: IREE's default of the op alone and a
+    Triton point (its PTX and extern module written by the compile pool's own step), each
+    timed `repeat` times a call; and the inputs and numpy answer it checks them with."""
+    pytest.importorskip("triton")
+    from autosched.measure.worker import make_problem_data
+    from autosched.run.builds import kernel_job
+
+    target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
+    problem = nchw_problem(2, 16, 9, 24, 3, 2)
+    point = target.for_problem(problem).starting_points(problem)[0]
+    for name, chosen in (("default", None), ("triton", point)):
+        job = kernel_job(problem, target, chosen, str(tmp_path / f"{name}.mlir"), 10)
+        built = compile_one(job, 300)
+        assert built.status == "ok", built.message
+    assert "hal.dispatch.extern" in (tmp_path / "triton.mlir").read_text()
+    data = make_problem_data(problem, str(tmp_path / "data"))
+    assert len(data.inputs) == 2 and data.reference.shape == tuple(problem.output_shape)

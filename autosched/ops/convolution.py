@@ -56,6 +56,7 @@ class ConvolutionProblem:
     """One convolution signature of the model's dispatches, with every dispatch holding it."""
 
     kind: ClassVar[str] = "convolution"
+    zero_init: ClassVar[bool] = True  # its kernels take no accumulator to add into
     op_name: str
     loops: tuple[str, ...]  # each loop's role in the op's iteration order (ROLES)
     loop_sizes: tuple[int, ...]
