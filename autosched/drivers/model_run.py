@@ -25,6 +25,7 @@ from autosched.drivers.campaign import (
     write_summary,
 )
 from autosched.drivers.custom_route import (
+    beats_iree,
     custom_build_dispatches,
     custom_commands,
     custom_line,
@@ -344,7 +345,8 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
         best = entry.result.best
         row["in_spec"] = row["in_spec"] and has_config(target, entry.problem, best.point)
         row["custom_ms"] = result.best_ms if result else None
-        row["route"] = route_of(row, custom_spec is not None and result is not None)
+        substituted = custom_spec is not None and result is not None
+        row["route"] = route_of(row, substituted and beats_iree(entry, result))
     shares = share_table(report.problems)
     tuning.log.write(shares)
     click.echo("\n" + shares)
