@@ -194,3 +194,33 @@ def test_a_strided_1x1_is_checked_on_the_whole_model_built_once(tmp_path, monkey
     assert defaults == ["generated/model/check/tv_resnet50_f16.iree_default.vmfb"]
     records = [json.loads(line) for line in open("generated/tuning.jsonl")]
     assert all(r["status"] != "not_applied" for r in records), result.output
+
+
+@pytest.mark.slow
+def test_a_convolution_whose_dispatch_check_cannot_run_is_recorded_not_searched(
+    tmp_path, monkeypatch
+):
+    """A convolution has no kernel of its own to check answers on: when its dispatch's check
+    cannot run (on the H200 one of mobilenet_v3's took over the run timeout), the problem is
+    not searched (not even timed) and says why, and the run goes on with the others."""
+    from autosched.measure.module_io import RunFailed
+    from autosched.run.tuning import Tuning
+
+    answer = Tuning._default_answer
+
+    def check_times_out(self, search, entry, name):
+        if search.problem.kind == "convolution":
+            return RunFailed("iree-run-module took over 20 s")
+        return answer(self, search, entry, name)
+
+    monkeypatch.setattr(Tuning, "_default_answer", check_times_out)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    shutil.copy(MODEL, tmp_path)
+    result = CliRunner().invoke(cli, ["run", "tv_resnet18_f32.mlirbc", "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    assert "has no kernel of its own to check answers on: not searched" in result.output
+    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    kinds = {r["shape"].get("kind", "matmul") for r in records}
+    assert kinds == {"matmul"}  # the classifier's matmul searched, no convolution measured
+    assert "model:" in result.output  # and the whole model proved

@@ -382,6 +382,9 @@ class AttentionKind(RootOpKind):
             return None
         return read_attention(op, site)
 
+    def has_kernel(self, problem) -> bool:
+        return problem.form == "op"
+
     def kernel_module(self, problem: AttentionProblem, target, point) -> str:
         """An op-form attention alone (IREE's default build of it; the custom route's
         points write their own modules). A flow problem has no module of its own."""

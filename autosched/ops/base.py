@@ -72,6 +72,11 @@ class RootOpKind(ABC):
         """The op as this kind's problem, a SkippedRoot (this kind, not tuned, and why), or
         None: not this kind."""
 
+    def has_kernel(self, problem) -> bool:
+        """Whether the problem can be rebuilt alone (kernel_module), to check answers on
+        when its dispatch's check cannot run."""
+        return not self.needs_dispatch
+
     def spec_matcher(self, problem, handle: str = "%op") -> str:
         """Transform ops that match `handle` to the problem's roots in any module."""
         raise NotImplementedError(f"{self.name} roots are not tuned yet")

@@ -477,6 +477,9 @@ class ConvolutionKind(RootOpKind):
     def recognise(self, op: ir.Operation, site: DispatchSite):
         return read_convolution(op, site) or read_pointwise(op, site) or read_strided(op, site)
 
+    def has_kernel(self, problem) -> bool:
+        return problem.op_form
+
     def kernel_module(self, problem: ConvolutionProblem, target, point) -> str:
         """An op-form convolution alone (IREE's default build of it; the Triton points write
         their own modules). A dispatch's convolution is timed on IREE's dispatch."""

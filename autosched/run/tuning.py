@@ -182,6 +182,9 @@ class Tuning:
             log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
             self._choose_check(search)
             self._prepare_check(search)
+            if search.result.stopped:  # no answer of it can be checked: not even timed
+                self.book.warn(search.result.stopped, progress)
+                return search
         log_problem(log, search)
         earlier = self.book.earlier(search, progress) if self.resume else []
         baseline = next((t for t in earlier if t.baseline and t.ok), None)
@@ -253,8 +256,15 @@ class Tuning:
         else:
             check = self._default_answer(search, entry, search.problem.name)
         if isinstance(check, RunFailed):
-            self.log.write(
-                f"the dispatch check could not run ({check}): answers checked on the kernel"
+            problem = search.problem
+            if kind_of(problem).has_kernel(problem):
+                self.log.write(
+                    f"the dispatch check could not run ({check}): answers checked on the kernel"
+                )
+                return
+            search.result.stopped = (
+                f"{problem.name}: the dispatch check could not run ({check}) and a "
+                f"{problem.kind} has no kernel of its own to check answers on: not searched"
             )
             return
         search.check = check
@@ -341,8 +351,9 @@ class Tuning:
         told; `modules` when `finish_all` built them first) and names the winner."""
         if not search.result.search_s:
             search.result.search_s = time.perf_counter() - search.started
-        if search.state is None:
-            search.result.baseline_ms = search.result.baseline.median_ms
+        if search.state is None:  # nothing searched (not even timed: `_prepare_check`)
+            baseline = search.result.baseline
+            search.result.baseline_ms = baseline.median_ms if baseline else None
         else:
             self._retime(search, bench or self.executor.primary, modules)
         with self.lock:
