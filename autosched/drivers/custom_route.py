@@ -6,6 +6,7 @@ CUDA target, `targets/cuda_custom.py`; the rewrite in `model/substitution.py`)."
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import partial
 
 import click
@@ -55,22 +56,51 @@ def search_custom_kernels(
     return {name: r for name, p in covered.items() for r in results if r.problem is p}
 
 
+@dataclass(frozen=True)
+class OpFormRoute:
+    """A custom family that replaces a kind's ops before dispatches are formed."""
+
+    kind: str  # the root-op kind whose op forms it searches
+    label: str  # what run.log calls it
+    knob: str  # the cfg knob whose list may leave it out
+    choice: str  # the family's value of that knob
+    available: str  # the kind's target method that says why the family cannot run here
+
+
+FLASH_ROUTE = OpFormRoute(
+    "attention", "flash-attention kernels", "kernel", "flash", "flash_available"
+)
+CONVOLUTION_ROUTE = OpFormRoute(
+    "convolution", "Triton convolution kernels", "conv_kernel", "triton", "triton_available"
+)
+
+
+def searched_kind(tuning: Tuning, problems: list[ModelProblem], route: OpFormRoute) -> list:
+    """The kind's dispatch problems when its family may be searched here; none (and why, in
+    run.log) when the target, Triton or the cfg rule it out."""
+    found = [e.problem for e in problems if e.problem.kind == route.kind]
+    if not found or not tuning.target.tunes(route.kind):
+        return []
+    view = tuning.target.for_kind(route.kind)
+    why = getattr(view, route.available, lambda: f"no {route.label} on this target")()
+    if route.choice not in tuning.config.knob_space.get(route.knob, [route.choice]):
+        why = f"the cfg's `{route.knob}` list leaves them out"
+    if why:
+        tuning.log.write(f"{route.label} not searched: {why}")
+        return []
+    return found
+
+
 def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
     """Flow attention name -> its op form, for each attention the flash family can replace
     (the model lowered once more, to where the rewrite applies); why not, in run.log."""
     from autosched.model.attention_ops import ambiguous, model_attentions, paired
 
     target, log = tuning.target, tuning.log
-    attentions = [e.problem for e in problems if e.problem.kind == "attention"]
-    if not attentions or not target.tunes("attention"):
+    attentions = searched_kind(tuning, problems, FLASH_ROUTE)
+    if not attentions:
         return {}
     view = target.for_kind("attention")
-    why = getattr(view, "flash_available", lambda: "no flash family")()
-    if "flash" not in tuning.config.knob_space.get("kernel", ["flash"]):
-        why = "the cfg's `kernel` list leaves them out"
-    if why:
-        log.write(f"flash-attention kernels not searched: {why}")
-        return {}
     folder = os.path.join(tuning.config.work_dir, "model", "attention")
     ops = model_attentions(model_path, target.compile_flags(), folder)
     forms = {}
@@ -92,16 +122,10 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
     from autosched.model.convolution_ops import model_convolutions, paired
 
     target, log = tuning.target, tuning.log
-    convolutions = [e.problem for e in problems if e.problem.kind == "convolution"]
-    if not convolutions or not target.tunes("convolution"):
+    convolutions = searched_kind(tuning, problems, CONVOLUTION_ROUTE)
+    if not convolutions:
         return {}
     view = target.for_kind("convolution")
-    why = getattr(view, "triton_available", lambda: "no Triton convolution family")()
-    if "triton" not in tuning.config.knob_space.get("conv_kernel", ["triton"]):
-        why = "the cfg's `conv_kernel` list leaves them out"
-    if why:
-        log.write(f"Triton convolution kernels not searched: {why}")
-        return {}
     folder = os.path.join(tuning.config.work_dir, "model", "convolution")
     ops = model_convolutions(model_path, target.compile_flags(), folder)
     forms, taken = {}, set()
