@@ -119,7 +119,7 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
     os.makedirs(directory, exist_ok=True)
     if bare_attention(problem):
         return attention_data(problem, directory, seed)
-    if getattr(problem, "op_form", False):
+    if bare_convolution(problem):
         return convolution_data(problem, directory, seed)
     if problem.kind != "matmul":
         return dispatch_only_data(directory)
@@ -146,6 +146,11 @@ def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> 
 def bare_attention(problem) -> bool:
     """An attention in its op form: checked on its own module against numpy."""
     return problem.kind == "attention" and problem.form == "op"
+
+
+def bare_convolution(problem) -> bool:
+    """A convolution in its op form: checked on its own module against numpy."""
+    return problem.kind == "convolution" and problem.op_form
 
 
 def _random_inputs(operands, directory: str, rng) -> tuple[list[np.ndarray], list[str]]:

@@ -34,12 +34,12 @@ from autosched.targets.cuda_custom import CUSTOM_ARCHS, WARP
 
 IREE, TRITON = "iree", "triton"  # the `conv_kernel` knob
 # The Triton family's first points (pixels, output channels, input channels per step,
-# warps, stages): the best of benchmarks/conv_kernels.py's six on resnet50's convolutions on
-# the H200 (results/h200_conv_kernels.md), most often first; a 32-channel step for images
-# of a few channels (the 7x7 stem's 3).
+# warps, stages): the best of benchmarks/conv_kernels.py's six on resnet50's 23 convolutions
+# on the H200 (benchmarks/results/h200_conv/conv_kernels_session18.md), most often first
+# (9, 7, 5, 1 and 1 of them); a 32-channel step for images of a few channels (the stem's 3).
 TRITON_STARTING = (
-    (64, 128, 64, 4, 3),
     (64, 64, 64, 4, 4),
+    (64, 128, 64, 4, 3),
     (128, 128, 64, 8, 3),
     (128, 64, 64, 4, 3),
     (128, 256, 64, 8, 3),
