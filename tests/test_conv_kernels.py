@@ -117,6 +117,15 @@ def test_resnet18s_convolutions_are_replaced_before_dispatches_form(resnet18_rew
     assert len(ops) == 11 and sum(len(op.sites) for op in ops) == 20
     assert [op.form for op in ops].count(POINTWISE) == 3
     assert replaced == 20  # every convolution of the model runs a Triton kernel
+    # ... that stores f16 itself, in place of the conv's f32 result and its truncf
+    from iree.compiler import ir
+
+    from autosched.ir_walk import walk_ops
+
+    module = ir.Module.parseFile(rewritten, ir.Context())
+    externs = [op for op in walk_ops(module.operation) if op.name == "hal.dispatch.extern"]
+    outputs = {str(ir.RankedTensorType(op.results[0].type).element_type) for op in externs}
+    assert outputs == {"f16"}
     flags = [*target.compile_flags(), RESUME_FLAG]
     built = compile_one(CompileJob(rewritten, str(folder / "model.vmfb"), flags), 600)
     assert built.status == "ok", built.message

@@ -72,19 +72,22 @@ class Substitute:
     chains: tuple[ReshapeChain, ...] = ()
 
 
-def narrow_params(params: KernelParams) -> KernelParams:
+def narrow_params(params):
     """The narrow kernel's point: shares of K add up in C, so one that writes f16 or bf16
-    runs its K whole."""
-    return dataclasses.replace(params, split_k=1)
+    runs its K whole (a convolution's kernel never splits K)."""
+    if isinstance(params, KernelParams):
+        return dataclasses.replace(params, split_k=1)
+    return params
 
 
 def narrowed(problem: MatmulProblem) -> MatmulProblem | None:
     """The problem with its output in its input type, when its f32 output may be followed
     by a truncf to that type; None otherwise."""
-    if problem.acc_type != NARROW_FROM or unsupported(problem):
+    why = igemm.unsupported if problem.kind == "convolution" else unsupported
+    if problem.acc_type != NARROW_FROM or why(problem):
         return None
     narrow = dataclasses.replace(problem, acc_type=problem.lhs_type, sites=[])
-    return None if unsupported(narrow) else narrow
+    return None if why(narrow) else narrow
 
 
 def substitutable(problem: MatmulProblem) -> str | None:
@@ -113,21 +116,21 @@ def _matcher(index: int, problem: MatmulProblem, layout: StoredLayout | None = N
             f"    %init = transform.get_producer_of_operand %op[2] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
             *transposed,
-            *_image_matcher(problem),
+            *_image_matcher(problem, "%op"),
             f"    transform.yield {', '.join(yielded)} : {', '.join([ANY_OP] * len(yielded))}",
             "  }",
         ]
     )
 
 
-def _image_matcher(problem) -> list[str]:
+def _image_matcher(problem, handle: str) -> list[str]:
     """A convolution's image type (its padded extents; the spec's sizes are the loops'):
     the kernel's function takes that type alone."""
     if problem.kind != "convolution":
         return []
     (image, _), _ = igemm.operand_tensor_types(problem)
     return [
-        f"    %conv_image = transform.get_operand %op[0] : ({ANY_OP}) -> {ANY_VALUE}",
+        f"    %conv_image = transform.get_operand {handle}[0] : ({ANY_OP}) -> {ANY_VALUE}",
         f"    transform.iree.match.cast_compatible_type %conv_image = {image} : {ANY_VALUE}",
     ]
 
@@ -175,7 +178,7 @@ def _narrow_matcher(
     where the contraction's B is a stored weight's transpose, yielded third). With `chain`
     (its index and itself), the truncf reads the contraction through that chain's reshapes
     and has its shape."""
-    rank = len(chain[1].shape) if chain else len(problem.acc_shape)
+    rank = len(chain[1].shape) if chain else len(problem.output_shape)
     dims = ", ".join(f"d{i}" for i in range(rank))
     identity = f"affine_map<({dims}) -> ({dims})>"
     shape = list(chain[1].shape) if chain else ["?"] * rank
@@ -205,14 +208,15 @@ def _narrow_matcher(
             match_contraction(problem, "%mm").rstrip("\n"),
             # The truncf is the contraction's only user: else its f32 result is still needed.
             f"    transform.match.structured %mm : {ANY_OP} {{",
-            f"    ^bb2(%s: {ANY_OP}):",
-            f"      %user = transform.match.structured.result %s[0] single"
+            f"    ^bb2(%produced: {ANY_OP}):",
+            f"      %user = transform.match.structured.result %produced[0] single"
             f" : ({ANY_OP}) -> {ANY_OP}",
             "      transform.match.structured.yield",
             "    }",
             f"    %init = transform.get_producer_of_operand %mm[2] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
             *(transpose_matcher("%mm", problem, layout) if layout else []),
+            *_image_matcher(problem, "%mm"),
             f"    transform.yield {', '.join(yielded)} : {handles}",
             "  }",
         ]
@@ -308,7 +312,7 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
 def _reshaped_functions(name: str, w: Substitute) -> list[str]:
     """For each reshape chain of a narrowed winner: its narrow kernel (and the one that
     reads the weight as stored) with the result reshaped to the truncf's shape."""
-    if w.narrow is None:
+    if w.narrow is None or not w.chains:
         return []
     narrow_type = w.narrow[0].acc_type
     result = tensor_type(w.problem.acc_shape, narrow_type)
@@ -345,6 +349,8 @@ def _narrow_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
             if layout is None:
                 function, params, sources = f"{prefix}_narrow", ["%op", "%mm"], [("%mm", "0, 1")]
                 callees = (function,) if chain else ()
+                if w.problem.kind == "convolution":  # its function calls its kernel
+                    callees = (f"{function}_kernel",)
             else:
                 function, params = f"{prefix}_narrow_stored", ["%op", "%mm", "%t"]
                 sources = [("%mm", "0"), ("%t", "0")]
@@ -458,7 +464,11 @@ def write_substitution(
         if problem.kind == "convolution":
             params = triton_params(point)
             binary = igemm.compile_kernel(problem, params, target.arch, ptx)
-            kept.append(Substitute(problem, params, binary))
+            narrow = narrowed(problem)
+            if narrow is not None:
+                ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
+                narrow = (narrow, igemm.compile_kernel(narrow, params, target.arch, ptx))
+            kept.append(Substitute(problem, params, binary, narrow))
             continue
         params = KernelParams.from_point(point)
         binary = compile_ptx(problem, params, target.arch, ptx)
