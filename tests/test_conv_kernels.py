@@ -112,6 +112,7 @@ def resnet18_rewritten(tmp_path_factory):
     return target, ops, rewritten, replaced, folder
 
 
+@pytest.mark.slow  # resnet18 lowered, rewritten and built for sm_90 (25 s)
 def test_resnet18s_convolutions_are_replaced_before_dispatches_form(resnet18_rewritten):
     target, ops, rewritten, replaced, folder = resnet18_rewritten
     assert len(ops) == 11 and sum(len(op.sites) for op in ops) == 20
@@ -131,6 +132,7 @@ def test_resnet18s_convolutions_are_replaced_before_dispatches_form(resnet18_rew
     assert built.status == "ok", built.message
 
 
+@pytest.mark.slow  # resnet18 lowered, rewritten and built for sm_90 (25 s)
 def test_each_dispatch_convolution_pairs_with_its_op_form(resnet18_rewritten):
     from test_cuda_convolution import analysed
 
