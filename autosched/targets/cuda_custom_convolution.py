@@ -94,7 +94,6 @@ def kernel_operands(problem: ConvolutionProblem) -> list[tuple[list[int], list[i
     aligned). The permutation is the identity for an NHWC convolution."""
     names = image_order(problem)
     extents = dict(zip(names, problem.image_shape, strict=True))
-    extents.setdefault("h", 1)
     image_permutation = [names.index(r) for r in IMAGE_ORDER if r in names]
     filter_roles = list(problem.operand_roles(1))
     filter_permutation = [filter_roles.index(r) for r in FILTER_ORDER if r in filter_roles]
@@ -140,14 +139,11 @@ def layout_constants(problem: ConvolutionProblem) -> dict[str, int]:
     }
 
 
-def _flat(constants: dict[str, int], prefix: str, step_h: int, step_w: int) -> bool:
-    """Whether an operand's pixels are one dense raster: pixel p at p times its column
-    stride (an output's, or a 1x1 image read at stride 1)."""
-    ow = constants["OW"]
-    return (
-        constants["OH"] == 1
-        or step_h * constants[f"{prefix}h"] == ow * step_w * constants[f"{prefix}w"]
-    )
+def _flat(constants: dict[str, int], prefix: str, step_h: int) -> bool:
+    """Whether an operand's pixels are one dense raster, rows `step_h` apart: pixel p at p
+    times its column stride (an output's, or a 1x1 image read at column stride 1)."""
+    row, column = constants[f"{prefix}h"], constants[f"{prefix}w"]
+    return constants["OH"] == 1 or step_h * row == constants["OW"] * column
 
 
 def _constants(problem: ConvolutionProblem, params: ConvParams) -> dict:
@@ -159,9 +155,9 @@ def _constants(problem: ConvolutionProblem, params: ConvParams) -> dict:
         constants["KW"] = 1
     window = constants["KH"] * constants["KW"] == 1
     constants["FLAT_X"] = (
-        window and constants["SW"] == 1 and _flat(constants, "sx", constants["SH"], 1)
+        window and constants["SW"] == 1 and _flat(constants, "sx", constants["SH"])
     )
-    constants["FLAT_O"] = _flat(constants, "so", 1, 1)
+    constants["FLAT_O"] = _flat(constants, "so", 1)
     pixels = constants["OH"] * constants["OW"]
     constants |= {
         "P": pixels,
