@@ -46,6 +46,7 @@ def test_device_lists_that_are_refused(devices, gpus, message):
         measuring_devices(RunConfig(target="cuda", devices=devices), "cuda", Machine(gpus))
 
 
+@pytest.mark.slow  # 15 s: run after the README's test command
 def test_a_run_on_two_devices_measures_each_point_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))

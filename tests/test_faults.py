@@ -453,6 +453,7 @@ def test_corrupt_database_lines_are_skipped_with_a_warning(tuning):
     assert_once_each(tuning)
 
 
+@pytest.mark.slow  # 15 s: run after the README's test command
 def test_torn_last_line_does_not_eat_the_next_record(tuning):
     tuning.configure(n_trial=2)
     assert tuning.run().returncode == 0

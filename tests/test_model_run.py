@@ -305,6 +305,7 @@ def test_cfg_lists_that_empty_a_space_give_way_and_say_so(folder):
         assert "tuned model: iree-import-onnx gemm_matmul_transpose.onnx -o" in result.output
 
 
+@pytest.mark.slow  # 15 s: run after the README's test command
 def test_progress_lines_when_the_output_is_not_a_terminal(folder):
     """Piped or logged (CI, `| tee`), the bar cannot redraw: lines say how far the run is,
     the last one at the end of the work (issue 26)."""
