@@ -409,6 +409,7 @@ def test_verifier_faults_stay_within_run_timeout(tuning, fault, status):
 # ----- neighbours and the database --------------------------------------------------------
 
 
+@pytest.mark.slow  # 12-16 s: run after the README's test command
 def test_second_run_on_the_same_folder_is_refused(tuning):
     tuning.wrap("AUTOSCHED_IREE_COMPILE", HANG_COMPILE, real_compiler())
     first = tuning.start()
@@ -621,6 +622,7 @@ def roomy_disk(tmp_path):
     yield from mounted_tmpfs(tmp_path / "roomy", "80m")
 
 
+@pytest.mark.slow  # 12-16 s: run after the README's test command
 def test_a_temporary_folder_that_fills_mid_run_ends_it_recording_nothing_false(tuning, roomy_disk):
     """Issue 27 item 13: TMPDIR fills after two builds. The build that then fails is no
     compile error of its candidate's: the run ends with one Error: line naming the folder,

@@ -286,6 +286,7 @@ vec_k = [1, 4, 8]
 """
 
 
+@pytest.mark.slow  # 12-16 s: run after the README's test command
 def test_cfg_lists_that_empty_a_space_give_way_and_say_so(folder):
     """The shipped cfg's CPU tiles cannot divide 8x24 and 16x24: the dry run and the run say
     so on the console, the knobs are generated from the problem instead, the budget is spent,

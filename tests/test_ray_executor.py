@@ -187,6 +187,7 @@ def test_a_killed_actor_loses_nothing(tmp_path, cluster):
     assert "died measuring" in log and "queued again" in log
 
 
+@pytest.mark.slow  # 12-16 s: run after the README's test command
 def test_a_private_cluster_of_this_host(tmp_path):
     """`--ray-address local`: Ray starts a cluster for this run alone and stops it after."""
     folder = _project(tmp_path / "private")
