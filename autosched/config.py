@@ -52,8 +52,9 @@ class RunConfig:
     budget: int = 0  # models: total trials over all problems; 0: from the mode
     time_budget: float = 0.0  # models: wall-clock minutes for the search; 0: no limit
     # models: auto: a layout the target needs is chosen before the dispatches are read
-    # (model/layouts.py: strided 1x1 convolutions as slices on CUDA); strided: that layout on
-    # any target; none: the model as given
+    # (model/layouts.py: strided 1x1 convolutions as slices on CUDA, and NHWC convolutions
+    # where the Triton convolution kernels are searched); strided: the slices on any target;
+    # channels_last: the slices and NHWC convolutions (IREE's conversion); none: as given
     layout: str = "auto"
     # [Benchmark]
     repetitions: int = 5
@@ -142,7 +143,7 @@ EXECUTORS = ("local", "ray")
 STARTING_POINTS = ("target", "none")
 HISTORIES = ("database", "none")
 DISPATCH_TABLES = ("all", "none")
-LAYOUTS = ("auto", "strided", "none")
+LAYOUTS = ("auto", "strided", "channels_last", "none")
 _CHOICES = {
     "target": TARGETS,
     "tuner": TUNERS,

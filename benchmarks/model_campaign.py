@@ -90,6 +90,7 @@ run_timeout = 20
 tuner = xgboost
 batch_size = {batch}
 n_trial = {n_trial}
+layout = {layout}
 [Benchmark]
 repetitions = 3
 min_time = {min_time}
@@ -412,6 +413,9 @@ def main() -> None:
     )
     parser.add_argument("--n-trial", type=int, default=32, help="[SearchStrategy] n_trial")
     parser.add_argument("--time-budget", type=float, help="minutes of search per model")
+    parser.add_argument(
+        "--layout", default="auto", help="[SearchStrategy] layout, e.g. channels_last"
+    )
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -440,6 +444,7 @@ def main() -> None:
                     devices=options.devices,
                     custom=CUSTOM_CFG if options.custom else IREE_ONLY_CFG,
                     n_trial=options.n_trial,
+                    layout=options.layout,
                 )
             )
         code, wall, _ = run_autosched(folder, model_path, options.budget, options.time_budget)

@@ -206,3 +206,57 @@ def test_a_triton_point_and_the_default_compile_through_the_runs_own_jobs(tmp_pa
     assert "hal.dispatch.extern" in (tmp_path / "triton.mlir").read_text()
     data = make_problem_data(problem, str(tmp_path / "data"))
     assert len(data.inputs) == 2 and data.reference.shape == tuple(problem.output_shape)
+
+
+@pytest.fixture(scope="module")
+def resnet18_channels_last(tmp_path_factory):
+    """resnet18 in the channels-last layout (`layout = channels_last`), and its op forms."""
+    from autosched.model.layouts import choose_layout
+
+    folder = tmp_path_factory.mktemp("resnet18_cl")
+    target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
+    layout = choose_layout(RESNET18, target.compile_flags(), str(folder), 0, channels_last=True)
+    ops = model_convolutions(layout.source, target.compile_flags(), str(folder))
+    return target, layout, ops, folder
+
+
+def test_in_the_channels_last_layout_the_kernels_take_every_operand_as_it_is(
+    resnet18_channels_last,
+):
+    """IREE's conversion and transpose propagation leave each convolution an NHWC image and
+    a filter the kernel reads as stored where a channel dim is contiguous (pointwise ones):
+    the kernel's function transposes no image and no pointwise filter on each call."""
+    from autosched.targets import cuda_custom_convolution as family
+
+    _, layout, ops, _ = resnet18_channels_last
+    assert layout.channels_last and "NHWC" in layout.describe()
+    assert sum(len(op.sites) for op in ops) == 20  # every convolution has its op form
+    for op in ops:
+        (_, image_permutation), (_, filter_permutation) = family.kernel_operands(op)
+        assert image_permutation == sorted(image_permutation), op.name
+        if op.form == POINTWISE:
+            assert filter_permutation == sorted(filter_permutation), op.name
+            assert family.filter_order(op) == ["f", "c"]
+
+
+@pytest.mark.gpu
+def test_the_kernels_give_numpys_answer_on_channels_last_op_forms(resnet18_channels_last, tmp_path):
+    """A window and a pointwise op form of the channels-last resnet18 (the pointwise one
+    reads its F x C filter as stored) against numpy through IREE on the GPU."""
+    from autosched.targets import cuda_custom_convolution as family
+    from autosched.targets.cuda_custom import extern_module_text
+
+    target, _, ops, _ = resnet18_channels_last
+    chosen = [next(op for op in ops if op.form == form) for form in ("window", POINTWISE)]
+    for problem in chosen:
+        image, kernel = _operands(problem)
+        expected = reference(problem, image.astype(np.float64), kernel.astype(np.float64))
+        params = family.ConvParams(64, 64, 32, 4, 3)
+        binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "k.ptx"))
+        executable = target.executable_target()
+        body = family.extern_function(problem, params, binary, executable, "main")
+        vmfb = compiler.compile_str(
+            extern_module_text(executable, body), extra_args=target.compile_flags()
+        )
+        out = _run(vmfb, "cuda", image, kernel)
+        assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max(), problem.name

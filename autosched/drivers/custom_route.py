@@ -42,6 +42,8 @@ def search_custom_kernels(
     }
     covered |= flash_forms(tuning, problems, model_path)
     covered |= convolution_forms(tuning, problems, model_path)
+    # A convolution IREE collapsed into a matmul: only its op form's kernel replaces it.
+    covered = {name: problem for name, problem in covered.items() if problem is not None}
     if not covered:
         return {}
     click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
@@ -118,7 +120,9 @@ def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -
 
 def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
     """Dispatch convolution name -> its op form, for each convolution the Triton
-    implicit-GEMM family can replace (each op form once); why not, in run.log."""
+    implicit-GEMM family can replace (each op form once); why not, in run.log. A matmul
+    dispatch that is a convolution IREE collapsed (a channels-last pointwise one) maps to
+    its op form, or to None where that form is not searched for it."""
     from autosched.model.convolution_ops import model_convolutions, paired
 
     target, log = tuning.target, tuning.log
@@ -128,14 +132,21 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
     view = target.for_kind("convolution")
     folder = os.path.join(tuning.config.work_dir, "model", "convolution")
     ops = model_convolutions(model_path, target.compile_flags(), folder)
+    # IREE collapses a channels-last pointwise convolution into a matmul dispatch: its op
+    # form is still a convolution, which only this family's kernel replaces.
+    collapsed = [e.problem for e in problems if e.problem.kind == "matmul"]
     forms, taken = {}, set()
-    for flow in convolutions:
+    for flow in [*convolutions, *collapsed]:
         op = paired(flow, ops)
+        if op is None and flow.kind == "matmul":
+            continue
         why = "no convolution op at its location" if op is None else view.triton_unavailable(op)
         if why is None and op._key() in taken:
             why = "its op form is searched for another dispatch"
         if why:
             log.write(f"{flow.name}: no Triton convolution kernel: {why}")
+            if flow.kind == "matmul":
+                forms[flow.name] = None
             continue
         log.write(f"{flow.name}: Triton convolution kernels searched on its op form {op.name}")
         taken.add(op._key())

@@ -15,6 +15,15 @@ strided view: the same dispatches (resnet50: 41), the same answers. The model is
 IREE's `input` phase, the barriers are placed with the bindings, and the module is written as
 bytecode: every later compile (dispatches, candidates, checks, the tuned model) starts from it
 as from the user's model. IREE's default of the user's model stays the proof's baseline.
+
+**Channels-last** (`layout = channels_last`). torch exports NCHW images and FCHW filters; a
+convolution that reads a shifted filter tap of an NCHW image reads no aligned row, and a
+kernel that wants channels-last must transpose every image on every call. IREE's own
+`iree-preprocessing-convert-conv-to-channels-last` (run here with iree-opt, before the
+barriers: a barrier stops the transposes from cancelling) turns each convolution NHWC with transposes around it, and IREE's transpose
+propagation cancels them between convolutions: resnet50 keeps one transpose (its input
+image), and its convolutions read NHWC images and write NHWC outputs, fused with their
+batch norms as before.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
+from autosched import processes
+from autosched.errors import UserError
 from autosched.ir_walk import walk_ops
-from autosched.model.lowering import lower_to_phase
+from autosched.model.lowering import LOWERING_TIMEOUT, lower_to_phase
 
 LAYOUT_PHASE = "input"  # where the convolutions are still named ops with their strides
 # Named 2-D convolutions and where their filter's window dims are.
@@ -36,6 +47,7 @@ WINDOW_DIMS = {
     "linalg.conv_2d_nhwc_hwcf": (0, 1),
 }
 BARRIER = "util.optimization_barrier"
+CHANNELS_LAST = "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ class ModelLayout:
     source: str  # the user's model, or the rewritten one
     original: str  # the user's model (as the target needs it): IREE's default is built from it
     strided_slices: int = 0  # strided 1x1 convolutions IREE formed as reductions
+    channels_last: bool = False  # convolutions turned NHWC by IREE's preprocessing pass
 
     @property
     def changed(self) -> bool:
@@ -53,11 +66,21 @@ class ModelLayout:
     def describe(self) -> str:
         if not self.changed:
             return ""
+        changes = []
+        if self.strided_slices:
+            changes.append(
+                f"{self.strided_slices} strided 1x1 convolution(s) that IREE forms as "
+                "reductions read their input through a strided slice instead, as pointwise "
+                "convolutions (IREE's own convert-strided-contraction-to-contraction, their "
+                "input behind a barrier)"
+            )
+        if self.channels_last:
+            changes.append(
+                "convolutions read NHWC images (IREE's convert-conv-to-channels-last; its "
+                "transpose propagation cancels the transposes between them)"
+            )
         return (
-            f"layout: {self.strided_slices} strided 1x1 convolution(s) that IREE forms as "
-            "reductions read their input through a strided slice instead, as pointwise "
-            "convolutions (IREE's own convert-strided-contraction-to-contraction, their "
-            f"input behind a barrier); IREE's default of the model as given stays the "
+            f"layout: {'; '.join(changes)}; IREE's default of the model as given stays the "
             f"baseline ({self.source}; `layout = none` keeps the model as given)"
         )
 
@@ -107,23 +130,48 @@ def _lowered(model_path: str, flags: Sequence[str], work_dir: str) -> str:
     return lower_to_phase(model_path, flags, LAYOUT_PHASE, out, work_dir, elide=False)
 
 
+def to_channels_last(path: str, out: str) -> None:
+    """Runs IREE's channels-last conversion on the module at `path` (IREE's input phase)."""
+    from autosched.compile import opt_path
+
+    command = [opt_path(), path, f"--pass-pipeline={CHANNELS_LAST}", "--mlir-print-debuginfo"]
+    command += ["-o", out]  # the ops keep the model's locations
+    finished = processes.run(command, LOWERING_TIMEOUT)
+    if finished.timed_out or finished.returncode != 0:
+        raise UserError(
+            f"{path}: IREE's channels-last conversion failed: "
+            f"{processes.describe_failure(finished, 'iree-opt')} (`layout = strided` or "
+            "`none` leaves the convolutions as they are)"
+        )
+
+
 def choose_layout(
-    model_path: str, flags: Sequence[str], work_dir: str, reductions: int
+    model_path: str,
+    flags: Sequence[str],
+    work_dir: str,
+    reductions: int,
+    channels_last: bool = False,
 ) -> ModelLayout:
     """The model with its strided 1x1 convolutions read through slices, where IREE forms
-    `reductions` of them as reductions (none: the model as it is)."""
+    `reductions` of them as reductions, and its convolutions channels-last when asked (none
+    of either: the model as it is)."""
     kept = ModelLayout(model_path, model_path)
-    if not reductions:
+    if not reductions and not channels_last:
         return kept
     os.makedirs(work_dir, exist_ok=True)
     lowered = _lowered(model_path, flags, work_dir)
+    if channels_last:  # first: a barrier before the conversion would keep its transposes
+        converted = os.path.join(work_dir, "model.channels_last.mlir")
+        to_channels_last(lowered, converted)
+        os.remove(lowered)
+        lowered = converted
     module = ir.Module.parseFile(lowered, ir.Context())
-    placed = place_barriers(module)
+    placed = place_barriers(module) if reductions else 0
     os.remove(lowered)
-    if not placed:
+    if not placed and not channels_last:
         return kept
     stem = os.path.splitext(os.path.basename(model_path))[0]
     out = os.path.join(work_dir, f"{stem}.layout.mlirbc")
     with open(out, "wb") as handle:
         module.operation.write_bytecode(handle)
-    return ModelLayout(out, model_path, reductions)
+    return ModelLayout(out, model_path, placed and reductions, channels_last)

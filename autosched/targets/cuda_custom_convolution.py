@@ -76,7 +76,8 @@ def _row_major(shape: list[int]) -> list[int]:
 
 
 IMAGE_ORDER = ("n", "h", "w", "c")  # the image as the kernel reads it: channels last
-FILTER_ORDER = ("kh", "kw", "c", "f")  # the filter: output channels contiguous
+FILTER_ORDER = ("kh", "kw", "c", "f")  # a filter stored FCHW: output channels contiguous
+CHANNELS = ("c", "f")  # a filter whose last dim is one of these is read as stored
 
 
 def image_order(problem: ConvolutionProblem) -> list[str]:
@@ -96,11 +97,22 @@ def kernel_operands(problem: ConvolutionProblem) -> list[tuple[list[int], list[i
     extents = dict(zip(names, problem.image_shape, strict=True))
     image_permutation = [names.index(r) for r in IMAGE_ORDER if r in names]
     filter_roles = list(problem.operand_roles(1))
-    filter_permutation = [filter_roles.index(r) for r in FILTER_ORDER if r in filter_roles]
+    kernel_roles = filter_order(problem)
+    filter_permutation = [filter_roles.index(r) for r in kernel_roles]
     return [
         ([extents[r] for r in IMAGE_ORDER if r in names], image_permutation),
-        ([problem.size(r) for r in FILTER_ORDER if r in filter_roles], filter_permutation),
+        ([problem.size(r) for r in kernel_roles], filter_permutation),
     ]
+
+
+def filter_order(problem: ConvolutionProblem) -> list[str]:
+    """The filter's dims as the kernel reads them: as stored where a channel dim is
+    contiguous (a pointwise filter, F x C, loads as a transposed B does: no transpose on
+    every call), else FILTER_ORDER."""
+    roles = list(problem.operand_roles(1))
+    if roles[-1] in CHANNELS:
+        return roles
+    return [r for r in FILTER_ORDER if r in roles]
 
 
 def layout_constants(problem: ConvolutionProblem) -> dict[str, int]:
@@ -110,7 +122,7 @@ def layout_constants(problem: ConvolutionProblem) -> dict[str, int]:
     kept = [r for r in IMAGE_ORDER if r in names]
     (image_shape, _), _ = kernel_operands(problem)
     x = dict(zip(kept, _row_major(image_shape), strict=True))
-    filter_roles = [r for r in FILTER_ORDER if r in problem.operand_roles(1)]
+    filter_roles = filter_order(problem)
     w = dict(zip(filter_roles, _row_major([problem.size(r) for r in filter_roles]), strict=True))
     out_roles = problem.output_roles
     o = dict(zip(out_roles, _row_major([problem.size(r) for r in out_roles]), strict=True))
