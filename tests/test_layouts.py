@@ -151,3 +151,29 @@ def test_a_run_with_the_strided_layout_proves_it_against_the_model_as_given(tmp_
     assert baseline.exists()
     if "tuned model:" in result.output:  # a spec, or the layout alone, was faster
         assert "generated/model/tv_resnet50_f16.layout.mlirbc" in result.output
+
+
+@pytest.mark.slow  # resnet50 converted, then built and run twice on the CPU (50 s)
+def test_where_triton_convolutions_are_searched_auto_turns_the_model_channels_last(tmp_path):
+    """On sm_90 with Triton the kernels read NHWC images: `layout = auto` converts the model
+    (IREE's pass, before the barriers) and it still computes the same outputs; a cfg that
+    narrows `conv_kernel` to IREE's keeps NCHW."""
+    pytest.importorskip("triton")
+    from autosched.drivers.model_run import triton_convolutions
+    from autosched.targets.host import Machine
+
+    hopper = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    assert triton_convolutions(hopper.config, hopper)
+    assert not triton_convolutions(CUDA.config, CUDA) and not triton_convolutions(CPU.config, CPU)
+    iree_only = RunConfig(target="cuda", arch="sm_90", search_space={"conv_kernel": ["iree"]})
+    assert not triton_convolutions(iree_only, hopper)
+    flags = hopper.compile_flags()
+    layout, analysis = laid_out(hopper.config, hopper, RESNET50, flags, str(tmp_path))
+    assert layout.channels_last and layout.strided_slices == 3
+    assert "NHWC" in layout.describe()
+    assert not [r for r in analysis.roots if getattr(r, "form", "") == STRIDED]
+    proof = prove(
+        layout.source, CPU.compile_flags(), None, "local-task", rounds=1,
+        default_model=RESNET50, work_dir=str(tmp_path / "proof"), min_time=0.0, repetitions=1,
+    )  # fmt: skip
+    assert proof.outputs_match and proof.tuned_ms, proof.message
