@@ -15,6 +15,7 @@ from iree import compiler, runtime
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.model.convolution_ops import model_convolutions, paired
+from autosched.model.epilogues import unambiguous, winners_epilogues
 from autosched.model.substitution import RESUME_FLAG, rewrite_model, write_substitution
 from autosched.ops.convolution import POINTWISE, nchw_problem, op_module_text, reference
 from autosched.outputs.records import problem_from_shape, problem_shape
@@ -106,7 +107,8 @@ def resnet18_rewritten(tmp_path_factory):
     view = target.for_kind("convolution")
     winners = [(op, view.starting_points(op)[0]) for op in ops]
     spec = str(folder / "custom.mlir")
-    assert write_substitution(spec, winners, target) == []
+    epilogues = winners_epilogues(RESNET18, target.compile_flags(), str(folder), ops)
+    assert write_substitution(spec, winners, target, None, epilogues) == []
     out = str(folder / "model.custom.mlir")
     rewritten, replaced = rewrite_model(RESNET18, spec, target.compile_flags(), out, 300)
     return target, ops, rewritten, replaced, folder
@@ -127,7 +129,18 @@ def test_resnet18s_convolutions_are_replaced_before_dispatches_form(resnet18_rew
     externs = [op for op in walk_ops(module.operation) if op.name == "hal.dispatch.extern"]
     outputs = {str(ir.RankedTensorType(op.results[0].type).element_type) for op in externs}
     assert outputs == {"f16"}
+    # ... and computes the batch norm, ReLU and residual add after it (model/epilogues.py):
+    # no elementwise op reads a convolution's result any more
+    from autosched.model.lowering import lower_to_dispatches
+
     flags = [*target.compile_flags(), RESUME_FLAG]
+    dispatches = lower_to_dispatches(rewritten, flags)
+    exports = [
+        str(op.attributes["sym_name"]) for op in walk_ops(dispatches.operation)
+        if op.name == "flow.executable.export"
+    ]  # fmt: skip
+    elementwise = [name for name in exports if "elementwise" in name]
+    assert all("elementwise_1024_" in name for name in elementwise), exports  # the pool's mean
     built = compile_one(CompileJob(rewritten, str(folder / "model.vmfb"), flags), 600)
     assert built.status == "ok", built.message
 
@@ -260,3 +273,43 @@ def test_the_kernels_give_numpys_answer_on_channels_last_op_forms(resnet18_chann
         )
         out = _run(vmfb, "cuda", image, kernel)
         assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max(), problem.name
+
+
+def test_each_convolution_of_resnet18_keeps_its_epilogue_in_its_kernel(
+    resnet18_channels_last, tmp_path
+):
+    """After IREE's elementwise fusion each convolution's batch norm, ReLU (and residual
+    add) is one generic: read as Triton statements (per-channel parameters, the residual in
+    the output's layout), and compiled into the kernel (PTX, no GPU)."""
+    pytest.importorskip("triton")
+    from autosched.ops.epilogue import CHANNEL, FULL
+    from autosched.targets import cuda_custom_convolution as family
+
+    target, layout, ops, folder = resnet18_channels_last
+    found = winners_epilogues(layout.source, target.compile_flags(), str(folder), ops)
+    assert all(found[op._key()] for op in ops)  # every convolution has one
+    epilogues = [e for op in ops for e in found[op._key()]]
+    kinds = {x.kind for e in epilogues for x in e.inputs}
+    assert {CHANNEL, FULL} <= kinds  # batch norm parameters, and a residual
+    relu = next(e for e in epilogues if any("tl.where" in s for s in e.statements))
+    assert relu.statements[-1].startswith("out = ") and relu.narrow == "f16"
+    op = next(op for op in ops if relu in found[op._key()])
+    params = family.ConvParams(64, 64, 32, 4, 3)
+    binary = family.compile_kernel(op, params, "sm_90", str(tmp_path / "e.ptx"), relu)
+    assert "wgmma" in open(binary.ptx_path).read()
+    assert binary.pointers >= 3 + len(relu.extras)  # the image, filter, extras and output
+
+
+def test_epilogues_the_spec_cannot_tell_apart_get_no_arm():
+    """Two epilogues of the same types but other statements (a ReLU, and none): the spec's
+    matcher sees only types, so neither is kept in a kernel; a third of other types is."""
+    from autosched.ops.epilogue import ACC, CHANNEL, Epilogue, EpilogueInput
+
+    acc = EpilogueInput(ACC, "tensor<2x4x4x8xf16>", "f16")
+    scale = EpilogueInput(CHANNEL, "tensor<8xf16>", "f16")
+    out = ("tensor<2x4x4x8xf16>", "f16", "f16")
+    relu = Epilogue((acc, scale), *out, ("v0 = a0 * a1", "out = tl.maximum(v0, 0.0)"))
+    plain = Epilogue((acc, scale), *out, ("v0 = a0 * a1", "out = v0"))
+    alone = Epilogue((acc,), *out, ("out = a0",))
+    assert unambiguous([relu, plain, alone]) == [alone]
+    assert unambiguous([relu, alone]) == [relu, alone]

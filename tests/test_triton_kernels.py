@@ -730,7 +730,7 @@ def test_a_runs_custom_spec_reads_the_models_reshapes(tmp_path):
     entry = ModelProblem(problem, contraction, result=found)
     spec = str(tmp_path / "results.custom.mlir")
     log = RunLog(str(tmp_path / "run.log"))
-    model_and_work = (model, str(tmp_path / "narrow"))
+    model_and_work = (model, str(tmp_path / "model"))
     assert write_custom_spec(spec, target, [entry], {problem.name: found}, log, model_and_work)
     text = open(spec).read()
     assert "@match_narrow_stored_0_r1" in text and "flow.tensor.reshape" in text

@@ -164,7 +164,8 @@ def write_custom_spec(
 ):
     """The custom kernels that beat both IREE's default kernel and the campaign's best
     dispatch time, as the spec that replaces their contractions; None when there are none.
-    `model` (its path and a work folder) lets narrow kernels reach truncfs behind reshapes."""
+    `model` (its path and the run's model folder) lets narrow kernels reach truncfs behind
+    reshapes, and convolution kernels keep their epilogues (model/epilogues.py)."""
     winners = []
     for entry in problems:
         result = custom_winner(entry, custom, target)
@@ -177,13 +178,22 @@ def write_custom_spec(
             )
             continue
         winners.append((result.problem, result.best.point))  # an attention's op form
-    chains = None
+    chains = epilogues = None
     if model is not None and any(narrowed(p) for p, _ in winners if p.kind == "matmul"):
         from autosched.model.narrow_reshapes import model_reshape_chains
 
-        chains = model_reshape_chains(model[0], target.compile_flags(), model[1])
+        folder = os.path.join(model[1], "narrow")
+        chains = model_reshape_chains(model[0], target.compile_flags(), folder)
+    convolutions = [p for p, _ in winners if p.kind == "convolution"]
+    if model is not None and convolutions:
+        from autosched.model.epilogues import winners_epilogues
+
+        folder = os.path.join(model[1], "convolution")  # where convolution_forms read them
+        epilogues = winners_epilogues(model[0], target.compile_flags(), folder, convolutions)
+        found = sum(len(e) for e in epilogues.values())
+        log.write(f"convolution epilogues kept in their kernels: {found}")
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
-        for why in write_substitution(path, winners, target, chains):
+        for why in write_substitution(path, winners, target, chains, epilogues):
             log.write(f"not substituted: {why}")
     return path if os.path.exists(path) else None
 

@@ -352,7 +352,7 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
         problems,
         custom,
         tuning.log,
-        (model_path, os.path.join(config.work_dir, "model", "narrow")),
+        (model_path, os.path.join(config.work_dir, "model")),
     )
     spec_path, applied, proof = spec_never_slower(tuning, layout, paths, problems, custom_spec)
     report.problems = problem_rows(problems, applied)

@@ -7,6 +7,11 @@ neighbours (the pad, the folded batch norm, ReLU) into the dispatch later, and m
 it (a pointwise convolution's image loops collapsed), so the problem found at `flow` and the
 op replaced here are two forms of one convolution. They are paired by the op's location and
 its work: torchvision's blocks call one line for convolutions of every stage.
+
+The module is read after IREE's own elementwise fusion (`ELEMENTWISE_FUSION`, the pass
+dispatch creation runs first), which the substitution spec runs too: a batch norm, ReLU and
+residual add after a convolution are then one `linalg.generic` (its epilogue,
+`model/epilogues.py`), and a filter's transpose is folded into the convolution's map.
 """
 
 from __future__ import annotations
@@ -16,19 +21,43 @@ from dataclasses import replace
 
 from iree.compiler import ir
 
+from autosched import processes
 from autosched.ir_walk import walk_ops
 from autosched.model.attention_ops import OP_PHASE
-from autosched.model.lowering import lower_to_phase, source_location
+from autosched.model.lowering import LOWERING_TIMEOUT, lower_to_phase, source_location
 from autosched.ops.base import DispatchSite
 from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionKind, ConvolutionProblem
 
+ELEMENTWISE_FUSION = "iree-dispatch-creation-elementwise-op-fusion"
+FUSED_MODEL = "model.fused.mlir"  # the module the op forms (and their epilogues) are read from
+
 
 def model_convolutions(model_path: str, compile_flags, work_dir: str) -> list[ConvolutionProblem]:
-    """The model's window and pointwise convolutions at OP_PHASE, as op-form problems."""
+    """The model's window and pointwise convolutions at OP_PHASE after IREE's elementwise
+    fusion, as op-form problems; the fused module stays in `work_dir` (FUSED_MODEL)."""
+    from autosched.compile import opt_path
+
     os.makedirs(work_dir, exist_ok=True)
     saved = os.path.join(work_dir, f"model.{OP_PHASE}.mlir")
     path = lower_to_phase(model_path, compile_flags, OP_PHASE, saved, work_dir)
-    return op_convolutions(ir.Module.parseFile(path, ir.Context()))
+    fused = os.path.join(work_dir, FUSED_MODEL)
+    pipeline = f"builtin.module(util.func({ELEMENTWISE_FUSION}))"
+    command = [opt_path(), path, f"--pass-pipeline={pipeline}", "--mlir-print-debuginfo"]
+    finished = processes.run([*command, "-o", fused], LOWERING_TIMEOUT)
+    if finished.timed_out or finished.returncode != 0:
+        raise RuntimeError(processes.describe_failure(finished, "iree-opt"))
+    return op_convolutions(ir.Module.parseFile(fused, ir.Context()))
+
+
+def op_convolution(op: ir.Operation, kind: ConvolutionKind) -> ConvolutionProblem | None:
+    """The op-form problem of a window or pointwise convolution op (one site: its own)."""
+    if op.name != "linalg.generic" and not op.name.startswith("linalg.conv"):
+        return None
+    site = DispatchSite("", "", 1, (), source_location(op.location))
+    problem = kind.recognise(op, site)
+    if not isinstance(problem, ConvolutionProblem) or problem.form not in (WINDOW, POINTWISE):
+        return None
+    return replace(problem, op_form=True, sites=[site])
 
 
 def op_convolutions(module: ir.Module) -> list[ConvolutionProblem]:
@@ -37,13 +66,10 @@ def op_convolutions(module: ir.Module) -> list[ConvolutionProblem]:
     kind = ConvolutionKind()
     found: dict[str, ConvolutionProblem] = {}
     for op in walk_ops(module.operation):
-        if op.name != "linalg.generic" and not op.name.startswith("linalg.conv"):
+        problem = op_convolution(op, kind)
+        if problem is None:
             continue
-        site = DispatchSite("", "", 1, (), source_location(op.location))
-        problem = kind.recognise(op, site)
-        if not isinstance(problem, ConvolutionProblem) or problem.form not in (WINDOW, POINTWISE):
-            continue
-        problem = replace(problem, op_form=True, sites=[site])
+        site = problem.sites[0]
         same = found.setdefault(problem._key(), problem)
         if same is not problem:
             same.sites.append(site)

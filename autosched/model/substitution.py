@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autosched import processes
+from autosched.model.convolution_ops import ELEMENTWISE_FUSION
 from autosched.model.narrow_reshapes import ReshapeChain, chain_matcher_lines, reshaped_function
 from autosched.model.stored_weights import (
     StoredLayout,
@@ -40,6 +41,7 @@ from autosched.model.stored_weights import (
     wrapper_function,
 )
 from autosched.ops.base import ANY_OP, ANY_VALUE
+from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.outputs.spec import match_contraction
@@ -70,6 +72,8 @@ class Substitute:
     stored: tuple[StoredLayout, MatmulProblem, KernelBinary, KernelBinary | None] | None = None
     # Reshapes between the contraction and its truncf in the model (narrow_reshapes.py).
     chains: tuple[ReshapeChain, ...] = ()
+    # A convolution's epilogues in the model (model/epilogues.py), each with its kernel.
+    epilogues: tuple[tuple[Epilogue, KernelBinary], ...] = ()
 
 
 def narrow_params(params):
@@ -178,49 +182,137 @@ def _narrow_matcher(
     where the contraction's B is a stored weight's transpose, yielded third). With `chain`
     (its index and itself), the truncf reads the contraction through that chain's reshapes
     and has its shape."""
+    name = "match_" + _narrow_name(index, layout, chain[0] if chain else None)
+    yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm"]
+    handles = ", ".join([ANY_OP] * len(yielded))
+    return "\n".join(
+        [
+            f"  transform.named_sequence @{name}"
+            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
+            *_truncf_of_contraction("%op", problem, narrow, layout, chain),
+            f"    transform.yield {', '.join(yielded)} : {handles}",
+            "  }",
+        ]
+    )
+
+
+def _truncf_of_contraction(
+    handle: str,
+    problem: MatmulProblem,
+    narrow: str,
+    layout: StoredLayout | None = None,
+    chain: tuple[int, ReshapeChain] | None = None,
+) -> list[str]:
+    """Transform lines that match `handle` as a truncf to `narrow` of one of the problem's
+    zero-filled contractions, bound to `%mm` (see `_narrow_matcher`)."""
     rank = len(chain[1].shape) if chain else len(problem.output_shape)
     dims = ", ".join(f"d{i}" for i in range(rank))
     identity = f"affine_map<({dims}) -> ({dims})>"
     shape = list(chain[1].shape) if chain else ["?"] * rank
     wide, thin = tensor_type(shape, NARROW_FROM), tensor_type(shape, narrow)
     parallel = ", ".join(['"parallel"'] * rank)
-    name = "match_" + _narrow_name(index, layout, chain[0] if chain else None)
-    yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm"]
-    handles = ", ".join([ANY_OP] * len(yielded))
     if chain is None:
-        producer = [f"    %mm = transform.get_producer_of_operand %op[0] : ({ANY_OP}) -> {ANY_OP}"]
-    else:  # the DAG's static types pin the truncf's shape
-        producer = chain_matcher_lines("%op", chain[1], ANY_OP)
-    return "\n".join(
-        [
-            f"  transform.named_sequence @{name}"
-            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
-            "    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root %op {",
-            f"    ^bb0(%in: {wide}, %out: {thin}):",
-            f"      %r = linalg.generic {{indexing_maps = [{identity}, {identity}], "
-            f"iterator_types = [{parallel}]}} ins(%in : {wide}) outs(%out : {thin}) {{",
-            f"      ^bb1(%a: {NARROW_FROM}, %b: {narrow}):",
-            f"        %c = arith.truncf %a : {NARROW_FROM} to {narrow}",
-            f"        linalg.yield %c : {narrow}",
-            f"      }} -> {thin}",
-            f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
-            *producer,
-            match_contraction(problem, "%mm").rstrip("\n"),
-            # The truncf is the contraction's only user: else its f32 result is still needed.
-            f"    transform.match.structured %mm : {ANY_OP} {{",
-            f"    ^bb2(%produced: {ANY_OP}):",
-            f"      %user = transform.match.structured.result %produced[0] single"
-            f" : ({ANY_OP}) -> {ANY_OP}",
-            "      transform.match.structured.yield",
-            "    }",
-            f"    %init = transform.get_producer_of_operand %mm[2] : ({ANY_OP}) -> {ANY_OP}",
-            f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
-            *(transpose_matcher("%mm", problem, layout) if layout else []),
-            *_image_matcher(problem, "%mm"),
-            f"    transform.yield {', '.join(yielded)} : {handles}",
-            "  }",
+        producer = [
+            f"    %mm = transform.get_producer_of_operand {handle}[0] : ({ANY_OP}) -> {ANY_OP}"
         ]
-    )
+    else:  # the DAG's static types pin the truncf's shape
+        producer = chain_matcher_lines(handle, chain[1], ANY_OP)
+    return [
+        f"    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
+        f"    ^bb0(%in: {wide}, %out: {thin}):",
+        f"      %r = linalg.generic {{indexing_maps = [{identity}, {identity}], "
+        f"iterator_types = [{parallel}]}} ins(%in : {wide}) outs(%out : {thin}) {{",
+        f"      ^bb1(%a: {NARROW_FROM}, %b: {narrow}):",
+        f"        %c = arith.truncf %a : {NARROW_FROM} to {narrow}",
+        f"        linalg.yield %c : {narrow}",
+        f"      }} -> {thin}",
+        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+        *producer,
+        match_contraction(problem, "%mm").rstrip("\n"),
+        # The truncf is the contraction's only user: else its f32 result is still needed.
+        f"    transform.match.structured %mm : {ANY_OP} {{",
+        f"    ^bb2(%produced: {ANY_OP}):",
+        f"      %user = transform.match.structured.result %produced[0] single"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        "      transform.match.structured.yield",
+        "    }",
+        f"    %init = transform.get_producer_of_operand %mm[2] : ({ANY_OP}) -> {ANY_OP}",
+        f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
+        *(transpose_matcher("%mm", problem, layout) if layout else []),
+        *_image_matcher(problem, "%mm"),
+    ]
+
+
+def _epilogue_matcher(index: int, j: int, problem: MatmulProblem, epilogue: Epilogue) -> str:
+    """Matches the epilogue (a generic of its input and result types, and no more inputs;
+    its result has the convolution's output shape, so it reduces nothing) whose input at its
+    place is the convolution's rounded result: a truncf that is its only user, of one of the
+    problem's zero-filled convolutions. Yields the epilogue, the truncf and the convolution.
+    The epilogue's body is not compared (it captures its constants, which a transform
+    matcher cannot follow): model/epilogues.py writes arms only for types that tell the
+    model's epilogues apart."""
+    handles = ", ".join([ANY_OP] * 3)
+    param = "!transform.param<i64>"
+    lines = [
+        f"  transform.named_sequence @match_epilogue_{index}_{j}"
+        f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
+        f'    transform.match.operation_name %op ["linalg.generic"] : {ANY_OP}',
+        f"    transform.match.structured %op : {ANY_OP} {{",
+        f"    ^bb0(%ep: {ANY_OP}):",
+        f"      %count = transform.match.structured.num_inputs %ep : ({ANY_OP}) -> {param}",
+        f"      %want = transform.param.constant {len(epilogue.inputs)} : i64 -> {param}",
+        f"      transform.match.param.cmpi eq %count, %want : {param}",
+        "      transform.match.structured.yield",
+        "    }",
+    ]
+    for position, operand in enumerate(epilogue.inputs):
+        lines += [
+            f"    %ep{position} = transform.get_operand %op[{position}]"
+            f" : ({ANY_OP}) -> {ANY_VALUE}",
+            f"    transform.iree.match.cast_compatible_type %ep{position} = {operand.type}"
+            f" : {ANY_VALUE}",
+        ]
+    lines += [
+        f"    %ep_out = transform.get_operand %op[{len(epilogue.inputs)}]"
+        f" : ({ANY_OP}) -> {ANY_VALUE}",
+        f"    transform.iree.match.cast_compatible_type %ep_out = {epilogue.out_type}"
+        f" : {ANY_VALUE}",
+        f"    %t = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        f"    transform.match.structured %t : {ANY_OP} {{",
+        f"    ^bb0(%rounded: {ANY_OP}):",
+        f"      %only = transform.match.structured.result %rounded[0] single"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        "      transform.match.structured.yield",
+        "    }",
+        *_truncf_of_contraction("%t", problem, epilogue.narrow),
+        f"    transform.yield %op, %t, %mm : {handles}",
+        "  }",
+    ]
+    return "\n".join(lines)
+
+
+def _epilogue_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
+    """(arm, matcher, caller) of each epilogue of a convolution winner: the epilogue op
+    replaced by the kernel that computes it, on the convolution's image and filter and the
+    epilogue's other inputs."""
+    arms = []
+    for j, (epilogue, _) in enumerate(w.epilogues):
+        function = f"{FUNCTION_PREFIX}{i}_e{j}"
+        extras = ", ".join(str(position) for position, _ in epilogue.extras)
+        sources = [("%mm", "0, 1"), *([("%op", extras)] if extras else [])]
+        caller = _caller(
+            f"call_epilogue_{i}_{j}", function, ["%op", "%t", "%mm"], sources,
+            (f"{function}_kernel",),
+        )  # fmt: skip
+        arms.append(
+            (
+                f"@match_epilogue_{i}_{j} -> @call_epilogue_{i}_{j}",
+                _epilogue_matcher(i, j, w.problem, epilogue),
+                caller,
+            )
+        )
+    return arms
 
 
 def _caller(
@@ -283,6 +375,13 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
         return extern(problem, params, binary, executable_target, called, "util.func")
 
     functions = [kernel(w.problem, w.params, w.binary, name)]
+    for j, (epilogue, binary) in enumerate(w.epilogues):
+        functions.append(
+            igemm.extern_function(
+                w.problem, w.params, binary, executable_target, f"{name}_e{j}", "util.func",
+                epilogue,
+            )
+        )  # fmt: skip
     if w.narrow is not None:
         narrow, binary = w.narrow
         functions.append(kernel(narrow, narrow_params(w.params), binary, f"{name}_narrow"))
@@ -365,12 +464,16 @@ def _narrow_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
     return arms
 
 
-def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[str]]:
-    """(narrow arms, plain arms, matchers, callers) of one winner, most specific first: a
-    stored weight's transpose absorbed before the contraction alone."""
+def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
+    """(epilogue arms, narrow arms, plain arms, matchers, callers) of one winner, most
+    specific first: a stored weight's transpose absorbed before the contraction alone."""
     prefix = f"{FUNCTION_PREFIX}{i}"
     stored = w.stored[0] if w.stored is not None else None
-    narrow_arms, plain_arms, matchers, callers = [], [], [], []
+    epilogue_arms, narrow_arms, plain_arms, matchers, callers = [], [], [], [], []
+    for arm, matcher, caller in _epilogue_arms(i, w):
+        epilogue_arms.append(arm)
+        matchers.append(matcher)
+        callers.append(caller)
     for arm, matcher, caller in _narrow_arms(i, w) if w.narrow is not None else []:
         narrow_arms.append(arm)
         matchers.append(matcher)
@@ -394,23 +497,42 @@ def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[
     callers.append(
         _caller(f"call_custom_{i}", prefix, ["%op"], [("%op", _operands(w.problem))], callees)
     )
-    return narrow_arms, plain_arms, matchers, callers
+    return epilogue_arms, narrow_arms, plain_arms, matchers, callers
+
+
+def _fused_first() -> list[str]:
+    """IREE's elementwise fusion, as dispatch creation runs it first: a convolution's op
+    form (and its epilogue) are read from the fused model (model/convolution_ops.py)."""
+    return [
+        f'    %fusing = transform.structured.match ops{{["util.func"]}} in %module '
+        f": ({ANY_OP}) -> {ANY_OP}",
+        f"    transform.foreach %fusing : {ANY_OP} {{",
+        f"      ^bb0(%f: {ANY_OP}):",
+        f'        %fused = transform.apply_registered_pass "{ELEMENTWISE_FUSION}" to %f '
+        f": ({ANY_OP}) -> {ANY_OP}",
+        "    }",
+    ]
 
 
 def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
     """The preprocessing spec that puts each winner's kernel in place of its op: first every
     contraction-then-truncf pair that a narrow kernel covers, then the contractions left;
     in each pass a contraction whose B is a stored weight's transpose takes that weight."""
-    functions, narrow_arms, plain_arms, matchers, callers = [], [], [], [], []
+    functions, epilogue_arms, narrow_arms, plain_arms, matchers, callers = [], [], [], [], [], []
     for i, w in enumerate(winners):
         functions += _functions(i, w, executable_target)
-        narrow, plain, matched, called = _arms(i, w)
+        epilogue, narrow, plain, matched, called = _arms(i, w)
+        epilogue_arms += epilogue
         narrow_arms += narrow
         plain_arms += plain
         matchers += matched
         callers += called
-    passes = [", ".join(narrow_arms), ", ".join(plain_arms)]
+    # Each pass walks the ops in order: a truncf comes before the epilogue that reads it,
+    # so the epilogues are matched in a pass of their own, first.
+    passes = [", ".join(epilogue_arms), ", ".join(narrow_arms), ", ".join(plain_arms)]
     main = [f"  transform.named_sequence @__transform_main(%module: {ANY_OP}) {{"]
+    if any(w.problem.kind == "convolution" for w in winners):
+        main += _fused_first()
     # The narrow pass must see the contractions unreplaced; each pass matches the functions
     # afresh (a pass's matching invalidates the handles it walked).
     for index, arms in enumerate(filter(None, passes)):
@@ -437,11 +559,14 @@ def write_substitution(
     winners: list[tuple[MatmulProblem, dict]],
     target,
     chains: dict[str, set[ReshapeChain]] | None = None,
+    epilogues: dict[str, list[Epilogue]] | None = None,
 ) -> list[str]:
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
     left by an earlier run is removed first. `chains` (narrow_reshapes.model_reshape_chains
-    of the model) give the narrow kernels the truncfs they reach through reshapes."""
+    of the model) give the narrow kernels the truncfs they reach through reshapes;
+    `epilogues` (model/epilogues.py, by a convolution's `_key()`) the epilogues its kernel
+    computes in place of IREE's dispatch."""
     from autosched.targets.cuda_attention import flash_params
     from autosched.targets.cuda_convolution import triton_params
     from autosched.targets.cuda_custom import compile_ptx
@@ -468,7 +593,14 @@ def write_substitution(
             if narrow is not None:
                 ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
                 narrow = (narrow, igemm.compile_kernel(narrow, params, target.arch, ptx))
-            kept.append(Substitute(problem, params, binary, narrow))
+            fused = tuple(
+                (e, igemm.compile_kernel(
+                    problem, params, target.arch,
+                    os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e,
+                ))
+                for j, e in enumerate((epilogues or {}).get(problem._key(), []))
+            )  # fmt: skip
+            kept.append(Substitute(problem, params, binary, narrow, epilogues=fused))
             continue
         params = KernelParams.from_point(point)
         binary = compile_ptx(problem, params, target.arch, ptx)

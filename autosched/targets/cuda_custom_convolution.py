@@ -22,11 +22,18 @@ a cubin and wrapped as a `hal.dispatch.extern`.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import math
+import os
+import string
+import tempfile
 from dataclasses import asdict, dataclass
 
 from autosched.errors import UserError
 from autosched.ops.convolution import ConvolutionProblem, image_dims
+from autosched.ops.epilogue import ACC, CHANNEL, Epilogue
+from autosched.ops.epilogue import TRITON_TYPES as EPILOGUE_TYPES
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.targets.cuda_custom import (
     TRITON_TYPES,
@@ -183,68 +190,113 @@ def _constants(problem: ConvolutionProblem, params: ConvParams) -> dict:
     return constants
 
 
-def _kernel():
-    """The Triton kernel (defined here so that importing this module needs no Triton)."""
-    triton = import_triton()
-    import triton.language as tl
+# The kernel as Python source: Triton compiles a function from its file, and an epilogue
+# (model/epilogues.py) is written into it as statements. `$params` are the epilogue's extra
+# pointers, `$epilogue` its statements (`out = acc` without one).
+KERNEL_SOURCE = """import triton
+import triton.language as tl
 
-    @triton.jit
-    def conv(
-        x, w, o,
-        OH: tl.constexpr, OW: tl.constexpr, F: tl.constexpr, C: tl.constexpr,
-        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-        DH: tl.constexpr, DW: tl.constexpr,
-        sxn: tl.constexpr, sxc: tl.constexpr, sxh: tl.constexpr, sxw: tl.constexpr,
-        swf: tl.constexpr, swc: tl.constexpr, swh: tl.constexpr, sww: tl.constexpr,
-        son: tl.constexpr, sof: tl.constexpr, soh: tl.constexpr, sow: tl.constexpr,
-        FLAT_X: tl.constexpr, FLAT_O: tl.constexpr, P: tl.constexpr,
-        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-        EVEN_P: tl.constexpr, EVEN_F: tl.constexpr, EVEN_C: tl.constexpr,
-    ):  # fmt: skip
-        # Output-channel blocks vary fastest: the programs that read one image tile run
-        # together, so it is read from L2 after the first.
-        f_blocks: tl.constexpr = (F + BN - 1) // BN
-        pid = tl.program_id(0)
-        image = tl.program_id(1).to(tl.int64)
-        p = (pid // f_blocks) * BM + tl.arange(0, BM)
-        f = (pid % f_blocks) * BN + tl.arange(0, BN)
-        if FLAT_X:
-            x_pixel = p * sxw
-        else:
-            x_pixel = (p // OW) * (SH * sxh) + (p % OW) * (SW * sxw)
-        x_base = x + image * sxn + x_pixel
-        c_blocks: tl.constexpr = (C + BK - 1) // BK
-        acc = tl.zeros([BM, BN], dtype=tl.float32)
-        for step in range(KH * KW * c_blocks):
-            tap = step // c_blocks
-            kh = tap // KW
-            kw = tap % KW
-            c = (step % c_blocks) * BK + tl.arange(0, BK)
-            a_ptrs = x_base[:, None] + (kh * DH * sxh + kw * DW * sxw) + c[None, :] * sxc
-            b_ptrs = w + f[None, :] * swf + c[:, None] * swc + (kh * swh + kw * sww)
-            a_mask = (p[:, None] < P) & (c[None, :] < C)
-            b_mask = (f[None, :] < F) & (c[:, None] < C)
-            if EVEN_P and EVEN_C:
-                a = tl.load(a_ptrs)
-            else:
-                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-            if EVEN_F and EVEN_C:
-                b = tl.load(b_ptrs)
-            else:
-                b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-            acc = tl.dot(a, b, acc)
-        if FLAT_O:
-            o_pixel = p * sow
-        else:
-            o_pixel = (p // OW) * soh + (p % OW) * sow
-        o_ptrs = o + image * son + o_pixel[:, None] + f[None, :] * sof
-        out = acc.to(o.dtype.element_ty)
-        if EVEN_P and EVEN_F:
-            tl.store(o_ptrs, out)
-        else:
-            tl.store(o_ptrs, out, mask=(p[:, None] < P) & (f[None, :] < F))
 
-    return conv
+@triton.jit
+def conv(
+    x, w, $params o,
+    OH: tl.constexpr, OW: tl.constexpr, F: tl.constexpr, C: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+    DH: tl.constexpr, DW: tl.constexpr,
+    sxn: tl.constexpr, sxc: tl.constexpr, sxh: tl.constexpr, sxw: tl.constexpr,
+    swf: tl.constexpr, swc: tl.constexpr, swh: tl.constexpr, sww: tl.constexpr,
+    son: tl.constexpr, sof: tl.constexpr, soh: tl.constexpr, sow: tl.constexpr,
+    FLAT_X: tl.constexpr, FLAT_O: tl.constexpr, P: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    EVEN_P: tl.constexpr, EVEN_F: tl.constexpr, EVEN_C: tl.constexpr,
+):
+    # Output-channel blocks vary fastest: the programs that read one image tile run
+    # together, so it is read from L2 after the first.
+    f_blocks: tl.constexpr = (F + BN - 1) // BN
+    pid = tl.program_id(0)
+    image = tl.program_id(1).to(tl.int64)
+    p = (pid // f_blocks) * BM + tl.arange(0, BM)
+    f = (pid % f_blocks) * BN + tl.arange(0, BN)
+    if FLAT_X:
+        x_pixel = p * sxw
+    else:
+        x_pixel = (p // OW) * (SH * sxh) + (p % OW) * (SW * sxw)
+    x_base = x + image * sxn + x_pixel
+    c_blocks: tl.constexpr = (C + BK - 1) // BK
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for step in range(KH * KW * c_blocks):
+        tap = step // c_blocks
+        kh = tap // KW
+        kw = tap % KW
+        c = (step % c_blocks) * BK + tl.arange(0, BK)
+        a_ptrs = x_base[:, None] + (kh * DH * sxh + kw * DW * sxw) + c[None, :] * sxc
+        b_ptrs = w + f[None, :] * swf + c[:, None] * swc + (kh * swh + kw * sww)
+        a_mask = (p[:, None] < P) & (c[None, :] < C)
+        b_mask = (f[None, :] < F) & (c[:, None] < C)
+        if EVEN_P and EVEN_C:
+            a = tl.load(a_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        if EVEN_F and EVEN_C:
+            b = tl.load(b_ptrs)
+        else:
+            b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        acc = tl.dot(a, b, acc)
+    if FLAT_O:
+        o_pixel = p * sow
+    else:
+        o_pixel = (p // OW) * soh + (p % OW) * sow
+    o_offsets = image * son + o_pixel[:, None] + f[None, :] * sof
+    o_mask = (p[:, None] < P) & (f[None, :] < F)
+$epilogue
+    out = out.to(o.dtype.element_ty)
+    if EVEN_P and EVEN_F:
+        tl.store(o + o_offsets, out)
+    else:
+        tl.store(o + o_offsets, out, mask=o_mask)
+"""
+
+
+def kernel_source(epilogue: Epilogue | None = None) -> str:
+    """The kernel's source, with the epilogue's loads and statements after the main loop."""
+    if epilogue is None:
+        return string.Template(KERNEL_SOURCE).substitute(params="", epilogue="    out = acc")
+    lines, params = [], []
+    for position, operand in enumerate(epilogue.inputs):
+        name = f"a{position}"
+        if operand.kind == ACC:
+            lines.append(f"{name} = acc.to({EPILOGUE_TYPES[epilogue.narrow]})")
+            continue
+        pointer = f"e{len(params)}"
+        params.append(pointer)
+        if operand.kind == CHANNEL:
+            lines.append(f"{name} = tl.load({pointer} + f, mask=f < F, other=0.0)[None, :]")
+        else:
+            lines.append(f"{name} = tl.load({pointer} + o_offsets, mask=o_mask, other=0.0)")
+    body = [*lines, *epilogue.statements]
+    return string.Template(KERNEL_SOURCE).substitute(
+        params="".join(f"{p}, " for p in params),
+        epilogue="\n".join(f"    {line}" for line in body),
+    )
+
+
+def _kernel(epilogue: Epilogue | None = None):
+    """The Triton kernel, from its source written to a file of its own (Triton reads a
+    kernel's source from its file); importing this module needs no Triton."""
+    import_triton()
+    source = kernel_source(epilogue)
+    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), f"autosched-triton-{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"conv_{digest}.py")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".py", delete=False) as handle:
+            handle.write(source)
+        os.replace(handle.name, path)  # whole, even with another process writing it too
+    spec = importlib.util.spec_from_file_location(f"autosched_conv_{digest}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.conv
 
 
 def grid(problem: ConvolutionProblem, params: ConvParams) -> tuple[int, int, int]:
@@ -255,17 +307,26 @@ def grid(problem: ConvolutionProblem, params: ConvParams) -> tuple[int, int, int
 
 
 def compile_kernel(
-    problem: ConvolutionProblem, params: ConvParams, arch: str, path: str
+    problem: ConvolutionProblem,
+    params: ConvParams,
+    arch: str,
+    path: str,
+    epilogue: Epilogue | None = None,
 ) -> KernelBinary:
-    """Triton's PTX and cubin for one point (no GPU needed)."""
+    """Triton's PTX and cubin for one point (no GPU needed), with `epilogue` in it (its
+    extra inputs after the image and filter; it writes the epilogue's type)."""
     why = unsupported(problem)
     if why:
         raise UserError(f"{params.name}: {why}")
-    element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
-    signature = {"x": f"*{element}", "w": f"*{element}", "o": f"*{output}"}
+    element = TRITON_TYPES[problem.lhs_type]
+    signature = {"x": f"*{element}", "w": f"*{element}"}
+    for index, (_, operand) in enumerate(epilogue.extras if epilogue else []):
+        signature[f"e{index}"] = f"*{TRITON_TYPES[operand.element]}"
+    output = epilogue.out_element if epilogue else problem.acc_type
+    signature["o"] = f"*{TRITON_TYPES[output]}"
     return triton_binary(
-        _kernel(), signature, _constants(problem, params), 3, arch, params.warps,
-        params.stages, path,
+        _kernel(epilogue), signature, _constants(problem, params), len(signature), arch,
+        params.warps, params.stages, path,
     )  # fmt: skip
 
 
@@ -286,22 +347,29 @@ def extern_function(
     executable_target: str,
     name: str,
     kind: str = "func.func",
+    epilogue: Epilogue | None = None,
 ) -> str:
     """A function `name(image, filter) -> out` in the op's layout (`kind` util.func for a
     substitution spec to call) that puts the image and filter channels-last where they are
     not (IREE's own transposes, which it may fuse into their producers) and runs the kernel
-    on them as a `hal.dispatch.extern` (`{name}_kernel`)."""
+    on them as a `hal.dispatch.extern` (`{name}_kernel`). With `epilogue`: `name(image,
+    filter, extras...)` returns the epilogue's result."""
     inputs, out = operand_tensor_types(problem)
     kernel_inputs = [tensor_type(shape, t) for (shape, _), t in zip(
         kernel_operands(problem), (problem.lhs_type, problem.rhs_type), strict=True
     )]  # fmt: skip
+    extras = [operand.type for _, operand in epilogue.extras] if epilogue else []
+    out = epilogue.out_type if epilogue else out
     workgroups = grid(problem, params)
     kernel = dispatch_extern_function(
-        f"{name}_kernel", "util.func", kernel_inputs, out, binary, executable_target, workgroups
-    )
+        f"{name}_kernel", "util.func", [*kernel_inputs, *extras], out, binary,
+        executable_target, workgroups,
+    )  # fmt: skip
     returns = "util.return" if kind == "util.func" else "return"
     visibility = " private" if kind == "util.func" else ""
-    lines = [f"  {kind}{visibility} @{name}(%image: {inputs[0]}, %filter: {inputs[1]}) -> {out} {{"]
+    arguments = [f"%image: {inputs[0]}", f"%filter: {inputs[1]}"]
+    arguments += [f"%e{i}: {t}" for i, t in enumerate(extras)]
+    lines = [f"  {kind}{visibility} @{name}({', '.join(arguments)}) -> {out} {{"]
     values = []
     for operand, (_, permutation), source, wanted in zip(
         ("image", "filter"), kernel_operands(problem), inputs, kernel_inputs, strict=True
@@ -315,9 +383,10 @@ def extern_function(
             f"outs(%{operand}_init : {wanted}) permutation = {permutation}",
         ]
         values.append(f"%{operand}_t")
+    values += [f"%e{i}" for i in range(len(extras))]
     lines += [
         f"    %out = util.call @{name}_kernel({', '.join(values)}) : "
-        f"({', '.join(kernel_inputs)}) -> {out}",
+        f"({', '.join([*kernel_inputs, *extras])}) -> {out}",
         f"    {returns} %out : {out}",
         "  }",
     ]

@@ -1,0 +1,243 @@
+"""A convolution's epilogue, kept in its Triton kernel (issue 25).
+
+After IREE's elementwise fusion (model/convolution_ops.py) a torch convolution at global
+optimization is three ops: the convolution into f32, a `truncf` to the model's type, and
+one elementwise `linalg.generic` that reads it: the folded batch norm's scale and shift,
+the residual add, ReLU. IREE fuses all three into one dispatch; a kernel that replaced the
+convolution alone wrote its output, and a dispatch of its own read it back (on resnet50 in
+the H200: 47 dispatches, 0.72 ms of 2.76).
+
+Here that generic is read with the MLIR bindings and written as Triton statements over the
+kernel's accumulator tile: each other input is a vector along the output channels (the
+batch norm's parameters) or a tensor in the output's own layout (the residual), each body
+op (arith's float ops, `select`, `math.rsqrt` ...) one statement, a constant it captures a
+literal. A transform matcher cannot compare such a body (it captures its constants), so the
+spec matches the epilogue by its operand and result types after the convolution and its
+`truncf`, and only where every epilogue of that type signature in the model has the same
+statements (`unambiguous`).
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from autosched.ir_walk import walk_ops
+from autosched.model.convolution_ops import op_convolution
+from autosched.ops.convolution import ConvolutionKind, ConvolutionProblem
+from autosched.ops.epilogue import (
+    ACC,
+    CHANNEL,
+    FULL,
+    TRITON_TYPES,
+    Epilogue,
+    EpilogueInput,
+)
+
+BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/"}
+CALLS = {
+    "arith.maximumf": "tl.maximum",
+    "arith.maxnumf": "tl.maximum",
+    "arith.minimumf": "tl.minimum",
+    "arith.minnumf": "tl.minimum",
+    "math.rsqrt": "tl.math.rsqrt",
+    "math.sqrt": "tl.sqrt",
+    "math.exp": "tl.exp",
+    "math.absf": "tl.abs",
+}
+CASTS = ("arith.extf", "arith.truncf")
+# arith.cmpf's predicates (its enum's order) as Python comparisons that keep NaN's answer.
+PREDICATES = {
+    1: "({a} == {b})",
+    2: "({a} > {b})",
+    3: "({a} >= {b})",
+    4: "({a} < {b})",
+    5: "({a} <= {b})",
+    6: "(({a} < {b}) | ({a} > {b}))",
+    9: "(~({a} <= {b}))",
+    10: "(~({a} < {b}))",
+    11: "(~({a} >= {b}))",
+    12: "(~({a} > {b}))",
+    13: "({a} != {b})",
+}
+
+
+def _element(value_type: ir.Type) -> str:
+    """A tensor's element type, or a scalar's type, as MLIR spells it."""
+    try:
+        return str(ir.ShapedType(value_type).element_type)
+    except ValueError:
+        return str(value_type)
+
+
+def _maps(op: ir.Operation) -> list[ir.AffineMap]:
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _single_user(value: ir.Value) -> ir.Operation | None:
+    users = [use.owner for use in value.uses]
+    return users[0] if len(users) == 1 else None
+
+
+def _is_truncf(op: ir.Operation | None) -> bool:
+    """A generic that only rounds its one input to a narrower float."""
+    if op is None or op.name != "linalg.generic" or len(op.operands) != 2:
+        return False
+    body = [o.operation.name for o in op.regions[0].blocks[0].operations]
+    return body == ["arith.truncf", "linalg.yield"]
+
+
+def _input_kind(affine: ir.AffineMap, identity: ir.AffineMap, channel: int) -> str | None:
+    if affine == identity:
+        return FULL
+    results = list(affine.results)
+    dim = ir.AffineExpr.get_dim(channel, context=affine.context)
+    return CHANNEL if results == [dim] else None
+
+
+def _literal(op: ir.Operation) -> str | None:
+    """A float constant as a Triton scalar of its type, or None."""
+    element = _element(op.results[0].type)
+    if op.name != "arith.constant" or element not in TRITON_TYPES:
+        return None
+    try:
+        value = ir.FloatAttr(op.attributes["value"]).value
+    except ValueError:  # a tensor constant
+        return None
+    text = repr(value) if value == value and abs(value) != float("inf") else f"float('{value}')"
+    return f"tl.full([1, 1], {text}, {TRITON_TYPES[element]})"
+
+
+def _statement(op: ir.Operation, names: dict, target: str) -> str | None:
+    """One body op as `target = ...`, its operands by `names`; None if it has no form."""
+    args = [names.get(v) for v in op.operands]
+    if None in args:
+        return None
+    if op.name in BINARY:
+        return f"{target} = {args[0]} {BINARY[op.name]} {args[1]}"
+    if op.name in CALLS:
+        return f"{target} = {CALLS[op.name]}({', '.join(args)})"
+    if op.name in CASTS:
+        element = TRITON_TYPES.get(_element(op.results[0].type))
+        return f"{target} = {args[0]}.to({element})" if element else None
+    if op.name == "arith.negf":
+        return f"{target} = -{args[0]}"
+    if op.name == "arith.select":
+        return f"{target} = tl.where({args[0]}, {args[1]}, {args[2]})"
+    if op.name == "arith.cmpf":
+        form = PREDICATES.get(ir.IntegerAttr(op.attributes["predicate"]).value)
+        return f"{target} = {form.format(a=args[0], b=args[1])}" if form else None
+    return None
+
+
+def _statements(op: ir.Operation, inputs: int) -> list[str] | str:
+    """The generic's body as Triton statements, or why it has none."""
+    block = op.regions[0].blocks[0]
+    names: dict = {block.arguments[i]: f"a{i}" for i in range(inputs)}
+    lines = []
+    for count, body_op in enumerate(block.operations):
+        body_op = body_op.operation
+        for value in body_op.operands:  # a constant captured from outside the body
+            owner = value.owner
+            if value in names or isinstance(owner, ir.Block):
+                continue
+            literal = _literal(owner.operation)
+            if literal is None:
+                return f"its body reads {owner.operation.name} from outside"
+            names[value] = f"k{len(lines)}"
+            lines.append(f"{names[value]} = {literal}")
+        if body_op.name == "linalg.yield":
+            return [*lines, f"out = {names[body_op.operands[0]]}"]
+        if body_op.name == "arith.constant":
+            literal = _literal(body_op)
+            line = None if literal is None else f"v{count} = {literal}"
+        else:
+            line = _statement(body_op, names, f"v{count}")
+        if line is None:
+            return f"no Triton form for {body_op.name}"
+        names[body_op.results[0]] = f"v{count}"
+        lines.append(line)
+    return "its body has no yield"
+
+
+def epilogue_of(conv: ir.Operation, problem: ConvolutionProblem) -> Epilogue | str:
+    """The epilogue after a convolution op (its only user a truncf, whose only user is an
+    elementwise generic), or why there is none."""
+    truncf = _single_user(conv.results[0])
+    if not _is_truncf(truncf):
+        return "its result is not only rounded to a narrower type"
+    op = _single_user(truncf.results[0])
+    if op is None or op.name != "linalg.generic" or len(op.results) != 1:
+        return "its rounded result has not one elementwise user"
+    iterators = [str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"])]
+    if any("parallel" not in i for i in iterators):
+        return "its user reduces"
+    maps = _maps(op)
+    inputs = len(op.operands) - 1
+    identity = ir.AffineMap.get_identity(len(iterators), context=op.context)
+    channel = problem.output_roles.index("f")
+    kinds = []
+    for position in range(inputs):
+        operand = op.operands[position]
+        if operand == truncf.results[0]:
+            kind = ACC if maps[position] == identity else None
+        else:
+            kind = _input_kind(maps[position], identity, channel)
+        if kind is None:
+            return "an input of its user is neither per channel nor output-shaped"
+        kinds.append(EpilogueInput(kind, str(operand.type), _element(operand.type)))
+    if maps[-1] != identity or [k.kind for k in kinds].count(ACC) != 1:
+        return "its user is not elementwise on the convolution's output"
+    if list(op.regions[0].blocks[0].arguments[inputs].uses):
+        return "its user reads its own output"
+    statements = _statements(op, inputs)
+    if isinstance(statements, str):
+        return statements
+    return Epilogue(
+        inputs=tuple(kinds),
+        out_type=str(op.results[0].type),
+        out_element=_element(op.results[0].type),
+        narrow=_element(truncf.results[0].type),
+        statements=tuple(statements),
+    )
+
+
+def model_epilogues(module: ir.Module, problem: ConvolutionProblem) -> list[Epilogue]:
+    """The epilogues after the problem's convolutions in the module (fused, as
+    model/convolution_ops.py reads it), each once, and only those the spec can tell apart
+    by their types (`unambiguous`)."""
+    kind = ConvolutionKind()
+    found = []
+    for op in walk_ops(module.operation):
+        if not op.name.startswith("linalg"):
+            continue
+        same = op_convolution(op, kind)
+        if same is None or same._key() != problem._key():
+            continue
+        epilogue = epilogue_of(op, problem)
+        if isinstance(epilogue, Epilogue) and epilogue not in found:
+            found.append(epilogue)
+    return unambiguous(found)
+
+
+def unambiguous(epilogues: list[Epilogue]) -> list[Epilogue]:
+    """The epilogues no other of the same types differs from in its statements."""
+    by_signature: dict[tuple, set[tuple[str, ...]]] = {}
+    for epilogue in epilogues:
+        by_signature.setdefault(epilogue.signature, set()).add(epilogue.statements)
+    return [e for e in epilogues if len(by_signature[e.signature]) == 1]
+
+
+def winners_epilogues(
+    model_path: str, compile_flags, work_dir: str, problems: list[ConvolutionProblem]
+) -> dict[str, list[Epilogue]]:
+    """Each convolution problem's epilogues (by its `_key()`) in the model as the op forms
+    were read (work_dir's FUSED_MODEL, lowered again when it is not there)."""
+    import os
+
+    from autosched.model.convolution_ops import FUSED_MODEL, model_convolutions
+
+    fused = os.path.join(work_dir, FUSED_MODEL)
+    if not os.path.exists(fused):
+        model_convolutions(model_path, compile_flags, work_dir)
+    module = ir.Module.parseFile(fused, ir.Context())
+    return {problem._key(): model_epilogues(module, problem) for problem in problems}
