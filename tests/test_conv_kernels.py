@@ -313,3 +313,5 @@ def test_epilogues_the_spec_cannot_tell_apart_get_no_arm():
     alone = Epilogue((acc,), *out, ("out = a0",))
     assert unambiguous([relu, plain, alone]) == [alone]
     assert unambiguous([relu, alone]) == [relu, alone]
+    # ... nor one whose types an epilogue with no Triton form (a tanh, say) also has
+    assert unambiguous([relu, alone], {relu.signature}) == [alone]

@@ -159,15 +159,31 @@ def _statements(op: ir.Operation, inputs: int) -> list[str] | str:
     return "its body has no yield"
 
 
-def epilogue_of(conv: ir.Operation, problem: ConvolutionProblem) -> Epilogue | str:
-    """The epilogue after a convolution op (its only user a truncf, whose only user is an
-    elementwise generic), or why there is none."""
+def _after(conv: ir.Operation) -> tuple[ir.Operation, ir.Operation] | str:
+    """(truncf, generic) after a convolution op: its only user a truncf, whose only user is
+    a generic of one result; or why not."""
     truncf = _single_user(conv.results[0])
     if not _is_truncf(truncf):
         return "its result is not only rounded to a narrower type"
     op = _single_user(truncf.results[0])
     if op is None or op.name != "linalg.generic" or len(op.results) != 1:
         return "its rounded result has not one elementwise user"
+    return truncf, op
+
+
+def _signature(op: ir.Operation) -> tuple:
+    """A generic's input and result types, as an Epilogue's `signature`."""
+    inputs = len(op.operands) - 1
+    return tuple(str(op.operands[i].type) for i in range(inputs)), str(op.results[0].type)
+
+
+def epilogue_of(conv: ir.Operation, problem: ConvolutionProblem) -> Epilogue | str:
+    """The epilogue after a convolution op (its only user a truncf, whose only user is an
+    elementwise generic), or why there is none."""
+    after = _after(conv)
+    if isinstance(after, str):
+        return after
+    truncf, op = after
     iterators = [str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"])]
     if any("parallel" not in i for i in iterators):
         return "its user reduces"
@@ -206,25 +222,33 @@ def model_epilogues(module: ir.Module, problem: ConvolutionProblem) -> list[Epil
     model/convolution_ops.py reads it), each once, and only those the spec can tell apart
     by their types (`unambiguous`)."""
     kind = ConvolutionKind()
-    found = []
+    found, unread = [], set()
     for op in walk_ops(module.operation):
         if not op.name.startswith("linalg"):
             continue
         same = op_convolution(op, kind)
         if same is None or same._key() != problem._key():
             continue
+        after = _after(op)
+        if isinstance(after, str):  # nothing after it to keep in its kernel
+            continue
         epilogue = epilogue_of(op, problem)
-        if isinstance(epilogue, Epilogue) and epilogue not in found:
+        if isinstance(epilogue, str):  # a generic the kernel cannot compute
+            unread.add(_signature(after[1]))
+        elif epilogue not in found:
             found.append(epilogue)
-    return unambiguous(found)
+    return unambiguous(found, unread)
 
 
-def unambiguous(epilogues: list[Epilogue]) -> list[Epilogue]:
-    """The epilogues no other of the same types differs from in its statements."""
+def unambiguous(epilogues: list[Epilogue], unread: set[tuple] = frozenset()) -> list[Epilogue]:
+    """The epilogues no other of the same types differs from in its statements, nor one
+    with no Triton form (`unread`: their signatures): the spec's matcher sees only types."""
     by_signature: dict[tuple, set[tuple[str, ...]]] = {}
     for epilogue in epilogues:
         by_signature.setdefault(epilogue.signature, set()).add(epilogue.statements)
-    return [e for e in epilogues if len(by_signature[e.signature]) == 1]
+    return [
+        e for e in epilogues if len(by_signature[e.signature]) == 1 and e.signature not in unread
+    ]
 
 
 def winners_epilogues(
