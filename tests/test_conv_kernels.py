@@ -165,21 +165,28 @@ def test_each_dispatch_convolution_pairs_with_its_op_form(resnet18_rewritten):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_kernels_give_numpys_answer_on_the_gpu(shape, tmp_path):
     from autosched.targets import cuda_custom_convolution as family
-    from autosched.targets.cuda_custom import extern_module_text
 
     target = make_target(RunConfig(target="cuda", arch="sm_90"))
     problem = nchw_problem(*shape)
+    for params in (family.ConvParams(64, 64, 32, 4, 3), family.ConvParams(128, 128, 64, 8, 3)):
+        out, expected = _kernel_and_numpy(problem, params, target, tmp_path)
+        assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max(), params.name
+
+
+def _kernel_and_numpy(problem, params, target, tmp_path):
+    """(the Triton point's output through IREE on the GPU, numpy's) on seeded operands."""
+    from autosched.targets import cuda_custom_convolution as family
+    from autosched.targets.cuda_custom import extern_module_text
+
     image, kernel = _operands(problem)
     expected = reference(problem, image.astype(np.float64), kernel.astype(np.float64))
-    for params in (family.ConvParams(64, 64, 32, 4, 3), family.ConvParams(128, 128, 64, 8, 3)):
-        binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "k.ptx"))
-        executable = target.executable_target()
-        body = family.extern_function(problem, params, binary, executable, "main")
-        vmfb = compiler.compile_str(
-            extern_module_text(executable, body), extra_args=target.compile_flags()
-        )
-        out = _run(vmfb, "cuda", image, kernel)
-        assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max(), params.name
+    binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "k.ptx"))
+    executable = target.executable_target()
+    body = family.extern_function(problem, params, binary, executable, "main")
+    vmfb = compiler.compile_str(
+        extern_module_text(executable, body), extra_args=target.compile_flags()
+    )
+    return _run(vmfb, "cuda", image, kernel), expected
 
 
 @pytest.mark.gpu
@@ -257,21 +264,12 @@ def test_the_kernels_give_numpys_answer_on_channels_last_op_forms(resnet18_chann
     """A window and a pointwise op form of the channels-last resnet18 (the pointwise one
     reads its F x C filter as stored) against numpy through IREE on the GPU."""
     from autosched.targets import cuda_custom_convolution as family
-    from autosched.targets.cuda_custom import extern_module_text
 
     target, _, ops, _ = resnet18_channels_last
     chosen = [next(op for op in ops if op.form == form) for form in ("window", POINTWISE)]
     for problem in chosen:
-        image, kernel = _operands(problem)
-        expected = reference(problem, image.astype(np.float64), kernel.astype(np.float64))
         params = family.ConvParams(64, 64, 32, 4, 3)
-        binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "k.ptx"))
-        executable = target.executable_target()
-        body = family.extern_function(problem, params, binary, executable, "main")
-        vmfb = compiler.compile_str(
-            extern_module_text(executable, body), extra_args=target.compile_flags()
-        )
-        out = _run(vmfb, "cuda", image, kernel)
+        out, expected = _kernel_and_numpy(problem, params, target, tmp_path)
         assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max(), problem.name
 
 
