@@ -131,7 +131,11 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
         return {}
     view = target.for_kind("convolution")
     folder = os.path.join(tuning.config.work_dir, "model", "convolution")
-    ops = model_convolutions(model_path, target.compile_flags(), folder)
+    try:
+        ops = model_convolutions(model_path, target.compile_flags(), folder)
+    except RuntimeError as error:  # IREE's elementwise fusion failed on the model
+        log.write(f"{CONVOLUTION_ROUTE.label} not searched: {error}")
+        return {}
     # IREE collapses a channels-last pointwise convolution into a matmul dispatch: its op
     # form is still a convolution, which only this family's kernel replaces.
     collapsed = [e.problem for e in problems if e.problem.kind == "matmul"]
@@ -189,9 +193,12 @@ def write_custom_spec(
         from autosched.model.epilogues import winners_epilogues
 
         folder = os.path.join(model[1], "convolution")  # where convolution_forms read them
-        epilogues = winners_epilogues(model[0], target.compile_flags(), folder, convolutions)
-        found = sum(len(e) for e in epilogues.values())
-        log.write(f"convolution epilogues kept in their kernels: {found}")
+        try:
+            epilogues = winners_epilogues(model[0], target.compile_flags(), folder, convolutions)
+            found = sum(len(e) for e in epilogues.values())
+            log.write(f"convolution epilogues kept in their kernels: {found}")
+        except RuntimeError as error:  # the kernels replace the convolutions alone
+            log.write(f"convolution epilogues not read: {error}")
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
         for why in write_substitution(path, winners, target, chains, epilogues):
             log.write(f"not substituted: {why}")

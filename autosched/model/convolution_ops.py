@@ -45,7 +45,8 @@ def model_convolutions(model_path: str, compile_flags, work_dir: str) -> list[Co
     command = [opt_path(), path, f"--pass-pipeline={pipeline}", "--mlir-print-debuginfo"]
     finished = processes.run([*command, "-o", fused], LOWERING_TIMEOUT)
     if finished.timed_out or finished.returncode != 0:
-        raise RuntimeError(processes.describe_failure(finished, "iree-opt"))
+        why = f"over {LOWERING_TIMEOUT:g} s" if finished.timed_out else ""
+        raise RuntimeError(why or processes.describe_failure(finished, "iree-opt"))
     return op_convolutions(ir.Module.parseFile(fused, ir.Context()))
 
 
