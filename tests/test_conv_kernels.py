@@ -313,3 +313,16 @@ def test_epilogues_the_spec_cannot_tell_apart_get_no_arm():
     assert unambiguous([relu, alone]) == [relu, alone]
     # ... nor one whose types an epilogue with no Triton form (a tanh, say) also has
     assert unambiguous([relu, alone], {relu.signature}) == [alone]
+
+
+def test_a_failing_elementwise_fusion_is_a_recorded_reason(tmp_path, monkeypatch):
+    """iree-opt failing on the model (swapped for a failing wrapper, as the fault tests do)
+    is a RuntimeError with its telling line, which the custom route records as why the
+    Triton kernels were not searched, not an internal error of the run."""
+    failing = tmp_path / "iree-opt"
+    failing.write_text("#!/bin/sh\necho 'error: no fusion today' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    monkeypatch.setenv("AUTOSCHED_IREE_OPT", str(failing))
+    target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
+    with pytest.raises(RuntimeError, match="no fusion today"):
+        model_convolutions(RESNET18, target.compile_flags(), str(tmp_path / "work"))
