@@ -7,6 +7,7 @@ the answers are compared on the CPU (real local-task runs).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -18,7 +19,7 @@ from autosched.config import RunConfig
 from autosched.drivers.model_run import laid_out
 from autosched.drivers.proof import prove
 from autosched.model.layouts import choose_layout, place_barriers
-from autosched.ops.convolution import POINTWISE, STRIDED
+from autosched.ops.convolution import POINTWISE, STRIDED, nchw_problem
 from autosched.targets.cpu import CpuTarget
 from autosched.targets.cuda import CudaTarget
 
@@ -163,10 +164,21 @@ def test_where_triton_convolutions_are_searched_auto_turns_the_model_channels_la
     from autosched.targets.host import Machine
 
     hopper = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
-    assert triton_convolutions(hopper.config, hopper)
-    assert not triton_convolutions(CUDA.config, CUDA) and not triton_convolutions(CPU.config, CPU)
+    square = nchw_problem(2, 16, 8, 16, 3)
+    assert triton_convolutions(hopper.config, hopper, [square])
+    for other in (CUDA, CPU):
+        assert not triton_convolutions(other.config, other, [square])
     iree_only = RunConfig(target="cuda", arch="sm_90", search_space={"conv_kernel": ["iree"]})
-    assert not triton_convolutions(iree_only, hopper)
+    assert not triton_convolutions(iree_only, hopper, [square])
+    # a depthwise convolution (mobilenet's) would stay NCHW between transposes; f32 ones
+    # have no kernel: the model keeps NCHW
+    depthwise = dataclasses.replace(
+        square, loops=("n", "g", "oh", "ow", "kh", "kw"), loop_sizes=(2, 16, 8, 8, 3, 3)
+    )
+    assert depthwise.depthwise
+    assert not triton_convolutions(hopper.config, hopper, [square, depthwise])
+    wide = nchw_problem(2, 16, 8, 16, 3, element="f32")
+    assert not triton_convolutions(hopper.config, hopper, [wide])
     flags = hopper.compile_flags()
     layout, analysis = laid_out(hopper.config, hopper, RESNET50, flags, str(tmp_path))
     assert layout.channels_last and layout.strided_slices == 3

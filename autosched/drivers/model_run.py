@@ -184,26 +184,32 @@ def laid_out(config: RunConfig, target, model_path: str, flags, work: str):
         config.layout == "auto" and target.slices_strided_convolutions
     )
     reductions = sum(root.occurrences for root in strided) if wanted else 0
-    channels_last = (
+    convolutions = [root for root in analysis.roots if isinstance(root, ConvolutionProblem)]
+    channels_last = bool(convolutions) and (
         config.layout == "channels_last"
-        or (config.layout == "auto" and triton_convolutions(config, target))
-    ) and any(isinstance(root, ConvolutionProblem) for root in analysis.roots)
+        or (config.layout == "auto" and triton_convolutions(config, target, convolutions))
+    )
     layout = choose_layout(model_path, flags, work, reductions, channels_last)
     if not layout.changed:
         return layout, analysis
     return layout, in_configured_form(analyze_model(layout.source, flags), layout.source, flags)
 
 
-def triton_convolutions(config: RunConfig, target) -> bool:
+def triton_convolutions(config: RunConfig, target, convolutions: list) -> bool:
     """Whether the run searches the Triton convolution kernels (sm_90 with Triton, unless the
-    cfg's `conv_kernel` list leaves them out): they read channels-last images, so `layout =
-    auto` turns the model channels-last for them (on the H200 IREE's own NHWC convolutions
-    are slower than its NCHW ones; resnet50 with the kernels ran 3.68 ms against 4.37)."""
+    cfg's `conv_kernel` list leaves them out) and they take every one of the model's
+    `convolutions`: they read channels-last images, so `layout = auto` turns the model
+    channels-last for them. IREE's own NHWC convolutions are slower than its NCHW ones on
+    the H200 (resnet50 with the kernels ran 3.68 ms against 4.37), and IREE's conversion
+    leaves a depthwise one NCHW between transposes."""
+    from autosched.targets.cuda_custom_convolution import takes
+
     if not target.tunes("convolution"):
         return False
     available = getattr(target.for_kind("convolution"), "triton_available", None)
     allowed = "triton" in config.knob_space.get("conv_kernel", ["triton"])
-    return available is not None and available() is None and allowed
+    searched = available is not None and available() is None and allowed
+    return searched and all(takes(problem) for problem in convolutions)
 
 
 @dataclass

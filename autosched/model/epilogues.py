@@ -190,6 +190,8 @@ def epilogue_of(conv: ir.Operation, problem: ConvolutionProblem) -> Epilogue | s
     maps = _maps(op)
     inputs = len(op.operands) - 1
     identity = ir.AffineMap.get_identity(len(iterators), context=op.context)
+    if "f" not in problem.output_roles:  # a depthwise convolution's channels are groups
+        return "its output has no channel dim of its own"
     channel = problem.output_roles.index("f")
     kinds = []
     for position in range(inputs):

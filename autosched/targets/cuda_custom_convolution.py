@@ -78,6 +78,13 @@ def unsupported(problem: ConvolutionProblem) -> str | None:
     return None
 
 
+def takes(problem: ConvolutionProblem) -> bool:
+    """Whether the family computes this kind of convolution (in some form: a strided 1x1
+    becomes a pointwise one in the strided layout)."""
+    grouped = problem.depthwise or problem.grouped
+    return not grouped and problem.lhs_type == problem.rhs_type in INPUT_TYPES
+
+
 def _row_major(shape: list[int]) -> list[int]:
     return [math.prod(shape[d + 1 :]) for d in range(len(shape))]
 
