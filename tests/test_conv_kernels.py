@@ -6,6 +6,7 @@ against IREE's default build."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -326,3 +327,37 @@ def test_a_failing_elementwise_fusion_is_a_recorded_reason(tmp_path, monkeypatch
     target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
     with pytest.raises(RuntimeError, match="no fusion today"):
         model_convolutions(RESNET18, target.compile_flags(), str(tmp_path / "work"))
+
+
+def test_a_runs_custom_spec_keeps_a_winners_epilogue(tmp_path):
+    """The run's own spec writer (`write_custom_spec` with the model and the run's model
+    folder) reads the convolution's epilogue where `convolution_forms` read its op form and
+    writes its arm: a model run reaches what the tests above build by hand."""
+    pytest.importorskip("triton")
+    from test_cuda_convolution import analysed
+
+    from autosched.drivers.custom_route import write_custom_spec
+    from autosched.outputs.records import Trial
+    from autosched.outputs.report import RunLog
+    from autosched.run.problem import ProblemResult
+    from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90", ptxas="none"), Machine(triton=True))
+    work = tmp_path / "model"
+    ops = model_convolutions(RESNET18, target.compile_flags(), str(work / "convolution"))
+    problems, _ = analysed(RESNET18)
+    entry = next(e for e in problems if e.problem.kind == "convolution" and paired(e.problem, ops))
+    op = paired(entry.problem, ops)
+    point = target.for_kind("convolution").starting_points(op)[0]
+    best = Trial(op.name, "cuda", "sm_90", "triton", point, False, "ok", median_ms=0.01)
+    found = ProblemResult(op, None, [best], best=best, best_ms=0.01, baseline_ms=0.3)
+    campaign = ProblemResult(entry.problem, None, [], baseline_ms=0.3)
+    entry = dataclasses.replace(entry, result=campaign)  # the shared reading stays as it is
+    spec = str(tmp_path / "results.custom.mlir")
+    log = RunLog(str(tmp_path / "run.log"))
+    written = write_custom_spec(
+        spec, target, [entry], {entry.problem.name: found}, log, (RESNET18, str(work))
+    )
+    assert written and "@match_epilogue_0_0 -> @call_epilogue_0_0" in open(spec).read()
+    assert "convolution epilogues kept in their kernels: " in (tmp_path / "run.log").read_text()
