@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 from iree import compiler, runtime
+from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
@@ -361,3 +362,108 @@ def test_a_runs_custom_spec_keeps_a_winners_epilogue(tmp_path):
     )
     assert written and "@match_epilogue_0_0 -> @call_epilogue_0_0" in open(spec).read()
     assert "convolution epilogues kept in their kernels: " in (tmp_path / "run.log").read_text()
+
+
+class _Tile(np.ndarray):
+    """A numpy array with Triton's `.to(dtype)`, to run an epilogue's statements."""
+
+    def to(self, dtype):
+        return self.astype(dtype).view(_Tile)
+
+
+def _numpy_statements(epilogue, inputs: list[np.ndarray]) -> np.ndarray:
+    """The epilogue's Triton statements run by numpy on the whole output (pixels x output
+    channels, as the kernel's tiles are), its inputs as the kernel loads them."""
+    from types import SimpleNamespace
+
+    def tile(array):
+        return np.asarray(array).view(_Tile)
+
+    tl = SimpleNamespace(
+        float16=np.float16, float32=np.float32,
+        full=lambda shape, value, dtype: tile(np.full(shape, value, dtype)),
+        where=lambda c, a, b: tile(np.where(c, a, b)),
+        maximum=lambda a, b: tile(np.maximum(a, b)), minimum=lambda a, b: tile(np.minimum(a, b)),
+        exp=lambda a: tile(np.exp(a)), sqrt=lambda a: tile(np.sqrt(a)),
+        abs=lambda a: tile(np.abs(a)), math=SimpleNamespace(rsqrt=lambda a: tile(1 / np.sqrt(a))),
+    )  # fmt: skip
+    names = {"tl": tl}
+    for position, array in enumerate(inputs):
+        shaped = array.reshape(1, -1) if array.ndim == 1 else array.reshape(-1, array.shape[-1])
+        names[f"a{position}"] = tile(shaped)
+    exec("\n".join(epilogue.statements), names)  # the kernel's own lines, as Python
+    return np.asarray(names["out"])
+
+
+def _alone(op) -> str:
+    """A module whose `main` is the epilogue generic `op` alone (its captured constants
+    copied in), for IREE to compute it on the CPU."""
+    from iree.compiler.dialects import func, tensor
+
+    from autosched.ir_walk import walk_ops
+
+    with op.context, ir.Location.unknown():
+        module = ir.Module.create()
+        inputs = [value.type for value in list(op.operands)[:-1]]
+        result = ir.RankedTensorType(op.results[0].type)
+        with ir.InsertionPoint(module.body):
+            main = func.FuncOp("main", (inputs, [result]))
+            block = main.add_entry_block()
+            with ir.InsertionPoint(block):
+                init = tensor.EmptyOp(result.shape, result.element_type)
+                copy = op.clone()
+                for position, argument in enumerate(block.arguments):
+                    copy.operands[position] = argument
+                copy.operands[len(inputs)] = init.result
+                constants = {}  # the outer constants the body reads, copied in once
+                for inner in walk_ops(copy):
+                    for index, value in enumerate(inner.operands):
+                        owner = value.owner
+                        if isinstance(owner, ir.Block) or owner.operation.parent.name not in (
+                            "util.func",
+                            "func.func",
+                        ):
+                            continue
+                        if value not in constants:
+                            point = ir.InsertionPoint(copy)
+                            constants[value] = owner.operation.clone(ip=point).results[0]
+                        inner.operands[index] = constants[value]  # the model stays as it is
+                func.ReturnOp([copy.results[0]])
+    return str(module)
+
+
+def test_each_epilogues_statements_compute_what_iree_computes(resnet18_channels_last):
+    """The Triton statements of every epilogue of resnet18 (channels-last), run by numpy on
+    the tiles the kernel loads, against the same generic built alone by IREE for the CPU:
+    the translation of its body (casts, the batch norm, the residual add, ReLU's compare and
+    select, the captured zero) keeps its answers."""
+    from autosched.ir_walk import walk_ops
+    from autosched.model.convolution_ops import FUSED_MODEL, op_convolution
+    from autosched.model.epilogues import after_convolution, epilogue_of
+    from autosched.ops.convolution import ConvolutionKind
+
+    *_, folder = resnet18_channels_last
+    module = ir.Module.parseFile(str(folder / FUSED_MODEL), ir.Context())
+    kind, checked = ConvolutionKind(), set()
+    for conv in list(walk_ops(module.operation)):
+        problem = op_convolution(conv, kind) if conv.name.startswith("linalg") else None
+        epilogue = epilogue_of(conv, problem) if problem else None
+        if not hasattr(epilogue, "statements") or epilogue.statements in checked:
+            continue
+        checked.add(epilogue.statements)
+        generic = after_convolution(conv)[1]
+        vmfb = compiler.compile_str(
+            _alone(generic), target_backends=["llvm-cpu"],
+            extra_args=["--iree-llvmcpu-target-cpu=generic"],
+        )  # fmt: skip
+        rng = np.random.default_rng(len(checked))
+        inputs = [
+            rng.uniform(-2, 2, ir.RankedTensorType(v.type).shape).astype(
+                np.float32 if "f32" in str(v.type) else np.float16
+            )
+            for v in list(generic.operands)[:-1]
+        ]
+        expected = _run(vmfb, "local-task", *inputs).astype(np.float32)
+        got = _numpy_statements(epilogue, inputs).astype(np.float32)
+        assert np.abs(got.reshape(expected.shape) - expected).max() < 2e-2, epilogue.statements
+    assert len(checked) >= 3  # batch norm and ReLU, with a residual, with a downsampling one

@@ -159,7 +159,7 @@ def _statements(op: ir.Operation, inputs: int) -> list[str] | str:
     return "its body has no yield"
 
 
-def _after(conv: ir.Operation) -> tuple[ir.Operation, ir.Operation] | str:
+def after_convolution(conv: ir.Operation) -> tuple[ir.Operation, ir.Operation] | str:
     """(truncf, generic) after a convolution op: its only user a truncf, whose only user is
     a generic of one result; or why not."""
     truncf = _single_user(conv.results[0])
@@ -180,7 +180,7 @@ def _signature(op: ir.Operation) -> tuple:
 def epilogue_of(conv: ir.Operation, problem: ConvolutionProblem) -> Epilogue | str:
     """The epilogue after a convolution op (its only user a truncf, whose only user is an
     elementwise generic), or why there is none."""
-    after = _after(conv)
+    after = after_convolution(conv)
     if isinstance(after, str):
         return after
     truncf, op = after
@@ -231,7 +231,7 @@ def model_epilogues(module: ir.Module, problem: ConvolutionProblem) -> list[Epil
         same = op_convolution(op, kind)
         if same is None or same._key() != problem._key():
             continue
-        after = _after(op)
+        after = after_convolution(op)
         if isinstance(after, str):  # nothing after it to keep in its kernel
             continue
         epilogue = epilogue_of(op, problem)
