@@ -21,10 +21,9 @@ from dataclasses import replace
 
 from iree.compiler import ir
 
-from autosched import processes
 from autosched.ir_walk import walk_ops
 from autosched.model.attention_ops import OP_PHASE
-from autosched.model.lowering import LOWERING_TIMEOUT, lower_to_phase, source_location
+from autosched.model.lowering import lower_to_phase, run_passes, source_location
 from autosched.ops.base import DispatchSite
 from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionKind, ConvolutionProblem
 
@@ -35,18 +34,11 @@ FUSED_MODEL = "model.fused.mlir"  # the module the op forms (and their epilogues
 def model_convolutions(model_path: str, compile_flags, work_dir: str) -> list[ConvolutionProblem]:
     """The model's window and pointwise convolutions at OP_PHASE after IREE's elementwise
     fusion, as op-form problems; the fused module stays in `work_dir` (FUSED_MODEL)."""
-    from autosched.compile import opt_path
-
     os.makedirs(work_dir, exist_ok=True)
     saved = os.path.join(work_dir, f"model.{OP_PHASE}.mlir")
     path = lower_to_phase(model_path, compile_flags, OP_PHASE, saved, work_dir)
     fused = os.path.join(work_dir, FUSED_MODEL)
-    pipeline = f"builtin.module(util.func({ELEMENTWISE_FUSION}))"
-    command = [opt_path(), path, f"--pass-pipeline={pipeline}", "--mlir-print-debuginfo"]
-    finished = processes.run([*command, "-o", fused], LOWERING_TIMEOUT)
-    if finished.timed_out or finished.returncode != 0:
-        why = f"over {LOWERING_TIMEOUT:g} s" if finished.timed_out else ""
-        raise RuntimeError(why or processes.describe_failure(finished, "iree-opt"))
+    run_passes(path, f"builtin.module(util.func({ELEMENTWISE_FUSION}))", fused)
     return op_convolutions(ir.Module.parseFile(fused, ir.Context()))
 
 

@@ -36,10 +36,9 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from autosched import processes
 from autosched.errors import UserError
 from autosched.ir_walk import walk_ops
-from autosched.model.lowering import LOWERING_TIMEOUT, lower_to_phase
+from autosched.model.lowering import lower_to_phase, run_passes
 
 LAYOUT_PHASE = "input"  # where the convolutions are still named ops with their strides
 # Named 2-D convolutions and where their filter's window dims are.
@@ -134,17 +133,13 @@ def _lowered(model_path: str, flags: Sequence[str], work_dir: str) -> str:
 
 def to_channels_last(path: str, out: str) -> None:
     """Runs IREE's channels-last conversion on the module at `path` (IREE's input phase)."""
-    from autosched.compile import opt_path
-
-    command = [opt_path(), path, f"--pass-pipeline={CHANNELS_LAST}", "--mlir-print-debuginfo"]
-    command += ["-o", out]  # the ops keep the model's locations
-    finished = processes.run(command, LOWERING_TIMEOUT)
-    if finished.timed_out or finished.returncode != 0:
+    try:
+        run_passes(path, CHANNELS_LAST, out)
+    except RuntimeError as error:
         raise UserError(
-            f"{path}: IREE's channels-last conversion failed: "
-            f"{processes.describe_failure(finished, 'iree-opt')} (`layout = strided` or "
+            f"{path}: IREE's channels-last conversion failed: {error} (`layout = strided` or "
             "`none` leaves the convolutions as they are)"
-        )
+        ) from None
 
 
 def choose_layout(

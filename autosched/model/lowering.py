@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from autosched import processes
-from autosched.compile import compiler_path, first_error_line
+from autosched.compile import compiler_path, first_error_line, opt_path
 from autosched.errors import UserError, require_file
 from autosched.ir_walk import children, symbol, walk_ops
 from autosched.ops.base import DispatchSite, SkippedRoot
@@ -181,6 +181,18 @@ def prepare_model(model_path: str, work_dir: str) -> str:
     imported = os.path.join(work_dir, stem + ".mlirbc")
     import_onnx(model_path, imported)
     return imported
+
+
+def run_passes(path: str, pipeline: str, out: str) -> None:
+    """IREE's passes `pipeline` on the module at `path` with iree-opt, written to `out` with
+    the ops' locations (the run names a root by its line in the user's model); a failure is
+    a RuntimeError with iree-opt's telling line."""
+    command = [opt_path(), path, f"--pass-pipeline={pipeline}", "--mlir-print-debuginfo"]
+    finished = processes.run([*command, "-o", out], LOWERING_TIMEOUT)
+    if finished.timed_out:
+        raise RuntimeError(f"iree-opt took over {LOWERING_TIMEOUT:g} s")
+    if finished.returncode != 0:
+        raise RuntimeError(processes.describe_failure(finished, "iree-opt"))
 
 
 def lower_to_phase(
