@@ -99,6 +99,32 @@ def test_the_kernel_reads_channels_last_tiles_with_asynchronous_copies(tmp_path)
     assert (stem["C"], stem["KW"]) == (21, 1)  # a filter row's taps and channels in one step
 
 
+def _starting_points_spec(model: str, target, ops, folder) -> str:
+    """A custom spec that replaces each op form (with its epilogues) of `model` by the
+    family's first starting point; returns its path."""
+    view = target.for_kind("convolution")
+    winners = [(op, view.starting_points(op)[0]) for op in ops]
+    spec = str(folder / "custom.mlir")
+    epilogues = winners_epilogues(model, target.compile_flags(), str(folder), ops)
+    assert write_substitution(spec, winners, target, None, epilogues) == []
+    return spec
+
+
+def _channels_last_spec(folder) -> object:
+    """The starting points' spec (folder / custom.mlir) for resnet18 in the layout that
+    `layout = auto` chooses on sm_90 with Triton; returns the folder."""
+    from autosched.drivers.model_run import laid_out
+
+    pytest.importorskip("triton")
+    target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
+    flags = target.compile_flags()
+    converted, _ = laid_out(RunConfig(target="cuda"), target, RESNET18, flags, str(folder))
+    assert converted.channels_last
+    ops = model_convolutions(converted.source, flags, str(folder))
+    _starting_points_spec(converted.source, target, ops, folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def resnet18_rewritten(tmp_path_factory):
     """resnet18's op forms, and the model with each replaced by a Triton point."""
@@ -106,11 +132,7 @@ def resnet18_rewritten(tmp_path_factory):
     folder = tmp_path_factory.mktemp("resnet18")
     target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
     ops = model_convolutions(RESNET18, target.compile_flags(), str(folder))
-    view = target.for_kind("convolution")
-    winners = [(op, view.starting_points(op)[0]) for op in ops]
-    spec = str(folder / "custom.mlir")
-    epilogues = winners_epilogues(RESNET18, target.compile_flags(), str(folder), ops)
-    assert write_substitution(spec, winners, target, None, epilogues) == []
+    spec = _starting_points_spec(RESNET18, target, ops, folder)
     out = str(folder / "model.custom.mlir")
     rewritten, replaced = rewrite_model(RESNET18, spec, target.compile_flags(), out, 300)
     return target, ops, rewritten, replaced, folder
@@ -192,19 +214,26 @@ def _kernel_and_numpy(problem, params, target, tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["none", "auto"])
 def test_resnet18_with_triton_convolutions_gives_the_default_builds_outputs(
-    resnet18_rewritten, tmp_path, monkeypatch
+    layout, request, tmp_path, monkeypatch
 ):
-    """`autosched apply MODEL --custom SPEC` on the GPU: every convolution a Triton kernel,
-    and the outputs match IREE's default build."""
+    """`autosched apply MODEL --custom SPEC` on the GPU: every convolution a Triton kernel
+    with its epilogue, and the outputs match IREE's default build; in the model as given
+    (`layout = none`) and in the channels-last layout `auto` chooses on sm_90."""
     from click.testing import CliRunner
 
     from autosched.cli import cli
 
-    folder = resnet18_rewritten[-1]
+    if layout == "none":
+        folder = request.getfixturevalue("resnet18_rewritten")[-1]
+    else:  # the layout as the run chooses it, strided 1x1 convolutions' barriers and all
+        folder = _channels_last_spec(tmp_path / "cl")
+    cfg = tmp_path / "auto-scheduler.cfg"
+    cfg.write_text(f"[SearchStrategy]\nlayout = {layout}\n")
     monkeypatch.chdir(tmp_path)
     arguments = ["apply", RESNET18, "--custom", str(folder / "custom.mlir"), "--target", "cuda"]
-    result = CliRunner().invoke(cli, arguments)
+    result = CliRunner().invoke(cli, [*arguments, "--config", str(cfg)])
     assert result.exit_code == 0, result.output
     assert "with custom kernels (20 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
