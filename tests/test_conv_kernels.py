@@ -7,6 +7,7 @@ against IREE's default build."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 import numpy as np
@@ -390,7 +391,7 @@ def test_a_runs_custom_spec_keeps_a_winners_epilogue(tmp_path):
         spec, target, [entry], {entry.problem.name: found}, log, (RESNET18, str(work))
     )
     assert written and "@match_epilogue_0_0 -> @call_epilogue_0_0" in open(spec).read()
-    assert "convolution epilogues kept in their kernels: " in (tmp_path / "run.log").read_text()
+    assert "epilogues kept in their kernels: " in (tmp_path / "run.log").read_text()
 
 
 class _Tile(np.ndarray):
@@ -408,13 +409,18 @@ def _numpy_statements(epilogue, inputs: list[np.ndarray]) -> np.ndarray:
     def tile(array):
         return np.asarray(array).view(_Tile)
 
+    import ml_dtypes
+
     tl = SimpleNamespace(
-        float16=np.float16, float32=np.float32,
+        float16=np.float16, float32=np.float32, bfloat16=ml_dtypes.bfloat16,
         full=lambda shape, value, dtype: tile(np.full(shape, value, dtype)),
         where=lambda c, a, b: tile(np.where(c, a, b)),
         maximum=lambda a, b: tile(np.maximum(a, b)), minimum=lambda a, b: tile(np.minimum(a, b)),
         exp=lambda a: tile(np.exp(a)), sqrt=lambda a: tile(np.sqrt(a)),
-        abs=lambda a: tile(np.abs(a)), math=SimpleNamespace(rsqrt=lambda a: tile(1 / np.sqrt(a))),
+        abs=lambda a: tile(np.abs(a)),
+        math=SimpleNamespace(
+            rsqrt=lambda a: tile(1 / np.sqrt(a)), erf=lambda a: tile(np.vectorize(math.erf)(a))
+        ),
     )  # fmt: skip
     names = {"tl": tl}
     for position, array in enumerate(inputs):
@@ -466,33 +472,50 @@ def test_each_epilogues_statements_compute_what_iree_computes(resnet18_channels_
     the tiles the kernel loads, against the same generic built alone by IREE for the CPU:
     the translation of its body (casts, the batch norm, the residual add, ReLU's compare and
     select, the captured zero) keeps its answers."""
-    from autosched.ir_walk import walk_ops
     from autosched.model.convolution_ops import FUSED_MODEL, op_convolution
-    from autosched.model.epilogues import after_convolution, epilogue_of
     from autosched.ops.convolution import ConvolutionKind
 
     *_, folder = resnet18_channels_last
-    module = ir.Module.parseFile(str(folder / FUSED_MODEL), ir.Context())
-    kind, checked = ConvolutionKind(), set()
-    for conv in list(walk_ops(module.operation)):
-        problem = op_convolution(conv, kind) if conv.name.startswith("linalg") else None
-        epilogue = epilogue_of(conv, problem) if problem else None
+    kind = ConvolutionKind()
+    checked = epilogues_against_iree(
+        str(folder / FUSED_MODEL),
+        lambda op: op_convolution(op, kind) if op.name.startswith("linalg") else None,
+        lambda tensor: np.float32 if "f32" in tensor else np.float16,
+        lambda got, expected: np.abs(got - expected).max() < 2e-2,
+        spread=2,
+    )
+    assert checked >= 3  # batch norm and ReLU, with a residual, with a downsampling one
+
+
+def epilogues_against_iree(fused: str, problem_of, element, close, spread: float) -> int:
+    """Each distinct epilogue of the module at `fused` (after the op `problem_of` gives a
+    problem for) run by numpy and by IREE on the CPU (its generic alone) on seeded inputs in
+    [-spread, spread] of the numpy type `element` gives for its type: `close(got, expected)`
+    for each; returns how many were checked."""
+    from autosched.ir_walk import walk_ops
+    from autosched.model.epilogues import after_contraction, epilogue_of
+
+    module = ir.Module.parseFile(fused, ir.Context())
+    checked = set()
+    for op in list(walk_ops(module.operation)):
+        problem = problem_of(op)
+        epilogue = epilogue_of(op, problem) if problem else None
         if not hasattr(epilogue, "statements") or epilogue.statements in checked:
             continue
         checked.add(epilogue.statements)
-        generic = after_convolution(conv)[1]
+        generic = after_contraction(op)[1]
         vmfb = compiler.compile_str(
             _alone(generic), target_backends=["llvm-cpu"],
             extra_args=["--iree-llvmcpu-target-cpu=generic"],
         )  # fmt: skip
         rng = np.random.default_rng(len(checked))
         inputs = [
-            rng.uniform(-2, 2, ir.RankedTensorType(v.type).shape).astype(
-                np.float32 if "f32" in str(v.type) else np.float16
+            rng.uniform(-spread, spread, ir.RankedTensorType(v.type).shape).astype(
+                element(str(v.type))
             )
             for v in list(generic.operands)[:-1]
         ]
         expected = _run(vmfb, "local-task", *inputs).astype(np.float32)
         got = _numpy_statements(epilogue, inputs).astype(np.float32)
-        assert np.abs(got.reshape(expected.shape) - expected).max() < 2e-2, epilogue.statements
-    assert len(checked) >= 3  # batch norm and ReLU, with a residual, with a downsampling one
+        assert close(got.reshape(expected.shape), expected), epilogue.statements
+    return len(checked)

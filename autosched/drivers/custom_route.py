@@ -183,26 +183,31 @@ def write_custom_spec(
             continue
         winners.append((result.problem, result.best.point))  # an attention's op form
     chains = epilogues = None
-    if model is not None and any(narrowed(p) for p, _ in winners if p.kind == "matmul"):
+    if model is not None and any(narrowed_matmul(p) for p, _ in winners):
         from autosched.model.narrow_reshapes import model_reshape_chains
 
         folder = os.path.join(model[1], "narrow")
         chains = model_reshape_chains(model[0], target.compile_flags(), folder)
-    convolutions = [p for p, _ in winners if p.kind == "convolution"]
-    if model is not None and convolutions:
+    fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
+    if model is not None and fusing:
         from autosched.model.epilogues import winners_epilogues
 
         folder = os.path.join(model[1], "convolution")  # where convolution_forms read them
         try:
-            epilogues = winners_epilogues(model[0], target.compile_flags(), folder, convolutions)
+            epilogues = winners_epilogues(model[0], target.compile_flags(), folder, fusing)
             found = sum(len(e) for e in epilogues.values())
-            log.write(f"convolution epilogues kept in their kernels: {found}")
-        except RuntimeError as error:  # the kernels replace the convolutions alone
-            log.write(f"convolution epilogues not read: {error}")
+            log.write(f"epilogues kept in their kernels: {found}")
+        except RuntimeError as error:  # the kernels replace the contractions alone
+            log.write(f"epilogues not read: {error}")
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
         for why in write_substitution(path, winners, target, chains, epilogues):
             log.write(f"not substituted: {why}")
     return path if os.path.exists(path) else None
+
+
+def narrowed_matmul(problem) -> bool:
+    """A matmul winner whose kernel may store the narrow type (and keep an epilogue)."""
+    return problem.kind == "matmul" and narrowed(problem) is not None
 
 
 def iree_ms(entry: ModelProblem) -> float | None:

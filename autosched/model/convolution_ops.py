@@ -34,12 +34,21 @@ FUSED_MODEL = "model.fused.mlir"  # the module the op forms (and their epilogues
 def model_convolutions(model_path: str, compile_flags, work_dir: str) -> list[ConvolutionProblem]:
     """The model's window and pointwise convolutions at OP_PHASE after IREE's elementwise
     fusion, as op-form problems; the fused module stays in `work_dir` (FUSED_MODEL)."""
+    fused = fused_model(model_path, compile_flags, work_dir, again=True)
+    return op_convolutions(ir.Module.parseFile(fused, ir.Context()))
+
+
+def fused_model(model_path: str, compile_flags, work_dir: str, again: bool = False) -> str:
+    """The model at OP_PHASE after IREE's elementwise fusion, as the substitution spec sees
+    it (work_dir's FUSED_MODEL; lowered again when it is not there, or with `again`)."""
+    fused = os.path.join(work_dir, FUSED_MODEL)
+    if os.path.exists(fused) and not again:
+        return fused
     os.makedirs(work_dir, exist_ok=True)
     saved = os.path.join(work_dir, f"model.{OP_PHASE}.mlir")
     path = lower_to_phase(model_path, compile_flags, OP_PHASE, saved, work_dir)
-    fused = os.path.join(work_dir, FUSED_MODEL)
     run_passes(path, f"builtin.module(util.func({ELEMENTWISE_FUSION}))", fused)
-    return op_convolutions(ir.Module.parseFile(fused, ir.Context()))
+    return fused
 
 
 def op_convolution(op: ir.Operation, kind: ConvolutionKind) -> ConvolutionProblem | None:

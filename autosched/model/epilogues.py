@@ -1,20 +1,22 @@
-"""A convolution's epilogue, kept in its Triton kernel (issue 25).
+"""A contraction's epilogue, kept in its Triton kernel (issues 25 and 24).
 
 After IREE's elementwise fusion (model/convolution_ops.py) a torch convolution at global
 optimization is three ops: the convolution into f32, a `truncf` to the model's type, and
 one elementwise `linalg.generic` that reads it: the folded batch norm's scale and shift,
 the residual add, ReLU. IREE fuses all three into one dispatch; a kernel that replaced the
 convolution alone wrote its output, and a dispatch of its own read it back (on resnet50 in
-the H200: 47 dispatches, 0.72 ms of 2.76).
+the H200: 47 dispatches, 0.72 ms of 2.76). A transformer's `nn.Linear` is the same, with
+the unit batch collapsed (and heads split) between the matmul and its `truncf`: the bias and
+GELU, the residual add, SiLU(gate) times up.
 
 Here that generic is read with the MLIR bindings and written as Triton statements over the
 kernel's accumulator tile: each other input is a vector along the output channels (the
-batch norm's parameters) or a tensor in the output's own layout (the residual), each body
-op (arith's float ops, `select`, `math.rsqrt` ...) one statement, a constant it captures a
-literal. A transform matcher cannot compare such a body (it captures its constants), so the
-spec matches the epilogue by its operand and result types after the convolution and its
-`truncf`, and only where every epilogue of that type signature in the model has the same
-statements (`unambiguous`).
+batch norm's parameters, a bias) or a tensor in the output's own layout (the residual, the
+gate), each body op (arith's float ops, `select`, `math.rsqrt`, `math.erf` ...) one
+statement, a constant it captures a literal. A transform matcher cannot compare such a body
+(it captures its constants), so the spec matches the epilogue by its operand and result
+types after the contraction and its `truncf`, and only where every epilogue of that type
+signature in the model has the same statements (`unambiguous`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
 from autosched.model.convolution_ops import op_convolution
+from autosched.model.narrow_reshapes import MAX_RESHAPES, RESHAPES
+from autosched.ops.base import DispatchSite
+from autosched.ops.contraction import Contraction, recognise_contraction
 from autosched.ops.convolution import ConvolutionKind, ConvolutionProblem
 from autosched.ops.epilogue import (
     ACC,
@@ -32,6 +37,7 @@ from autosched.ops.epilogue import (
     Epilogue,
     EpilogueInput,
 )
+from autosched.ops.matmul import MatmulProblem
 
 BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/"}
 CALLS = {
@@ -39,10 +45,13 @@ CALLS = {
     "arith.maxnumf": "tl.maximum",
     "arith.minimumf": "tl.minimum",
     "arith.minnumf": "tl.minimum",
+    "math.absf": "tl.abs",
+}
+WIDE_CALLS = {
     "math.rsqrt": "tl.math.rsqrt",
     "math.sqrt": "tl.sqrt",
     "math.exp": "tl.exp",
-    "math.absf": "tl.abs",
+    "math.erf": "tl.math.erf",
 }
 CASTS = ("arith.extf", "arith.truncf")
 # arith.cmpf's predicates (its enum's order) as Python comparisons that keep NaN's answer.
@@ -114,6 +123,8 @@ def _statement(op: ir.Operation, names: dict, target: str) -> str | None:
         return None
     if op.name in BINARY:
         return f"{target} = {args[0]} {BINARY[op.name]} {args[1]}"
+    if op.name in WIDE_CALLS:  # Triton's math takes f32: computed there, rounded back
+        return f"{target} = {WIDE_CALLS[op.name]}({args[0]}.to(tl.float32)).to({args[0]}.dtype)"
     if op.name in CALLS:
         return f"{target} = {CALLS[op.name]}({', '.join(args)})"
     if op.name in CASTS:
@@ -159,16 +170,30 @@ def _statements(op: ir.Operation, inputs: int) -> list[str] | str:
     return "its body has no yield"
 
 
-def after_convolution(conv: ir.Operation) -> tuple[ir.Operation, ir.Operation] | str:
-    """(truncf, generic) after a convolution op: its only user a truncf, whose only user is
-    a generic of one result; or why not."""
-    truncf = _single_user(conv.results[0])
-    if not _is_truncf(truncf):
+def after_contraction(op: ir.Operation) -> tuple[ir.Operation, ir.Operation, int] | str:
+    """(truncf, generic, reshapes) after a contraction: its only user a truncf (through up to
+    MAX_RESHAPES reshapes, each its only user: `reshapes` of them), whose only user is a
+    generic of one result; or why not."""
+    value, reshapes = op.results[0], 0
+    user = _single_user(value)
+    while user is not None and user.name in RESHAPES and reshapes < MAX_RESHAPES:
+        value, reshapes = user.results[0], reshapes + 1
+        user = _single_user(value)
+    if not _is_truncf(user):
         return "its result is not only rounded to a narrower type"
-    op = _single_user(truncf.results[0])
-    if op is None or op.name != "linalg.generic" or len(op.results) != 1:
+    generic = _single_user(user.results[0])
+    if generic is None or generic.name != "linalg.generic" or len(generic.results) != 1:
         return "its rounded result has not one elementwise user"
-    return truncf, op
+    return user, generic, reshapes
+
+
+def _channel_dim(problem: ConvolutionProblem | MatmulProblem, shape: list[int]) -> int | None:
+    """The dim of the rounded result (of `shape`) that indexes the output channels: a
+    convolution's F, a matmul's N where it is still the last dim (not split into heads)."""
+    if isinstance(problem, ConvolutionProblem):
+        roles = problem.output_roles
+        return roles.index("f") if "f" in roles else None  # depthwise: channels are groups
+    return len(shape) - 1 if shape and shape[-1] == problem.n else None
 
 
 def _signature(op: ir.Operation) -> tuple:
@@ -177,25 +202,24 @@ def _signature(op: ir.Operation) -> tuple:
     return tuple(str(op.operands[i].type) for i in range(inputs)), str(op.results[0].type)
 
 
-def epilogue_of(conv: ir.Operation, problem: ConvolutionProblem) -> Epilogue | str:
-    """The epilogue after a convolution op (its only user a truncf, whose only user is an
-    elementwise generic), or why there is none."""
-    after = after_convolution(conv)
+def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
+    """The epilogue after a contraction op (a convolution or a matmul: its only user a
+    truncf, whose only user is an elementwise generic), or why there is none."""
+    after = after_contraction(op)
     if isinstance(after, str):
         return after
-    truncf, op = after
-    iterators = [str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"])]
+    truncf, generic, reshapes = after
+    iterators = [str(i) for i in ir.ArrayAttr(generic.attributes["iterator_types"])]
     if any("parallel" not in i for i in iterators):
         return "its user reduces"
-    maps = _maps(op)
-    inputs = len(op.operands) - 1
-    identity = ir.AffineMap.get_identity(len(iterators), context=op.context)
-    if "f" not in problem.output_roles:  # a depthwise convolution's channels are groups
-        return "its output has no channel dim of its own"
-    channel = problem.output_roles.index("f")
+    maps = _maps(generic)
+    inputs = len(generic.operands) - 1
+    identity = ir.AffineMap.get_identity(len(iterators), context=generic.context)
+    shape = tuple(ir.RankedTensorType(truncf.results[0].type).shape)
+    channel = _channel_dim(problem, list(shape))
     kinds = []
     for position in range(inputs):
-        operand = op.operands[position]
+        operand = generic.operands[position]
         if operand == truncf.results[0]:
             kind = ACC if maps[position] == identity else None
         else:
@@ -204,34 +228,48 @@ def epilogue_of(conv: ir.Operation, problem: ConvolutionProblem) -> Epilogue | s
             return "an input of its user is neither per channel nor output-shaped"
         kinds.append(EpilogueInput(kind, str(operand.type), _element(operand.type)))
     if maps[-1] != identity or [k.kind for k in kinds].count(ACC) != 1:
-        return "its user is not elementwise on the convolution's output"
-    if list(op.regions[0].blocks[0].arguments[inputs].uses):
+        return "its user is not elementwise on the contraction's output"
+    if list(generic.regions[0].blocks[0].arguments[inputs].uses):
         return "its user reads its own output"
-    statements = _statements(op, inputs)
+    statements = _statements(generic, inputs)
     if isinstance(statements, str):
         return statements
     return Epilogue(
         inputs=tuple(kinds),
-        out_type=str(op.results[0].type),
-        out_element=_element(op.results[0].type),
+        out_type=str(generic.results[0].type),
+        out_element=_element(generic.results[0].type),
         narrow=_element(truncf.results[0].type),
         statements=tuple(statements),
+        reshapes=reshapes,
+        acc_shape=shape,
     )
 
 
-def model_epilogues(module: ir.Module, problem: ConvolutionProblem) -> list[Epilogue]:
-    """The epilogues after the problem's convolutions in the module (fused, as
+def _is_problems_op(op: ir.Operation, problem) -> bool:
+    """Whether `op` is one of the problem's contractions, as the spec's matcher sees them:
+    a convolution's op form, or a matmul's maps, sizes and types."""
+    if not op.name.startswith("linalg"):
+        return False
+    if isinstance(problem, ConvolutionProblem):
+        same = op_convolution(op, ConvolutionKind())
+        return same is not None and same._key() == problem._key()
+    found = recognise_contraction(op, DispatchSite("", "", 1, (), ""))
+    same = found.as_matmul_problem() if isinstance(found, Contraction) else None
+    fields = ("indexing_maps", "m", "n", "k", "batch", "lhs_type", "rhs_type", "acc_type")
+    return same is not None and all(
+        getattr(same, name) == getattr(problem, name) for name in fields
+    )
+
+
+def model_epilogues(module: ir.Module, problem) -> list[Epilogue]:
+    """The epilogues after the problem's contractions in the module (fused, as
     model/convolution_ops.py reads it), each once, and only those the spec can tell apart
     by their types (`unambiguous`)."""
-    kind = ConvolutionKind()
     found, unread = [], set()
     for op in walk_ops(module.operation):
-        if not op.name.startswith("linalg"):
+        if not _is_problems_op(op, problem):
             continue
-        same = op_convolution(op, kind)
-        if same is None or same._key() != problem._key():
-            continue
-        after = after_convolution(op)
+        after = after_contraction(op)
         if isinstance(after, str):  # nothing after it to keep in its kernel
             continue
         epilogue = epilogue_of(op, problem)
@@ -254,16 +292,18 @@ def unambiguous(epilogues: list[Epilogue], unread: set[tuple] = frozenset()) -> 
 
 
 def winners_epilogues(
-    model_path: str, compile_flags, work_dir: str, problems: list[ConvolutionProblem]
+    model_path: str, compile_flags, work_dir: str, problems: list
 ) -> dict[str, list[Epilogue]]:
-    """Each convolution problem's epilogues (by its `_key()`) in the model as the op forms
-    were read (work_dir's FUSED_MODEL, lowered again when it is not there)."""
-    import os
+    """Each problem's epilogues (a convolution's or a matmul's, by `problem_key`) in the model
+    as the op forms were read (work_dir's FUSED_MODEL, lowered and fused when it is not
+    there)."""
+    from autosched.model.convolution_ops import fused_model
 
-    from autosched.model.convolution_ops import FUSED_MODEL, model_convolutions
+    module = ir.Module.parseFile(fused_model(model_path, compile_flags, work_dir), ir.Context())
+    return {problem_key(problem): model_epilogues(module, problem) for problem in problems}
 
-    fused = os.path.join(work_dir, FUSED_MODEL)
-    if not os.path.exists(fused):
-        model_convolutions(model_path, compile_flags, work_dir)
-    module = ir.Module.parseFile(fused, ir.Context())
-    return {problem._key(): model_epilogues(module, problem) for problem in problems}
+
+def problem_key(problem: ConvolutionProblem | MatmulProblem) -> object:
+    """How `winners_epilogues` names a problem: a convolution by its op form's key (two may
+    share a name), a matmul by its name."""
+    return problem._key() if isinstance(problem, ConvolutionProblem) else problem.name

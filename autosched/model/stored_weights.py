@@ -12,6 +12,7 @@ transpose is left dead and removed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autosched.ops.base import ANY_OP, ANY_VALUE
@@ -79,15 +80,23 @@ def transpose_matcher(handle: str, problem: MatmulProblem, layout: StoredLayout)
 
 
 def wrapper_function(
-    name: str, kernel: str, problem: MatmulProblem, layout: StoredLayout, out_type: str
+    name: str,
+    kernel: str,
+    problem: MatmulProblem,
+    layout: StoredLayout,
+    out_type: str,
+    extras: Sequence[str] = (),
+    result: str | None = None,
 ) -> str:
-    """`name(A, W) -> C`: the weight W as stored, reshaped (no copy) to the kernel's
-    batch x N x K and passed to `kernel`."""
+    """`name(A, W, extras...) -> C`: the weight W as stored, reshaped (no copy) to the
+    kernel's batch x N x K and passed to `kernel` with the epilogue's `extras` (their
+    types); C of `out_type` elements, or of the full type `result`."""
     element = problem.rhs_type
     lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     stored = tensor_type(layout.shape, element)
-    out = tensor_type(problem.acc_shape, out_type)
-    lines = [f"  util.func private @{name}(%a: {lhs}, %w: {stored}) -> {out} {{"]
+    out = result or tensor_type(problem.acc_shape, out_type)
+    params = "".join(f", %e{i}: {t}" for i, t in enumerate(extras))
+    lines = [f"  util.func private @{name}(%a: {lhs}, %w: {stored}{params}) -> {out} {{"]
     weight = "%w"
     if problem.batch == 1:  # N x 1 x K is 1 x N x K in memory
         n, k = problem.n, problem.k
@@ -99,8 +108,10 @@ def wrapper_function(
         ]
         weight = "%b"
     kernel_rhs = tensor_type(stored_problem(problem).rhs_shape, element)
+    values = "".join(f", %e{i}" for i in range(len(extras)))
+    types = ", ".join([lhs, kernel_rhs, *extras])
     lines += [
-        f"    %c = util.call @{kernel}(%a, {weight}) : ({lhs}, {kernel_rhs}) -> {out}",
+        f"    %c = util.call @{kernel}(%a, {weight}{values}) : ({types}) -> {out}",
         f"    util.return %c : {out}",
         "  }",
     ]

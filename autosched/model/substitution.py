@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from autosched import processes
 from autosched.model.convolution_ops import ELEMENTWISE_FUSION
+from autosched.model.epilogues import problem_key
 from autosched.model.narrow_reshapes import ReshapeChain, chain_matcher_lines, reshaped_function
 from autosched.model.stored_weights import (
     StoredLayout,
@@ -72,8 +73,9 @@ class Substitute:
     stored: tuple[StoredLayout, MatmulProblem, KernelBinary, KernelBinary | None] | None = None
     # Reshapes between the contraction and its truncf in the model (narrow_reshapes.py).
     chains: tuple[ReshapeChain, ...] = ()
-    # A convolution's epilogues in the model (model/epilogues.py), each with its kernel.
-    epilogues: tuple[tuple[Epilogue, KernelBinary], ...] = ()
+    # Epilogues in the model (model/epilogues.py), each with its kernel, and for a matmul
+    # whose B is a stored weight's transpose the kernel that reads the weight as stored.
+    epilogues: tuple[tuple[Epilogue, KernelBinary, KernelBinary | None], ...] = ()
 
 
 def narrow_params(params):
@@ -243,18 +245,27 @@ def _truncf_of_contraction(
     ]
 
 
-def _epilogue_matcher(index: int, j: int, problem: MatmulProblem, epilogue: Epilogue) -> str:
+def _epilogue_matcher(
+    index: int,
+    j: int,
+    problem: MatmulProblem,
+    epilogue: Epilogue,
+    layout: StoredLayout | None = None,
+) -> str:
     """Matches the epilogue (a generic of its input and result types, and no more inputs;
-    its result has the convolution's output shape, so it reduces nothing) whose input at its
-    place is the convolution's rounded result: a truncf that is its only user, of one of the
-    problem's zero-filled convolutions. Yields the epilogue, the truncf and the convolution.
-    The epilogue's body is not compared (it captures its constants, which a transform
-    matcher cannot follow): model/epilogues.py writes arms only for types that tell the
-    model's epilogues apart."""
-    handles = ", ".join([ANY_OP] * 3)
+    its result has the contraction's output shape, so it reduces nothing) whose input at its
+    place is the contraction's rounded result: a truncf that is its only user, of one of the
+    problem's zero-filled contractions (through the epilogue's reshapes; with `layout`: only
+    where B is a stored weight's transpose). Yields the epilogue, the truncf, the
+    contraction (and the transpose). The epilogue's body is not compared (it captures its
+    constants, which a transform matcher cannot follow): model/epilogues.py writes arms only
+    for types that tell the model's epilogues apart."""
+    yielded = ["%op", "%tr", "%mm", *(["%t"] if layout else [])]
+    handles = ", ".join([ANY_OP] * len(yielded))
     param = "!transform.param<i64>"
+    stored = "_stored" if layout else ""
     lines = [
-        f"  transform.named_sequence @match_epilogue_{index}_{j}"
+        f"  transform.named_sequence @match_epilogue{stored}_{index}_{j}"
         f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
         f'    transform.match.operation_name %op ["linalg.generic"] : {ANY_OP}',
         f"    transform.match.structured %op : {ANY_OP} {{",
@@ -272,46 +283,55 @@ def _epilogue_matcher(index: int, j: int, problem: MatmulProblem, epilogue: Epil
             f"    transform.iree.match.cast_compatible_type %ep{position} = {operand.type}"
             f" : {ANY_VALUE}",
         ]
+    chain = (0, ReshapeChain(epilogue.reshapes, epilogue.acc_shape)) if epilogue.reshapes else None
     lines += [
         f"    %ep_out = transform.get_operand %op[{len(epilogue.inputs)}]"
         f" : ({ANY_OP}) -> {ANY_VALUE}",
         f"    transform.iree.match.cast_compatible_type %ep_out = {epilogue.out_type}"
         f" : {ANY_VALUE}",
-        f"    %t = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
+        f"    %tr = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
         f" : ({ANY_OP}) -> {ANY_OP}",
-        f"    transform.match.structured %t : {ANY_OP} {{",
+        f"    transform.match.structured %tr : {ANY_OP} {{",
         f"    ^bb0(%rounded: {ANY_OP}):",
         f"      %only = transform.match.structured.result %rounded[0] single"
         f" : ({ANY_OP}) -> {ANY_OP}",
         "      transform.match.structured.yield",
         "    }",
-        *_truncf_of_contraction("%t", problem, epilogue.narrow),
-        f"    transform.yield %op, %t, %mm : {handles}",
+        *_truncf_of_contraction("%tr", problem, epilogue.narrow, layout, chain),
+        f"    transform.yield {', '.join(yielded)} : {handles}",
         "  }",
     ]
     return "\n".join(lines)
 
 
 def _epilogue_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
-    """(arm, matcher, caller) of each epilogue of a convolution winner: the epilogue op
-    replaced by the kernel that computes it, on the convolution's image and filter and the
-    epilogue's other inputs."""
+    """(arm, matcher, caller) of each epilogue of a winner: the epilogue op replaced by the
+    kernel that computes it, on the contraction's A (image) and B (filter; a stored weight
+    where B is its transpose, that arm first) and the epilogue's other inputs."""
     arms = []
-    for j, (epilogue, _) in enumerate(w.epilogues):
+    convolution = w.problem.kind == "convolution"
+    for j, (epilogue, _, stored_binary) in enumerate(w.epilogues):
         function = f"{FUNCTION_PREFIX}{i}_e{j}"
         extras = ", ".join(str(position) for position, _ in epilogue.extras)
-        sources = [("%mm", "0, 1"), *([("%op", extras)] if extras else [])]
-        caller = _caller(
-            f"call_epilogue_{i}_{j}", function, ["%op", "%t", "%mm"], sources,
-            (f"{function}_kernel",),
-        )  # fmt: skip
-        arms.append(
-            (
-                f"@match_epilogue_{i}_{j} -> @call_epilogue_{i}_{j}",
-                _epilogue_matcher(i, j, w.problem, epilogue),
-                caller,
+        extra_sources = [("%op", extras)] if extras else []
+        variants = [(None, function, [("%mm", "0, 1")])]
+        if stored_binary is not None:
+            variants.insert(0, (w.stored[0], f"{function}_stored", [("%mm", "0"), ("%t", "0")]))
+        for layout, called, sources in variants:
+            stored = "_stored" if layout else ""
+            params = ["%op", "%tr", "%mm", *(["%t"] if layout else [])]
+            callees = (f"{called}_kernel",) if convolution or layout else ()
+            caller = _caller(
+                f"call_epilogue{stored}_{i}_{j}", called, params, [*sources, *extra_sources],
+                callees,
+            )  # fmt: skip
+            arms.append(
+                (
+                    f"@match_epilogue{stored}_{i}_{j} -> @call_epilogue{stored}_{i}_{j}",
+                    _epilogue_matcher(i, j, w.problem, epilogue, layout),
+                    caller,
+                )
             )
-        )
     return arms
 
 
@@ -375,13 +395,7 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
         return extern(problem, params, binary, executable_target, called, "util.func")
 
     functions = [kernel(w.problem, w.params, w.binary, name)]
-    for j, (epilogue, binary) in enumerate(w.epilogues):
-        functions.append(
-            igemm.extern_function(
-                w.problem, w.params, binary, executable_target, f"{name}_e{j}", "util.func",
-                epilogue,
-            )
-        )  # fmt: skip
+    functions += _epilogue_functions(name, w, executable_target)
     if w.narrow is not None:
         narrow, binary = w.narrow
         functions.append(kernel(narrow, narrow_params(w.params), binary, f"{name}_narrow"))
@@ -406,6 +420,45 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
                 ),
             ]
     return functions + _reshaped_functions(name, w)
+
+
+def _epilogue_functions(name: str, w: Substitute, executable_target: str) -> list[str]:
+    """For each epilogue of a winner: its kernel's function (`{name}_e{j}`), and for a
+    matmul whose B is a stored weight's transpose the kernel that reads it as stored with
+    its wrapper (`{name}_e{j}_stored`)."""
+    functions = []
+    for j, (epilogue, binary, stored_binary) in enumerate(w.epilogues):
+        called = f"{name}_e{j}"
+        if w.problem.kind == "convolution":
+            functions.append(
+                igemm.extern_function(
+                    w.problem, w.params, binary, executable_target, called, "util.func",
+                    epilogue,
+                )
+            )  # fmt: skip
+            continue
+        params = narrow_params(w.params)
+        functions.append(
+            extern_function(
+                w.narrow[0], params, binary, executable_target, called, "util.func", epilogue
+            )
+        )
+        if stored_binary is None:
+            continue
+        layout, problem, *_ = w.stored
+        narrow_problem = dataclasses.replace(problem, acc_type=epilogue.narrow)
+        extras = [operand.type for _, operand in epilogue.extras]
+        functions += [
+            extern_function(
+                narrow_problem, params, stored_binary, executable_target,
+                f"{called}_stored_kernel", "util.func", epilogue,
+            ),
+            wrapper_function(
+                f"{called}_stored", f"{called}_stored_kernel", w.problem, layout,
+                epilogue.narrow, extras, epilogue.out_type,
+            ),
+        ]  # fmt: skip
+    return functions
 
 
 def _reshaped_functions(name: str, w: Substitute) -> list[str]:
@@ -531,7 +584,7 @@ def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
     # so the epilogues are matched in a pass of their own, first.
     passes = [", ".join(epilogue_arms), ", ".join(narrow_arms), ", ".join(plain_arms)]
     main = [f"  transform.named_sequence @__transform_main(%module: {ANY_OP}) {{"]
-    if any(w.problem.kind == "convolution" for w in winners):
+    if any(w.problem.kind == "convolution" or w.epilogues for w in winners):
         main += _fused_first()
     # The narrow pass must see the contractions unreplaced; each pass matches the functions
     # afresh (a pass's matching invalidates the handles it walked).
@@ -597,8 +650,8 @@ def write_substitution(
                 (e, igemm.compile_kernel(
                     problem, params, target.arch,
                     os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e,
-                ))
-                for j, e in enumerate((epilogues or {}).get(problem._key(), []))
+                ), None)
+                for j, e in enumerate((epilogues or {}).get(problem_key(problem), []))
             )  # fmt: skip
             kept.append(Substitute(problem, params, binary, narrow, epilogues=fused))
             continue
@@ -611,11 +664,33 @@ def write_substitution(
         stored = _stored_kernels(problem, params, narrow, target, folder)
         wide = tensor_type(problem.acc_shape, problem.acc_type)
         reshaped = tuple(sorted((chains or {}).get(wide, ()))) if narrow else ()
-        kept.append(Substitute(problem, params, binary, narrow, stored, reshaped))
+        found = (epilogues or {}).get(problem_key(problem), []) if narrow else []
+        fused = _matmul_epilogue_kernels(problem, params, narrow, stored, found, target, folder)
+        kept.append(Substitute(problem, params, binary, narrow, stored, reshaped, fused))
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))
     return refused
+
+
+def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, target, folder: str):
+    """(epilogue, its kernel, the kernel reading B as a stored weight or None) of each of a
+    matmul winner's epilogues: its narrow kernel with the epilogue in it."""
+    from autosched.targets.cuda_custom import compile_ptx
+
+    kernels = []
+    for j, epilogue in enumerate(epilogues):
+        ptx = os.path.join(folder, f"{problem.name}.epilogue{j}.ptx")
+        binary = compile_ptx(narrow[0], narrow_params(params), target.arch, ptx, epilogue)
+        stored_binary = None
+        if stored is not None and stored[3] is not None:
+            narrow_stored = dataclasses.replace(stored[1], acc_type=epilogue.narrow)
+            ptx = os.path.join(folder, f"{problem.name}.stored.epilogue{j}.ptx")
+            stored_binary = compile_ptx(
+                narrow_stored, narrow_params(params), target.arch, ptx, epilogue
+            )
+        kernels.append((epilogue, binary, stored_binary))
+    return tuple(kernels)
 
 
 def _stored_kernels(problem, params, narrow, target, folder: str):

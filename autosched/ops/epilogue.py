@@ -29,6 +29,8 @@ class Epilogue:
     out_element: str
     narrow: str  # the element type the truncf before it rounds the convolution to
     statements: tuple[str, ...]  # Triton, over `a{i}` (its inputs); the result is `out`
+    reshapes: int = 0  # reshapes between the contraction and its truncf (narrow_reshapes.py)
+    acc_shape: tuple[int, ...] = ()  # the truncf's shape, after those reshapes
 
     @property
     def signature(self) -> tuple:
@@ -44,3 +46,27 @@ class Epilogue:
     def extras(self) -> list[tuple[int, EpilogueInput]]:
         """(operand position, input) of each input besides the convolution's result."""
         return [(i, x) for i, x in enumerate(self.inputs) if x.kind != ACC]
+
+    def triton_lines(
+        self, channel: str, channels: str, offsets: str, mask: str
+    ) -> tuple[list[str], list[str]]:
+        """(pointer parameters, statements) of the epilogue in a kernel whose accumulator
+        tile is `acc`: each input loaded on the output tile (the accumulator rounded as the
+        truncf rounds it; a per-channel vector at `channel`, under `channels`; an
+        output-shaped tensor at `offsets` under `mask`), then the body; its result `out`."""
+        lines, params = [], []
+        for position, operand in enumerate(self.inputs):
+            name = f"a{position}"
+            if operand.kind == ACC:
+                lines.append(f"{name} = acc.to({TRITON_TYPES[self.narrow]})")
+                continue
+            pointer = f"e{len(params)}"
+            params.append(pointer)
+            if operand.kind == CHANNEL:
+                lines.append(
+                    f"{name} = tl.load({pointer} + {channel}, mask={channel} < {channels},"
+                    " other=0.0)[None, :]"
+                )
+            else:
+                lines.append(f"{name} = tl.load({pointer} + {offsets}, mask={mask}, other=0.0)")
+        return params, [*lines, *self.statements]

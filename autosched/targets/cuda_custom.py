@@ -23,14 +23,19 @@ imports nothing of the target (targets/cuda.py imports it).
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import math
 import os
 import re
+import string
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 
 from autosched.errors import UserError
+from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.targets.base import Constraint, Family, KnobSpec, Point
@@ -352,110 +357,135 @@ def _strides(problem: MatmulProblem) -> dict[str, int]:
     }
 
 
-def _kernel_parts(triton, tl):
-    """The kernel's @triton.jit helpers. Triton inlines them: the kernel's PTX is the same
-    as with their code written in it."""
-
-    @triton.jit
-    def block_of(pid, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, G):
-        """The output block (row and column of blocks) of workgroup `pid`: blocks are
-        launched G rows of blocks at a time, for L2 reuse."""
-        blocks_m = tl.cdiv(M, BM)
-        blocks_n = tl.cdiv(N, BN)
-        group = pid // (G * blocks_n)
-        first = group * G
-        size = min(blocks_m - first, G)
-        return first + (pid % (G * blocks_n)) % size, (pid % (G * blocks_n)) // size
-
-    @triton.jit
-    def wait_for_turn(lock, part):
-        """Serial split-K: the block's K shares add up in order, as CUTLASS's serial
-        split-K does: share s waits until the block's lock reads s, adds what C holds,
-        stores, and passes the lock on; the last share sets it back to 0 for the next call.
-        Share s-1 is launched before share s (z is the slowest grid axis; CUDA starts blocks
-        in order, which CUTLASS relies on too), so the wait ends."""
-        while tl.atomic_cas(lock, part, part, sem="acquire") != part:
-            pass
-
-    return block_of, wait_for_turn
+# The kernel as Python source: Triton compiles a function from its file, and an epilogue
+# (model/epilogues.py) is written into it as statements. `$params` are the epilogue's extra
+# pointers, `$epilogue` its statements (`out = acc` without one).
+KERNEL_SOURCE = """import triton
+import triton.language as tl
 
 
-def _kernel():
-    """The Triton kernel (defined here so that importing this module needs no Triton)."""
-    triton = import_triton()
-    import triton.language as tl
+@triton.jit
+def block_of(pid, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, G):
+    # The output block (row and column of blocks) of workgroup `pid`: blocks are launched G
+    # rows of blocks at a time, for L2 reuse.
+    blocks_m = tl.cdiv(M, BM)
+    blocks_n = tl.cdiv(N, BN)
+    group = pid // (G * blocks_n)
+    first = group * G
+    size = min(blocks_m - first, G)
+    return first + (pid % (G * blocks_n)) % size, (pid % (G * blocks_n)) // size
 
-    block_of, wait_for_turn = _kernel_parts(triton, tl)
 
-    @triton.jit
-    def matmul(
-        a,
-        b,
-        c,
-        locks,
-        M: tl.constexpr,
-        N: tl.constexpr,
-        K: tl.constexpr,
-        sab: tl.constexpr,
-        sam: tl.constexpr,
-        sak: tl.constexpr,
-        sbb: tl.constexpr,
-        sbk: tl.constexpr,
-        sbn: tl.constexpr,
-        scb: tl.constexpr,
-        scm: tl.constexpr,
-        scn: tl.constexpr,
-        BM: tl.constexpr,
-        BN: tl.constexpr,
-        BK: tl.constexpr,
-        G: tl.constexpr,
-        EVEN: tl.constexpr,
-        SPLIT: tl.constexpr,
-        K_PART: tl.constexpr,
-    ):
-        pid = tl.program_id(0)
-        batch = tl.program_id(1)
-        # This workgroup's share of K (serial split-K). A constant 0 when K is whole, so
-        # that the kernel is the one without split-K, instruction for instruction.
-        if SPLIT > 1:
-            part = tl.program_id(2)
+@triton.jit
+def wait_for_turn(lock, part):
+    # Serial split-K: the block's K shares add up in order, as CUTLASS's serial split-K
+    # does: share s waits until the block's lock reads s, adds what C holds, stores, and
+    # passes the lock on; the last share sets it back to 0 for the next call. Share s-1 is
+    # launched before share s (z is the slowest grid axis; CUDA starts blocks in order,
+    # which CUTLASS relies on too), so the wait ends.
+    while tl.atomic_cas(lock, part, part, sem="acquire") != part:
+        pass
+
+
+@triton.jit
+def matmul(
+    a, b, $params c, locks,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    sab: tl.constexpr, sam: tl.constexpr, sak: tl.constexpr,
+    sbb: tl.constexpr, sbk: tl.constexpr, sbn: tl.constexpr,
+    scb: tl.constexpr, scm: tl.constexpr, scn: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
+    EVEN: tl.constexpr, SPLIT: tl.constexpr, K_PART: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    batch = tl.program_id(1)
+    # This workgroup's share of K (serial split-K). A constant 0 when K is whole, so that
+    # the kernel is the one without split-K, instruction for instruction.
+    if SPLIT > 1:
+        part = tl.program_id(2)
+    else:
+        part = 0
+    pm, pn = block_of(pid, M, N, BM, BN, G)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = part * K_PART + tl.arange(0, BK)
+    pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
+    pb = b + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K_PART, BK):
+        if EVEN:  # M, N and K are multiples of the blocks: no masks
+            x = tl.load(pa)
+            y = tl.load(pb)
         else:
-            part = 0
-        pm, pn = block_of(pid, M, N, BM, BN, G)
-        rm = pm * BM + tl.arange(0, BM)
-        rn = pn * BN + tl.arange(0, BN)
-        rk = part * K_PART + tl.arange(0, BK)
-        pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
-        pb = b + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K_PART, BK):
-            if EVEN:  # M, N and K are multiples of the blocks: no masks
-                x = tl.load(pa)
-                y = tl.load(pb)
-            else:
-                x = tl.load(pa, mask=(rm[:, None] < M) & (rk[None, :] + k < K), other=0.0)
-                y = tl.load(pb, mask=(rk[:, None] + k < K) & (rn[None, :] < N), other=0.0)
-            acc = tl.dot(x, y, acc)
-            pa += BK * sak
-            pb += BK * sbk
-        out = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
-        if SPLIT > 1:  # the shares add up in C in order (see wait_for_turn)
-            lock = locks + batch * tl.num_programs(0) + pid
-            if part > 0:
-                wait_for_turn(lock, part)
-                inside = (rm[:, None] < M) & (rn[None, :] < N)
-                # From L2 (.cg): an SM's L1 does not see another SM's stores.
-                acc += tl.load(out, mask=inside, cache_modifier=".cg")
-        value = acc.to(c.dtype.element_ty)
-        if EVEN:
-            tl.store(out, value)
-        else:
-            tl.store(out, value, mask=(rm[:, None] < M) & (rn[None, :] < N))
-        if SPLIT > 1:
-            tl.debug_barrier()  # every thread's store lands before the lock moves on
-            tl.atomic_xchg(lock, (part + 1) % SPLIT, sem="release")
+            x = tl.load(pa, mask=(rm[:, None] < M) & (rk[None, :] + k < K), other=0.0)
+            y = tl.load(pb, mask=(rk[:, None] + k < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(x, y, acc)
+        pa += BK * sak
+        pb += BK * sbk
+    c_ptrs = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
+    if SPLIT > 1:  # the shares add up in C in order (see wait_for_turn)
+        lock = locks + batch * tl.num_programs(0) + pid
+        if part > 0:
+            wait_for_turn(lock, part)
+            inside = (rm[:, None] < M) & (rn[None, :] < N)
+            # From L2 (.cg): an SM's L1 does not see another SM's stores.
+            acc += tl.load(c_ptrs, mask=inside, cache_modifier=".cg")
+    # An epilogue's output-shaped inputs are read where C is written (unused without one).
+    offsets = batch * scb + rm[:, None] * scm + rn[None, :] * scn
+    inside = (rm[:, None] < M) & (rn[None, :] < N)
+$epilogue
+    value = out.to(c.dtype.element_ty)
+    if EVEN:
+        tl.store(c_ptrs, value)
+    else:
+        tl.store(c_ptrs, value, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    if SPLIT > 1:
+        tl.debug_barrier()  # every thread's store lands before the lock moves on
+        tl.atomic_xchg(lock, (part + 1) % SPLIT, sem="release")
+"""
 
-    return matmul
+
+def kernel_source(epilogue: Epilogue | None = None) -> str:
+    """The kernel's source, with the epilogue's loads and statements after the main loop
+    (a kernel with one never splits K: `narrow_params`)."""
+    return with_epilogue(KERNEL_SOURCE, epilogue, ("rn", "N", "offsets", "inside"))
+
+
+def with_epilogue(template: str, epilogue: Epilogue | None, names: tuple[str, ...]) -> str:
+    """A kernel's source `template` with the epilogue's pointers (`$params`) and its loads and
+    statements (`$epilogue`; `out = acc` without one); `names`: the template's output-channel
+    index and count, and the output tile's offsets and mask (`Epilogue.triton_lines`)."""
+    if epilogue is None:
+        return string.Template(template).substitute(params="", epilogue="    out = acc")
+    params, body = epilogue.triton_lines(*names)
+    return string.Template(template).substitute(
+        params="".join(f"{p}, " for p in params),
+        epilogue="\n".join(f"    {line}" for line in body),
+    )
+
+
+def _kernel(epilogue: Epilogue | None = None):
+    """The Triton kernel (built from its source, so that importing this module needs no
+    Triton)."""
+    return kernel_from_source(kernel_source(epilogue), "matmul")
+
+
+def kernel_from_source(source: str, function: str):
+    """The Triton kernel `function` of `source`, written to a file of its own named by its
+    hash in a per-user folder (Triton reads a kernel's source from its file)."""
+    import_triton()
+    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), f"autosched-triton-{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{function}_{digest}.py")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".py", delete=False) as handle:
+            handle.write(source)
+        os.replace(handle.name, path)  # whole, even with another process writing it too
+    spec = importlib.util.spec_from_file_location(f"autosched_{function}_{digest}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, function)
 
 
 def grid(problem: MatmulProblem, params: KernelParams) -> tuple[int, int, int]:
@@ -468,11 +498,20 @@ def blocks(problem: MatmulProblem, params: KernelParams) -> int:
     return math.ceil(problem.m / params.block_m) * math.ceil(problem.n / params.block_n)
 
 
-def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: str) -> KernelBinary:
-    """Triton's PTX for one point, written to `path` (no GPU needed)."""
-    kernel = _kernel()
+def compile_ptx(
+    problem: MatmulProblem,
+    params: KernelParams,
+    arch: str,
+    path: str,
+    epilogue: Epilogue | None = None,
+) -> KernelBinary:
+    """Triton's PTX for one point, written to `path` (no GPU needed); with `epilogue` in it
+    (its extra inputs after A and B; it writes the epilogue's type; K is never split)."""
+    kernel = _kernel(epilogue)
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     why = split_unsupported(problem, params.block_k, params.split_k)
+    if epilogue is not None and params.split_k > 1:
+        why = "a kernel with an epilogue runs its K whole"
     if why:
         raise UserError(f"{params.name}: {why}")
     k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
@@ -494,10 +533,18 @@ def compile_ptx(problem: MatmulProblem, params: KernelParams, arch: str, path: s
         "SPLIT": params.split_k,
         "K_PART": k_part,
     }
-    signature = {"a": f"*{element}", "b": f"*{element}", "c": f"*{output}", "locks": "*i32"}
+    signature = {"a": f"*{element}", "b": f"*{element}"}
+    for index, (_, operand) in enumerate(epilogue.extras if epilogue else []):
+        signature[f"e{index}"] = f"*{TRITON_TYPES[operand.element]}"
+    if epilogue is not None:
+        output = TRITON_TYPES[epilogue.out_element]
+    signature |= {"c": f"*{output}", "locks": "*i32"}
     if params.split_k == 1:
         constants["locks"] = None  # no lock pointer in the kernel's parameters
-    return triton_binary(kernel, signature, constants, 3, arch, params.warps, params.stages, path)
+    buffers = len(signature) - 1  # the locks are not one of IREE's bindings here
+    return triton_binary(
+        kernel, signature, constants, buffers, arch, params.warps, params.stages, path
+    )
 
 
 def triton_binary(
@@ -558,9 +605,12 @@ def extern_function(
     executable_target: str,
     name: str,
     kind: str = "func.func",
+    epilogue: Epilogue | None = None,
 ) -> str:
     """A function `name(A, B) -> C` that runs the kernel as a `hal.dispatch.extern` (`kind`
-    util.func for a substitution spec to call).
+    util.func for a substitution spec to call). With `epilogue`: `name(A, B, extras...)`
+    returns the epilogue's result, in its own shape (a reshape of C: the same elements in
+    the same order).
 
     The output is a `flow.tensor.alloca`: memory with undefined contents, never hoisted,
     since the kernel stores every element of C (it computes A·B from zero in registers). A
@@ -574,12 +624,14 @@ def extern_function(
     lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
     out = tensor_type(problem.acc_shape, problem.acc_type)
+    extras = [operand.type for _, operand in epilogue.extras] if epilogue else []
     x, y, z = grid(problem, params)
     # Split-K's locks, one per output block: zeros that the kernel leaves at zero.
     locks = [f"tensor<{x * y}xi32>"] if params.split_k > 1 else []
     return dispatch_extern_function(
-        name, kind, [lhs, rhs], out, binary, executable_target, (x, y, z), locks
-    )
+        name, kind, [lhs, rhs, *extras], epilogue.out_type if epilogue else out, binary,
+        executable_target, (x, y, z), locks,
+    )  # fmt: skip
 
 
 def dispatch_extern_function(

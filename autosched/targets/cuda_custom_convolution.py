@@ -22,26 +22,21 @@ a cubin and wrapped as a `hal.dispatch.extern`.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import math
-import os
-import string
-import tempfile
 from dataclasses import asdict, dataclass
 
 from autosched.errors import UserError
 from autosched.ops.convolution import ConvolutionProblem, image_dims
-from autosched.ops.epilogue import ACC, CHANNEL, Epilogue
-from autosched.ops.epilogue import TRITON_TYPES as EPILOGUE_TYPES
+from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.targets.cuda_custom import (
     TRITON_TYPES,
     KernelBinary,
     compile_command,
     dispatch_extern_function,
-    import_triton,
+    kernel_from_source,
     triton_binary,
+    with_epilogue,
 )
 
 INPUT_TYPES = ("f16", "bf16")
@@ -266,44 +261,13 @@ $epilogue
 
 def kernel_source(epilogue: Epilogue | None = None) -> str:
     """The kernel's source, with the epilogue's loads and statements after the main loop."""
-    if epilogue is None:
-        return string.Template(KERNEL_SOURCE).substitute(params="", epilogue="    out = acc")
-    lines, params = [], []
-    for position, operand in enumerate(epilogue.inputs):
-        name = f"a{position}"
-        if operand.kind == ACC:
-            lines.append(f"{name} = acc.to({EPILOGUE_TYPES[epilogue.narrow]})")
-            continue
-        pointer = f"e{len(params)}"
-        params.append(pointer)
-        if operand.kind == CHANNEL:
-            lines.append(f"{name} = tl.load({pointer} + f, mask=f < F, other=0.0)[None, :]")
-        else:
-            lines.append(f"{name} = tl.load({pointer} + o_offsets, mask=o_mask, other=0.0)")
-    body = [*lines, *epilogue.statements]
-    return string.Template(KERNEL_SOURCE).substitute(
-        params="".join(f"{p}, " for p in params),
-        epilogue="\n".join(f"    {line}" for line in body),
-    )
+    return with_epilogue(KERNEL_SOURCE, epilogue, ("f", "F", "o_offsets", "o_mask"))
 
 
 def _kernel(epilogue: Epilogue | None = None):
     """The Triton kernel, from its source written to a file of its own (Triton reads a
     kernel's source from its file); importing this module needs no Triton."""
-    import_triton()
-    source = kernel_source(epilogue)
-    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
-    folder = os.path.join(tempfile.gettempdir(), f"autosched-triton-{os.getuid()}")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"conv_{digest}.py")
-    if not os.path.exists(path):
-        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".py", delete=False) as handle:
-            handle.write(source)
-        os.replace(handle.name, path)  # whole, even with another process writing it too
-    spec = importlib.util.spec_from_file_location(f"autosched_conv_{digest}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.conv
+    return kernel_from_source(kernel_source(epilogue), "conv")
 
 
 def grid(problem: ConvolutionProblem, params: ConvParams) -> tuple[int, int, int]:

@@ -1,0 +1,146 @@
+"""The epilogue after a matmul kept in its Triton kernel (issue 24): transformers' Llama layer
+(bf16), whose o and down projections add the residual and whose up projection multiplies
+by SiLU(gate), each after the unit batch is collapsed and the f32 result rounded."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from autosched.config import RunConfig
+from autosched.ir_walk import walk_ops
+from autosched.ops.epilogue import ACC, FULL
+
+pytest.importorskip("triton")
+
+LLAMA_BF16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_llama_layer_bf16.mlirbc")
+POINT = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3, "group_m": 8}
+
+
+@pytest.fixture(scope="module")
+def llama_epilogues(tmp_path_factory):
+    """(target, the model lowered for sm_90, its matmul problems, their epilogues, folder)."""
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.epilogues import winners_epilogues
+    from autosched.model.lowering import analyze_model
+    from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
+
+    folder = tmp_path_factory.mktemp("llama_epilogues")
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    model = model_for_target(LLAMA_BF16, target, str(folder / "work"))
+    contractions = analyze_model(model, target.compile_flags()).contractions
+    problems = list({p.name: p for c in contractions if (p := c.as_matmul_problem())}.values())
+    epilogues = winners_epilogues(model, target.compile_flags(), str(folder / "fused"), problems)
+    return target, model, problems, epilogues, folder
+
+
+def _spec(llama_epilogues, with_epilogues: bool) -> str:
+    """Every matmul problem of the layer as one Triton point, with the model's reshape chains
+    (and its epilogues): the spec's path."""
+    from autosched.model.narrow_reshapes import model_reshape_chains
+    from autosched.model.substitution import write_substitution
+
+    target, model, problems, epilogues, folder = llama_epilogues
+    chains = model_reshape_chains(model, target.compile_flags(), str(folder / "narrow"))
+    spec = str(folder / f"custom_{with_epilogues}.mlir")
+    winners = [(p, POINT) for p in problems]
+    found = epilogues if with_epilogues else None
+    assert write_substitution(spec, winners, target, chains, found) == []
+    return spec
+
+
+def test_the_llama_layers_matmul_epilogues_are_read(llama_epilogues):
+    """The o and down projections' residual add, and SiLU(gate) times up after the up (and
+    gate) projection: each read behind the collapse of the unit batch, the rest of the
+    layer's element-wise work (RMSNorm, RoPE) left alone."""
+    _, _, problems, epilogues, _ = llama_epilogues
+    by_name = {p.name: epilogues[p.name] for p in problems}
+    residual = by_name["batch_matmul_1x64x128x128_bf16_bf16_f32"]  # q and o share the shape
+    assert [[x.kind for x in e.inputs] for e in residual] == [[FULL, ACC]]
+    assert residual[0].statements == ("v0 = a0 + a1", "out = v0")
+    assert residual[0].reshapes == 1 and residual[0].acc_shape == (64, 128)
+    gated = by_name["batch_matmul_1x64x256x128_bf16_bf16_f32"]  # gate and up share it too
+    assert sorted(tuple(x.kind for x in e.inputs) for e in gated) == [(ACC, FULL), (FULL, ACC)]
+    assert any("tl.exp(" in line and "tl.float32" in line for line in gated[0].statements)
+    assert (
+        by_name["batch_matmul_1x64x128x256_bf16_bf16_f32"][0].statements == residual[0].statements
+    )
+    assert by_name["batch_matmul_1x64x64x128_bf16_bf16_f32"] == []  # k and v: RoPE, a transpose
+
+
+def test_the_rewritten_layer_keeps_each_epilogue_in_its_kernel(llama_epilogues):
+    """With the epilogues the three kernels write the epilogues' results (in the truncf's
+    shape) and the residual adds and the SwiGLU product are gone from the model; the layer
+    still builds for sm_90. Without them, the same kernels leave those ops to IREE."""
+    from test_triton_kernels import _iree_compile
+
+    from autosched.model.convolution_ops import ELEMENTWISE_FUSION
+    from autosched.model.lowering import run_passes
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+
+    target, model, *_, folder = llama_epilogues
+    flags = target.compile_flags()
+    counts = {}
+    for with_epilogues in (False, True):
+        spec = _spec(llama_epilogues, with_epilogues)
+        out = str(folder / f"rewritten_{with_epilogues}.mlir")
+        rewritten, replaced = rewrite_model(model, spec, flags, out, 300)
+        assert replaced == 7  # q, k, v, o, gate, up, down
+        fused = f"{out}.fused.mlir"  # as IREE's dispatch creation fuses it (the spec did)
+        run_passes(rewritten, f"builtin.module(util.func({ELEMENTWISE_FUSION}))", fused)
+        module = ir.Module.parseFile(fused, ir.Context())
+        ops = list(walk_ops(module.operation))
+        externs = [str(op.results[0].type) for op in ops if op.name == "hal.dispatch.extern"]
+        counts[with_epilogues] = (len([op for op in ops if op.name == "linalg.generic"]), externs)
+    generics, externs = counts[True]
+    assert generics == counts[False][0] - 3  # two residual adds and SiLU(gate) * up
+    assert externs.count("tensor<64x128xbf16>") == 2  # o and down, with the residual
+    assert externs.count("tensor<64x256xbf16>") == 1  # up, times SiLU(gate)
+    _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+
+
+def test_each_matmul_epilogues_statements_compute_what_iree_computes(llama_epilogues):
+    """The Triton statements of the layer's epilogues, run by numpy (in bf16 where the
+    kernel computes in bf16) against the same generic built alone by IREE for the CPU: the
+    SiLU's exp, computed in f32 and rounded back, and the residual add keep IREE's answers."""
+    import ml_dtypes
+    from test_conv_kernels import epilogues_against_iree
+
+    from autosched.model.convolution_ops import FUSED_MODEL
+    from autosched.model.epilogues import _is_problems_op
+
+    *_, problems, _, folder = llama_epilogues
+
+    def close(got, expected):  # bf16 rounds each step: two of its ulps (2^-7), or 0.01 near 0
+        return (np.abs(got - expected) <= 2 * 2**-7 * np.abs(expected) + 0.01).all()
+
+    checked = epilogues_against_iree(
+        str(folder / "fused" / FUSED_MODEL),
+        lambda op: next((p for p in problems if _is_problems_op(op, p)), None),
+        lambda tensor: ml_dtypes.bfloat16,
+        close,
+        spread=4,
+    )
+    assert checked == 2  # the residual add, SiLU(gate) * up
+
+
+@pytest.mark.gpu
+def test_the_layer_with_epilogues_in_its_kernels_gives_the_default_builds_outputs(
+    llama_epilogues, tmp_path, monkeypatch
+):
+    """On the GPU: every matmul of the Llama layer a Triton kernel, three of them with their
+    epilogue, and the outputs match IREE's default build."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    spec = _spec(llama_epilogues, with_epilogues=True)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", LLAMA_BF16, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (7 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
