@@ -200,9 +200,30 @@ def write_custom_spec(
         except RuntimeError as error:  # the kernels replace the contractions alone
             log.write(f"epilogues not read: {error}")
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
-        for why in write_substitution(path, winners, target, chains, epilogues):
+        absorbed = _absorbed(model, winners, target, log)
+        for why in write_substitution(path, winners, target, chains, epilogues, absorbed):
             log.write(f"not substituted: {why}")
     return path if os.path.exists(path) else None
+
+
+def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
+    """The attention winners' forms over their copied K and V's sources (GQA's repeat and
+    V's transpose absorbed: model/attention_sources.py), by name; None without any."""
+    attentions = [p for p, _ in winners if p.kind == "attention"]
+    if model is None or not attentions:
+        return None
+    from autosched.model.attention_sources import winners_absorbed
+
+    folder = os.path.join(model[1], "convolution")  # the fused model the epilogues read
+    try:
+        found = winners_absorbed(model[0], target.compile_flags(), folder, attentions)
+    except RuntimeError as error:  # the kernels take K and V as the op does
+        log.write(f"attention operands not read: {error}")
+        return None
+    for name, form in found.items():
+        copies = ", ".join("QKV"[s.operand] for s in form.sources)
+        log.write(f"{name}: the kernel reads {copies} as the model holds them, before its copies")
+    return found
 
 
 def narrowed_matmul(problem) -> bool:

@@ -31,6 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autosched import processes
+from autosched.model.attention_sources import (
+    AbsorbedAttention,
+    absorbed_function,
+    copy_matcher_lines,
+)
 from autosched.model.convolution_ops import ELEMENTWISE_FUSION
 from autosched.model.epilogues import problem_key
 from autosched.model.narrow_reshapes import ReshapeChain, chain_matcher_lines, reshaped_function
@@ -76,6 +81,9 @@ class Substitute:
     # Epilogues in the model (model/epilogues.py), each with its kernel, and for a matmul
     # whose B is a stored weight's transpose the kernel that reads the weight as stored.
     epilogues: tuple[tuple[Epilogue, KernelBinary, KernelBinary | None], ...] = ()
+    # An attention written over its copied K and V's sources (attention_sources.py), and
+    # its kernel.
+    absorbed: tuple[AbsorbedAttention, KernelBinary] | None = None
 
 
 def narrow_params(params):
@@ -141,19 +149,23 @@ def _image_matcher(problem, handle: str) -> list[str]:
     ]
 
 
-def _attention_matcher(index: int, problem) -> str:
+def _attention_matcher(index: int, problem, absorbed: AbsorbedAttention | None = None) -> str:
     """Matches an `iree_linalg_ext.attention` by the exact type of q, k, v, the mask and
     the output (the custom route refuses a model where two different attentions share
-    them: `drivers/custom_route.ambiguous`)."""
+    them: `drivers/custom_route.ambiguous`); with `absorbed`, only where K and V are the
+    copies it names, whose inputs it yields too."""
     inputs, out = flash.operand_tensor_types(problem)
     typed = list(enumerate(inputs))
     if problem.mask_type:
         mask = f"tensor<{'x'.join(map(str, problem.operand_shape(3)))}x{problem.mask_type}>"
         typed.append((4, mask))
     typed.append((len(typed) + 1, out))  # the init, after the scale and the mask
+    yielded = ["%op", *(f"%copy{s.operand}" for s in absorbed.sources)] if absorbed else ["%op"]
+    handles = ", ".join([ANY_OP] * len(yielded))
+    name = f"match_absorbed_{index}" if absorbed else f"match_custom_{index}"
     lines = [
-        f"  transform.named_sequence @match_custom_{index}"
-        f"(%op: {ANY_OP} {{transform.readonly}}) -> ({ANY_OP}) {{",
+        f"  transform.named_sequence @{name}"
+        f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
         f'    transform.match.operation_name %op ["{flash.ATTENTION_OP}"] : {ANY_OP}',
     ]
     for position, tensor in typed:
@@ -163,7 +175,8 @@ def _attention_matcher(index: int, problem) -> str:
             f"    transform.iree.match.cast_compatible_type %operand{position} = {tensor}"
             f" : {ANY_VALUE}",
         ]
-    return "\n".join([*lines, f"    transform.yield %op : {ANY_OP}", "  }"])
+    lines += copy_matcher_lines(absorbed) if absorbed else []
+    return "\n".join([*lines, f"    transform.yield {', '.join(yielded)} : {handles}", "  }"])
 
 
 def _narrow_name(index: int, layout: StoredLayout | None, chain: int | None) -> str:
@@ -396,6 +409,12 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
 
     functions = [kernel(w.problem, w.params, w.binary, name)]
     functions += _epilogue_functions(name, w, executable_target)
+    if w.absorbed is not None:
+        absorbed, binary = w.absorbed
+        functions += [
+            kernel(absorbed.problem, w.params, binary, f"{name}_absorbed_kernel"),
+            absorbed_function(f"{name}_absorbed", f"{name}_absorbed_kernel", w.problem, absorbed),
+        ]
     if w.narrow is not None:
         narrow, binary = w.narrow
         functions.append(kernel(narrow, narrow_params(w.params), binary, f"{name}_narrow"))
@@ -543,6 +562,19 @@ def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[
                 (f"{prefix}_stored_kernel",),
             )
         )
+    if w.absorbed is not None:
+        absorbed = w.absorbed[0]
+        copied = {source.operand for source in absorbed.sources}
+        sources = [(f"%copy{o}", "0") if o in copied else ("%op", str(o)) for o in range(3)]
+        plain_arms.append(f"@match_absorbed_{i} -> @call_absorbed_{i}")
+        matchers.append(_attention_matcher(i, w.problem, absorbed))
+        callers.append(
+            _caller(
+                f"call_absorbed_{i}", f"{prefix}_absorbed",
+                ["%op", *(f"%copy{o}" for o in sorted(copied))], sources,
+                (f"{prefix}_absorbed_kernel",),
+            )
+        )  # fmt: skip
     plain_arms.append(f"@match_custom_{i} -> @call_custom_{i}")
     matchers.append(_matcher(i, w.problem))
     # A convolution's function puts its operands channels-last and calls its kernel.
@@ -613,13 +645,15 @@ def write_substitution(
     target,
     chains: dict[str, set[ReshapeChain]] | None = None,
     epilogues: dict[str, list[Epilogue]] | None = None,
+    absorbed: dict[str, AbsorbedAttention] | None = None,
 ) -> list[str]:
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
     left by an earlier run is removed first. `chains` (narrow_reshapes.model_reshape_chains
     of the model) give the narrow kernels the truncfs they reach through reshapes;
-    `epilogues` (model/epilogues.py, by a convolution's `_key()`) the epilogues its kernel
-    computes in place of IREE's dispatch."""
+    `epilogues` (model/epilogues.py, by `problem_key`) the epilogues its kernel computes in
+    place of IREE's dispatch; `absorbed` (attention_sources.py, by name) an attention's form
+    over its copied K and V's sources."""
     from autosched.targets.cuda_attention import flash_params
     from autosched.targets.cuda_convolution import triton_params
     from autosched.targets.cuda_custom import compile_ptx
@@ -637,7 +671,13 @@ def write_substitution(
         if problem.kind == "attention":
             params = flash_params(point)
             binary = flash.compile_kernel(problem, params, target.arch, ptx)
-            kept.append(Substitute(problem, params, binary))
+            form = (absorbed or {}).get(problem.name)
+            if form is not None and not flash.unsupported(form.problem):
+                ptx = os.path.join(folder, f"{problem.name}.absorbed.ptx")
+                form = (form, flash.compile_kernel(form.problem, params, target.arch, ptx))
+            else:
+                form = None
+            kept.append(Substitute(problem, params, binary, absorbed=form))
             continue
         if problem.kind == "convolution":
             params = triton_params(point)

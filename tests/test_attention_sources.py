@@ -1,0 +1,163 @@
+"""The flash kernel reading K and V as the model holds them (issue 24): transformers' Llama
+layer (bf16, GQA 4/2 heads) repeats K and V for each query head of a group, and transposes
+V, in copies before SDPA; the kernel absorbs both."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from autosched.config import RunConfig
+from autosched.ir_walk import walk_ops
+from autosched.model.attention_ops import model_attentions
+from autosched.model.attention_sources import winners_absorbed
+from autosched.targets import make_target
+from autosched.targets.cuda_attention import FLASH
+from autosched.targets.cuda_flash_attention import operand_strides
+
+LLAMA_BF16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_llama_layer_bf16.mlirbc")
+SM90 = make_target(RunConfig(target="cuda", arch="sm_90"))
+FLASH_POINT = {"kernel": FLASH, "q_tile": 64, "kv_tile": 64, "q_warps": 4, "kv_stages": 3}
+
+
+@pytest.fixture(scope="module")
+def llama_absorbed(tmp_path_factory):
+    """(the attention's op form, its form over K's and V's sources, the work folder)."""
+    folder = tmp_path_factory.mktemp("absorbed")
+    (op,) = model_attentions(LLAMA_BF16, SM90.compile_flags(), str(folder / "ops"))
+    found = winners_absorbed(LLAMA_BF16, SM90.compile_flags(), str(folder / "fused"), [op])
+    return op, found[op.name], folder
+
+
+def test_the_kernel_reads_k_and_v_before_their_copies(llama_absorbed):
+    """The op's batch (4 query heads) is split into 2 KV heads x 2 heads per group; K is
+    read from the 2 KV heads, V from the v projection's seq x heads x dim, neither repeated."""
+    op, absorbed, _ = llama_absorbed
+    assert [s.operand for s in absorbed.sources] == [1, 2]
+    assert [s.source_type for s in absorbed.sources] == [
+        "tensor<2x64x32xbf16>",  # K, RoPE'd, per KV head
+        "tensor<64x2x32xbf16>",  # V as its projection wrote it
+    ]
+    form = absorbed.problem
+    assert form.batch_sizes == [2, 2] and form.heads_per_kv == 2 and form.causal
+    assert (form.size("m"), form.size("k1"), form.size("k2"), form.size("n")) == (64, 32, 64, 32)
+    assert op.flops == form.flops
+
+
+def _copied(source, dims: list[int], shape: list[int]) -> np.ndarray:
+    """What a copy generic computes: out[i] = source[i's dims the input map reads]."""
+    index = np.indices(shape)
+    return source[tuple(index[d] for d in dims)]
+
+
+def test_each_operands_strides_read_what_the_copy_would_have_written(llama_absorbed):
+    """The absorbed form's strides, applied to K's and V's sources, read for every batch
+    entry, key row and head dim the element the copy and its collapse give the op: the
+    kernel reads the same numbers without the copies."""
+    op, absorbed, _ = llama_absorbed
+    form = absorbed.problem
+    rng = np.random.default_rng(0)
+    for source in absorbed.sources:
+        with ir.Context():
+            input_map = ir.AffineMapAttr(ir.Attribute.parse(source.input_map)).value
+            shape = ir.RankedTensorType(ir.Type.parse(source.source_type)).shape
+            copy_shape = ir.RankedTensorType(ir.Type.parse(source.copy_type)).shape
+            dims = [ir.AffineDimExpr(e).position for e in input_map.results]
+        data = rng.standard_normal(shape)
+        expected = _copied(data, dims, copy_shape).reshape(op.operand_shape(source.operand))
+        strides = operand_strides(form, source.operand)
+        row, column = ("k2", "k1") if source.operand == 1 else ("k2", "n")
+        b0, b1 = form.batch_sizes
+        flat = data.reshape(-1)
+        for entry in range(b0 * b1):
+            base = (entry // b1) * strides["b0"] + (entry % b1) * strides["b1"]
+            rows = np.arange(form.size(row))[:, None] * strides[row]
+            columns = np.arange(form.size(column))[None, :] * strides[column]
+            got = flat[base + rows + columns]
+            want = expected[entry] if source.operand == 1 else expected[entry].T
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_rewritten_layer_has_no_copy_of_k_or_v(llama_absorbed):
+    """With the flash kernel's absorbed arm the spec calls it on K's and V's sources: the
+    repeat and the transpose are left dead and removed, and the layer builds for sm_90."""
+    pytest.importorskip("triton")
+    from autosched.compile import CompileJob, compile_one
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model, write_substitution
+
+    op, absorbed, folder = llama_absorbed
+    counts = {}
+    for absorbing in (False, True):
+        spec = str(folder / f"custom_{absorbing}.mlir")
+        forms = {op.name: absorbed} if absorbing else None
+        assert write_substitution(spec, [(op, FLASH_POINT)], SM90, absorbed=forms) == []
+        out = str(folder / f"rewritten_{absorbing}.mlir")
+        rewritten, replaced = rewrite_model(LLAMA_BF16, spec, SM90.compile_flags(), out, 300)
+        assert replaced == 1
+        module = ir.Module.parseFile(rewritten, ir.Context())
+        counts[absorbing] = {
+            str(o.results[0].type) for o in walk_ops(module.operation) if o.name == "linalg.generic"
+        }
+    copies = {source.copy_type for source in absorbed.sources}
+    assert copies <= counts[False] and not copies & counts[True]
+    built = compile_one(
+        CompileJob(rewritten, str(folder / "m.vmfb"), [*SM90.compile_flags(), RESUME_FLAG]), 300
+    )
+    assert built.status == "ok", built.message
+
+
+@pytest.mark.gpu
+def test_the_layer_with_k_and_v_read_before_their_copies_gives_the_default_builds_outputs(
+    llama_absorbed, tmp_path, monkeypatch
+):
+    """On the GPU: the attention as the flash kernel reading K and V's sources, and the
+    outputs match IREE's default build."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+    from autosched.model.substitution import write_substitution
+
+    op, absorbed, _ = llama_absorbed
+    spec = str(tmp_path / "custom.mlir")
+    assert write_substitution(spec, [(op, FLASH_POINT)], SM90, absorbed={op.name: absorbed}) == []
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", LLAMA_BF16, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (1 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+def test_a_runs_custom_spec_reads_k_and_v_before_their_copies(llama_absorbed, tmp_path):
+    """The run's own spec writer (`write_custom_spec` with the model) reads the flash
+    winner's copied operands from the model and writes the absorbed arm first, and says so
+    in run.log: a model run reaches what the tests above build by hand."""
+    import dataclasses
+
+    from autosched.drivers.custom_route import write_custom_spec
+    from autosched.drivers.model_run import model_problems
+    from autosched.model.lowering import analyze_model
+    from autosched.outputs.records import Trial
+    from autosched.outputs.report import RunLog
+    from autosched.run.problem import ProblemResult
+
+    pytest.importorskip("triton")
+    op, *_ = llama_absorbed
+    problems, _ = model_problems(analyze_model(LLAMA_BF16, SM90.compile_flags()), SM90)
+    entry = next(e for e in problems if e.problem.kind == "attention")
+    best = Trial(op.name, "cuda", "sm_90", "flash", FLASH_POINT, False, "ok", median_ms=0.01)
+    found = ProblemResult(op, None, [best], best=best, best_ms=0.01, baseline_ms=0.3)
+    entry = dataclasses.replace(
+        entry, result=ProblemResult(entry.problem, None, [], baseline_ms=0.3)
+    )
+    spec = str(tmp_path / "results.custom.mlir")
+    log = RunLog(str(tmp_path / "run.log"))
+    model_and_work = (LLAMA_BF16, str(tmp_path / "model"))
+    written = write_custom_spec(
+        spec, SM90, [entry], {entry.problem.name: found}, log, model_and_work
+    )
+    text = open(written).read()
+    assert text.index("@match_absorbed_0 -> @call_absorbed_0") < text.index("@match_custom_0 ->")
+    assert "the kernel reads K, V as the model holds them" in (tmp_path / "run.log").read_text()
