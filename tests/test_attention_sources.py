@@ -35,16 +35,20 @@ def llama_absorbed(tmp_path_factory):
 def test_the_kernel_reads_k_and_v_before_their_copies(llama_absorbed):
     """The op's batch (4 query heads) is split into 2 KV heads x 2 heads per group; K is
     read from the 2 KV heads, V from the v projection's seq x heads x dim, neither repeated."""
-    op, absorbed, _ = llama_absorbed
-    assert [s.operand for s in absorbed.sources] == [1, 2]
-    assert [s.source_type for s in absorbed.sources] == [
+    op, forms, _ = llama_absorbed
+    writing, reading = forms  # the one that writes the result's transposed layout first
+    assert writing.inputs == reading.inputs and reading.output is None
+    assert [s.operand for s in reading.inputs] == [1, 2]
+    assert [s.source_type for s in reading.inputs] == [
         "tensor<2x64x32xbf16>",  # K, RoPE'd, per KV head
         "tensor<64x2x32xbf16>",  # V as its projection wrote it
     ]
-    form = absorbed.problem
-    assert form.batch_sizes == [2, 2] and form.heads_per_kv == 2 and form.causal
-    assert (form.size("m"), form.size("k1"), form.size("k2"), form.size("n")) == (64, 32, 64, 32)
-    assert op.flops == form.flops
+    assert writing.output.copy_type == "tensor<1x64x4x32xbf16>"  # seq x heads x dim: o_proj's
+    for absorbed in forms:
+        form = absorbed.problem
+        assert form.batch_sizes == [2, 2] and form.heads_per_kv == 2 and form.causal
+        sizes = (form.size("m"), form.size("k1"), form.size("k2"), form.size("n"))
+        assert sizes == (64, 32, 64, 32) and op.flops == form.flops
 
 
 def _copied(source, dims: list[int], shape: list[int]) -> np.ndarray:
@@ -55,35 +59,46 @@ def _copied(source, dims: list[int], shape: list[int]) -> np.ndarray:
 
 def test_each_operands_strides_read_what_the_copy_would_have_written(llama_absorbed):
     """The absorbed form's strides, applied to K's and V's sources, read for every batch
-    entry, key row and head dim the element the copy and its collapse give the op: the
-    kernel reads the same numbers without the copies."""
-    op, absorbed, _ = llama_absorbed
-    form = absorbed.problem
+    entry, key row and head dim the element the copy and its collapse give the op; applied
+    to the output, they store each element where the expand and the transposing copy after
+    the op put it: the kernel reads and writes the same numbers without the copies."""
+    op, (writing, _), _ = llama_absorbed
+    form = writing.problem
     rng = np.random.default_rng(0)
-    for source in absorbed.sources:
+    b0, b1 = form.batch_sizes
+    for source in writing.sources:
         with ir.Context():
             input_map = ir.AffineMapAttr(ir.Attribute.parse(source.input_map)).value
             shape = ir.RankedTensorType(ir.Type.parse(source.source_type)).shape
             copy_shape = ir.RankedTensorType(ir.Type.parse(source.copy_type)).shape
             dims = [ir.AffineDimExpr(e).position for e in input_map.results]
+        strides = operand_strides(form, source.operand)
+        row, column = {1: ("k2", "k1"), 2: ("k2", "n"), 4: ("m", "n")}[source.operand]
+        rows = np.arange(form.size(row))[:, None] * strides[row]
+        columns = np.arange(form.size(column))[None, :] * strides[column]
+        if source.operand == writing.output.operand:  # where the kernel stores each element
+            result = rng.standard_normal(op.output_shape)  # the attention's, as the op has it
+            expected = _copied(result.reshape(shape), dims, copy_shape).reshape(-1)
+            written = np.zeros_like(expected)
+            for entry in range(b0 * b1):
+                base = (entry // b1) * strides["b0"] + (entry % b1) * strides["b1"]
+                written[base + rows + columns] = result[entry]
+            np.testing.assert_array_equal(written, expected)
+            continue
         data = rng.standard_normal(shape)
         expected = _copied(data, dims, copy_shape).reshape(op.operand_shape(source.operand))
-        strides = operand_strides(form, source.operand)
-        row, column = ("k2", "k1") if source.operand == 1 else ("k2", "n")
-        b0, b1 = form.batch_sizes
         flat = data.reshape(-1)
         for entry in range(b0 * b1):
             base = (entry // b1) * strides["b0"] + (entry % b1) * strides["b1"]
-            rows = np.arange(form.size(row))[:, None] * strides[row]
-            columns = np.arange(form.size(column))[None, :] * strides[column]
             got = flat[base + rows + columns]
             want = expected[entry] if source.operand == 1 else expected[entry].T
             np.testing.assert_array_equal(got, want)
 
 
 def test_the_rewritten_layer_has_no_copy_of_k_or_v(llama_absorbed):
-    """With the flash kernel's absorbed arm the spec calls it on K's and V's sources: the
-    repeat and the transpose are left dead and removed, and the layer builds for sm_90."""
+    """With the flash kernel's absorbed arms the spec calls it on K's and V's sources, in
+    place of the transposing copy of its result: the repeat and both transposes are left
+    dead and removed, and the layer builds for sm_90."""
     pytest.importorskip("triton")
     from autosched.compile import CompileJob, compile_one
     from autosched.model.substitution import RESUME_FLAG, rewrite_model, write_substitution
@@ -101,8 +116,8 @@ def test_the_rewritten_layer_has_no_copy_of_k_or_v(llama_absorbed):
         counts[absorbing] = {
             str(o.results[0].type) for o in walk_ops(module.operation) if o.name == "linalg.generic"
         }
-    copies = {source.copy_type for source in absorbed.sources}
-    assert copies <= counts[False] and not copies & counts[True]
+    copies = {source.copy_type for source in absorbed[0].sources}  # K's, V's, the result's
+    assert len(copies) == 3 and copies <= counts[False] and not copies & counts[True]
     built = compile_one(
         CompileJob(rewritten, str(folder / "m.vmfb"), [*SM90.compile_flags(), RESUME_FLAG]), 300
     )
@@ -159,5 +174,7 @@ def test_a_runs_custom_spec_reads_k_and_v_before_their_copies(llama_absorbed, tm
         spec, SM90, [entry], {entry.problem.name: found}, log, model_and_work
     )
     text = open(written).read()
-    assert text.index("@match_absorbed_0 -> @call_absorbed_0") < text.index("@match_custom_0 ->")
-    assert "the kernel reads K, V as the model holds them" in (tmp_path / "run.log").read_text()
+    arms = ["@match_absorbed_0_0 ->", "@match_absorbed_0_1 ->", "@match_custom_0 ->"]
+    assert [text.index(arm) for arm in arms] == sorted(text.index(arm) for arm in arms)
+    logged = (tmp_path / "run.log").read_text()
+    assert "the kernel reads K, V as the model holds them and writes its result" in logged

@@ -207,8 +207,9 @@ def write_custom_spec(
 
 
 def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
-    """The attention winners' forms over their copied K and V's sources (GQA's repeat and
-    V's transpose absorbed: model/attention_sources.py), by name; None without any."""
+    """The attention winners' forms over their copied operands' sources (GQA's repeat, V's
+    transpose and the result's transpose absorbed: model/attention_sources.py), by name;
+    None without any."""
     attentions = [p for p, _ in winners if p.kind == "attention"]
     if model is None or not attentions:
         return None
@@ -220,9 +221,10 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
     except RuntimeError as error:  # the kernels take K and V as the op does
         log.write(f"attention operands not read: {error}")
         return None
-    for name, form in found.items():
-        copies = ", ".join("QKV"[s.operand] for s in form.sources)
-        log.write(f"{name}: the kernel reads {copies} as the model holds them, before its copies")
+    for name, forms in found.items():
+        copies = ", ".join("QKV"[s.operand] for s in forms[-1].inputs)
+        written = " and writes its result where the copy after it would" if forms[0].output else ""
+        log.write(f"{name}: the kernel reads {copies} as the model holds them{written}")
     return found
 
 

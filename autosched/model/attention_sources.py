@@ -27,6 +27,7 @@ from autosched.ops.base import ANY_OP, ANY_VALUE, DispatchSite
 
 ABSORBED = (0, 1, 2)  # Q, K and V
 COLLAPSE = "tensor.collapse_shape"
+EXPAND = "tensor.expand_shape"
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,13 @@ class CopySource:
     """A copy that makes an attention operand: its input (the tensor the kernel reads) and
     output types and its input map, as the spec's matcher compares them."""
 
-    operand: int  # 1 (K) or 2 (V)
+    operand: int  # 0 (Q), 1 (K), 2 (V), or the output
     source_type: str
     copy_type: str
     input_map: str  # e.g. affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>
     element: str
     rank: int  # the copy's
-    collapsed: bool  # a collapse_shape between the copy and the attention
+    reshaped: bool  # a collapse_shape (an input) or expand_shape (the output) in between
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,15 @@ class AbsorbedAttention:
 
     problem: AttentionProblem  # the same attention, batch loops split, K and V as sources
     sources: tuple[CopySource, ...]
+
+    @property
+    def inputs(self) -> list[CopySource]:
+        return [source for source in self.sources if source.operand in ABSORBED]
+
+    @property
+    def output(self) -> CopySource | None:
+        """The transposing copy of the result whose layout the kernel writes, if any."""
+        return next((s for s in self.sources if s.operand not in ABSORBED), None)
 
 
 def _producer(value: ir.Value) -> ir.Operation | None:
@@ -82,8 +92,9 @@ def _reassociation(op: ir.Operation) -> list[list[int]]:
 
 
 def _copied(op: ir.Operation, operand: int):
-    """(copy op, its dims' groups per operand dim, collapsed) of an operand made by a copy
-    (through one collapse_shape), or None."""
+    """(copy op, the copy's output dim each of its input dims reads, the copy's output dims
+    grouped per operand dim, collapsed) of an operand made by a copy (through one
+    collapse_shape), or None."""
     value, groups, collapsed = op.operands[operand], None, False
     producer = _producer(value)
     if producer is not None and producer.name == COLLAPSE:
@@ -96,22 +107,84 @@ def _copied(op: ir.Operation, operand: int):
     return producer, dims, groups or [[d] for d in range(rank)], collapsed
 
 
-def absorbed_attention(op: ir.Operation, problem: AttentionProblem) -> AbsorbedAttention | None:
-    """The attention over the sources of its copied K and V, or None where neither is a
-    copy, a merged loop is not a batch loop, or K and V split a loop differently."""
+def _output_copy(op: ir.Operation):
+    """(copy op, its dims, the copy's input dims grouped per output dim, expanded) of the
+    attention's result when its only user is a transposing copy (through one
+    expand_shape), or None."""
+    user, groups, expanded = _single_user(op.results[0]), None, False
+    if user is not None and user.name == EXPAND:
+        groups, expanded = _reassociation(user), True
+        user = _single_user(user.results[0])
+    dims = _copy(user)
+    rank = len(ir.RankedTensorType(op.results[0].type).shape)
+    if dims is None or sorted(dims) != list(range(len(dims))):  # a transpose: no broadcast
+        return None
+    return user, dims, groups or [[d] for d in range(rank)], expanded
+
+
+def _single_user(value: ir.Value) -> ir.Operation | None:
+    users = [use.owner for use in value.uses]
+    return users[0] if len(users) == 1 else None
+
+
+def _splits(problem: AttentionProblem, copies: dict) -> dict[int, list[int]] | None:
+    """Each loop a copy's reshape splits (`copies`: operand -> (its copy-side dims grouped
+    per operand dim, their shape)) (into its dims' sizes, unit dims left out), or None
+    where a split loop is not a batch loop or two copies split it differently."""
+    splits: dict[int, list[int]] = {}
+    for operand, (groups, shape) in copies.items():
+        for loop, group in zip(problem.operand_loops[operand], groups, strict=True):
+            sizes = [shape[d] for d in group if shape[d] != 1]
+            if len(sizes) < 2:
+                continue
+            if problem.loops[loop] != "b" or splits.get(loop, sizes) != sizes:
+                return None
+            splits[loop] = sizes
+    return splits
+
+
+def _dim_loops(loops: tuple[int, ...], groups, shape, new_loops) -> list[list[int]] | None:
+    """The new loops each copy-side dim of an operand indexes, outermost first: one per
+    dim of a split loop's group, all of them where one dim holds the whole split loop
+    (merged, in the same order), none for a unit dim; None where they do not line up."""
+    found: list[list[int]] = [[] for _ in shape]
+    for loop, group in zip(loops, groups, strict=True):
+        wide = [d for d in group if shape[d] != 1] or group[:1]
+        parts = new_loops[loop]
+        if len(wide) == len(parts):
+            for d, new in zip(wide, parts, strict=True):
+                found[d] = [new]
+        elif len(wide) == 1:
+            found[wide[0]] = list(parts)
+        else:
+            return None
+    return found
+
+
+def absorbed_attention(
+    op: ir.Operation, problem: AttentionProblem, output: bool = False
+) -> AbsorbedAttention | None:
+    """The attention over the sources of its copied Q, K and V (with `output`: writing what
+    the transposing copy of its result writes, or None without one), or None where no
+    operand is a copy, a merged loop is not a batch loop, or two copies split it
+    differently."""
     copies = {i: _copied(op, i) for i in ABSORBED}
     copies = {i: c for i, c in copies.items() if c is not None}
+    out = len(problem.operand_loops) - 1
+    if output:
+        copies[out] = _output_copy(op)
+        if copies[out] is None:
+            return None
     if not copies:
         return None
-    splits: dict[int, list[int]] = {}  # an old loop -> the sizes it splits into
-    for operand, (copy, _, groups, _) in copies.items():
-        shape = ir.RankedTensorType(copy.results[0].type).shape
-        for loop, group in zip(problem.operand_loops[operand], groups, strict=True):
-            sizes = [shape[d] for d in group]
-            if len(sizes) > 1 and (problem.loops[loop] != "b" or splits.get(loop, sizes) != sizes):
-                return None
-            if len(sizes) > 1:
-                splits[loop] = sizes
+    # The copy-side shape of each: a copy's output for an input, its input for the output.
+    sides = {
+        i: (copy, dims, groups, reshaped, _shape(copy.operands[0] if i == out else copy.results[0]))
+        for i, (copy, dims, groups, reshaped) in copies.items()
+    }
+    splits = _splits(problem, {i: (side[2], side[4]) for i, side in sides.items()})
+    if splits is None:
+        return None
     new_loops: list[list[int]] = []  # each old loop's new loops
     roles, sizes = [], []
     for loop, role in enumerate(problem.loops):
@@ -123,33 +196,56 @@ def absorbed_attention(op: ir.Operation, problem: AttentionProblem) -> AbsorbedA
         tuple(n for loop in loops for n in new_loops[loop]) for loops in problem.operand_loops
     ]
     sources = []
-    for operand, (copy, dims, _, collapsed) in copies.items():
-        out_dims = operand_loops[operand]  # the copy's output dims, as new loops
-        operand_loops[operand] = tuple(out_dims[d] for d in dims)
-        input_map = f"affine_map<{_maps(copy)[0]}>"
-        source_type, copy_type = (str(v.type) for v in copy.operands)
-        element = str(ir.RankedTensorType(copy.operands[0].type).element_type)
-        rank = len(ir.RankedTensorType(copy.results[0].type).shape)
-        sources.append(
-            CopySource(operand, source_type, copy_type, input_map, element, rank, collapsed)
-        )
+    for operand, (copy, dims, groups, reshaped, shape) in sides.items():
+        side = _dim_loops(problem.operand_loops[operand], groups, shape, new_loops)
+        if side is None:
+            return None
+        if operand == out:  # the copy's output dim o is its input dim dims.index(o)
+            loops = [side[dims.index(o)] for o in range(len(dims))]
+        else:
+            loops = [side[d] for d in dims]
+        operand_loops[operand] = tuple(loop for part in loops for loop in part)
+        sources.append(_source(operand, copy, reshaped))
     absorbed = replace(
         problem, loops=tuple(roles), loop_sizes=tuple(sizes), operand_loops=tuple(operand_loops)
     )
     return AbsorbedAttention(absorbed, tuple(sources))
 
 
-def model_absorbed(module: ir.Module, problem: AttentionProblem) -> AbsorbedAttention | None:
-    """The problem's absorbed form in the module, where every one of its attention ops has
-    the same (the spec matches the copies by type and map)."""
+def _shape(value: ir.Value) -> list[int]:
+    return list(ir.RankedTensorType(value.type).shape)
+
+
+def _source(operand: int, copy: ir.Operation, reshaped: bool) -> CopySource:
+    source_type, copy_type = (str(v.type) for v in copy.operands)
+    return CopySource(
+        operand=operand,
+        source_type=source_type,
+        copy_type=copy_type,
+        input_map=f"affine_map<{_maps(copy)[0]}>",
+        element=str(ir.RankedTensorType(copy.operands[0].type).element_type),
+        rank=len(_shape(copy.results[0])),
+        reshaped=reshaped,
+    )
+
+
+def model_absorbed(module: ir.Module, problem: AttentionProblem) -> list[AbsorbedAttention]:
+    """The problem's absorbed forms in the module, the one that writes its result's
+    transposed layout first, each where every one of its attention ops has it (the spec
+    matches the copies by type and map)."""
     from autosched.model.attention_ops import ATTENTION
 
-    forms = [
-        absorbed_attention(op, problem)
+    ops = [
+        op
         for op in walk_ops(module.operation)
         if op.name == ATTENTION and _same_attention(op, problem)
     ]
-    return forms[0] if forms and all(form == forms[0] for form in forms) else None
+    found = []
+    for output in (True, False):
+        forms = [absorbed_attention(op, problem, output) for op in ops]
+        if forms and forms[0] is not None and all(form == forms[0] for form in forms):
+            found.append(forms[0])
+    return found
 
 
 def _same_attention(op: ir.Operation, problem: AttentionProblem) -> bool:
@@ -165,62 +261,86 @@ def _same_attention(op: ir.Operation, problem: AttentionProblem) -> bool:
 
 def winners_absorbed(
     model_path: str, compile_flags, work_dir: str, problems: list[AttentionProblem]
-) -> dict[str, AbsorbedAttention]:
-    """Each attention problem's absorbed form (by name) in the model as the substitution
-    spec sees it (model/convolution_ops.fused_model), where it has one."""
+) -> dict[str, list[AbsorbedAttention]]:
+    """Each attention problem's absorbed forms (by name) in the model as the substitution
+    spec sees it (model/convolution_ops.fused_model), where it has any."""
     from autosched.model.convolution_ops import fused_model
 
     module = ir.Module.parseFile(fused_model(model_path, compile_flags, work_dir), ir.Context())
     found = {problem.name: model_absorbed(module, problem) for problem in problems}
-    return {name: form for name, form in found.items() if form is not None}
+    return {name: forms for name, forms in found.items() if forms}
+
+
+def _copy_dag(source: CopySource, handle: str, names: str) -> list[str]:
+    """Transform lines that match `handle` as the copy `source` names: its input and output
+    types, its input map, a body that only yields (the values bound to `names`)."""
+    dims = ", ".join(f"d{i}" for i in range(source.rank))
+    parallel = ", ".join(['"parallel"'] * source.rank)
+    element = source.element
+    return [
+        f"    {names} = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
+        f"    ^bb0(%in: {source.source_type}, %out: {source.copy_type}):",
+        f"      %r = linalg.generic {{indexing_maps = [{source.input_map}, "
+        f"affine_map<({dims}) -> ({dims})>], iterator_types = [{parallel}]}} "
+        f"ins(%in : {source.source_type}) outs(%out : {source.copy_type}) {{",
+        f"      ^bb1(%a: {element}, %b: {element}):",
+        f"        linalg.yield %a : {element}",
+        f"      }} -> {source.copy_type}",
+        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+    ]
+
+
+def output_matcher_lines(absorbed: AbsorbedAttention) -> list[str]:
+    """Transform lines that match `%root` as the transposing copy of an attention's result
+    (through the expand), the attention bound to `%op`."""
+    source = absorbed.output
+    lines = _copy_dag(source, "%root", "%out_in, %out_out")
+    made = "%expand" if source.reshaped else "%op"
+    lines.append(
+        f"    {made} = transform.get_producer_of_operand %root[0] : ({ANY_OP}) -> {ANY_OP}"
+    )
+    if source.reshaped:
+        lines += [
+            f'    transform.match.operation_name %expand ["{EXPAND}"] : {ANY_OP}',
+            f"    %op = transform.get_producer_of_operand %expand[0] : ({ANY_OP}) -> {ANY_OP}",
+        ]
+    return lines
 
 
 def copy_matcher_lines(absorbed: AbsorbedAttention) -> list[str]:
     """Transform lines that match each copied operand of the attention `%op` as its copy
     (through the collapse), bound to `%copy{operand}`."""
     lines = []
-    for source in absorbed.sources:
-        handle, rank = f"%copy{source.operand}", source.rank
-        made = f"%collapse{source.operand}" if source.collapsed else handle
+    for source in absorbed.inputs:
+        handle = f"%copy{source.operand}"
+        made = f"%collapse{source.operand}" if source.reshaped else handle
         lines.append(
             f"    {made} = transform.get_producer_of_operand %op[{source.operand}]"
             f" : ({ANY_OP}) -> {ANY_OP}"
         )
-        if source.collapsed:
+        if source.reshaped:
             lines += [
                 f'    transform.match.operation_name {made} ["{COLLAPSE}"] : {ANY_OP}',
                 f"    {handle} = transform.get_producer_of_operand {made}[0]"
                 f" : ({ANY_OP}) -> {ANY_OP}",
             ]
-        dims = ", ".join(f"d{i}" for i in range(rank))
-        parallel = ", ".join(['"parallel"'] * rank)
-        element = source.element
-        lines += [
-            f"    %in{source.operand}, %out{source.operand} = "
-            f"transform.iree.match.cast_compatible_dag_from_root {handle} {{",
-            f"    ^bb0(%in: {source.source_type}, %out: {source.copy_type}):",
-            f"      %r = linalg.generic {{indexing_maps = [{source.input_map}, "
-            f"affine_map<({dims}) -> ({dims})>], iterator_types = [{parallel}]}} "
-            f"ins(%in : {source.source_type}) outs(%out : {source.copy_type}) {{",
-            f"      ^bb1(%a: {element}, %b: {element}):",
-            f"        linalg.yield %a : {element}",
-            f"      }} -> {source.copy_type}",
-            f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
-        ]
+        lines += _copy_dag(source, handle, f"%in{source.operand}, %out{source.operand}")
     return lines
 
 
 def absorbed_function(
     name: str, kernel: str, original: AttentionProblem, absorbed: AbsorbedAttention
 ) -> str:
-    """`name(q, k, v) -> out` in the op's types, K and V as their copies' sources where
+    """`name(q, k, v) -> out` in the op's types, Q, K and V as their copies' sources where
     absorbed: the others read as the split shape (a reshape, no copy), the kernel called on
-    them, and its output reshaped back to the op's."""
+    them, and its output reshaped back to the op's (or to the output copy's, in whose
+    layout the kernel wrote it)."""
     from autosched.targets.cuda_flash_attention import operand_tensor_types
 
     inputs, out = operand_tensor_types(original)
     wanted, result = operand_tensor_types(absorbed.problem)
-    sources = {s.operand: s.source_type for s in absorbed.sources}
+    sources = {s.operand: s.source_type for s in absorbed.inputs}
+    out = absorbed.output.copy_type if absorbed.output else out
     arguments = [sources.get(i, inputs[i]) for i in range(3)]
     params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(arguments))
     lines = [f"  util.func private @{name}({params}) -> {out} {{"]

@@ -35,6 +35,7 @@ from autosched.model.attention_sources import (
     AbsorbedAttention,
     absorbed_function,
     copy_matcher_lines,
+    output_matcher_lines,
 )
 from autosched.model.convolution_ops import ELEMENTWISE_FUSION
 from autosched.model.epilogues import problem_key
@@ -81,9 +82,9 @@ class Substitute:
     # Epilogues in the model (model/epilogues.py), each with its kernel, and for a matmul
     # whose B is a stored weight's transpose the kernel that reads the weight as stored.
     epilogues: tuple[tuple[Epilogue, KernelBinary, KernelBinary | None], ...] = ()
-    # An attention written over its copied K and V's sources (attention_sources.py), and
-    # its kernel.
-    absorbed: tuple[AbsorbedAttention, KernelBinary] | None = None
+    # An attention written over its copied operands' sources (attention_sources.py), each
+    # form with its kernel.
+    absorbed: tuple[tuple[AbsorbedAttention, KernelBinary], ...] = ()
 
 
 def narrow_params(params):
@@ -149,23 +150,30 @@ def _image_matcher(problem, handle: str) -> list[str]:
     ]
 
 
-def _attention_matcher(index: int, problem, absorbed: AbsorbedAttention | None = None) -> str:
+def _attention_matcher(
+    index: int, problem, absorbed: tuple[int, AbsorbedAttention] | None = None
+) -> str:
     """Matches an `iree_linalg_ext.attention` by the exact type of q, k, v, the mask and
     the output (the custom route refuses a model where two different attentions share
-    them: `drivers/custom_route.ambiguous`); with `absorbed`, only where K and V are the
-    copies it names, whose inputs it yields too."""
+    them: `drivers/custom_route.ambiguous`); with `absorbed` (its index and form), only
+    where its operands are the copies it names, whose handles it yields too, and, where it
+    writes the result's copy, rooted at that copy."""
     inputs, out = flash.operand_tensor_types(problem)
     typed = list(enumerate(inputs))
     if problem.mask_type:
         mask = f"tensor<{'x'.join(map(str, problem.operand_shape(3)))}x{problem.mask_type}>"
         typed.append((4, mask))
     typed.append((len(typed) + 1, out))  # the init, after the scale and the mask
-    yielded = ["%op", *(f"%copy{s.operand}" for s in absorbed.sources)] if absorbed else ["%op"]
+    form = absorbed[1] if absorbed else None
+    yielded = ["%op", *(f"%copy{s.operand}" for s in form.inputs)] if form else ["%op"]
+    root = "%root" if form and form.output else "%op"
+    yielded = ["%root", *yielded] if root == "%root" else yielded
     handles = ", ".join([ANY_OP] * len(yielded))
-    name = f"match_absorbed_{index}" if absorbed else f"match_custom_{index}"
+    name = f"match_absorbed_{index}_{absorbed[0]}" if absorbed else f"match_custom_{index}"
     lines = [
         f"  transform.named_sequence @{name}"
-        f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
+        f"(%{root[1:]}: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
+        *(output_matcher_lines(form) if root == "%root" else []),
         f'    transform.match.operation_name %op ["{flash.ATTENTION_OP}"] : {ANY_OP}',
     ]
     for position, tensor in typed:
@@ -175,7 +183,7 @@ def _attention_matcher(index: int, problem, absorbed: AbsorbedAttention | None =
             f"    transform.iree.match.cast_compatible_type %operand{position} = {tensor}"
             f" : {ANY_VALUE}",
         ]
-    lines += copy_matcher_lines(absorbed) if absorbed else []
+    lines += copy_matcher_lines(form) if form else []
     return "\n".join([*lines, f"    transform.yield {', '.join(yielded)} : {handles}", "  }"])
 
 
@@ -362,7 +370,8 @@ def _caller(
     signature = ", ".join(f"{p}: {ANY_OP} {{transform.readonly}}" for p in params)
     lines = [
         f"  transform.named_sequence @{name}({signature}) {{",
-        f"    %module = transform.util.get_nearest_symbol_table %op : ({ANY_OP}) -> {ANY_OP}",
+        f"    %module = transform.util.get_nearest_symbol_table {params[0]}"
+        f" : ({ANY_OP}) -> {ANY_OP}",
         *(
             f"    %callee{i} = transform.util.import_symbol @{callee} into %module "
             f"if undefined : ({ANY_OP}) -> {ANY_OP}"
@@ -381,8 +390,8 @@ def _caller(
     return "\n".join(
         [
             *lines,
-            f"    %outs = transform.get_result %op[all] : ({ANY_OP}) -> {ANY_VALUE}",
-            "    transform.util.cast_and_call %func(%ins) -> %outs before %op {",
+            f"    %outs = transform.get_result {params[0]}[all] : ({ANY_OP}) -> {ANY_VALUE}",
+            f"    transform.util.cast_and_call %func(%ins) -> %outs before {params[0]} {{",
             "      transform.type_conversion.tensor.cast_shape_dynamic_dims",
             f"    }} : ({ANY_OP}, {ANY_VALUE}, {ANY_VALUE}, {ANY_OP}) -> {ANY_OP}",
             "    transform.yield",
@@ -409,11 +418,11 @@ def _functions(i: int, w: Substitute, executable_target: str) -> list[str]:
 
     functions = [kernel(w.problem, w.params, w.binary, name)]
     functions += _epilogue_functions(name, w, executable_target)
-    if w.absorbed is not None:
-        absorbed, binary = w.absorbed
+    for j, (absorbed, binary) in enumerate(w.absorbed):
+        called = f"{name}_absorbed{j}"
         functions += [
-            kernel(absorbed.problem, w.params, binary, f"{name}_absorbed_kernel"),
-            absorbed_function(f"{name}_absorbed", f"{name}_absorbed_kernel", w.problem, absorbed),
+            kernel(absorbed.problem, w.params, binary, f"{called}_kernel"),
+            absorbed_function(called, f"{called}_kernel", w.problem, absorbed),
         ]
     if w.narrow is not None:
         narrow, binary = w.narrow
@@ -562,17 +571,20 @@ def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[
                 (f"{prefix}_stored_kernel",),
             )
         )
-    if w.absorbed is not None:
-        absorbed = w.absorbed[0]
-        copied = {source.operand for source in absorbed.sources}
+    for j, (absorbed, _) in enumerate(w.absorbed):
+        copied = sorted(source.operand for source in absorbed.inputs)
         sources = [(f"%copy{o}", "0") if o in copied else ("%op", str(o)) for o in range(3)]
-        plain_arms.append(f"@match_absorbed_{i} -> @call_absorbed_{i}")
-        matchers.append(_attention_matcher(i, w.problem, absorbed))
+        params = ["%op", *(f"%copy{o}" for o in copied)]
+        # One that writes the result's copy is rooted there, so it is matched in the first
+        # pass, before the attention alone is.
+        arms = epilogue_arms if absorbed.output else plain_arms
+        arms.append(f"@match_absorbed_{i}_{j} -> @call_absorbed_{i}_{j}")
+        matchers.append(_attention_matcher(i, w.problem, (j, absorbed)))
         callers.append(
             _caller(
-                f"call_absorbed_{i}", f"{prefix}_absorbed",
-                ["%op", *(f"%copy{o}" for o in sorted(copied))], sources,
-                (f"{prefix}_absorbed_kernel",),
+                f"call_absorbed_{i}_{j}", f"{prefix}_absorbed{j}",
+                ["%root", *params] if absorbed.output else params, sources,
+                (f"{prefix}_absorbed{j}_kernel",),
             )
         )  # fmt: skip
     plain_arms.append(f"@match_custom_{i} -> @call_custom_{i}")
@@ -645,15 +657,15 @@ def write_substitution(
     target,
     chains: dict[str, set[ReshapeChain]] | None = None,
     epilogues: dict[str, list[Epilogue]] | None = None,
-    absorbed: dict[str, AbsorbedAttention] | None = None,
+    absorbed: dict[str, list[AbsorbedAttention]] | None = None,
 ) -> list[str]:
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
     left by an earlier run is removed first. `chains` (narrow_reshapes.model_reshape_chains
     of the model) give the narrow kernels the truncfs they reach through reshapes;
     `epilogues` (model/epilogues.py, by `problem_key`) the epilogues its kernel computes in
-    place of IREE's dispatch; `absorbed` (attention_sources.py, by name) an attention's form
-    over its copied K and V's sources."""
+    place of IREE's dispatch; `absorbed` (attention_sources.py, by name) an attention's forms
+    over its copied operands' sources."""
     from autosched.targets.cuda_attention import flash_params
     from autosched.targets.cuda_convolution import triton_params
     from autosched.targets.cuda_custom import compile_ptx
@@ -671,13 +683,19 @@ def write_substitution(
         if problem.kind == "attention":
             params = flash_params(point)
             binary = flash.compile_kernel(problem, params, target.arch, ptx)
-            form = (absorbed or {}).get(problem.name)
-            if form is not None and not flash.unsupported(form.problem):
-                ptx = os.path.join(folder, f"{problem.name}.absorbed.ptx")
-                form = (form, flash.compile_kernel(form.problem, params, target.arch, ptx))
-            else:
-                form = None
-            kept.append(Substitute(problem, params, binary, absorbed=form))
+            forms = [
+                f
+                for f in (absorbed or {}).get(problem.name, [])
+                if not flash.unsupported(f.problem)
+            ]
+            forms = tuple(
+                (form, flash.compile_kernel(
+                    form.problem, params, target.arch,
+                    os.path.join(folder, f"{problem.name}.absorbed{j}.ptx"),
+                ))
+                for j, form in enumerate(forms)
+            )  # fmt: skip
+            kept.append(Substitute(problem, params, binary, absorbed=forms))
             continue
         if problem.kind == "convolution":
             params = triton_params(point)
