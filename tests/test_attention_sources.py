@@ -178,3 +178,71 @@ def test_a_runs_custom_spec_reads_k_and_v_before_their_copies(llama_absorbed, tm
     assert [text.index(arm) for arm in arms] == sorted(text.index(arm) for arm in arms)
     logged = (tmp_path / "run.log").read_text()
     assert "the kernel reads K, V as the model holds them and writes its result" in logged
+
+
+@pytest.fixture(scope="module")
+def llama_every_kernel(llama_absorbed):
+    """The Llama layer's spec with every custom kernel: the 7 matmuls (weights as stored,
+    truncfs behind reshapes, epilogues) and the flash kernel (K, V and its result as the
+    model holds them); (its path, the model lowered for sm_90)."""
+    from test_matmul_epilogues import POINT
+
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.epilogues import winners_epilogues
+    from autosched.model.lowering import analyze_model
+    from autosched.model.narrow_reshapes import model_reshape_chains
+    from autosched.model.substitution import write_substitution
+    from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
+
+    op, forms, folder = llama_absorbed
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    model = model_for_target(LLAMA_BF16, target, str(folder / "every"))
+    flags = target.compile_flags()
+    contractions = analyze_model(model, flags).contractions
+    matmuls = list({p.name: p for c in contractions if (p := c.as_matmul_problem())}.values())
+    chains = model_reshape_chains(model, flags, str(folder / "every_narrow"))
+    epilogues = winners_epilogues(model, flags, str(folder / "every_fused"), matmuls)
+    winners = [*((p, POINT) for p in matmuls), (op, FLASH_POINT)]
+    spec = str(folder / "every.mlir")
+    assert write_substitution(spec, winners, target, chains, epilogues, {op.name: forms}) == []
+    return spec, model
+
+
+def test_with_every_kernel_only_rmsnorm_and_rope_are_left_to_iree(llama_every_kernel, tmp_path):
+    """Every arm together on the layer: 8 kernels, the attention's output written in
+    o_proj's seq x heads x dim, and of IREE's element-wise work only the two RMSNorms (4
+    generics each) and RoPE on q and k (3 each) left; the layer builds for sm_90."""
+    from autosched.compile import CompileJob, compile_one
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+
+    spec, model = llama_every_kernel
+    out = str(tmp_path / "every.mlir")
+    rewritten, replaced = rewrite_model(model, spec, SM90.compile_flags(), out, 300)
+    assert replaced == 8
+    module = ir.Module.parseFile(rewritten, ir.Context())  # alive while its ops are read
+    ops = list(walk_ops(module.operation))
+    externs = [str(o.results[0].type) for o in ops if o.name == "hal.dispatch.extern"]
+    assert "tensor<64x2x2x32xbf16>" in externs  # the attention, in seq x heads x dim
+    assert len([o for o in ops if o.name == "linalg.generic"]) == 2 * 4 + 2 * 3
+    flags = [*SM90.compile_flags(), RESUME_FLAG]
+    built = compile_one(CompileJob(rewritten, str(tmp_path / "every.vmfb"), flags), 300)
+    assert built.status == "ok", built.message
+
+
+@pytest.mark.gpu
+def test_the_layer_with_every_kernel_gives_the_default_builds_outputs(
+    llama_every_kernel, tmp_path, monkeypatch
+):
+    """On the GPU: the layer with every custom kernel and absorbed layout op, against
+    IREE's default build."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    spec, _ = llama_every_kernel
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", LLAMA_BF16, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (8 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
