@@ -101,13 +101,17 @@ def test_the_kernel_reads_channels_last_tiles_with_asynchronous_copies(tmp_path)
 
 
 def _starting_points_spec(model: str, target, ops, folder) -> str:
-    """A custom spec that replaces each op form (with its epilogues) of `model` by the
-    family's first starting point; returns its path."""
+    """A custom spec that replaces each op form (with its epilogues, and the zero padding
+    before it) of `model` by the family's first starting point; returns its path."""
+    from autosched.model.conv_padding import winners_paddings
+
     view = target.for_kind("convolution")
     winners = [(op, view.starting_points(op)[0]) for op in ops]
     spec = str(folder / "custom.mlir")
-    epilogues = winners_epilogues(model, target.compile_flags(), str(folder), ops)
-    assert write_substitution(spec, winners, target, None, epilogues) == []
+    flags = target.compile_flags()
+    epilogues = winners_epilogues(model, flags, str(folder), ops)
+    paddings = winners_paddings(model, flags, str(folder), ops)
+    assert write_substitution(spec, winners, target, None, epilogues, paddings=paddings) == []
     return spec
 
 
@@ -154,6 +158,13 @@ def test_resnet18s_convolutions_are_replaced_before_dispatches_form(resnet18_rew
     externs = [op for op in walk_ops(module.operation) if op.name == "hal.dispatch.extern"]
     outputs = {str(ir.RankedTensorType(op.results[0].type).element_type) for op in externs}
     assert outputs == {"f16"}
+    # ... that reads each 3x3 convolution's image before its zero pad (conv_padding.py):
+    # of the pads a kernel reads only the stem's is left (3 channels: its kernel reads a
+    # filter row's taps at once); the max pool's (-inf) is IREE's
+    kernels = ("hal.dispatch.extern", "linalg.transpose")  # NCHW: transposed first
+    pads = [op for op in walk_ops(module.operation) if op.name == "tensor.pad"]
+    read = [p for p in pads if any(u.owner.name in kernels for u in p.results[0].uses)]
+    assert [ir.RankedTensorType(op.operands[0].type).shape[1] for op in read] == [3]
     # ... and computes the batch norm, ReLU and residual add after it (model/epilogues.py):
     # no elementwise op reads a convolution's result any more
     from autosched.model.lowering import lower_to_dispatches
@@ -196,6 +207,59 @@ def test_the_kernels_give_numpys_answer_on_the_gpu(shape, tmp_path):
     for params in (family.ConvParams(64, 64, 32, 4, 3), family.ConvParams(128, 128, 64, 8, 3)):
         out, expected = _kernel_and_numpy(problem, params, target, tmp_path)
         assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max(), params.name
+
+
+PADDED_SHAPES = [(16, 64, 56, 64, 3, 1), (16, 128, 28, 128, 3, 2)]
+
+
+def _padded(shape):
+    """(the op form of a torch Conv2d, the same reading its image before the pad)."""
+    from autosched.model.conv_padding import padded_form
+
+    problem = nchw_problem(*shape)
+    pad = shape[4] // 2
+    return problem, padded_form(problem, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+
+
+@pytest.mark.parametrize("shape", PADDED_SHAPES)
+def test_a_kernel_that_pads_the_image_itself_still_pipelines_its_loads(shape, tmp_path):
+    """The taps outside the unpadded image are masked loads: Triton still copies the tiles
+    asynchronously (its masked cp.async fills zeros) and runs wgmma."""
+    pytest.importorskip("triton")
+    from autosched.targets import cuda_custom_convolution as family
+
+    _, padded = _padded(shape)
+    constants = family._constants(padded, family.ConvParams(64, 64, 32, 4, 3))
+    assert constants["PADDED"] and (constants["PH"], constants["IH"]) == (1, shape[2])
+    binary = family.compile_kernel(
+        padded, family.ConvParams(64, 64, 32, 4, 3), "sm_90", str(tmp_path / "p.ptx")
+    )
+    ptx = open(binary.ptx_path).read()
+    assert "wgmma" in ptx and "cp.async" in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", PADDED_SHAPES)
+def test_a_kernel_that_pads_the_image_itself_gives_numpys_answer(shape, tmp_path):
+    """Fed the image before its pad, the kernel gives numpy's convolution of the padded one."""
+    from autosched.targets import cuda_custom_convolution as family
+    from autosched.targets.cuda_custom import extern_module_text
+
+    target = make_target(RunConfig(target="cuda", arch="sm_90"))
+    problem, padded = _padded(shape)
+    image, kernel = _operands(padded)
+    pads = [(0, 0)] * 2 + [(shape[4] // 2,) * 2] * 2
+    whole = np.pad(image.astype(np.float64), pads)
+    expected = reference(problem, whole, kernel.astype(np.float64))
+    params = family.ConvParams(64, 64, 32, 4, 3)
+    binary = family.compile_kernel(padded, params, "sm_90", str(tmp_path / "k.ptx"))
+    executable = target.executable_target()
+    body = family.extern_function(padded, params, binary, executable, "main")
+    vmfb = compiler.compile_str(
+        extern_module_text(executable, body), extra_args=target.compile_flags()
+    )
+    out = _run(vmfb, "cuda", image, kernel)
+    assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max()
 
 
 def _kernel_and_numpy(problem, params, target, tmp_path):
@@ -391,7 +455,9 @@ def test_a_runs_custom_spec_keeps_a_winners_epilogue(tmp_path):
         spec, target, [entry], {entry.problem.name: found}, log, (RESNET18, str(work))
     )
     assert written and "@match_epilogue_0_0 -> @call_epilogue_0_0" in open(spec).read()
-    assert "epilogues kept in their kernels: " in (tmp_path / "run.log").read_text()
+    logged = (tmp_path / "run.log").read_text()
+    assert "epilogues kept in their kernels: " in logged
+    assert "convolutions whose kernel pads the image itself: " in logged
 
 
 class _Tile(np.ndarray):

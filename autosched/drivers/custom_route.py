@@ -201,7 +201,11 @@ def write_custom_spec(
             log.write(f"epilogues not read: {error}")
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
         absorbed = _absorbed(model, winners, target, log)
-        for why in write_substitution(path, winners, target, chains, epilogues, absorbed):
+        paddings = _paddings(model, winners, target, log)
+        written = write_substitution(
+            path, winners, target, chains, epilogues, absorbed, paddings=paddings
+        )
+        for why in written:
             log.write(f"not substituted: {why}")
     return path if os.path.exists(path) else None
 
@@ -225,6 +229,24 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
         copies = ", ".join("QKV"[s.operand] for s in forms[-1].inputs)
         written = " and writes its result where the copy after it would" if forms[0].output else ""
         log.write(f"{name}: the kernel reads {copies} as the model holds them{written}")
+    return found
+
+
+def _paddings(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
+    """The convolution winners' zero paddings their kernels apply themselves, reading each
+    image before its pad (model/conv_padding.py), by `_key()`; None without any."""
+    convolutions = [p for p, _ in winners if p.kind == "convolution"]
+    if model is None or not convolutions:
+        return None
+    from autosched.model.conv_padding import winners_paddings
+
+    folder = os.path.join(model[1], "convolution")
+    try:
+        found = winners_paddings(model[0], target.compile_flags(), folder, convolutions)
+    except RuntimeError as error:  # the kernels read the padded image
+        log.write(f"convolution paddings not read: {error}")
+        return None
+    log.write(f"convolutions whose kernel pads the image itself: {len(found)}")
     return found
 
 

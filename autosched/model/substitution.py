@@ -37,6 +37,7 @@ from autosched.model.attention_sources import (
     copy_matcher_lines,
     output_matcher_lines,
 )
+from autosched.model.conv_padding import PAD, padded_extents, padded_form
 from autosched.model.convolution_ops import ELEMENTWISE_FUSION
 from autosched.model.epilogues import problem_key
 from autosched.model.narrow_reshapes import ReshapeChain, chain_matcher_lines, reshaped_function
@@ -121,7 +122,7 @@ def _matcher(index: int, problem: MatmulProblem, layout: StoredLayout | None = N
         return _attention_matcher(index, problem)
     name = f"match_stored_{index}" if layout else f"match_custom_{index}"
     transposed = transpose_matcher("%op", problem, layout) if layout else []
-    yielded = ["%op", "%t"] if layout else ["%op"]
+    yielded = ["%op", "%t"] if layout else ["%op", *_padded(problem)]
     return "\n".join(
         [
             f"  transform.named_sequence @{name}"
@@ -140,14 +141,37 @@ def _matcher(index: int, problem: MatmulProblem, layout: StoredLayout | None = N
 
 def _image_matcher(problem, handle: str) -> list[str]:
     """A convolution's image type (its padded extents; the spec's sizes are the loops'):
-    the kernel's function takes that type alone."""
+    the kernel's function takes that type alone. Where the kernel pads the image itself,
+    the image must be a `tensor.pad` (bound to `%pad`) of the type it takes."""
     if problem.kind != "convolution":
         return []
     (image, _), _ = igemm.operand_tensor_types(problem)
-    return [
+    operand = image
+    if problem.padding:
+        operand = tensor_type(padded_extents(problem), problem.lhs_type)
+    lines = [
         f"    %conv_image = transform.get_operand {handle}[0] : ({ANY_OP}) -> {ANY_VALUE}",
-        f"    transform.iree.match.cast_compatible_type %conv_image = {image} : {ANY_VALUE}",
+        f"    transform.iree.match.cast_compatible_type %conv_image = {operand} : {ANY_VALUE}",
     ]
+    if problem.padding:
+        lines += [
+            f"    %pad = transform.get_producer_of_operand {handle}[0] : ({ANY_OP}) -> {ANY_OP}",
+            f'    transform.match.operation_name %pad ["{PAD}"] : {ANY_OP}',
+            f"    %pad_in = transform.get_operand %pad[0] : ({ANY_OP}) -> {ANY_VALUE}",
+            f"    transform.iree.match.cast_compatible_type %pad_in = {image} : {ANY_VALUE}",
+        ]
+    return lines
+
+
+def _padded(problem) -> list[str]:
+    """The handle a matcher yields for the pad a convolution's kernel applies itself."""
+    return ["%pad"] if problem.kind == "convolution" and problem.padding else []
+
+
+def _conv_operands(problem, handle: str) -> list[tuple[str, str]]:
+    """The kernel's image and filter: the op's first two operands, the image before its
+    pad where the kernel pads it."""
+    return [("%pad", "0"), (handle, "1")] if _padded(problem) else [(handle, "0, 1")]
 
 
 def _attention_matcher(
@@ -206,7 +230,7 @@ def _narrow_matcher(
     (its index and itself), the truncf reads the contraction through that chain's reshapes
     and has its shape."""
     name = "match_" + _narrow_name(index, layout, chain[0] if chain else None)
-    yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm"]
+    yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm", *_padded(problem)]
     handles = ", ".join([ANY_OP] * len(yielded))
     return "\n".join(
         [
@@ -281,7 +305,7 @@ def _epilogue_matcher(
     contraction (and the transpose). The epilogue's body is not compared (it captures its
     constants, which a transform matcher cannot follow): model/epilogues.py writes arms only
     for types that tell the model's epilogues apart."""
-    yielded = ["%op", "%tr", "%mm", *(["%t"] if layout else [])]
+    yielded = ["%op", "%tr", "%mm", *(["%t"] if layout else _padded(problem))]
     handles = ", ".join([ANY_OP] * len(yielded))
     param = "!transform.param<i64>"
     stored = "_stored" if layout else ""
@@ -335,12 +359,12 @@ def _epilogue_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
         function = f"{FUNCTION_PREFIX}{i}_e{j}"
         extras = ", ".join(str(position) for position, _ in epilogue.extras)
         extra_sources = [("%op", extras)] if extras else []
-        variants = [(None, function, [("%mm", "0, 1")])]
+        variants = [(None, function, _conv_operands(w.problem, "%mm"))]
         if stored_binary is not None:
             variants.insert(0, (w.stored[0], f"{function}_stored", [("%mm", "0"), ("%t", "0")]))
         for layout, called, sources in variants:
             stored = "_stored" if layout else ""
-            params = ["%op", "%tr", "%mm", *(["%t"] if layout else [])]
+            params = ["%op", "%tr", "%mm", *(["%t"] if layout else _padded(w.problem))]
             callees = (f"{called}_kernel",) if convolution or layout else ()
             caller = _caller(
                 f"call_epilogue{stored}_{i}_{j}", called, params, [*sources, *extra_sources],
@@ -527,7 +551,9 @@ def _narrow_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
         for layout in layouts:
             name = _narrow_name(i, layout, chain[0] if chain else None)
             if layout is None:
-                function, params, sources = f"{prefix}_narrow", ["%op", "%mm"], [("%mm", "0, 1")]
+                function = f"{prefix}_narrow"
+                params = ["%op", "%mm", *_padded(w.problem)]
+                sources = _conv_operands(w.problem, "%mm")
                 callees = (function,) if chain else ()
                 if w.problem.kind == "convolution":  # its function calls its kernel
                     callees = (f"{function}_kernel",)
@@ -592,7 +618,15 @@ def _arms(i: int, w: Substitute) -> tuple[list[str], list[str], list[str], list[
     # A convolution's function puts its operands channels-last and calls its kernel.
     callees = (f"{prefix}_kernel",) if w.problem.kind == "convolution" else ()
     callers.append(
-        _caller(f"call_custom_{i}", prefix, ["%op"], [("%op", _operands(w.problem))], callees)
+        _caller(
+            f"call_custom_{i}",
+            prefix,
+            ["%op", *_padded(w.problem)],
+            _conv_operands(w.problem, "%op")
+            if w.problem.kind == "convolution"
+            else [("%op", _operands(w.problem))],
+            callees,
+        )  # fmt: skip
     )
     return epilogue_arms, narrow_arms, plain_arms, matchers, callers
 
@@ -658,6 +692,7 @@ def write_substitution(
     chains: dict[str, set[ReshapeChain]] | None = None,
     epilogues: dict[str, list[Epilogue]] | None = None,
     absorbed: dict[str, list[AbsorbedAttention]] | None = None,
+    paddings: dict[str, tuple] | None = None,
 ) -> list[str]:
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
@@ -665,7 +700,8 @@ def write_substitution(
     of the model) give the narrow kernels the truncfs they reach through reshapes;
     `epilogues` (model/epilogues.py, by `problem_key`) the epilogues its kernel computes in
     place of IREE's dispatch; `absorbed` (attention_sources.py, by name) an attention's forms
-    over its copied operands' sources."""
+    over its copied operands' sources; `paddings` (conv_padding.py, by a convolution's
+    `_key()`) the zero padding its kernel applies itself, reading the image before its pad."""
     from autosched.targets.cuda_attention import flash_params
     from autosched.targets.cuda_convolution import triton_params
     from autosched.targets.cuda_custom import compile_ptx
@@ -699,6 +735,10 @@ def write_substitution(
             continue
         if problem.kind == "convolution":
             params = triton_params(point)
+            found = (epilogues or {}).get(problem_key(problem), [])
+            padding = (paddings or {}).get(problem._key())
+            if padding and problem.size("c") >= params.block_k:  # not the few-channel stem
+                problem = padded_form(problem, padding)
             binary = igemm.compile_kernel(problem, params, target.arch, ptx)
             narrow = narrowed(problem)
             if narrow is not None:
@@ -709,7 +749,7 @@ def write_substitution(
                     problem, params, target.arch,
                     os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e,
                 ), None)
-                for j, e in enumerate((epilogues or {}).get(problem_key(problem), []))
+                for j, e in enumerate(found)
             )  # fmt: skip
             kept.append(Substitute(problem, params, binary, narrow, epilogues=fused))
             continue

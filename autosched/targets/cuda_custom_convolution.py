@@ -168,8 +168,8 @@ def _flat(constants: dict[str, int], prefix: str, step_h: int) -> bool:
 
 
 def _constants(problem: ConvolutionProblem, params: ConvParams) -> dict:
-    constants = layout_constants(problem)
-    if constants["C"] < params.block_k and constants["DW"] == 1:
+    constants = layout_constants(problem) | _padding_constants(problem)
+    if constants["C"] < params.block_k and constants["DW"] == 1 and not problem.padding:
         # A few input channels (an RGB image's 3): a filter row's taps and channels are
         # one contiguous run of both operands, channels-last, so each step takes them all.
         constants["C"] *= constants["KW"]
@@ -192,6 +192,23 @@ def _constants(problem: ConvolutionProblem, params: ConvParams) -> dict:
     return constants
 
 
+def _padding_constants(problem: ConvolutionProblem) -> dict:
+    """PADDED, the low padding of the image's rows and columns, and their unpadded extents
+    (the kernel masks the taps that fall outside the image)."""
+    names = image_order(problem)
+    low = (
+        dict(zip(names, (lo for lo, _ in problem.padding), strict=True)) if problem.padding else {}
+    )
+    extents = dict(zip(names, problem.image_shape, strict=True))
+    return {
+        "PADDED": bool(problem.padding),
+        "PH": low.get("h", 0),
+        "PW": low.get("w", 0),
+        "IH": extents.get("h", 1),
+        "IW": extents.get("w", 1),
+    }
+
+
 # The kernel as Python source: Triton compiles a function from its file, and an epilogue
 # (model/epilogues.py) is written into it as statements. `$params` are the epilogue's extra
 # pointers, `$epilogue` its statements (`out = acc` without one).
@@ -211,6 +228,8 @@ def conv(
     FLAT_X: tl.constexpr, FLAT_O: tl.constexpr, P: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     EVEN_P: tl.constexpr, EVEN_F: tl.constexpr, EVEN_C: tl.constexpr,
+    PADDED: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, IH: tl.constexpr,
+    IW: tl.constexpr,
 ):
     # Output-channel blocks vary fastest: the programs that read one image tile run
     # together, so it is read from L2 after the first.
@@ -235,7 +254,13 @@ def conv(
         b_ptrs = w + f[None, :] * swf + c[:, None] * swc + (kh * swh + kw * sww)
         a_mask = (p[:, None] < P) & (c[None, :] < C)
         b_mask = (f[None, :] < F) & (c[:, None] < C)
-        if EVEN_P and EVEN_C:
+        if PADDED:  # the image unpadded: a tap outside it reads the zero padding
+            ih = (p // OW) * SH + kh * DH - PH
+            iw = (p % OW) * SW + kw * DW - PW
+            seen = (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+            a_ptrs = a_ptrs - (PH * sxh + PW * sxw)
+            a = tl.load(a_ptrs, mask=a_mask & seen[:, None], other=0.0)
+        elif EVEN_P and EVEN_C:
             a = tl.load(a_ptrs)
         else:
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
