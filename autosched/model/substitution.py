@@ -662,7 +662,8 @@ def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
     # so the epilogues are matched in a pass of their own, first.
     passes = [", ".join(epilogue_arms), ", ".join(narrow_arms), ", ".join(plain_arms)]
     main = [f"  transform.named_sequence @__transform_main(%module: {ANY_OP}) {{"]
-    if any(w.problem.kind == "convolution" or w.epilogues for w in winners):
+    # Epilogues, pads and absorbed copies are read from the fused model: the spec fuses too.
+    if any(w.problem.kind == "convolution" or w.epilogues or w.absorbed for w in winners):
         main += _fused_first()
     # The narrow pass must see the contractions unreplaced; each pass matches the functions
     # afresh (a pass's matching invalidates the handles it walked).

@@ -176,7 +176,10 @@ def _constants(problem: ConvolutionProblem, params: ConvParams) -> dict:
         constants["KW"] = 1
     window = constants["KH"] * constants["KW"] == 1
     constants["FLAT_X"] = (
-        window and constants["SW"] == 1 and _flat(constants, "sx", constants["SH"])
+        window
+        and constants["SW"] == 1
+        and _flat(constants, "sx", constants["SH"])
+        and not problem.padding  # a padded raster is not the image's
     )
     constants["FLAT_O"] = _flat(constants, "so", 1)
     pixels = constants["OH"] * constants["OW"]
