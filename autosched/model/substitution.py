@@ -703,76 +703,98 @@ def write_substitution(
     place of IREE's dispatch; `absorbed` (attention_sources.py, by name) an attention's forms
     over its copied operands' sources; `paddings` (conv_padding.py, by a convolution's
     `_key()`) the zero padding its kernel applies itself, reading the image before its pad."""
-    from autosched.targets.cuda_attention import flash_params
-    from autosched.targets.cuda_convolution import triton_params
-    from autosched.targets.cuda_custom import compile_ptx
-
     if os.path.exists(path):
         os.remove(path)
     folder = path.removesuffix(".mlir")
+    forms = ModelForms(chains or {}, epilogues or {}, absorbed or {}, paddings or {})
+    build = {"attention": _attention_substitute, "convolution": _convolution_substitute}
     kept, refused = [], []
     for problem, point in winners:
         why = substitutable(problem)
         if why:
             refused.append(f"{problem.name}: {why}")
             continue
-        ptx = os.path.join(folder, f"{problem.name}.ptx")
-        if problem.kind == "attention":
-            params = flash_params(point)
-            binary = flash.compile_kernel(problem, params, target.arch, ptx)
-            forms = [
-                f
-                for f in (absorbed or {}).get(problem.name, [])
-                if not flash.unsupported(f.problem)
-            ]
-            forms = tuple(
-                (form, flash.compile_kernel(
-                    form.problem, params, target.arch,
-                    os.path.join(folder, f"{problem.name}.absorbed{j}.ptx"),
-                ))
-                for j, form in enumerate(forms)
-            )  # fmt: skip
-            kept.append(Substitute(problem, params, binary, absorbed=forms))
-            continue
-        if problem.kind == "convolution":
-            params = triton_params(point)
-            found = (epilogues or {}).get(problem_key(problem), [])
-            padding = (paddings or {}).get(problem._key())
-            if padding and problem.size("c") >= params.block_k:  # not the few-channel stem
-                problem = padded_form(problem, padding)
-            binary = igemm.compile_kernel(problem, params, target.arch, ptx)
-            narrow = narrowed(problem)
-            if narrow is not None:
-                ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
-                narrow = (narrow, igemm.compile_kernel(narrow, params, target.arch, ptx))
-            fused = tuple(
-                (e, igemm.compile_kernel(
-                    problem, params, target.arch,
-                    os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e,
-                ), None)
-                for j, e in enumerate(found)
-            )  # fmt: skip
-            kept.append(Substitute(problem, params, binary, narrow, epilogues=fused))
-            continue
-        params = KernelParams.from_point(point)
-        binary = compile_ptx(problem, params, target.arch, ptx)
-        narrow = narrowed(problem)
-        if narrow is not None:
-            ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
-            narrow = (narrow, compile_ptx(narrow, narrow_params(params), target.arch, ptx))
-        stored = _stored_kernels(problem, params, narrow, target, folder)
-        wide = tensor_type(problem.acc_shape, problem.acc_type)
-        reshaped = tuple(sorted((chains or {}).get(wide, ()))) if narrow else ()
-        found = (epilogues or {}).get(problem_key(problem), []) if narrow else []
-        fused = _matmul_epilogue_kernels(problem, params, narrow, stored, found, target, folder)
-        kept.append(Substitute(problem, params, binary, narrow, stored, reshaped, fused))
+        substitute = build.get(problem.kind, _matmul_substitute)
+        kept.append(substitute(problem, point, forms, target.arch, folder))
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))
     return refused
 
 
-def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, target, folder: str):
+@dataclass(frozen=True)
+class ModelForms:
+    """What the run read from the model for the spec (see `write_substitution`)."""
+
+    chains: dict
+    epilogues: dict
+    absorbed: dict
+    paddings: dict
+
+
+def _attention_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+    """A flash winner's kernel, and one for each of its forms over copied operands."""
+    from autosched.targets.cuda_attention import flash_params
+
+    params = flash_params(point)
+    binary = flash.compile_kernel(
+        problem, params, arch, os.path.join(folder, f"{problem.name}.ptx")
+    )
+    usable = [f for f in forms.absorbed.get(problem.name, []) if not flash.unsupported(f.problem)]
+    absorbed = tuple(
+        (form, flash.compile_kernel(
+            form.problem, params, arch, os.path.join(folder, f"{problem.name}.absorbed{j}.ptx")
+        ))
+        for j, form in enumerate(usable)
+    )  # fmt: skip
+    return Substitute(problem, params, binary, absorbed=absorbed)
+
+
+def _convolution_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+    """A convolution winner's kernel (reading the image before its zero pad where the model
+    has one), its narrow twin, and its epilogues' kernels."""
+    from autosched.targets.cuda_convolution import triton_params
+
+    params = triton_params(point)
+    found = forms.epilogues.get(problem_key(problem), [])
+    padding = forms.paddings.get(problem._key())
+    if padding and problem.size("c") >= params.block_k:  # not the few-channel stem
+        problem = padded_form(problem, padding)
+    ptx = os.path.join(folder, f"{problem.name}.ptx")
+    binary = igemm.compile_kernel(problem, params, arch, ptx)
+    narrow = narrowed(problem)
+    if narrow is not None:
+        ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
+        narrow = (narrow, igemm.compile_kernel(narrow, params, arch, ptx))
+    fused = tuple(
+        (e, igemm.compile_kernel(
+            problem, params, arch, os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e
+        ), None)
+        for j, e in enumerate(found)
+    )  # fmt: skip
+    return Substitute(problem, params, binary, narrow, epilogues=fused)
+
+
+def _matmul_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+    """A matmul winner's kernel, its narrow twin (reaching the truncf through the model's
+    reshapes), the kernels reading a stored weight, and its epilogues' kernels."""
+    from autosched.targets.cuda_custom import compile_ptx
+
+    params = KernelParams.from_point(point)
+    binary = compile_ptx(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
+    narrow = narrowed(problem)
+    if narrow is not None:
+        ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
+        narrow = (narrow, compile_ptx(narrow, narrow_params(params), arch, ptx))
+    stored = _stored_kernels(problem, params, narrow, arch, folder)
+    wide = tensor_type(problem.acc_shape, problem.acc_type)
+    reshaped = tuple(sorted(forms.chains.get(wide, ()))) if narrow else ()
+    found = forms.epilogues.get(problem_key(problem), []) if narrow else []
+    fused = _matmul_epilogue_kernels(problem, params, narrow, stored, found, arch, folder)
+    return Substitute(problem, params, binary, narrow, stored, reshaped, fused)
+
+
+def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, arch, folder: str):
     """(epilogue, its kernel, the kernel reading B as a stored weight or None) of each of a
     matmul winner's epilogues: its narrow kernel with the epilogue in it."""
     from autosched.targets.cuda_custom import compile_ptx
@@ -780,19 +802,17 @@ def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, target,
     kernels = []
     for j, epilogue in enumerate(epilogues):
         ptx = os.path.join(folder, f"{problem.name}.epilogue{j}.ptx")
-        binary = compile_ptx(narrow[0], narrow_params(params), target.arch, ptx, epilogue)
+        binary = compile_ptx(narrow[0], narrow_params(params), arch, ptx, epilogue)
         stored_binary = None
         if stored is not None and stored[3] is not None:
             narrow_stored = dataclasses.replace(stored[1], acc_type=epilogue.narrow)
             ptx = os.path.join(folder, f"{problem.name}.stored.epilogue{j}.ptx")
-            stored_binary = compile_ptx(
-                narrow_stored, narrow_params(params), target.arch, ptx, epilogue
-            )
+            stored_binary = compile_ptx(narrow_stored, narrow_params(params), arch, ptx, epilogue)
         kernels.append((epilogue, binary, stored_binary))
     return tuple(kernels)
 
 
-def _stored_kernels(problem, params, narrow, target, folder: str):
+def _stored_kernels(problem, params, narrow, arch: str, folder: str):
     """The kernels that read B as a stored weight (N x K), for the absorbed-transpose arms;
     None where B has no such form."""
     from autosched.targets.cuda_custom import compile_ptx
@@ -802,12 +822,12 @@ def _stored_kernels(problem, params, narrow, target, folder: str):
         return None
     stored = stored_problem(problem)
     ptx = os.path.join(folder, f"{problem.name}.stored.ptx")
-    binary = compile_ptx(stored, params, target.arch, ptx)
+    binary = compile_ptx(stored, params, arch, ptx)
     narrow_binary = None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.stored.to_{narrow[0].acc_type}.ptx")
         narrow_stored = dataclasses.replace(stored, acc_type=narrow[0].acc_type)
-        narrow_binary = compile_ptx(narrow_stored, narrow_params(params), target.arch, ptx)
+        narrow_binary = compile_ptx(narrow_stored, narrow_params(params), arch, ptx)
     return layout, stored, binary, narrow_binary
 
 
