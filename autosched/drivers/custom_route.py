@@ -168,8 +168,9 @@ def write_custom_spec(
 ):
     """The custom kernels that beat both IREE's default kernel and the campaign's best
     dispatch time, as the spec that replaces their contractions; None when there are none.
-    `model` (its path and the run's model folder) lets narrow kernels reach truncfs behind
-    reshapes, and convolution kernels keep their epilogues (model/epilogues.py)."""
+    `model` (its path and the run's model folder) lets the spec take what the kernels can
+    from around their ops (MODEL_READINGS): the reshapes before a truncf, the epilogue
+    after it, an attention's copied operands, a convolution's zero pad."""
     winners = []
     for entry in problems:
         result = custom_winner(entry, custom, target)
@@ -182,32 +183,39 @@ def write_custom_spec(
             )
             continue
         winners.append((result.problem, result.best.point))  # an attention's op form
-    chains = epilogues = None
-    if model is not None and any(narrowed_matmul(p) for p, _ in winners):
-        from autosched.model.narrow_reshapes import model_reshape_chains
-
-        folder = os.path.join(model[1], "narrow")
-        chains = model_reshape_chains(model[0], target.compile_flags(), folder)
-    fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
-    if model is not None and fusing:
-        from autosched.model.epilogues import winners_epilogues
-
-        folder = os.path.join(model[1], "convolution")  # where convolution_forms read them
-        try:
-            epilogues = winners_epilogues(model[0], target.compile_flags(), folder, fusing)
-            found = sum(len(e) for e in epilogues.values())
-            log.write(f"epilogues kept in their kernels: {found}")
-        except RuntimeError as error:  # the kernels replace the contractions alone
-            log.write(f"epilogues not read: {error}")
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
-        absorbed = _absorbed(model, winners, target, log)
-        paddings = _paddings(model, winners, target, log)
-        written = write_substitution(
-            path, winners, target, chains, epilogues, absorbed, paddings=paddings
-        )
-        for why in written:
+        readings = [read(model, winners, target, log) for read in MODEL_READINGS]
+        for why in write_substitution(path, winners, target, *readings):
             log.write(f"not substituted: {why}")
     return path if os.path.exists(path) else None
+
+
+def _chains(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
+    """The reshape chains between the narrow matmul winners' contractions and their truncfs
+    in the model (model/narrow_reshapes.py); None without any."""
+    if model is None or not any(narrowed_matmul(p) for p, _ in winners):
+        return None
+    from autosched.model.narrow_reshapes import model_reshape_chains
+
+    return model_reshape_chains(model[0], target.compile_flags(), os.path.join(model[1], "narrow"))
+
+
+def _epilogues(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
+    """The element-wise ops after the convolution and narrow matmul winners that their
+    kernels compute (model/epilogues.py), by `problem_key`; None without any."""
+    fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
+    if model is None or not fusing:
+        return None
+    from autosched.model.epilogues import winners_epilogues
+
+    folder = os.path.join(model[1], "convolution")  # where convolution_forms read them
+    try:
+        epilogues = winners_epilogues(model[0], target.compile_flags(), folder, fusing)
+    except RuntimeError as error:  # the kernels replace the contractions alone
+        log.write(f"epilogues not read: {error}")
+        return None
+    log.write(f"epilogues kept in their kernels: {sum(len(e) for e in epilogues.values())}")
+    return epilogues
 
 
 def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
@@ -248,6 +256,10 @@ def _paddings(model: tuple[str, str] | None, winners: list, target, log) -> dict
         return None
     log.write(f"convolutions whose kernel pads the image itself: {len(found)}")
     return found
+
+
+# What the spec writer reads from the model, in write_substitution's order.
+MODEL_READINGS = (_chains, _epilogues, _absorbed, _paddings)
 
 
 def narrowed_matmul(problem) -> bool:
