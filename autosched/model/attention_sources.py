@@ -1,18 +1,20 @@
-"""K and V as the model holds them before SDPA repeats them: the copies the flash kernel
-absorbs (issue 24).
+"""An attention's operands as the model holds them before SDPA's copies, and its result
+where the copy after it would put it: the layout ops the flash kernel absorbs (issue 24).
 
 At global optimization transformers' grouped-query attention takes K and V broadcast to
 every query head (`repeat_kv`: on a Llama-3-8B layer 256 MB written per call) and V
 transposed to head dim x keys: each a `linalg.generic` that only copies (its input map
 drops or permutes dims), then a `tensor.collapse_shape` that merges the KV-head and group
-dims into the op's batch. IREE runs each copy as a dispatch of its own before the custom
-kernel (0.06 and 0.03 ms on that layer in the H200).
+dims into the op's batch. Its result is expanded and transposed back to sequence x heads x
+head dim for the output projection, another copy. IREE runs each copy as a dispatch of its
+own beside the custom kernel (0.06, 0.03 and 0.05 ms on that layer in the H200).
 
-The flash kernel reads every operand through strides, up to three batch loops. So the same
-attention is written over the copies' sources: the batch loop the collapse merged is split
-into the copy's dims (the query and output keep their memory, read as the split shape), and
-K's and V's loops are those the copy's input map reads. A dim the map drops is a loop the
-source does not index: stride 0, the kernel reads one KV head for the whole group.
+The flash kernel reads and writes every operand through strides, up to three batch loops.
+So the same attention is written over the copies' sources: a batch loop a reshape merged is
+split into the copy's dims (an operand that is no copy keeps its memory, read as the split
+shape), and a copied operand's loops are those the copy's map reads or writes. A dim the
+map drops is a loop the source does not index: stride 0, one KV head read for the whole
+group.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class CopySource:
 class AbsorbedAttention:
     """An attention written over the sources of its copied operands."""
 
-    problem: AttentionProblem  # the same attention, batch loops split, K and V as sources
+    problem: AttentionProblem  # the same attention, batch loops split, copies' sources read
     sources: tuple[CopySource, ...]
 
     @property
@@ -128,9 +130,9 @@ def _single_user(value: ir.Value) -> ir.Operation | None:
 
 
 def _splits(problem: AttentionProblem, copies: dict) -> dict[int, list[int]] | None:
-    """Each loop a copy's reshape splits (`copies`: operand -> (its copy-side dims grouped
-    per operand dim, their shape)) (into its dims' sizes, unit dims left out), or None
-    where a split loop is not a batch loop or two copies split it differently."""
+    """Each loop a copy's reshape splits, into its dims' sizes (unit dims left out), or
+    None where a split loop is not a batch loop or two copies split it differently.
+    `copies`: operand -> (its copy-side dims grouped per operand dim, their shape)."""
     splits: dict[int, list[int]] = {}
     for operand, (groups, shape) in copies.items():
         for loop, group in zip(problem.operand_loops[operand], groups, strict=True):
