@@ -200,21 +200,30 @@ def _chains(model: tuple[str, str] | None, winners: list, target, log) -> dict |
     return model_reshape_chains(model[0], target.compile_flags(), os.path.join(model[1], "narrow"))
 
 
+def _read_fused(model: tuple[str, str] | None, problems: list, reader, target, log, what: str):
+    """`reader` (model path, flags, folder, problems) on the model lowered and fused in the
+    run's model folder, where the convolution op forms were read; None without problems,
+    or (logged) where the model cannot be read so: the kernels then replace their ops
+    alone."""
+    if model is None or not problems:
+        return None
+    folder = os.path.join(model[1], "convolution")
+    try:
+        return reader(model[0], target.compile_flags(), folder, problems)
+    except RuntimeError as error:
+        log.write(f"{what} not read: {error}")
+        return None
+
+
 def _epilogues(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The element-wise ops after the convolution and narrow matmul winners that their
     kernels compute (model/epilogues.py), by `problem_key`; None without any."""
-    fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
-    if model is None or not fusing:
-        return None
     from autosched.model.epilogues import winners_epilogues
 
-    folder = os.path.join(model[1], "convolution")  # where convolution_forms read them
-    try:
-        epilogues = winners_epilogues(model[0], target.compile_flags(), folder, fusing)
-    except RuntimeError as error:  # the kernels replace the contractions alone
-        log.write(f"epilogues not read: {error}")
-        return None
-    log.write(f"epilogues kept in their kernels: {sum(len(e) for e in epilogues.values())}")
+    fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
+    epilogues = _read_fused(model, fusing, winners_epilogues, target, log, "epilogues")
+    if epilogues is not None:
+        log.write(f"epilogues kept in their kernels: {sum(len(e) for e in epilogues.values())}")
     return epilogues
 
 
@@ -222,18 +231,11 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
     """The attention winners' forms over their copied operands' sources (GQA's repeat, V's
     transpose and the result's transpose absorbed: model/attention_sources.py), by name;
     None without any."""
-    attentions = [p for p, _ in winners if p.kind == "attention"]
-    if model is None or not attentions:
-        return None
     from autosched.model.attention_sources import winners_absorbed
 
-    folder = os.path.join(model[1], "convolution")  # the fused model the epilogues read
-    try:
-        found = winners_absorbed(model[0], target.compile_flags(), folder, attentions)
-    except RuntimeError as error:  # the kernels take K and V as the op does
-        log.write(f"attention operands not read: {error}")
-        return None
-    for name, forms in found.items():
+    attentions = [p for p, _ in winners if p.kind == "attention"]
+    found = _read_fused(model, attentions, winners_absorbed, target, log, "attention operands")
+    for name, forms in (found or {}).items():
         copies = ", ".join("QKV"[s.operand] for s in forms[-1].inputs)
         written = " and writes its result where the copy after it would" if forms[0].output else ""
         log.write(f"{name}: the kernel reads {copies} as the model holds them{written}")
@@ -243,18 +245,12 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
 def _paddings(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The convolution winners' zero paddings their kernels apply themselves, reading each
     image before its pad (model/conv_padding.py), by `_key()`; None without any."""
-    convolutions = [p for p, _ in winners if p.kind == "convolution"]
-    if model is None or not convolutions:
-        return None
     from autosched.model.conv_padding import winners_paddings
 
-    folder = os.path.join(model[1], "convolution")
-    try:
-        found = winners_paddings(model[0], target.compile_flags(), folder, convolutions)
-    except RuntimeError as error:  # the kernels read the padded image
-        log.write(f"convolution paddings not read: {error}")
-        return None
-    log.write(f"convolutions whose kernel pads the image itself: {len(found)}")
+    convolutions = [p for p, _ in winners if p.kind == "convolution"]
+    found = _read_fused(model, convolutions, winners_paddings, target, log, "paddings")
+    if found is not None:
+        log.write(f"convolutions whose kernel pads the image itself: {len(found)}")
     return found
 
 
