@@ -21,6 +21,8 @@ signature in the model has the same statements (`unambiguous`).
 
 from __future__ import annotations
 
+import math
+
 from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
@@ -36,6 +38,7 @@ from autosched.ops.epilogue import (
     TRITON_TYPES,
     Epilogue,
     EpilogueInput,
+    PermutedStore,
 )
 from autosched.ops.matmul import MatmulProblem
 
@@ -93,14 +96,6 @@ def _is_truncf(op: ir.Operation | None) -> bool:
         return False
     body = [o.operation.name for o in op.regions[0].blocks[0].operations]
     return body == ["arith.truncf", "linalg.yield"]
-
-
-def _input_kind(affine: ir.AffineMap, identity: ir.AffineMap, channel: int) -> str | None:
-    if affine == identity:
-        return FULL
-    results = list(affine.results)
-    dim = ir.AffineExpr.get_dim(channel, context=affine.context)
-    return CHANNEL if results == [dim] else None
 
 
 def _literal(op: ir.Operation) -> str | None:
@@ -187,13 +182,55 @@ def after_contraction(op: ir.Operation) -> tuple[ir.Operation, ir.Operation, int
     return user, generic, reshapes
 
 
-def _channel_dim(problem: ConvolutionProblem | MatmulProblem, shape: list[int]) -> int | None:
-    """The dim of the rounded result (of `shape`) that indexes the output channels: a
-    convolution's F, a matmul's N where it is still the last dim (not split into heads)."""
+def _column_dims(problem: MatmulProblem, shape: tuple[int, ...]) -> int | None:
+    """How many trailing dims of a matmul's rounded result (of `shape`, after its reshapes)
+    make up N (one, or the heads and head dim a reshape split it into), the dims before them
+    the rows; None when they are no whole dims."""
+    rows = max(problem.batch, 1) * problem.m
+    for count in range(1, len(shape) + 1):
+        if math.prod(shape[-count:]) == problem.n and math.prod(shape[:-count]) == rows:
+            return count
+    return None
+
+
+def _permuted_store(
+    acc_map: ir.AffineMap, shape: tuple[int, ...], out_shape: list[int], rows: int
+) -> PermutedStore | None:
+    """Where each dim of the rounded result (of `shape`) lands in the epilogue's result (of
+    `out_shape`, over the generic's loops) when the generic reads it through `acc_map`, a
+    permutation of its loops; None when the map is no permutation."""
+    try:
+        loops = [ir.AffineDimExpr(expr).position for expr in acc_map.results]
+    except ValueError:  # a result that is not one loop
+        return None
+    if sorted(loops) != list(range(len(out_shape))):
+        return None
+    strides = [math.prod(out_shape[i + 1 :]) for i in range(len(out_shape))]
+    return PermutedStore(tuple(shape), tuple(strides[loop] for loop in loops), rows)
+
+
+def _layout(problem, acc_map: ir.AffineMap, shape: tuple, out_shape: list):
+    """(the loops a per-channel input is read by, or None; the store, or None) of an epilogue
+    whose generic reads the rounded result (of `shape`) through `acc_map`: as it is, or (an
+    unbatched matmul's) permuted; or why it has none. A convolution's channels are its F (a
+    depthwise one has none: its channels are groups); a matmul's its N, whole or in heads."""
+    identity = ir.AffineMap.get_identity(len(out_shape), context=acc_map.context)
+    results = list(acc_map.results)
     if isinstance(problem, ConvolutionProblem):
+        if acc_map != identity:
+            return "its user reads the convolution's output permuted"
         roles = problem.output_roles
-        return roles.index("f") if "f" in roles else None  # depthwise: channels are groups
-    return len(shape) - 1 if shape and shape[-1] == problem.n else None
+        return ([results[roles.index("f")]] if "f" in roles else None), None
+    columns = _column_dims(problem, shape)
+    channel = results[-columns:] if columns else None
+    if acc_map == identity:
+        return channel, None
+    if problem.batch > 1 or columns is None:
+        return "its user reads a batched or reshaped contraction's output permuted"
+    store = _permuted_store(acc_map, shape, out_shape, len(shape) - columns)
+    if store is None:
+        return "its user reads the contraction's output through no permutation"
+    return channel, store
 
 
 def _signature(op: ir.Operation) -> tuple:
@@ -204,7 +241,9 @@ def _signature(op: ir.Operation) -> tuple:
 
 def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
     """The epilogue after a contraction op (a convolution or a matmul: its only user a
-    truncf, whose only user is an elementwise generic), or why there is none."""
+    truncf, whose only user is an elementwise generic), or why there is none. A matmul's
+    generic may read the rounded result permuted: the kernel then stores each element where
+    the generic would (`PermutedStore`)."""
     after = after_contraction(op)
     if isinstance(after, str):
         return after
@@ -215,20 +254,28 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
     maps = _maps(generic)
     inputs = len(generic.operands) - 1
     identity = ir.AffineMap.get_identity(len(iterators), context=generic.context)
+    acc = [i for i in range(inputs) if generic.operands[i] == truncf.results[0]]
+    if len(acc) != 1 or maps[-1] != identity:
+        return "its user is not elementwise on the contraction's output"
     shape = tuple(ir.RankedTensorType(truncf.results[0].type).shape)
-    channel = _channel_dim(problem, list(shape))
+    out_shape = list(ir.RankedTensorType(generic.results[0].type).shape)
+    layout = _layout(problem, maps[acc[0]], shape, out_shape)
+    if isinstance(layout, str):
+        return layout
+    channel, store = layout
     kinds = []
     for position in range(inputs):
         operand = generic.operands[position]
-        if operand == truncf.results[0]:
-            kind = ACC if maps[position] == identity else None
+        results = list(maps[position].results)
+        if position == acc[0]:
+            kind = ACC
+        elif maps[position] == identity:
+            kind = FULL
         else:
-            kind = _input_kind(maps[position], identity, channel)
+            kind = CHANNEL if channel is not None and results == channel else None
         if kind is None:
             return "an input of its user is neither per channel nor output-shaped"
         kinds.append(EpilogueInput(kind, str(operand.type), _element(operand.type)))
-    if maps[-1] != identity or [k.kind for k in kinds].count(ACC) != 1:
-        return "its user is not elementwise on the contraction's output"
     if list(generic.regions[0].blocks[0].arguments[inputs].uses):
         return "its user reads its own output"
     statements = _statements(generic, inputs)
@@ -242,6 +289,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         statements=tuple(statements),
         reshapes=reshapes,
         acc_shape=shape,
+        store=store,
     )
 
 
@@ -283,9 +331,11 @@ def model_epilogues(module: ir.Module, problem) -> list[Epilogue]:
 def unambiguous(epilogues: list[Epilogue], unread: set[tuple] = frozenset()) -> list[Epilogue]:
     """The epilogues no other of the same types differs from in its statements, nor one
     with no Triton form (`unread`: their signatures): the spec's matcher sees only types."""
-    by_signature: dict[tuple, set[tuple[str, ...]]] = {}
+    by_signature: dict[tuple, set[tuple]] = {}
     for epilogue in epilogues:
-        by_signature.setdefault(epilogue.signature, set()).add(epilogue.statements)
+        by_signature.setdefault(epilogue.signature, set()).add(
+            (epilogue.statements, epilogue.store)
+        )
     return [
         e for e in epilogues if len(by_signature[e.signature]) == 1 and e.signature not in unread
     ]

@@ -1,9 +1,10 @@
-"""An elementwise epilogue of a custom kernel, as the kernel computes it (issue 25): read from
-a model by model/epilogues.py, written into the Triton convolution kernel by
-targets/cuda_custom_convolution.py."""
+"""An elementwise epilogue of a custom kernel, as the kernel computes it (issues 25 and 24):
+read from a model by model/epilogues.py, written into the Triton convolution kernel by
+targets/cuda_custom_convolution.py and into the matmul kernel by targets/cuda_custom.py."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 TRITON_TYPES = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32"}
@@ -21,6 +22,32 @@ class EpilogueInput:
 
 
 @dataclass(frozen=True)
+class PermutedStore:
+    """Where a matmul kernel writes its (m, n) tile when the epilogue's result permutes the
+    contraction's dims (BERT's bias add that also moves the heads before the tokens): the
+    truncf's dims, outermost first, the first `rows` of them splitting M and the rest N, each
+    with its extent and its stride in the epilogue's result."""
+
+    extents: tuple[int, ...]
+    strides: tuple[int, ...]
+    rows: int
+
+    def offsets(self, row: str, column: str) -> str:
+        """The Triton expression of each tile element's offset in the result, from its row
+        and column indices (`row` and `column`, broadcast over the tile)."""
+        terms = []
+        for index, name in ((0, row), (self.rows, column)):
+            end = self.rows if index == 0 else len(self.extents)
+            for dim in range(index, end):
+                inner = math.prod(self.extents[dim + 1 : end])
+                part = f"({name} // {inner})" if inner > 1 else name
+                if dim > index:  # the outermost dim of the split needs no modulo
+                    part = f"({part} % {self.extents[dim]})"
+                terms.append(f"{part} * {self.strides[dim]}")
+        return " + ".join(terms)
+
+
+@dataclass(frozen=True)
 class Epilogue:
     """An epilogue as the kernel computes it."""
 
@@ -31,6 +58,7 @@ class Epilogue:
     statements: tuple[str, ...]  # Triton, over `a{i}` (its inputs); the result is `out`
     reshapes: int = 0  # reshapes between the contraction and its truncf (narrow_reshapes.py)
     acc_shape: tuple[int, ...] = ()  # the truncf's shape, after those reshapes
+    store: PermutedStore | None = None  # a result that permutes the truncf's dims
 
     @property
     def signature(self) -> tuple:

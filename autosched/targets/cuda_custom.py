@@ -430,8 +430,10 @@ def matmul(
             inside = (rm[:, None] < M) & (rn[None, :] < N)
             # From L2 (.cg): an SM's L1 does not see another SM's stores.
             acc += tl.load(c_ptrs, mask=inside, cache_modifier=".cg")
-    # An epilogue's output-shaped inputs are read where C is written (unused without one).
-    offsets = batch * scb + rm[:, None] * scm + rn[None, :] * scn
+    # Where C is written: an epilogue's output-shaped inputs are read there too. An epilogue
+    # whose result permutes C's dims writes each element where that result has it.
+    offsets = $offsets
+$pointers
     inside = (rm[:, None] < M) & (rn[None, :] < N)
 $epilogue
     value = out.to(c.dtype.element_ty)
@@ -445,10 +447,17 @@ $epilogue
 """
 
 
+ROW_MAJOR = "batch * scb + rm[:, None] * scm + rn[None, :] * scn"
+
+
 def kernel_source(epilogue: Epilogue | None = None) -> str:
     """The kernel's source, with the epilogue's loads and statements after the main loop
-    (a kernel with one never splits K: `narrow_params`)."""
-    return with_epilogue(KERNEL_SOURCE, epilogue, ("rn", "N", "offsets", "inside"))
+    (a kernel with one never splits K: `narrow_params`) and its result's layout."""
+    store = epilogue.store if epilogue else None
+    offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else ROW_MAJOR
+    pointers = "    c_ptrs = c + offsets" if store else ""
+    template = string.Template(KERNEL_SOURCE).safe_substitute(offsets=offsets, pointers=pointers)
+    return with_epilogue(template, epilogue, ("rn", "N", "offsets", "inside"))
 
 
 def with_epilogue(template: str, epilogue: Epilogue | None, names: tuple[str, ...]) -> str:

@@ -4,7 +4,7 @@ iree-turbine and torch are not autosched dependencies; run this from a separate 
 
     python3.11 -m venv /tmp/turbine-venv
     /tmp/turbine-venv/bin/pip install torch==2.13.0 iree-turbine transformers torchvision pillow
-    /tmp/turbine-venv/bin/python tests/data/models/make_torch_model.py
+    /tmp/turbine-venv/bin/python tests/data/models/make_torch_model.py [FILE ...]
 
 Models (f32, weights small so the files stay small):
 
@@ -20,8 +20,10 @@ Models (f32, weights small so the files stay small):
 - `hf_llama_layer_{f32,bf16}.mlirbc`: transformers' own `LlamaDecoderLayer` (hidden 128, 4 heads,
   2 KV heads (GQA), head dim 32, MLP 256, RoPE, SDPA, causal) on x[1, 64, 128], with its rotary
   cos/sin and its weights as arguments: one attention root beside the matmuls (issue 24).
-- `hf_bert_layer_f32.mlirbc`: transformers' own `BertLayer` (hidden 128, 4 heads, FFN 256, GELU,
-  SDPA, no mask) on x[2, 32, 128], weights as arguments.
+- `hf_bert_layer_{f32,f16}.mlirbc`: transformers' own `BertLayer` (hidden 128, 4 heads, FFN
+  256, GELU, SDPA, no mask) on x[2, 32, 128] (f16: x[2, 16, 128]), weights as arguments. In
+  f16 each projection's f32 result is rounded, then its bias added as the heads move before
+  the tokens (one generic that permutes the matmul's result: issue 24).
 - `tv_resnet18_f32.mlirbc`: torchvision's own `resnet18` (10 classes, eval mode) on
   x[2, 3, 64, 64] (a batch of 2: see targets/cpu_convolution.py), its parameters as arguments
   (issue 25). Needs torchvision and pillow beside torch; a CPU-only torch cannot load
@@ -135,16 +137,16 @@ def hf_llama_layer(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     return LayerWithWeights(layer, RotaryKeywords()), (x, cos, sin, *weights)
 
 
-def hf_bert_layer() -> tuple[nn.Module, tuple]:
+def hf_bert_layer(dtype: torch.dtype = torch.float32, seq: int = 32) -> tuple[nn.Module, tuple]:
     from transformers import BertConfig
     from transformers.models.bert.modeling_bert import BertLayer
 
     config = BertConfig(
         hidden_size=128, num_attention_heads=4, intermediate_size=256, attn_implementation="sdpa"
     )
-    layer = BertLayer(config).eval()
+    layer = BertLayer(config).eval().to(dtype)
     weights = [p.detach() for p in layer.parameters()]
-    return LayerWithWeights(layer, ()), (torch.randn(2, 32, 128), *weights)
+    return LayerWithWeights(layer, ()), (torch.randn(2, seq, 128, dtype=dtype), *weights)
 
 
 def torchvision_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
@@ -170,19 +172,22 @@ def save(module: nn.Module, args: tuple, name: str) -> None:
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")
 
 
-if __name__ == "__main__":
-    torch.manual_seed(0)
-    save(LlamaMLP().eval(), (torch.randn(1, 8, 64),), "llama_mlp.mlirbc")
-    qkv = [torch.randn(1, 4, 16, 16) for _ in range(3)]
-    save(Attention().eval(), (*qkv, torch.randn(64, 32)), "attention.mlirbc")
+def models() -> dict:
+    """File name -> how to build its module and arguments."""
+    found = {
+        "llama_mlp.mlirbc": lambda: (LlamaMLP().eval(), (torch.randn(1, 8, 64),)),
+        "attention.mlirbc": lambda: (
+            Attention().eval(),
+            (*[torch.randn(1, 4, 16, 16) for _ in range(3)], torch.randn(64, 32)),
+        ),
+    }
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
-        torch.manual_seed(0)
-        save(*hf_llama_mlp(dtype), f"hf_llama_mlp_{name}.mlirbc")
-        torch.manual_seed(0)
-        save(*hf_llama_layer(dtype), f"hf_llama_layer_{name}.mlirbc")
-    torch.manual_seed(0)
-    save(*hf_bert_layer(), "hf_bert_layer_f32.mlirbc")
-    torch.manual_seed(0)
+        found[f"hf_llama_mlp_{name}.mlirbc"] = lambda d=dtype: hf_llama_mlp(d)
+        found[f"hf_llama_layer_{name}.mlirbc"] = lambda d=dtype: hf_llama_layer(d)
+    found["hf_bert_layer_f32.mlirbc"] = lambda: hf_bert_layer()
+    # In f16 a sequence of 16, not the head dim (32): V's transposed heads then differ in
+    # shape from Q's and K's, as in BERT-base (512 and 64).
+    found["hf_bert_layer_f16.mlirbc"] = lambda: hf_bert_layer(torch.float16, seq=16)
     for net, dtype, name in (
         ("resnet18", torch.float32, "tv_resnet18_f32.mlirbc"),
         ("resnet18", torch.float16, "tv_resnet18_f16.mlirbc"),
@@ -191,5 +196,15 @@ if __name__ == "__main__":
         ("mobilenet_v3_small", torch.float16, "tv_mobilenet_v3_small_f16.mlirbc"),
         ("resnext50_32x4d", torch.float16, "tv_resnext50_32x4d_f16.mlirbc"),
     ):
-        torch.manual_seed(0)
-        save(*torchvision_model(net, dtype), name)
+        found[name] = lambda n=net, d=dtype: torchvision_model(n, d)
+    return found
+
+
+if __name__ == "__main__":
+    import sys
+
+    wanted = sys.argv[1:]  # file names; all of them without any
+    for name, build in models().items():
+        if not wanted or name in wanted:
+            torch.manual_seed(0)
+            save(*build(), name)
