@@ -299,3 +299,18 @@ def test_the_model_line_calls_a_speedup_within_the_rounds_noise_no_change():
     faster = dataclasses.replace(same, tuned_ms=5.0, speedup=2.0, tuned_rounds_ms=[5.0, 5.2, 4.85])
     line = model_line(faster)
     assert "(2.00x, rounds' noise" in line and "no change" not in line
+
+
+def test_the_proof_times_every_build_with_the_runtime_flags(tmp_path):
+    """The cfg's IREE runtime flags reach every timing of the proof: IREE's caching
+    allocator times both builds; an allocator IREE does not have fails the default's."""
+    spec = tmp_path / "spec.mlir"
+    write_spec(spec, "llama_mlp.mlirbc", LLAMA_POINTS)
+    flags = ("--device_allocator=caching",)
+    proof = prove(model("llama_mlp.mlirbc"), FLAGS, str(spec), DEVICE, runtime_flags=flags, **QUICK)
+    assert proof.outputs_match and proof.default_ms > 0 and proof.tuned_ms > 0
+    with pytest.raises(UserError, match="without the spec failed.*no_such_allocator"):
+        prove(
+            model("llama_mlp.mlirbc"), FLAGS, str(spec), DEVICE,
+            runtime_flags=("--device_allocator=no_such_allocator",), **QUICK,
+        )  # fmt: skip

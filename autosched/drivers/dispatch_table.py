@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from autosched.compile import CompileJob, compile_all
 from autosched.config import RunConfig
 from autosched.measure.benchmark_tool import time_module
+from autosched.measure.contract import runtime_flags
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
 from autosched.outputs.report import table
 
@@ -56,7 +57,7 @@ def _builds(benchmarks, target, spec_path: str | None, folder: str) -> list[Comp
     return jobs
 
 
-def _time(vmfb: str, benchmark: DispatchBenchmark, device: str, config: RunConfig):
+def _time(vmfb: str, benchmark: DispatchBenchmark, device: str, config: RunConfig, flags):
     timing = time_module(
         vmfb,
         device,
@@ -66,6 +67,7 @@ def _time(vmfb: str, benchmark: DispatchBenchmark, device: str, config: RunConfi
         config.min_time,
         config.run_timeout,
         function=benchmark.function,
+        runtime_flags=flags,
     )
     return timing.median_ms if timing.status == "ok" else None
 
@@ -93,14 +95,14 @@ def time_dispatches(
         )
         if r.status == "ok"
     }
-    rows = []
+    rows, flags = [], runtime_flags(config)
     for entry, benchmark in benchmarks.items():
         default, after = (os.path.join(folder, f"{entry}.{w}.vmfb") for w in ("default", "tuned"))
         row = DispatchRow(entry, calls.get(entry, 1), None, tuned=tuned.get(entry, ""))
         if default in built:
-            row.default_ms = _time(default, benchmark, target.device, config)
+            row.default_ms = _time(default, benchmark, target.device, config, flags)
         if after in built:
-            row.tuned_ms = _time(after, benchmark, target.device, config)
+            row.tuned_ms = _time(after, benchmark, target.device, config, flags)
         rows.append(row)
     return sorted(rows, key=lambda r: -r.default_total)
 

@@ -559,6 +559,7 @@ def run_proof(layout, target, spec_path, config: RunConfig, custom_spec=None, wo
     `work`, by default the run's model/proof folder): IREE's default of the model as given
     against the tuned builds of its layout."""
     from autosched.drivers.proof import prove
+    from autosched.measure.contract import runtime_flags
 
     what = "proving the spec on" if spec_path or custom_spec else "timing"
     click.echo(f"{what} the whole model ...", err=True)
@@ -575,6 +576,7 @@ def run_proof(layout, target, spec_path, config: RunConfig, custom_spec=None, wo
         work_dir=work or os.path.join(config.work_dir, "model", "proof"),
         custom_spec=custom_spec,
         default_model=layout.original if layout.changed else None,
+        runtime_flags=runtime_flags(config),
     )
 
 

@@ -138,6 +138,7 @@ class _Run:
     work: str  # keeps the vmfbs, inputs and outputs
     repetitions: int
     min_time: float
+    runtime_flags: tuple[str, ...] = ()  # IREE runtime flags of every timing (the cfg's)
     entry: EntryFunction | None = None
     inputs: list[str] = dataclasses.field(default_factory=list)
 
@@ -170,6 +171,7 @@ def prove(
     work_dir: str | None = None,
     custom_spec: str | None = None,
     default_model: str | None = None,
+    runtime_flags: Sequence[str] = (),
 ) -> ModelProof:
     """Compiles the model without and with the spec, compares outputs, times both.
 
@@ -185,12 +187,16 @@ def prove(
     still reports the model's time. With `default_model` (the user's model, where the tuned
     builds start from its rewritten layout: model/layouts.py) IREE's default is built from
     that, and the model at `model_path` is a tuned build even without a spec.
+    `runtime_flags` (IREE's, such as `--device_allocator=caching`) time every build alike.
     """
     if rounds < 1:
         raise UserError(f"rounds is {rounds}: at least 1")
     spec = tuning_spec_flags(spec_path, spec_flag)
     with tempfile.TemporaryDirectory(prefix="autosched-proof-") as scratch:
-        run = _Run(model_path, device, timeout, work_dir or scratch, repetitions, min_time)
+        run = _Run(
+            model_path, device, timeout, work_dir or scratch, repetitions, min_time,
+            tuple(runtime_flags),
+        )  # fmt: skip
         source = prepare_model(model_path, run.work)
         baseline = prepare_model(default_model, run.work) if default_model else source
         tuned = spec_path is not None or baseline != source
@@ -283,6 +289,7 @@ def _time_build(run: _Run, build: _Build, is_default: bool) -> None:
         min_time=run.min_time,
         timeout=run.timeout,
         function=run.entry.name,
+        runtime_flags=run.runtime_flags,
     )
     if timing.status == "ok":
         build.rounds.append(timing.median_ms)
