@@ -96,6 +96,7 @@ repetitions = 3
 min_time = {min_time}
 retime_top = 3
 timer = {timer}
+runtime_flags = {runtime_flags}
 {custom}"""
 CUSTOM_CFG = "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute, Custom]\n"
 # Custom kernels are searched by default where they run: without --custom, IREE's alone.
@@ -416,6 +417,11 @@ def main() -> None:
     parser.add_argument(
         "--layout", default="auto", help="[SearchStrategy] layout, e.g. channels_last"
     )
+    parser.add_argument(
+        "--runtime-flags",
+        default="",
+        help="[Benchmark] runtime_flags, e.g. --device_allocator=caching",
+    )
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -445,6 +451,7 @@ def main() -> None:
                     custom=CUSTOM_CFG if options.custom else IREE_ONLY_CFG,
                     n_trial=options.n_trial,
                     layout=options.layout,
+                    runtime_flags=options.runtime_flags,
                 )
             )
         code, wall, _ = run_autosched(folder, model_path, options.budget, options.time_budget)
@@ -510,6 +517,7 @@ def write_table(path: str, rows, options) -> None:
         + (f" --devices {options.devices}" if options.devices else "")
         + (" --custom" if options.custom else "")
         + (f" --time-budget {options.time_budget:g}" if options.time_budget else "")
+        + (f" --runtime-flags={options.runtime_flags}" if options.runtime_flags else "")
     )
     lines = [
         f"# Whole models: IREE default, autosched, torch eager ({options.target})",
