@@ -237,8 +237,10 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
     found = _read_fused(model, attentions, winners_absorbed, target, log, "attention operands")
     for name, forms in (found or {}).items():
         copies = ", ".join("QKV"[s.operand] for s in forms[-1].inputs)
-        written = " and writes its result where the copy after it would" if forms[0].output else ""
-        log.write(f"{name}: the kernel reads {copies} as the model holds them{written}")
+        parts = [f"reads {copies} as the model holds them"] if copies else []
+        if forms[0].output:
+            parts.append("writes its result where the copy after it would")
+        log.write(f"{name}: the kernel {' and '.join(parts)}")
     return found
 
 
