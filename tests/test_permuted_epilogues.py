@@ -5,10 +5,16 @@ that generic would."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from iree import compiler
+from iree.compiler import ir
 
-from autosched.ops.epilogue import PermutedStore
+from autosched.config import RunConfig
+from autosched.ir_walk import walk_ops
+from autosched.ops.epilogue import ACC, CHANNEL, PermutedStore
 
 
 @pytest.mark.parametrize(
@@ -33,3 +39,148 @@ def test_the_stores_offsets_put_each_element_where_the_permutation_does(order):
     written[offsets] = result
     expected = np.transpose(result.reshape(extents), order)
     assert (written.reshape(out_shape) == expected).all()
+
+
+BERT_F16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_bert_layer_f16.mlirbc")
+POINT = {"tile_m": 32, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3, "group_m": 8}
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    """(target, the f16 BERT layer lowered for sm_90, its matmul problems, their epilogues,
+    folder)."""
+    pytest.importorskip("triton")
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.epilogues import winners_epilogues
+    from autosched.model.lowering import analyze_model
+    from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
+
+    folder = tmp_path_factory.mktemp("bert_permuted")
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    model = model_for_target(BERT_F16, target, str(folder / "work"))
+    contractions = analyze_model(model, target.compile_flags()).contractions
+    problems = list({p.name: p for c in contractions if (p := c.as_matmul_problem())}.values())
+    epilogues = winners_epilogues(model, target.compile_flags(), str(folder / "fused"), problems)
+    return target, model, problems, epilogues, folder
+
+
+def _spec(bert, path: str, epilogues) -> str:
+    """Every matmul problem of the layer as one Triton point, with the model's reshape
+    chains (and `epilogues`): the spec's path."""
+    from autosched.model.narrow_reshapes import model_reshape_chains
+    from autosched.model.substitution import write_substitution
+
+    target, model, problems, _, folder = bert
+    chains = model_reshape_chains(model, target.compile_flags(), str(folder / "narrow"))
+    winners = [(p, POINT) for p in problems]
+    assert write_substitution(path, winners, target, chains, epilogues) == []
+    return path
+
+
+def test_the_projections_bias_adds_are_read_with_the_heads_moved_first(bert):
+    """q and k (one epilogue: the same op) and v (its head dim before its tokens) add their
+    bias as the heads move before the tokens; the output projection's bias and residual add
+    keeps the matmul's layout."""
+    _, _, problems, epilogues, _ = bert
+    square = epilogues["matmul_transpose_b_32x128x128_f16_f16_f32"]  # q, k, v and o
+    stores = {e.out_type: e.store for e in square}
+    assert set(stores) == {
+        "tensor<2x4x16x32xf16>",  # q, k: [batch, heads, tokens, head dim]
+        "tensor<2x4x32x16xf16>",  # v: [batch, heads, head dim, tokens]
+        "tensor<2x16x128xf16>",  # o, with the residual
+    }
+    assert stores["tensor<2x4x16x32xf16>"] == PermutedStore((2, 16, 4, 32), (2048, 32, 512, 1), 2)
+    assert stores["tensor<2x4x32x16xf16>"] == PermutedStore((2, 16, 4, 32), (2048, 1, 512, 16), 2)
+    assert stores["tensor<2x16x128xf16>"] is None
+    moved = [e for e in square if e.store]
+    assert all([x.kind for x in e.inputs] == [ACC, CHANNEL] for e in moved)
+    assert all(e.statements == ("v0 = a0 + a1", "out = v0") for e in moved)
+
+
+def test_each_permuted_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(bert):
+    """The kernel's statements over its (m, n) tile, then its store's offsets, run by numpy
+    (f16), against the same generic built alone by IREE for the CPU: every element lands
+    where IREE puts it, with IREE's value."""
+    from test_conv_kernels import _alone, _numpy_statements, _run
+
+    from autosched.ir_walk import walk_ops
+    from autosched.model.convolution_ops import FUSED_MODEL
+    from autosched.model.epilogues import _is_problems_op, after_contraction, epilogue_of
+
+    *_, problems, _, folder = bert
+    module = ir.Module.parseFile(str(folder / "fused" / FUSED_MODEL), ir.Context())
+    checked = 0
+    for op in list(walk_ops(module.operation)):
+        problem = next((p for p in problems if _is_problems_op(op, p)), None)
+        epilogue = epilogue_of(op, problem) if problem else None
+        if getattr(epilogue, "store", None) is None:
+            continue
+        generic = after_contraction(op)[1]
+        rng = np.random.default_rng(checked)
+        operands = [ir.RankedTensorType(v.type).shape for v in list(generic.operands)[:-1]]
+        inputs = [rng.uniform(-2, 2, shape).astype(np.float16) for shape in operands]
+        vmfb = compiler.compile_str(
+            _alone(generic), target_backends=["llvm-cpu"],
+            extra_args=["--iree-llvmcpu-target-cpu=generic"],
+        )  # fmt: skip
+        expected = _run(vmfb, "local-task", *inputs).reshape(-1)
+        m, n = problem.m, problem.n
+        tiles = [x.reshape(m, n) if x.size == m * n else x.reshape(-1) for x in inputs]
+        out = _numpy_statements(epilogue, tiles).astype(np.float16)
+        offsets = eval(epilogue.store.offsets("rm[:, None]", "rn[None, :]"),
+                       {"rm": np.arange(m), "rn": np.arange(n)})  # fmt: skip
+        written = np.full(m * n, np.nan, dtype=np.float16)
+        written[offsets] = out
+        assert (written == expected).all()
+        checked += 1
+    assert checked == 3  # q, k and v
+
+
+def test_the_rewritten_layer_has_no_head_moving_dispatch_left(bert):
+    """With the epilogues the q, k and v kernels write the heads-first tensors themselves:
+    the three bias-and-transpose generics are gone, and the layer builds for sm_90."""
+    from test_triton_kernels import _iree_compile
+
+    from autosched.model.convolution_ops import ELEMENTWISE_FUSION
+    from autosched.model.lowering import run_passes
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+
+    target, model, problems, epilogues, folder = bert
+    flags = target.compile_flags()
+    counts = {}
+    for kept in (None, epilogues):
+        spec = _spec(bert, str(folder / f"custom_{kept is not None}.mlir"), kept)
+        out = str(folder / f"rewritten_{kept is not None}.mlir")
+        rewritten, replaced = rewrite_model(model, spec, flags, out, 300)
+        assert replaced == 6  # q, k, v, o and the two FFN matmuls
+        fused = f"{out}.fused.mlir"
+        run_passes(rewritten, f"builtin.module(util.func({ELEMENTWISE_FUSION}))", fused)
+        module = ir.Module.parseFile(fused, ir.Context())  # kept: the ops live in it
+        ops = list(walk_ops(module.operation))
+        externs = [str(op.results[0].type) for op in ops if op.name == "hal.dispatch.extern"]
+        counts[kept is not None] = (len([op for op in ops if op.name == "linalg.generic"]), externs)
+    generics, externs = counts[True]
+    assert (
+        externs.count("tensor<2x4x16x32xf16>") == 2 and externs.count("tensor<2x4x32x16xf16>") == 1
+    )
+    assert generics < counts[False][0] - 3  # the three head moves, and the o and FFN epilogues
+    _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+
+
+@pytest.mark.gpu
+def test_the_layer_with_heads_moved_in_its_kernels_gives_the_default_builds_outputs(
+    bert, tmp_path, monkeypatch
+):
+    """On the GPU: every matmul of the BERT layer a Triton kernel, q, k and v storing their
+    heads first, and the outputs match IREE's default build."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    spec = _spec(bert, str(tmp_path / "custom.mlir"), bert[3])
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", BERT_F16, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (6 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
