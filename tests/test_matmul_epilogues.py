@@ -20,37 +20,46 @@ LLAMA_BF16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_llama
 POINT = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3, "group_m": 8}
 
 
-@pytest.fixture(scope="module")
-def llama_epilogues(tmp_path_factory):
-    """(target, the model lowered for sm_90, its matmul problems, their epilogues, folder)."""
+def read_epilogues(model_path: str, folder) -> tuple:
+    """(target, the model lowered for sm_90, its matmul problems, their epilogues, folder):
+    what a run reads from a model before it writes its custom kernels' spec."""
     from autosched.drivers.model_run import model_for_target
     from autosched.model.epilogues import winners_epilogues
     from autosched.model.lowering import analyze_model
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
-    folder = tmp_path_factory.mktemp("llama_epilogues")
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
-    model = model_for_target(LLAMA_BF16, target, str(folder / "work"))
+    model = model_for_target(model_path, target, str(folder / "work"))
     contractions = analyze_model(model, target.compile_flags()).contractions
     problems = list({p.name: p for c in contractions if (p := c.as_matmul_problem())}.values())
     epilogues = winners_epilogues(model, target.compile_flags(), str(folder / "fused"), problems)
     return target, model, problems, epilogues, folder
 
 
-def _spec(llama_epilogues, with_epilogues: bool) -> str:
-    """Every matmul problem of the layer as one Triton point, with the model's reshape chains
-    (and its epilogues): the spec's path."""
+def triton_spec(read: tuple, path: str, point: dict, epilogues) -> str:
+    """Every matmul problem of a model (`read_epilogues`) as one Triton point, with the
+    model's reshape chains (and `epilogues`): the spec's path."""
     from autosched.model.narrow_reshapes import model_reshape_chains
     from autosched.model.substitution import write_substitution
 
-    target, model, problems, epilogues, folder = llama_epilogues
+    target, model, problems, _, folder = read
     chains = model_reshape_chains(model, target.compile_flags(), str(folder / "narrow"))
-    spec = str(folder / f"custom_{with_epilogues}.mlir")
-    winners = [(p, POINT) for p in problems]
-    found = epilogues if with_epilogues else None
-    assert write_substitution(spec, winners, target, chains, found) == []
-    return spec
+    winners = [(p, point) for p in problems]
+    assert write_substitution(path, winners, target, chains, epilogues) == []
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama_epilogues(tmp_path_factory):
+    """(target, the model lowered for sm_90, its matmul problems, their epilogues, folder)."""
+    return read_epilogues(LLAMA_BF16, tmp_path_factory.mktemp("llama_epilogues"))
+
+
+def _spec(llama_epilogues, with_epilogues: bool) -> str:
+    """The Llama layer's spec (with its epilogues, or without)."""
+    path = str(llama_epilogues[-1] / f"custom_{with_epilogues}.mlir")
+    return triton_spec(llama_epilogues, path, POINT, llama_epilogues[3] if with_epilogues else None)
 
 
 def test_the_llama_layers_matmul_epilogues_are_read(llama_epilogues):

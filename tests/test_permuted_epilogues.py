@@ -12,7 +12,6 @@ import pytest
 from iree import compiler
 from iree.compiler import ir
 
-from autosched.config import RunConfig
 from autosched.ir_walk import walk_ops
 from autosched.ops.epilogue import ACC, CHANNEL, PermutedStore
 
@@ -50,32 +49,16 @@ def bert(tmp_path_factory):
     """(target, the f16 BERT layer lowered for sm_90, its matmul problems, their epilogues,
     folder)."""
     pytest.importorskip("triton")
-    from autosched.drivers.model_run import model_for_target
-    from autosched.model.epilogues import winners_epilogues
-    from autosched.model.lowering import analyze_model
-    from autosched.targets.cuda import CudaTarget
-    from autosched.targets.host import Machine
+    from test_matmul_epilogues import read_epilogues
 
-    folder = tmp_path_factory.mktemp("bert_permuted")
-    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
-    model = model_for_target(BERT_F16, target, str(folder / "work"))
-    contractions = analyze_model(model, target.compile_flags()).contractions
-    problems = list({p.name: p for c in contractions if (p := c.as_matmul_problem())}.values())
-    epilogues = winners_epilogues(model, target.compile_flags(), str(folder / "fused"), problems)
-    return target, model, problems, epilogues, folder
+    return read_epilogues(BERT_F16, tmp_path_factory.mktemp("bert_permuted"))
 
 
 def _spec(bert, path: str, epilogues) -> str:
-    """Every matmul problem of the layer as one Triton point, with the model's reshape
-    chains (and `epilogues`): the spec's path."""
-    from autosched.model.narrow_reshapes import model_reshape_chains
-    from autosched.model.substitution import write_substitution
+    """Every matmul problem of the layer as one Triton point (with `epilogues`)."""
+    from test_matmul_epilogues import triton_spec
 
-    target, model, problems, _, folder = bert
-    chains = model_reshape_chains(model, target.compile_flags(), str(folder / "narrow"))
-    winners = [(p, POINT) for p in problems]
-    assert write_substitution(path, winners, target, chains, epilogues) == []
-    return path
+    return triton_spec(bert, path, POINT, epilogues)
 
 
 def test_the_projections_bias_adds_are_read_with_the_heads_moved_first(bert):
