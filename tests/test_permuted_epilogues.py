@@ -167,3 +167,35 @@ def test_the_layer_with_heads_moved_in_its_kernels_gives_the_default_builds_outp
     assert result.exit_code == 0, result.output
     assert "with custom kernels (6 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+def test_heads_moves_of_the_same_types_are_told_apart_by_their_maps(tmp_path):
+    """At a sequence of 32, the head dim, v's heads-first result has q's and k's shape: the
+    spec matches each generic exactly (maps and body: it captures nothing), so q and k call
+    the kernel that stores tokens before the head dim and v the one that stores them last."""
+    from test_matmul_epilogues import read_epilogues, triton_spec
+
+    from autosched.model.substitution import rewrite_model
+
+    read = read_epilogues(BERT_F16.replace(".mlirbc", "_seq32.mlirbc"), tmp_path)
+    target, model, _, epilogues, _ = read
+    square = epilogues["matmul_transpose_b_64x128x128_f16_f16_f32"]
+    moved = [e for e in square if e.store]
+    assert len(moved) == 2 and moved[0].out_type == moved[1].out_type and all(e.dag for e in moved)
+    spec = triton_spec(read, str(tmp_path / "custom.mlir"), POINT, epilogues)
+    rewritten, replaced = rewrite_model(
+        model, spec, target.compile_flags(), str(tmp_path / "r"), 300
+    )
+    assert replaced == 6
+    module = ir.Module.parseFile(rewritten, ir.Context())
+    ops = list(walk_ops(module.operation))
+    (attention,) = [op for op in ops if op.name == "iree_linalg_ext.attention"]
+    strides = []
+    for operand in list(attention.operands)[:3]:  # q, k, v: each collapsed from its kernel
+        extern = operand.owner.operands[0].owner
+        assert extern.name == "hal.dispatch.extern"
+        objects = str(extern.attributes["target_objects"])
+        (index,) = [j for j in range(len(square)) if f".epilogue{j}.cubin" in objects]
+        strides.append(square[index].store.strides)
+    assert strides[0] == strides[1] == (4096, 32, 1024, 1)  # [batch, heads, tokens, head dim]
+    assert strides[2] == (4096, 1, 1024, 32)  # [batch, heads, head dim, tokens]

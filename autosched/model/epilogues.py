@@ -135,6 +135,38 @@ def _statement(op: ir.Operation, names: dict, target: str) -> str | None:
     return None
 
 
+def _captures(op: ir.Operation) -> bool:
+    """Whether the generic's body reads a value defined outside it (a constant)."""
+    block = op.regions[0].blocks[0]
+    inside = {result for body_op in block.operations for result in body_op.results}
+    inside |= set(block.arguments)
+    return any(value not in inside for body_op in block.operations for value in body_op.operands)
+
+
+def _dag(op: ir.Operation) -> str:
+    """The generic as the region of a transform DAG matcher (`^bb0` over its operands, then
+    the op, body and maps included), which matches it exactly; "" when its body captures a
+    value from outside, which such a matcher cannot follow."""
+    from iree.compiler.dialects import func
+
+    if _captures(op):
+        return ""
+    types = [value.type for value in op.operands]
+    with op.context, ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            alone = func.FuncOp("alone", (types, [op.results[0].type]))
+            block = alone.add_entry_block()
+            with ir.InsertionPoint(block):
+                copy = op.clone()
+                for position, argument in enumerate(block.arguments):
+                    copy.operands[position] = argument
+                func.ReturnOp([copy.results[0]])
+        text = copy.get_asm(use_local_scope=True, enable_debug_info=False)
+    arguments = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(types))
+    return f"^bb0({arguments}):\n{text.strip()}"
+
+
 def _statements(op: ir.Operation, inputs: int) -> list[str] | str:
     """The generic's body as Triton statements, or why it has none."""
     block = op.regions[0].blocks[0]
@@ -290,6 +322,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         reshapes=reshapes,
         acc_shape=shape,
         store=store,
+        dag=_dag(generic),
     )
 
 
@@ -329,15 +362,19 @@ def model_epilogues(module: ir.Module, problem) -> list[Epilogue]:
 
 
 def unambiguous(epilogues: list[Epilogue], unread: set[tuple] = frozenset()) -> list[Epilogue]:
-    """The epilogues no other of the same types differs from in its statements, nor one
-    with no Triton form (`unread`: their signatures): the spec's matcher sees only types."""
+    """The epilogues the spec's matcher tells apart: each one it matches exactly (`dag`: a
+    body that captures nothing, maps included), and each it matches by types alone that no
+    other of the same types differs from in its statements or store, nor one with no Triton
+    form (`unread`: their signatures)."""
     by_signature: dict[tuple, set[tuple]] = {}
     for epilogue in epilogues:
         by_signature.setdefault(epilogue.signature, set()).add(
             (epilogue.statements, epilogue.store)
         )
     return [
-        e for e in epilogues if len(by_signature[e.signature]) == 1 and e.signature not in unread
+        e
+        for e in epilogues
+        if e.dag or (len(by_signature[e.signature]) == 1 and e.signature not in unread)
     ]
 
 

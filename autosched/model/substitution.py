@@ -302,9 +302,9 @@ def _epilogue_matcher(
     place is the contraction's rounded result: a truncf that is its only user, of one of the
     problem's zero-filled contractions (through the epilogue's reshapes; with `layout`: only
     where B is a stored weight's transpose). Yields the epilogue, the truncf, the
-    contraction (and the transpose). The epilogue's body is not compared (it captures its
-    constants, which a transform matcher cannot follow): model/epilogues.py writes arms only
-    for types that tell the model's epilogues apart."""
+    contraction (and the transpose). The epilogue's body is compared where it captures no
+    constant (`_exact_epilogue`); else a transform matcher cannot follow it, and
+    model/epilogues.py writes arms only for types that tell the model's epilogues apart."""
     yielded = ["%op", "%tr", "%mm", *(["%t"] if layout else _padded(problem))]
     handles = ", ".join([ANY_OP] * len(yielded))
     param = "!transform.param<i64>"
@@ -313,6 +313,7 @@ def _epilogue_matcher(
         f"  transform.named_sequence @match_epilogue{stored}_{index}_{j}"
         f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
         f'    transform.match.operation_name %op ["linalg.generic"] : {ANY_OP}',
+        *_exact_epilogue(epilogue),
         f"    transform.match.structured %op : {ANY_OP} {{",
         f"    ^bb0(%ep: {ANY_OP}):",
         f"      %count = transform.match.structured.num_inputs %ep : ({ANY_OP}) -> {param}",
@@ -347,6 +348,18 @@ def _epilogue_matcher(
         "  }",
     ]
     return "\n".join(lines)
+
+
+def _exact_epilogue(epilogue: Epilogue) -> list[str]:
+    """Transform lines that match the epilogue's generic exactly (maps and body), where its
+    body captures nothing (`Epilogue.dag`); none otherwise."""
+    if not epilogue.dag:
+        return []
+    return [
+        "    %dag_ins, %dag_outs = transform.iree.match.cast_compatible_dag_from_root %op {",
+        *(f"    {line}" for line in epilogue.dag.splitlines()),
+        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+    ]
 
 
 def _epilogue_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:

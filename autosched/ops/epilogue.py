@@ -59,6 +59,9 @@ class Epilogue:
     reshapes: int = 0  # reshapes between the contraction and its truncf (narrow_reshapes.py)
     acc_shape: tuple[int, ...] = ()  # the truncf's shape, after those reshapes
     store: PermutedStore | None = None  # a result that permutes the truncf's dims
+    # The generic as a transform DAG matcher's region, where its body captures nothing
+    # (model/epilogues.py `_dag`): matched exactly, not by its types alone.
+    dag: str = ""
 
     @property
     def signature(self) -> tuple:

@@ -24,6 +24,7 @@ Models (f32, weights small so the files stay small):
   256, GELU, SDPA, no mask) on x[2, 32, 128] (f16: x[2, 16, 128]), weights as arguments. In
   f16 each projection's f32 result is rounded, then its bias added as the heads move before
   the tokens (one generic that permutes the matmul's result: issue 24).
+  `hf_bert_layer_f16_seq32.mlirbc` is the f16 layer on x[2, 32, 128].
 - `tv_resnet18_f32.mlirbc`: torchvision's own `resnet18` (10 classes, eval mode) on
   x[2, 3, 64, 64] (a batch of 2: see targets/cpu_convolution.py), its parameters as arguments
   (issue 25). Needs torchvision and pillow beside torch; a CPU-only torch cannot load
@@ -188,6 +189,8 @@ def models() -> dict:
     # In f16 a sequence of 16, not the head dim (32): V's transposed heads then differ in
     # shape from Q's and K's, as in BERT-base (512 and 64).
     found["hf_bert_layer_f16.mlirbc"] = lambda: hf_bert_layer(torch.float16, seq=16)
+    # And at 32, where they have the same shape: told apart by their maps.
+    found["hf_bert_layer_f16_seq32.mlirbc"] = lambda: hf_bert_layer(torch.float16)
     for net, dtype, name in (
         ("resnet18", torch.float32, "tv_resnet18_f32.mlirbc"),
         ("resnet18", torch.float16, "tv_resnet18_f16.mlirbc"),
