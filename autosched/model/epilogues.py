@@ -13,10 +13,14 @@ Here that generic is read with the MLIR bindings and written as Triton statement
 kernel's accumulator tile: each other input is a vector along the output channels (the
 batch norm's parameters, a bias) or a tensor in the output's own layout (the residual, the
 gate), each body op (arith's float ops, `select`, `math.rsqrt`, `math.erf` ...) one
-statement, a constant it captures a literal. A transform matcher cannot compare such a body
-(it captures its constants), so the spec matches the epilogue by its operand and result
-types after the contraction and its `truncf`, and only where every epilogue of that type
-signature in the model has the same statements (`unambiguous`).
+statement, a constant it captures a literal. The generic may also move the dims of the
+matmul's result (BERT's bias add that puts the heads before the tokens): the kernel then
+stores each element where the generic would (`PermutedStore`).
+
+A transform matcher cannot compare a body that captures constants, so such an epilogue is
+matched by its operand and result types after the contraction and its `truncf`, and only
+where every epilogue of that type signature in the model has the same statements and store
+(`unambiguous`). One whose body captures nothing is matched exactly, maps and body (`_dag`).
 """
 
 from __future__ import annotations
