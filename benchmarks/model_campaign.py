@@ -332,12 +332,13 @@ def build(name: str, scale: float, device: str):
     return model, args, s
 
 
-def eager_ms(model, args, device: str) -> tuple[float, float]:
-    """Median and CV of torch eager over 30 calls after 5 warm-ups (CUDA events on a GPU)."""
+def eager_ms(model, args, device: str) -> tuple[float, float, float]:
+    """Median and CV of torch eager over 30 calls after 5 warm-ups (CUDA events on a GPU),
+    and the median wall time of a call (see `time_calls`)."""
     return time_calls(model, args, device, warmups=5)
 
 
-def compile_ms(model, args, device: str) -> tuple[float, float] | None:
+def compile_ms(model, args, device: str) -> tuple[float, float, float] | None:
     """torch.compile(model) timed like eager_ms: compiled and warmed up on 5 calls, then 30 timed
     calls. None when torch.compile fails (on a CPU it needs a C++ toolchain and may not work)."""
     try:
@@ -350,11 +351,14 @@ def compile_ms(model, args, device: str) -> tuple[float, float] | None:
         torch._dynamo.reset()  # the next model compiles afresh
 
 
-def time_calls(model, args, device: str, warmups: int) -> tuple[float, float]:
-    """Median and CV of 30 calls after `warmups` untimed ones (CUDA events on a GPU)."""
-    times = []
+def time_calls(model, args, device: str, warmups: int) -> tuple[float, float, float]:
+    """Median and CV of 30 calls after `warmups` untimed ones (CUDA events on a GPU: the
+    stream's time, as the GPU runs the call), and the median wall time of a synchronous call
+    (from the host's call to the GPU's end, as iree-benchmark-module times IREE's)."""
+    times, walls = [], []
     with torch.no_grad():
         for index in range(warmups + 30):
+            began = time.perf_counter()
             if device == "cuda":
                 start, end = (
                     torch.cuda.Event(enable_timing=True),
@@ -371,8 +375,9 @@ def time_calls(model, args, device: str, warmups: int) -> tuple[float, float]:
                 elapsed = (time.perf_counter() - began) * 1e3
             if index >= warmups:
                 times.append(elapsed)
+                walls.append((time.perf_counter() - began) * 1e3)
     mean = statistics.fmean(times)
-    return statistics.median(times), statistics.pstdev(times) / mean
+    return statistics.median(times), statistics.pstdev(times) / mean, statistics.median(walls)
 
 
 def export(model, args, path: str) -> None:
@@ -430,11 +435,12 @@ def main() -> None:
         folder = os.path.abspath(os.path.join(options.out, name))
         os.makedirs(folder, exist_ok=True)
         model, args, shape = build(name, options.scale, device)
-        eager, eager_cv = eager_ms(model, args, device)
+        eager = eager_ms(model, args, device)
         compiled = compile_ms(model, args, device)
         case = sdpa_case(name, shape, device)
         sdpa = time_calls(case[0], case[1], device, warmups=5) if case else None
-        torch_times = {"eager": [eager, eager_cv], "compile": compiled, "sdpa": sdpa}
+        # each [median, cv, wall median]
+        torch_times = {"eager": eager, "compile": compiled, "sdpa": sdpa}
         with open(os.path.join(folder, "torch_times.json"), "w") as handle:
             json.dump(torch_times, handle)  # kept even if the run is cut short
         print(f"{name}: torch {json.dumps(torch_times)}", flush=True)
@@ -457,7 +463,7 @@ def main() -> None:
         code, wall, _ = run_autosched(folder, model_path, options.budget, options.time_budget)
         summary_path = os.path.join(folder, "generated", "results.summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
-        rows.append((name, shape, eager, eager_cv, compiled, code, wall, summary, sdpa))
+        rows.append((name, shape, eager, compiled, code, wall, summary, sdpa))
         print(f"{name}: exit {code}, {wall:.0f} s", flush=True)
     write_table(os.path.join(options.out, "model_campaign.md"), rows, options)
 
@@ -467,8 +473,8 @@ HEADER = [
     "IREE default ms (cv)",
     "autosched ms (cv)",
     "speedup",
-    "torch eager ms (cv)",
-    "torch.compile ms (cv)",
+    "torch eager ms (cv); wall",
+    "torch.compile ms (cv); wall",
     "outputs",
     "trials / budget",
     "tuning wall s",
@@ -508,6 +514,14 @@ def contraction_line(problems: list[dict]) -> str:
     )
 
 
+def torch_text(timing) -> str:
+    """A torch timing's cell: the CUDA events' median (CV), and the wall time of a
+    synchronous call."""
+    if not timing:
+        return "-"
+    return f"{timing[0]:.3f} ({timing[1]:.1%}); wall {timing[2]:.3f}"
+
+
 def write_table(path: str, rows, options) -> None:
     command = (
         f"python3 benchmarks/model_campaign.py --out DIR --budget {options.budget} "
@@ -524,14 +538,17 @@ def write_table(path: str, rows, options) -> None:
         "",
         f"Command: `{command}`",
         "",
+        "IREE's builds are timed by iree-benchmark-module: the wall time of a synchronous call."
+        " torch's first number is the CUDA events around a call (the GPU stream's time), its"
+        " wall the host's time of a synchronous call, as IREE's.",
+        "",
         table_row(HEADER),
         table_row(["---"] * len(HEADER)),
     ]
     details = []
-    for name, shape, eager, eager_cv, compiled, code, wall, summary, sdpa in rows:
+    for name, shape, eager, compiled, code, wall, summary, sdpa in rows:
         model = summary.get("model") or {}
-        eager_text = f"{eager:.3f} ({eager_cv:.1%})"
-        compile_text = f"{compiled[0]:.3f} ({compiled[1]:.1%})" if compiled else "-"
+        eager_text, compile_text = torch_text(eager), torch_text(compiled)
         if not model:
             failed = f"exit {code}: see {name}/output.txt"
             if code == 0:

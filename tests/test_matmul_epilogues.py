@@ -64,11 +64,12 @@ def _spec(llama_epilogues, with_epilogues: bool) -> str:
 
 def test_the_llama_layers_matmul_epilogues_are_read(llama_epilogues):
     """The o and down projections' residual add, and SiLU(gate) times up after the up (and
-    gate) projection: each read behind the collapse of the unit batch, the rest of the
-    layer's element-wise work (RMSNorm, RoPE) left alone."""
+    gate) projection: each read behind the collapse of the unit batch (q's and k's RoPE:
+    tests/test_rotary_epilogues.py), RMSNorm left alone."""
     _, _, problems, epilogues, _ = llama_epilogues
     by_name = {p.name: epilogues[p.name] for p in problems}
-    residual = by_name["batch_matmul_1x64x128x128_bf16_bf16_f32"]  # q and o share the shape
+    square = by_name["batch_matmul_1x64x128x128_bf16_bf16_f32"]  # q and o share the shape
+    residual = [e for e in square if e.period == 1]
     assert [[x.kind for x in e.inputs] for e in residual] == [[FULL, ACC]]
     assert residual[0].statements == ("v0 = a0 + a1", "out = v0")
     assert residual[0].reshapes == 1 and residual[0].acc_shape == (64, 128)
@@ -78,7 +79,8 @@ def test_the_llama_layers_matmul_epilogues_are_read(llama_epilogues):
     assert (
         by_name["batch_matmul_1x64x128x256_bf16_bf16_f32"][0].statements == residual[0].statements
     )
-    assert by_name["batch_matmul_1x64x64x128_bf16_bf16_f32"] == []  # k and v: RoPE, a transpose
+    kv = by_name["batch_matmul_1x64x64x128_bf16_bf16_f32"]  # k's RoPE; v: a transpose
+    assert [e.period for e in kv] == [32] and [e.period for e in square] == [32, 1]
 
 
 def test_the_rewritten_layer_keeps_each_epilogue_in_its_kernel(llama_epilogues):
@@ -106,7 +108,8 @@ def test_the_rewritten_layer_keeps_each_epilogue_in_its_kernel(llama_epilogues):
         externs = [str(op.results[0].type) for op in ops if op.name == "hal.dispatch.extern"]
         counts[with_epilogues] = (len([op for op in ops if op.name == "linalg.generic"]), externs)
     generics, externs = counts[True]
-    assert generics == counts[False][0] - 3  # two residual adds and SiLU(gate) * up
+    # two residual adds, SiLU(gate) * up, and q's and k's RoPE (move, rotation, sum each)
+    assert generics == counts[False][0] - 3 - 2 * 3
     assert externs.count("tensor<64x128xbf16>") == 2  # o and down, with the residual
     assert externs.count("tensor<64x256xbf16>") == 1  # up, times SiLU(gate)
     _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
@@ -141,8 +144,9 @@ def test_each_matmul_epilogues_statements_compute_what_iree_computes(llama_epilo
 def test_the_layer_with_epilogues_in_its_kernels_gives_the_default_builds_outputs(
     llama_epilogues, tmp_path, monkeypatch
 ):
-    """On the GPU: every matmul of the Llama layer a Triton kernel, three of them with their
-    epilogue, and the outputs match IREE's default build."""
+    """On the GPU: every matmul of the Llama layer a Triton kernel, five of them with their
+    epilogue (the residual adds, SiLU(gate) x up, q's and k's RoPE), and the outputs match
+    IREE's default build."""
     from click.testing import CliRunner
 
     from autosched.cli import cli

@@ -32,6 +32,7 @@ from iree.compiler import ir
 from autosched.ir_walk import walk_ops
 from autosched.model.convolution_ops import op_convolution
 from autosched.model.narrow_reshapes import MAX_RESHAPES, RESHAPES
+from autosched.model.rotary import rotation_move, rotation_period
 from autosched.ops.base import DispatchSite
 from autosched.ops.contraction import Contraction, recognise_contraction
 from autosched.ops.convolution import ConvolutionKind, ConvolutionProblem
@@ -39,6 +40,8 @@ from autosched.ops.epilogue import (
     ACC,
     CHANNEL,
     FULL,
+    INDEXED,
+    ROTATED,
     TRITON_TYPES,
     Epilogue,
     EpilogueInput,
@@ -212,10 +215,26 @@ def after_contraction(op: ir.Operation) -> tuple[ir.Operation, ir.Operation, int
         user = _single_user(value)
     if not _is_truncf(user):
         return "its result is not only rounded to a narrower type"
-    generic = _single_user(user.results[0])
+    generic = _single_user(user.results[0]) or _rotating_user(user.results[0])
     if generic is None or generic.name != "linalg.generic" or len(generic.results) != 1:
         return "its rounded result has not one elementwise user"
     return user, generic, reshapes
+
+
+def _rotating_user(rounded: ir.Value) -> ir.Operation | None:
+    """Of a rounded result's two users, the generic that also reads it through the other
+    (RoPE: `q * cos + rotate_half(q) * sin`, model/rotary.py); None otherwise."""
+    users = [use.owner.operation for use in rounded.uses]
+    if len(users) != 2:
+        return None
+    for generic, other in (users, users[::-1]):
+        if generic.name != "linalg.generic" or rounded not in list(generic.operands)[:-1]:
+            continue
+        for operand in list(generic.operands)[:-1]:
+            move = rotation_move(operand)
+            if move is not None and move == other:
+                return generic
+    return None
 
 
 def _column_dims(problem: MatmulProblem, shape: tuple[int, ...]) -> int | None:
@@ -269,6 +288,45 @@ def _layout(problem, acc_map: ir.AffineMap, shape: tuple, out_shape: list):
     return channel, store
 
 
+def _plain(operand: ir.Value, kind: str) -> EpilogueInput:
+    return EpilogueInput(kind, str(operand.type), _element(operand.type))
+
+
+def _rotated(
+    operand: ir.Value, truncf: ir.Operation, acc_map: ir.AffineMap, shape: tuple
+) -> EpilogueInput | None:
+    """The rounded result rotated by half in each head (model/rotary.py), where the head dim
+    is the rounded result's last (so a head is that many columns of the kernel's tile)."""
+    period = rotation_period(operand, truncf.results[0], acc_map)
+    last = ir.AffineDimExpr.get(acc_map.n_dims - 1, context=acc_map.context)
+    if period is None or period != shape[-1] or acc_map.results[-1] != last:
+        return None
+    return EpilogueInput(ROTATED, str(operand.type), _element(operand.type), period=period)
+
+
+def _indexed(
+    operand: ir.Value, in_map: ir.AffineMap, acc_map: ir.AffineMap, shape: tuple, problem
+) -> EpilogueInput | None:
+    """An input read through a projection of the generic's loops (RoPE's cos and sin, by
+    token and head dim): each of the rounded result's dims (of `shape`, read through
+    `acc_map`) with its stride in the input; a matmul's only, None otherwise."""
+    if isinstance(problem, ConvolutionProblem):
+        return None
+    columns = _column_dims(problem, shape)
+    try:
+        loops = [ir.AffineDimExpr(e).position for e in in_map.results]
+        acc_loops = [ir.AffineDimExpr(e).position for e in acc_map.results]
+    except ValueError:  # a result that is not one loop
+        return None
+    if columns is None or len(set(loops)) != len(loops):
+        return None
+    extents = ir.RankedTensorType(operand.type).shape
+    strides = [math.prod(extents[i + 1 :]) for i in range(len(extents))]
+    per_dim = tuple(strides[loops.index(loop)] if loop in loops else 0 for loop in acc_loops)
+    index = PermutedStore(tuple(shape), per_dim, len(shape) - columns)
+    return EpilogueInput(INDEXED, str(operand.type), _element(operand.type), index=index)
+
+
 def _signature(op: ir.Operation) -> tuple:
     """A generic's input and result types, as an Epilogue's `signature`."""
     inputs = len(op.operands) - 1
@@ -304,14 +362,18 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         operand = generic.operands[position]
         results = list(maps[position].results)
         if position == acc[0]:
-            kind = ACC
+            kind = EpilogueInput(ACC, str(operand.type), _element(operand.type))
         elif maps[position] == identity:
-            kind = FULL
+            kind = _rotated(operand, truncf, maps[acc[0]], shape) or _plain(operand, FULL)
+        elif channel is not None and results == channel:
+            kind = _plain(operand, CHANNEL)
         else:
-            kind = CHANNEL if channel is not None and results == channel else None
+            kind = _indexed(operand, maps[position], maps[acc[0]], shape, problem)
         if kind is None:
             return "an input of its user is neither per channel nor output-shaped"
-        kinds.append(EpilogueInput(kind, str(operand.type), _element(operand.type)))
+        kinds.append(kind)
+    if len(list(truncf.results[0].uses)) > 1 and not any(k.kind == ROTATED for k in kinds):
+        return "its rounded result has another user"
     if list(generic.regions[0].blocks[0].arguments[inputs].uses):
         return "its user reads its own output"
     statements = _statements(generic, inputs)
@@ -367,9 +429,10 @@ def model_epilogues(module: ir.Module, problem) -> list[Epilogue]:
 
 def unambiguous(epilogues: list[Epilogue], unread: set[tuple] = frozenset()) -> list[Epilogue]:
     """The epilogues the spec's matcher tells apart: each one it matches exactly (`dag`: a
-    body that captures nothing, maps included), and each it matches by types alone that no
-    other of the same types differs from in its statements or store, nor one with no Triton
-    form (`unread`: their signatures)."""
+    body that captures nothing, maps included; one that reads a rotation, whose chain the
+    matcher follows by its ops alone, only where no epilogue of its types was left unread),
+    and each it matches by types alone that no other of the same types differs from in its
+    statements or store, nor one with no Triton form (`unread`: their signatures)."""
     by_signature: dict[tuple, set[tuple]] = {}
     for epilogue in epilogues:
         by_signature.setdefault(epilogue.signature, set()).add(
@@ -378,7 +441,8 @@ def unambiguous(epilogues: list[Epilogue], unread: set[tuple] = frozenset()) -> 
     return [
         e
         for e in epilogues
-        if e.dag or (len(by_signature[e.signature]) == 1 and e.signature not in unread)
+        if (e.dag and (e.period == 1 or e.signature not in unread))
+        or (len(by_signature[e.signature]) == 1 and e.signature not in unread)
     ]
 
 

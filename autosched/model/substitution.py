@@ -49,7 +49,7 @@ from autosched.model.stored_weights import (
     wrapper_function,
 )
 from autosched.ops.base import ANY_OP, ANY_VALUE
-from autosched.ops.epilogue import Epilogue
+from autosched.ops.epilogue import ROTATED, Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.outputs.spec import match_contraction
@@ -329,6 +329,8 @@ def _epilogue_matcher(
             f"    transform.iree.match.cast_compatible_type %ep{position} = {operand.type}"
             f" : {ANY_VALUE}",
         ]
+        if operand.kind == ROTATED:
+            lines += _rotation_matcher(position)
     chain = (0, ReshapeChain(epilogue.reshapes, epilogue.acc_shape)) if epilogue.reshapes else None
     lines += [
         f"    %ep_out = transform.get_operand %op[{len(epilogue.inputs)}]"
@@ -337,17 +339,47 @@ def _epilogue_matcher(
         f" : {ANY_VALUE}",
         f"    %tr = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
         f" : ({ANY_OP}) -> {ANY_OP}",
-        f"    transform.match.structured %tr : {ANY_OP} {{",
-        f"    ^bb0(%rounded: {ANY_OP}):",
-        f"      %only = transform.match.structured.result %rounded[0] single"
-        f" : ({ANY_OP}) -> {ANY_OP}",
-        "      transform.match.structured.yield",
-        "    }",
+        *([] if epilogue.period > 1 else _only_user("%tr")),
         *_truncf_of_contraction("%tr", problem, epilogue.narrow, layout, chain),
         f"    transform.yield {', '.join(yielded)} : {handles}",
         "  }",
     ]
     return "\n".join(lines)
+
+
+def _only_user(handle: str) -> list[str]:
+    """Transform lines that match `handle`'s result as having one user (the epilogue)."""
+    return [
+        f"    transform.match.structured {handle} : {ANY_OP} {{",
+        f"    ^bb0(%rounded: {ANY_OP}):",
+        f"      %only = transform.match.structured.result %rounded[0] single"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        "      transform.match.structured.yield",
+        "    }",
+    ]
+
+
+def _rotation_matcher(position: int) -> list[str]:
+    """Transform lines that match the epilogue's operand at `position` as the end of RoPE's
+    rotate_half chain (model/rotary.py): a collapse_shape of a generic of no inputs. The
+    chain's body was checked when it was read; an arm with one is written only where no
+    other epilogue of its types was left unread (model/epilogues.py `unambiguous`)."""
+    param = "!transform.param<i64>"
+    return [
+        f"    %collapse{position} = transform.get_producer_of_operand %op[{position}]"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        f'    transform.match.operation_name %collapse{position} ["tensor.collapse_shape"]'
+        f" : {ANY_OP}",
+        f"    %rotate{position} = transform.get_producer_of_operand %collapse{position}[0]"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        f"    transform.match.structured %rotate{position} : {ANY_OP} {{",
+        f"    ^bb0(%r: {ANY_OP}):",
+        f"      %inputs = transform.match.structured.num_inputs %r : ({ANY_OP}) -> {param}",
+        f"      %none = transform.param.constant 0 : i64 -> {param}",
+        f"      transform.match.param.cmpi eq %inputs, %none : {param}",
+        "      transform.match.structured.yield",
+        "    }",
+    ]
 
 
 def _exact_epilogue(epilogue: Epilogue) -> list[str]:
@@ -809,11 +841,15 @@ def _matmul_substitute(problem, point, forms: ModelForms, arch: str, folder: str
 
 def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, arch, folder: str):
     """(epilogue, its kernel, the kernel reading B as a stored weight or None) of each of a
-    matmul winner's epilogues: its narrow kernel with the epilogue in it."""
+    matmul winner's epilogues: its narrow kernel with the epilogue in it. One that rotates
+    heads (RoPE) needs whole heads in a column block: with the winner's blocks of fewer
+    columns, IREE keeps it."""
     from autosched.targets.cuda_custom import compile_ptx
 
     kernels = []
     for j, epilogue in enumerate(epilogues):
+        if params.block_n % epilogue.period:  # a rotation needs whole heads in a block
+            continue
         ptx = os.path.join(folder, f"{problem.name}.epilogue{j}.ptx")
         binary = compile_ptx(narrow[0], narrow_params(params), arch, ptx, epilogue)
         stored_binary = None

@@ -9,16 +9,10 @@ from dataclasses import dataclass
 
 TRITON_TYPES = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32"}
 ACC, CHANNEL, FULL = "acc", "channel", "full"
-
-
-@dataclass(frozen=True)
-class EpilogueInput:
-    """One input of the epilogue: the convolution's (narrowed) result, a vector along the
-    output channels, or a tensor in the output's layout."""
-
-    kind: str  # ACC, CHANNEL or FULL
-    type: str  # its tensor type, as the op has it
-    element: str  # that type's element type
+# A matmul's: its rounded result rotated by half in each head (RoPE's rotate_half,
+# model/rotary.py), and a tensor indexed by some of the result's dims (RoPE's cos and sin,
+# by token and head dim).
+ROTATED, INDEXED = "rotated", "indexed"
 
 
 @dataclass(frozen=True)
@@ -26,7 +20,8 @@ class PermutedStore:
     """Where a matmul kernel writes its (m, n) tile when the epilogue's result permutes the
     contraction's dims (BERT's bias add that also moves the heads before the tokens): the
     truncf's dims, outermost first, the first `rows` of them splitting M and the rest N, each
-    with its extent and its stride in the epilogue's result."""
+    with its extent and its stride in the epilogue's result. The same tells where an indexed
+    input's elements are (a stride of 0: a dim that input does not have)."""
 
     extents: tuple[int, ...]
     strides: tuple[int, ...]
@@ -39,12 +34,28 @@ class PermutedStore:
         for index, name in ((0, row), (self.rows, column)):
             end = self.rows if index == 0 else len(self.extents)
             for dim in range(index, end):
+                if self.strides[dim] == 0:  # an indexed input that has no such dim
+                    continue
                 inner = math.prod(self.extents[dim + 1 : end])
                 part = f"({name} // {inner})" if inner > 1 else name
                 if dim > index:  # the outermost dim of the split needs no modulo
                     part = f"({part} % {self.extents[dim]})"
                 terms.append(f"{part} * {self.strides[dim]}")
-        return " + ".join(terms)
+        return " + ".join(terms) or "0"
+
+
+@dataclass(frozen=True)
+class EpilogueInput:
+    """One input of the epilogue: the contraction's (narrowed) result, a vector along the
+    output channels, a tensor in the output's layout, the result rotated by half in each
+    `period` columns, or a tensor `index`ed by some of the result's dims."""
+
+    kind: str  # ACC, CHANNEL, FULL, ROTATED or INDEXED
+    type: str  # its tensor type, as the op has it
+    element: str  # that type's element type
+    period: int = 0  # ROTATED: the head dim, the columns each rotation stays within
+    # INDEXED: the rounded result's dims with this input's stride in each (0: not indexed)
+    index: PermutedStore | None = None
 
 
 @dataclass(frozen=True)
@@ -75,25 +86,39 @@ class Epilogue:
 
     @property
     def extras(self) -> list[tuple[int, EpilogueInput]]:
-        """(operand position, input) of each input besides the convolution's result."""
-        return [(i, x) for i, x in enumerate(self.inputs) if x.kind != ACC]
+        """(operand position, input) of each input the kernel reads besides A and B (not the
+        contraction's result, nor its rotation: the kernel has them)."""
+        return [(i, x) for i, x in enumerate(self.inputs) if x.kind not in (ACC, ROTATED)]
+
+    @property
+    def period(self) -> int:
+        """The columns a rotated input stays within (a head), which the kernel's column
+        block must be a multiple of; 1 without one."""
+        return math.lcm(1, *(x.period for x in self.inputs if x.kind == ROTATED))
 
     def triton_lines(
         self, channel: str, channels: str, offsets: str, mask: str
     ) -> tuple[list[str], list[str]]:
         """(pointer parameters, statements) of the epilogue in a kernel whose accumulator
         tile is `acc`: each input loaded on the output tile (the accumulator rounded as the
-        truncf rounds it; a per-channel vector at `channel`, under `channels`; an
-        output-shaped tensor at `offsets` under `mask`), then the body; its result `out`."""
+        truncf rounds it, or that rotated; a per-channel vector at `channel`, under
+        `channels`; an output-shaped tensor at `offsets` under `mask`; an indexed one at its
+        own offsets), then the body; its result `out`. A rotated or indexed input is a
+        matmul kernel's: its tile is `BM` x `BN`, its rows `rm` and columns `rn`."""
         lines, params = [], []
         for position, operand in enumerate(self.inputs):
             name = f"a{position}"
-            if operand.kind == ACC:
+            if operand.kind in (ACC, ROTATED):
                 lines.append(f"{name} = acc.to({TRITON_TYPES[self.narrow]})")
+                if operand.kind == ROTATED:
+                    lines += rotate_half_lines(name, operand.period)
                 continue
             pointer = f"e{len(params)}"
             params.append(pointer)
-            if operand.kind == CHANNEL:
+            if operand.kind == INDEXED:
+                at = operand.index.offsets("rm[:, None]", "rn[None, :]")
+                lines.append(f"{name} = tl.load({pointer} + ({at}), mask={mask}, other=0.0)")
+            elif operand.kind == CHANNEL:
                 lines.append(
                     f"{name} = tl.load({pointer} + {channel}, mask={channel} < {channels},"
                     " other=0.0)[None, :]"
@@ -101,3 +126,16 @@ class Epilogue:
             else:
                 lines.append(f"{name} = tl.load({pointer} + {offsets}, mask={mask}, other=0.0)")
         return params, [*lines, *self.statements]
+
+
+def rotate_half_lines(name: str, period: int) -> list[str]:
+    """Triton statements that turn the `BM` x `BN` tile `name` into its rotate_half within
+    each `period` columns (a head): the first half's columns take the second half's values
+    negated, the second half's the first's (the column block holds whole heads)."""
+    heads, half = f"BN // {period}", period // 2
+    return [
+        f"{name} = tl.permute(tl.reshape({name}, (BM, {heads}, 2, {half})), (0, 1, 3, 2))",
+        f"{name}_lo, {name}_hi = tl.split({name})",
+        f"{name} = tl.permute(tl.join(-{name}_hi, {name}_lo), (0, 1, 3, 2))",
+        f"{name} = tl.reshape({name}, (BM, BN))",
+    ]
