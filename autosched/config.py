@@ -65,8 +65,9 @@ class RunConfig:
     # tool: iree-benchmark-module per candidate; worker: the verifier's long-lived worker;
     # auto: the target's (worker on CUDA, where it agrees with the tool within 2 %)
     timer: str = "auto"
-    # IREE runtime flags for checking and timing candidates ("": none)
-    runtime_flags: str = ""
+    # IREE runtime flags for checking and timing ("": none; auto: the target's, which on CUDA
+    # is IREE's caching allocator: measure/contract.py TARGET_RUNTIME_FLAGS)
+    runtime_flags: str = "auto"
     # models: every dispatch timed before and after the spec, as a table (and a picture with
     # matplotlib), or none
     dispatch_table: str = "all"

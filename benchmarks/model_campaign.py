@@ -424,8 +424,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--runtime-flags",
-        default="",
-        help="[Benchmark] runtime_flags, e.g. --device_allocator=caching",
+        default="auto",
+        help="[Benchmark] runtime_flags (auto: the target's; on CUDA IREE's caching allocator)",
     )
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
@@ -531,7 +531,7 @@ def write_table(path: str, rows, options) -> None:
         + (f" --devices {options.devices}" if options.devices else "")
         + (" --custom" if options.custom else "")
         + (f" --time-budget {options.time_budget:g}" if options.time_budget else "")
-        + (f" --runtime-flags={options.runtime_flags}" if options.runtime_flags else "")
+        + (f' --runtime-flags="{options.runtime_flags}"' if options.runtime_flags != "auto" else "")
     )
     lines = [
         f"# Whole models: IREE default, autosched, torch eager ({options.target})",

@@ -314,3 +314,22 @@ def test_the_proof_times_every_build_with_the_runtime_flags(tmp_path):
             model("llama_mlp.mlirbc"), FLAGS, str(spec), DEVICE,
             runtime_flags=("--device_allocator=no_such_allocator",), **QUICK,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "target, setting, expected",
+    [
+        ("cuda", "auto", ("--cuda_async_allocations=false", "--device_allocator=caching")),
+        ("cpu", "auto", ()),
+        ("cuda", "", ()),
+        ("cpu", "--device_allocator=caching", ("--device_allocator=caching",)),
+    ],
+)
+def test_runtime_flags_auto_are_the_targets_and_iree_takes_them(target, setting, expected):
+    """`runtime_flags = auto` (the default) times CUDA runs with IREE's caching allocator and
+    CPU runs with none; IREE's own runtime parses them (an unknown flag would be an error);
+    empty means none, and any other setting is the user's."""
+    from autosched.measure.contract import runtime_flags
+
+    assert RunConfig().runtime_flags == "auto"
+    assert runtime_flags(RunConfig(target=target, runtime_flags=setting)) == expected

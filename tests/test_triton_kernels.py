@@ -265,6 +265,9 @@ def test_custom_kernels_join_the_space_by_default_where_they_run(tmp_path):
     assert any(p["pipeline"] == "Custom" for p in build_space(problem, target, {}).points)
     assert "custom Triton matmul kernels searched too" in target.describe()
     assert "flash-attention kernels too" in target.describe()
+    assert "runtime flags: --cuda_async_allocations=false --device_allocator=caching" in (
+        target.describe()
+    )  # `runtime_flags = auto`: IREE's caching allocator, named in the run's first lines
     iree_only = {"pipeline": ["TileAndFuse", "VectorDistribute"]}
     assert all(p["pipeline"] != "Custom" for p in build_space(problem, target, iree_only).points)
     _, without = _cuda(tmp_path, triton=False)

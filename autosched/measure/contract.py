@@ -195,21 +195,37 @@ def measure_settings(config, target) -> MeasureSettings:
     return MeasureSettings(config.repetitions, config.min_time, config.run_timeout, timer)
 
 
-def runtime_flags(config) -> tuple[str, ...]:
-    """The cfg's `runtime_flags`. A flag IREE's runtime does not know is the user's error,
-    found by parsing them in a throwaway interpreter (flags are global to a process)."""
+# `runtime_flags = auto`: each target's. On CUDA, IREE's caching allocator: by default its
+# driver allocates a call's transients from a stream-ordered pool that gives its memory back
+# at every wait; through the caching device allocator they are kept, as torch's caching
+# allocator keeps them and a server would run the model (a call that adds 1024 floats: 147
+# us -> 35 us on the H200, benchmarks/results/h200_models/call_overhead_session22b.md).
+TARGET_RUNTIME_FLAGS = {"cuda": "--cuda_async_allocations=false --device_allocator=caching"}
 
-    if not config.runtime_flags:
+
+def runtime_flags_text(config) -> str:
+    """The runtime flags a run uses, as the cfg would spell them (`auto` resolved)."""
+    if config.runtime_flags.strip() == "auto":
+        return TARGET_RUNTIME_FLAGS.get(config.target, "")
+    return config.runtime_flags
+
+
+def runtime_flags(config) -> tuple[str, ...]:
+    """The cfg's `runtime_flags` (`auto`: the target's). A flag IREE's runtime does not know
+    is the user's error, found by parsing them in a throwaway interpreter (flags are global
+    to a process)."""
+    text = runtime_flags_text(config)
+    if not text:
         return ()
     try:
-        flags = tuple(shlex.split(config.runtime_flags))
+        flags = tuple(shlex.split(text))
     except ValueError as error:
-        raise UserError(f"runtime_flags = {config.runtime_flags}: {error}") from None
+        raise UserError(f"runtime_flags = {text}: {error}") from None
     check = "import sys, iree.runtime as r\nr.flags.parse_flags(*sys.argv[1:])"
     finished = subprocess.run(
         [sys.executable, "-c", check, *flags], capture_output=True, text=True, timeout=120
     )
     if finished.returncode != 0:
         reason = (finished.stderr.strip().splitlines() or ["not accepted"])[-1]
-        raise UserError(f"runtime_flags = {config.runtime_flags}: {reason[:200]}")
+        raise UserError(f"runtime_flags = {text}: {reason[:200]}")
     return flags

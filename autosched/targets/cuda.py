@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
+from autosched.measure.contract import runtime_flags_text
 from autosched.ops.matmul import MatmulProblem
 from autosched.targets.base import (
     Constraint,
@@ -467,7 +468,9 @@ class CudaTarget(Target):
                 if kernels is None or "flash" in kernels
                 else ", flash-attention kernels left out by the cfg's `kernel` list"
             )
-        return f"{self.name} {self.arch} (device {self.device}{assembled}){custom}"
+        flags = runtime_flags_text(self.config)
+        timed = f"; runtime flags: {flags}" if flags else ""
+        return f"{self.name} {self.arch} (device {self.device}{assembled}){custom}{timed}"
 
     def check_device(self) -> None:
         if not self.machine.gpus:
