@@ -15,7 +15,9 @@ batch norm's parameters, a bias) or a tensor in the output's own layout (the res
 gate), each body op (arith's float ops, `select`, `math.rsqrt`, `math.erf` ...) one
 statement, a constant it captures a literal. The generic may also move the dims of the
 matmul's result (BERT's bias add that puts the heads before the tokens): the kernel then
-stores each element where the generic would (`PermutedStore`).
+stores each element where the generic would (`PermutedStore`). Llama's RoPE reads the rounded
+result twice, as it is and rotated by half in each head (model/rotary.py), with cos and sin
+indexed by token and head dim: the kernel rotates its tile and reads those at their offsets.
 
 A transform matcher cannot compare a body that captures constants, so such an epilogue is
 matched by its operand and result types after the contraction and its `truncf`, and only
