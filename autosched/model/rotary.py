@@ -61,34 +61,9 @@ def _is_move(op: ir.Operation | None, source: ir.Value, acc_map: ir.AffineMap) -
     return op.operands[0] == source and maps[0] == acc_map and maps[1] == identity
 
 
-def rotation_period(value: ir.Value, rounded: ir.Value, acc_map: ir.AffineMap) -> int | None:
-    """The head dim when `value` (an input of an epilogue generic that reads the truncf's
-    result `rounded` through `acc_map`, over loops whose last is the head dim) is `rounded`
-    moved as the generic reads it and rotated by half in each head; else None."""
-    collapse = _defining_op(value)
-    if collapse is None or collapse.name != COLLAPSE:
-        return None
-    rotating = _defining_op(collapse.operands[0])
-    if not _splits_last_in_halves(collapse, collapse.operands[0]) or rotating is None:
-        return None
-    if rotating.name != "linalg.generic" or len(rotating.operands) != 1:
-        return None
-    source = _extracted_tensor(rotating)
-    expand = _defining_op(source) if source is not None else None
-    if expand is None or expand.name != EXPAND or _shape(source) != _shape(rotating.results[0]):
-        return None
-    if not _splits_last_in_halves(expand, source):
-        return None
-    if not _is_move(_defining_op(expand.operands[0]), rounded, acc_map):
-        return None
-    if not rotates_half(rotating, source):
-        return None
-    return 2 * _shape(source)[-1]
-
-
-def rotation_move(value: ir.Value) -> ir.Operation | None:
-    """The move generic at the start of the rotation chain that ends in `value`, if `value`
-    ends one (before its checks: to tell which of a truncf's two users is the epilogue)."""
+def _chain(value: ir.Value) -> tuple | None:
+    """(collapse, rotating generic, the tensor it extracts from, that tensor's expand) of
+    the chain that ends in `value`, by its ops alone; None where it has none."""
     collapse = _defining_op(value)
     if collapse is None or collapse.name != COLLAPSE:
         return None
@@ -97,7 +72,35 @@ def rotation_move(value: ir.Value) -> ir.Operation | None:
         return None
     source = _extracted_tensor(rotating)
     expand = _defining_op(source) if source is not None else None
-    return _defining_op(expand.operands[0]) if expand and expand.name == EXPAND else None
+    if expand is None or expand.name != EXPAND:
+        return None
+    return collapse, rotating, source, expand
+
+
+def rotation_move(value: ir.Value) -> ir.Operation | None:
+    """The move generic at the start of the rotation chain that ends in `value`, if `value`
+    ends one (before its checks: to tell which of a truncf's two users is the epilogue)."""
+    chain = _chain(value)
+    return _defining_op(chain[3].operands[0]) if chain else None
+
+
+def rotation_period(value: ir.Value, rounded: ir.Value, acc_map: ir.AffineMap) -> int | None:
+    """The head dim when `value` (an input of an epilogue generic that reads the truncf's
+    result `rounded` through `acc_map`, over loops whose last is the head dim) is `rounded`
+    moved as the generic reads it and rotated by half in each head; else None."""
+    chain = _chain(value)
+    if chain is None:
+        return None
+    collapse, rotating, source, expand = chain
+    if len(rotating.operands) != 1 or _shape(source) != _shape(rotating.results[0]):
+        return None
+    halves = _splits_last_in_halves(collapse, rotating.results[0]) and _splits_last_in_halves(
+        expand, source
+    )
+    moved = _is_move(_defining_op(expand.operands[0]), rounded, acc_map)
+    if not (halves and moved and rotates_half(rotating, source)):
+        return None
+    return 2 * _shape(source)[-1]
 
 
 def _extracted_tensor(generic: ir.Operation) -> ir.Value | None:
