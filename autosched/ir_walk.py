@@ -1,4 +1,5 @@
-"""Walking MLIR with IREE's bindings: an op's children, all ops below it, a symbol's name."""
+"""Walking MLIR with IREE's bindings: an op's children, all ops below it, a symbol's name,
+the op that defines a value, a structured op's indexing maps."""
 
 from __future__ import annotations
 
@@ -22,3 +23,14 @@ def walk_ops(operation: ir.Operation):
 
 def symbol(operation: ir.Operation) -> str:
     return ir.StringAttr(operation.attributes["sym_name"]).value
+
+
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    """The op whose result `value` is; None for a block argument."""
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else owner.operation
+
+
+def indexing_maps(op: ir.Operation) -> list[ir.AffineMap]:
+    """A structured op's indexing maps, its operands' order."""
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]

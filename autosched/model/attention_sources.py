@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from iree.compiler import ir
 
-from autosched.ir_walk import walk_ops
+from autosched.ir_walk import defining_op, indexing_maps, walk_ops
 from autosched.ops.attention import AttentionProblem, read_attention
 from autosched.ops.base import ANY_OP, ANY_VALUE, DispatchSite
 
@@ -63,15 +63,6 @@ class AbsorbedAttention:
         return next((s for s in self.sources if s.operand not in ABSORBED), None)
 
 
-def _producer(value: ir.Value) -> ir.Operation | None:
-    owner = value.owner
-    return None if isinstance(owner, ir.Block) else owner.operation
-
-
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
 def _copy(op: ir.Operation | None) -> list[int] | None:
     """The output dim each input dim of a generic that only copies its one input reads (its
     input map's results), or None where `op` is not such a copy."""
@@ -81,7 +72,7 @@ def _copy(op: ir.Operation | None) -> list[int] | None:
     block = op.regions[0].blocks[0]
     if len(body) != 1 or list(body[0].operands) != [block.arguments[0]]:
         return None
-    source, out = _maps(op)
+    source, out = indexing_maps(op)
     if out != ir.AffineMap.get_identity(out.n_dims, context=op.context):
         return None
     dims = [e.position if isinstance(e, ir.AffineDimExpr) else None for e in source.results]
@@ -98,10 +89,10 @@ def _copied(op: ir.Operation, operand: int):
     grouped per operand dim, collapsed) of an operand made by a copy (through one
     collapse_shape), or None."""
     value, groups, collapsed = op.operands[operand], None, False
-    producer = _producer(value)
+    producer = defining_op(value)
     if producer is not None and producer.name == COLLAPSE:
         groups, collapsed = _reassociation(producer), True
-        producer = _producer(producer.operands[0])
+        producer = defining_op(producer.operands[0])
     dims = _copy(producer)
     if dims is None:
         return None
@@ -224,7 +215,7 @@ def _source(operand: int, copy: ir.Operation, reshaped: bool) -> CopySource:
         operand=operand,
         source_type=source_type,
         copy_type=copy_type,
-        input_map=f"affine_map<{_maps(copy)[0]}>",
+        input_map=f"affine_map<{indexing_maps(copy)[0]}>",
         element=str(ir.RankedTensorType(copy.operands[0].type).element_type),
         rank=len(_shape(copy.results[0])),
         reshaped=reshaped,

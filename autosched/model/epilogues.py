@@ -31,7 +31,7 @@ import math
 
 from iree.compiler import ir
 
-from autosched.ir_walk import walk_ops
+from autosched.ir_walk import indexing_maps, walk_ops
 from autosched.model.convolution_ops import op_convolution
 from autosched.model.narrow_reshapes import MAX_RESHAPES, RESHAPES
 from autosched.model.rotary import rotation_move, rotation_period
@@ -88,10 +88,6 @@ def _element(value_type: ir.Type) -> str:
         return str(ir.ShapedType(value_type).element_type)
     except ValueError:
         return str(value_type)
-
-
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
 def _single_user(value: ir.Value) -> ir.Operation | None:
@@ -291,6 +287,7 @@ def _layout(problem, acc_map: ir.AffineMap, shape: tuple, out_shape: list):
 
 
 def _plain(operand: ir.Value, kind: str) -> EpilogueInput:
+    """An input of `kind` that needs nothing more than its type."""
     return EpilogueInput(kind, str(operand.type), _element(operand.type))
 
 
@@ -347,7 +344,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
     iterators = [str(i) for i in ir.ArrayAttr(generic.attributes["iterator_types"])]
     if any("parallel" not in i for i in iterators):
         return "its user reduces"
-    maps = _maps(generic)
+    maps = indexing_maps(generic)
     inputs = len(generic.operands) - 1
     identity = ir.AffineMap.get_identity(len(iterators), context=generic.context)
     acc = [i for i in range(inputs) if generic.operands[i] == truncf.results[0]]
@@ -364,7 +361,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         operand = generic.operands[position]
         results = list(maps[position].results)
         if position == acc[0]:
-            kind = EpilogueInput(ACC, str(operand.type), _element(operand.type))
+            kind = _plain(operand, ACC)
         elif maps[position] == identity:
             kind = _rotated(operand, truncf, maps[acc[0]], shape) or _plain(operand, FULL)
         elif channel is not None and results == channel:

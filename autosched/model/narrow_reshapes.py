@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from autosched.ir_walk import walk_ops
+from autosched.ir_walk import defining_op, walk_ops
 
 RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
 MAX_RESHAPES = 2  # collapse the unit batch, then split heads: what torch's exports hold
@@ -45,11 +45,6 @@ def _truncf_only(op: ir.Operation) -> bool:
     return body == ["arith.truncf", "linalg.yield"]
 
 
-def _defining_op(value: ir.Value) -> ir.Operation | None:
-    owner = value.owner
-    return None if isinstance(owner, ir.Block) else owner.operation
-
-
 def truncf_chains(module: ir.Module):
     """(producer, chain) for each truncf-only generic that reads an op's result through 1 to
     MAX_RESHAPES reshapes."""
@@ -57,9 +52,9 @@ def truncf_chains(module: ir.Module):
         if not _truncf_only(op):
             continue
         shape = tuple(ir.RankedTensorType(op.results[0].type).shape)
-        producer, length = _defining_op(op.operands[0]), 0
+        producer, length = defining_op(op.operands[0]), 0
         while producer is not None and producer.name in RESHAPES and length < MAX_RESHAPES:
-            producer, length = _defining_op(producer.operands[0]), length + 1
+            producer, length = defining_op(producer.operands[0]), length + 1
         if producer is not None and length and producer.name not in RESHAPES:
             yield producer, ReshapeChain(length, shape)
 

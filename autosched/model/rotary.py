@@ -21,12 +21,9 @@ import operator
 import numpy as np
 from iree.compiler import ir
 
+from autosched.ir_walk import defining_op, indexing_maps
+
 COLLAPSE, EXPAND = "tensor.collapse_shape", "tensor.expand_shape"
-
-
-def _defining_op(value: ir.Value) -> ir.Operation | None:
-    owner = value.owner
-    return None if isinstance(owner, ir.Block) else owner.operation
 
 
 def _shape(value: ir.Value) -> list[int]:
@@ -45,10 +42,6 @@ def _splits_last_in_halves(reshape: ir.Operation, split: ir.Value) -> bool:
     return groups == expected and _shape(split)[-2] == 2
 
 
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
 def _is_move(op: ir.Operation | None, source: ir.Value, acc_map: ir.AffineMap) -> bool:
     """A generic that only copies `source`, read through `acc_map`, into its result."""
     if op is None or op.name != "linalg.generic" or len(op.operands) != 2:
@@ -56,7 +49,7 @@ def _is_move(op: ir.Operation | None, source: ir.Value, acc_map: ir.AffineMap) -
     body = list(op.regions[0].blocks[0].operations)
     if [o.operation.name for o in body] != ["linalg.yield"]:
         return False
-    maps = _maps(op)
+    maps = indexing_maps(op)
     identity = ir.AffineMap.get_identity(maps[1].n_dims, context=op.context)
     return op.operands[0] == source and maps[0] == acc_map and maps[1] == identity
 
@@ -64,14 +57,14 @@ def _is_move(op: ir.Operation | None, source: ir.Value, acc_map: ir.AffineMap) -
 def _chain(value: ir.Value) -> tuple | None:
     """(collapse, rotating generic, the tensor it extracts from, that tensor's expand) of
     the chain that ends in `value`, by its ops alone; None where it has none."""
-    collapse = _defining_op(value)
+    collapse = defining_op(value)
     if collapse is None or collapse.name != COLLAPSE:
         return None
-    rotating = _defining_op(collapse.operands[0])
+    rotating = defining_op(collapse.operands[0])
     if rotating is None or rotating.name != "linalg.generic":
         return None
     source = _extracted_tensor(rotating)
-    expand = _defining_op(source) if source is not None else None
+    expand = defining_op(source) if source is not None else None
     if expand is None or expand.name != EXPAND:
         return None
     return collapse, rotating, source, expand
@@ -81,7 +74,7 @@ def rotation_move(value: ir.Value) -> ir.Operation | None:
     """The move generic at the start of the rotation chain that ends in `value`, if `value`
     ends one (before its checks: to tell which of a truncf's two users is the epilogue)."""
     chain = _chain(value)
-    return _defining_op(chain[3].operands[0]) if chain else None
+    return defining_op(chain[3].operands[0]) if chain else None
 
 
 def rotation_period(value: ir.Value, rounded: ir.Value, acc_map: ir.AffineMap) -> int | None:
@@ -97,7 +90,7 @@ def rotation_period(value: ir.Value, rounded: ir.Value, acc_map: ir.AffineMap) -
     halves = _splits_last_in_halves(collapse, rotating.results[0]) and _splits_last_in_halves(
         expand, source
     )
-    moved = _is_move(_defining_op(expand.operands[0]), rounded, acc_map)
+    moved = _is_move(defining_op(expand.operands[0]), rounded, acc_map)
     if not (halves and moved and rotates_half(rotating, source)):
         return None
     return 2 * _shape(source)[-1]
@@ -169,7 +162,7 @@ def _evaluate(generic: ir.Operation, source: ir.Value) -> _Read | None:
 
 def _captured(value: ir.Value):
     """An integer constant the body reads from outside it; None for anything else."""
-    owner = _defining_op(value)
+    owner = defining_op(value)
     if owner is None or owner.name != "arith.constant":
         return None
     return _evaluate_op(owner, [], [], value)
