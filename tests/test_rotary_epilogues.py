@@ -7,6 +7,7 @@ its tile, reads cos and sin by token and head dim, and stores the heads first.""
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -137,16 +138,58 @@ def _chain_alone(root, inputs: list) -> str:
         return str(module)
 
 
+@pytest.mark.parametrize("block_n, half", [(32, 64), (128, 64), (256, 16), (64, 32)])
+def test_a_rotated_kernel_s_blocks_write_every_column_once(block_n, half):
+    """Each block of a rotated kernel computes BN // 2 first-half columns and their
+    partners HALF columns on: over the blocks, every column of the heads exactly once, a
+    block holding part of a head (BN < 2 * HALF) or several."""
+    from autosched.targets.cuda_custom import ROTATED_COLUMNS
+
+    n = 4 * max(block_n, 2 * half)  # whole blocks and heads
+    columns = []
+    for pn in range(n // block_n):
+        first = pn * (block_n // 2) + np.arange(block_n // 2)
+        lo = eval(ROTATED_COLUMNS, {"first": first, "HALF": half})
+        assert (lo % (2 * half) < half).all()  # first halves of their heads
+        columns += [*lo, *(lo + half)]
+    assert sorted(columns) == list(range(n))
+
+
+class _Stored:
+    """The output of a kernel run by numpy: `c + offsets` is where `tl.store` writes; each
+    element's terms (|q * cos| and |rotate_half(q) * sin|, from the epilogue's inputs as the
+    kernel loaded them: acc, cos, rot, sin) are kept beside it, for the rounding bound."""
+
+    def __init__(self, size: int, names: dict):
+        self.written = np.full(size, np.nan, np.float32)
+        self.terms = np.zeros(size, np.float32)
+        self.dtype = SimpleNamespace(element_ty=np.float32)
+        self.names = names  # the kernel's variables, as its lines run
+
+    def __add__(self, offsets):
+        return self, np.asarray(offsets)
+
+    @staticmethod
+    def store(place, value, mask=None):
+        stored, offsets = place
+        stored.written[offsets] = np.asarray(value).astype(np.float32)
+        a = [np.asarray(stored.names[f"a{i}"]).astype(np.float32) for i in range(4)]
+        stored.terms[offsets] = np.abs(a[0] * a[1]) + np.abs(a[2] * a[3])
+
+
 def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llama):
-    """The kernel's epilogue lines (cos and sin gathered at their offsets, the tile rotated
-    by Triton's reshape, permute, split and join, the body), then its store, run by numpy in
-    bf16 on the whole (m, n) result, against IREE's CPU build of the model's own chain from
+    """The rotated kernel's lines after its main loop (each half's tile and its partner's,
+    cos and sin gathered at their offsets, the body, the store), run by numpy in bf16 on the
+    whole (m, n) result as one block, against IREE's CPU build of the model's own chain from
     the rounded result: every element lands where IREE puts it, within bf16's rounding."""
+    import textwrap
+
     import ml_dtypes
     from test_conv_kernels import NumpyPointer, _run, numpy_tl, tile
 
     from autosched.model.convolution_ops import FUSED_MODEL
     from autosched.model.epilogues import _is_problems_op, after_contraction, epilogue_of
+    from autosched.targets.cuda_custom import ROTATED_COLUMNS, rotated_halves, with_epilogue
 
     *_, problems, _, folder = llama
     module = ir.Module.parseFile(str(folder / "fused" / FUSED_MODEL), ir.Context())
@@ -169,28 +212,33 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
         )
         expected = _run(vmfb, "local-task", rounded, cos, sin).astype(np.float32).reshape(-1)
         m, n = problem.m, problem.n
-        names = {"tl": numpy_tl(), "BM": m, "BN": n, "rm": np.arange(m), "rn": np.arange(n)}
-        names |= {"acc": tile(rounded.reshape(m, n)), "inside": True}
-        names |= {"e0": NumpyPointer(cos), "e1": NumpyPointer(sin)}
-        params, lines = epilogue.triton_lines("rn", "N", "offsets", "inside")
-        assert params == ["e0", "e1"]
-        exec("\n".join(lines), names)  # the kernel's own lines, as Python
-        offsets = eval(epilogue.store.offsets("rm[:, None]", "rn[None, :]"), names)
-        written, terms = np.full(m * n, np.nan, np.float32), np.zeros(m * n, np.float32)
-        written[offsets] = np.asarray(names["out"]).astype(np.float32)
-        a = [np.asarray(names[f"a{i}"]).astype(np.float32) for i in range(4)]
-        terms[offsets] = np.abs(a[0] * a[1]) + np.abs(a[2] * a[3])
+        names = {"tl": SimpleNamespace(**vars(numpy_tl()), store=_Stored.store), "EVEN": True}
+        half = epilogue.period // 2
+        names |= {"HALF": half, "first": np.arange(n // 2), "rm": np.arange(m)}
+        lo = eval(ROTATED_COLUMNS, names)  # the main loop's two tiles, as one block
+        result = rounded.reshape(m, n)
+        names |= {"lo": lo, "acc_lo": tile(result[:, lo]), "acc_hi": tile(result[:, lo + half])}
+        names |= {"M": m, "N": n, "e0": NumpyPointer(cos), "e1": NumpyPointer(sin)}
+        names["c"] = stored = _Stored(m * n, names)
+        offsets = epilogue.store.offsets("rm[:, None]", "rn[None, :]")
+        source = with_epilogue(
+            "\n".join(rotated_halves(offsets)), epilogue, ("rn", "N", "offsets", "inside")
+        )
+        exec(textwrap.dedent(source), names)  # the kernel's own lines, as Python
+        written = stored.written
+        assert not np.isnan(written).any()  # every element written, by one half or the other
         # bf16 rounds each product in the kernel; IREE may add them unrounded: two of its
         # ulps (2^-7) of the terms' sizes, which q * cos + rotate_half(q) * sin cancels
-        assert (np.abs(written - expected) <= 2 * 2**-7 * terms + 1e-3).all()
+        assert (np.abs(written - expected) <= 2 * 2**-7 * stored.terms + 1e-3).all()
         checked += 1
     assert checked == 2  # q and k
 
 
 def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
-    """With blocks of whole heads the q and k kernels write RoPE's heads-first results and
-    no rotating generic is left (the layer still builds for sm_90); with blocks of half a
-    head, IREE keeps the rotation and the kernels write q and k as they are."""
+    """With blocks of 32 columns or more the q and k kernels write RoPE's heads-first
+    results and no rotating generic is left (the layer still builds for sm_90); with blocks
+    of 16 (half blocks narrower than a dot), IREE keeps the rotation and the kernels write q
+    and k as they are."""
     from test_matmul_epilogues import triton_spec
     from test_triton_kernels import _iree_compile
 

@@ -842,13 +842,13 @@ def _matmul_substitute(problem, point, forms: ModelForms, arch: str, folder: str
 def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, arch, folder: str):
     """(epilogue, its kernel, the kernel reading B as a stored weight or None) of each of a
     matmul winner's epilogues: its narrow kernel with the epilogue in it. One that rotates
-    heads (RoPE) needs whole heads in a column block: with the winner's blocks of fewer
-    columns, IREE keeps it."""
-    from autosched.targets.cuda_custom import compile_ptx
+    heads (RoPE) computes two half blocks, each at least a dot wide: with the winner's
+    blocks narrower than that, IREE keeps it."""
+    from autosched.targets.cuda_custom import MIN_DOT, compile_ptx
 
     kernels = []
     for j, epilogue in enumerate(epilogues):
-        if params.block_n % epilogue.period:  # a rotation needs whole heads in a block
+        if epilogue.period > 1 and params.block_n < 2 * MIN_DOT:
             continue
         ptx = os.path.join(folder, f"{problem.name}.epilogue{j}.ptx")
         binary = compile_ptx(narrow[0], narrow_params(params), arch, ptx, epilogue)

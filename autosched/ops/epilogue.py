@@ -92,26 +92,25 @@ class Epilogue:
 
     @property
     def period(self) -> int:
-        """The columns a rotated input stays within (a head), which the kernel's column
-        block must be a multiple of; 1 without one."""
+        """The columns a rotated input stays within (a head); 1 without one."""
         return math.lcm(1, *(x.period for x in self.inputs if x.kind == ROTATED))
 
     def triton_lines(
         self, channel: str, channels: str, offsets: str, mask: str
     ) -> tuple[list[str], list[str]]:
         """(pointer parameters, statements) of the epilogue in a kernel whose accumulator
-        tile is `acc`: each input loaded on the output tile (the accumulator rounded as the
-        truncf rounds it, or that rotated; a per-channel vector at `channel`, under
+        tile is `acc` (and, for a rotated input, `rot` its rotation: cuda_custom.py's
+        `rotated_matmul`): each input loaded on the output tile (the accumulator rounded as
+        the truncf rounds it, or its rotation; a per-channel vector at `channel`, under
         `channels`; an output-shaped tensor at `offsets` under `mask`; an indexed one at its
         own offsets), then the body; its result `out`. A rotated or indexed input is a
-        matmul kernel's: its tile is `BM` x `BN`, its rows `rm` and columns `rn`."""
+        matmul kernel's, on its tile's rows `rm` and columns `rn`."""
         lines, params = [], []
         for position, operand in enumerate(self.inputs):
             name = f"a{position}"
             if operand.kind in (ACC, ROTATED):
-                lines.append(f"{name} = acc.to({TRITON_TYPES[self.narrow]})")
-                if operand.kind == ROTATED:
-                    lines += rotate_half_lines(name, operand.period)
+                tile = "acc" if operand.kind == ACC else "rot"
+                lines.append(f"{name} = {tile}.to({TRITON_TYPES[self.narrow]})")
                 continue
             pointer = f"e{len(params)}"
             params.append(pointer)
@@ -126,16 +125,3 @@ class Epilogue:
             else:
                 lines.append(f"{name} = tl.load({pointer} + {offsets}, mask={mask}, other=0.0)")
         return params, [*lines, *self.statements]
-
-
-def rotate_half_lines(name: str, period: int) -> list[str]:
-    """Triton statements that turn the `BM` x `BN` tile `name` into its rotate_half within
-    each `period` columns (a head): the first half's columns take the second half's values
-    negated, the second half's the first's (the column block holds whole heads)."""
-    heads, half = f"BN // {period}", period // 2
-    return [
-        f"{name} = tl.permute(tl.reshape({name}, (BM, {heads}, 2, {half})), (0, 1, 3, 2))",
-        f"{name}_lo, {name}_hi = tl.split({name})",
-        f"{name} = tl.permute(tl.join(-{name}_hi, {name}_lo), (0, 1, 3, 2))",
-        f"{name} = tl.reshape({name}, (BM, BN))",
-    ]

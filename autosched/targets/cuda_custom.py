@@ -44,6 +44,7 @@ TRITON_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 INPUT_TYPES = ("f16", "bf16")  # the tensor-core inputs the family covers
 OUTPUT_TYPES = ("f32", "f16", "bf16")
 WARP = 32  # threads per warp (subgroup size) on every NVIDIA GPU
+MIN_DOT = 16  # tl.dot's smallest extent of each dim
 
 
 @dataclass(frozen=True)
@@ -388,6 +389,16 @@ def wait_for_turn(lock, part):
 
 
 @triton.jit
+def load_tile(p, rows, columns, R, C, EVEN: tl.constexpr):
+    # The tile at p: masked, unless the problem's dims are multiples of the blocks.
+    if EVEN:
+        tile = tl.load(p)
+    else:
+        tile = tl.load(p, mask=(rows[:, None] < R) & (columns[None, :] < C), other=0.0)
+    return tile
+
+
+@triton.jit
 def matmul(
     a, b, $params c, locks,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
@@ -413,13 +424,8 @@ def matmul(
     pb = b + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, K_PART, BK):
-        if EVEN:  # M, N and K are multiples of the blocks: no masks
-            x = tl.load(pa)
-            y = tl.load(pb)
-        else:
-            x = tl.load(pa, mask=(rm[:, None] < M) & (rk[None, :] + k < K), other=0.0)
-            y = tl.load(pb, mask=(rk[:, None] + k < K) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(x, y, acc)
+        x = load_tile(pa, rm, rk + k, M, K, EVEN)
+        acc = tl.dot(x, load_tile(pb, rk + k, rn, K, N, EVEN), acc)
         pa += BK * sak
         pb += BK * sbk
     c_ptrs = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
@@ -430,9 +436,17 @@ def matmul(
             inside = (rm[:, None] < M) & (rn[None, :] < N)
             # From L2 (.cg): an SM's L1 does not see another SM's stores.
             acc += tl.load(c_ptrs, mask=inside, cache_modifier=".cg")
-    # Where C is written: an epilogue's output-shaped inputs are read there too. An epilogue
-    # whose result permutes C's dims writes each element where that result has it.
-    offsets = $offsets
+$store_tile
+    if SPLIT > 1:
+        tl.debug_barrier()  # every thread's store lands before the lock moves on
+        tl.atomic_xchg(lock, (part + 1) % SPLIT, sem="release")
+"""
+
+
+# The epilogue and store of the tile `acc` at rows `rm` and columns `rn`. Where C is
+# written, an epilogue's output-shaped inputs are read too; an epilogue whose result permutes
+# C's dims writes each element where that result has it (`$pointers`).
+STORE_TILE = """    offsets = $offsets
 $pointers
     inside = (rm[:, None] < M) & (rn[None, :] < N)
 $epilogue
@@ -440,24 +454,78 @@ $epilogue
     if EVEN:
         tl.store(c_ptrs, value)
     else:
-        tl.store(c_ptrs, value, mask=(rm[:, None] < M) & (rn[None, :] < N))
-    if SPLIT > 1:
-        tl.debug_barrier()  # every thread's store lands before the lock moves on
-        tl.atomic_xchg(lock, (part + 1) % SPLIT, sem="release")
+        tl.store(c_ptrs, value, mask=inside)"""
+
+# RoPE's rotate_half in each head of 2 * HALF columns, kept in the kernel (issue 24): a
+# block computes BN // 2 columns of the heads' first halves into one accumulator and their
+# partners, HALF columns on, into another, so that the rotation is a choice of tile (the
+# first halves take their partners negated, the second halves their partners) and no
+# register moves. Any even BN works: a block need not hold whole heads. K is whole.
+ROTATED_KERNEL_SOURCE = """
+
+@triton.jit
+def rotated_matmul(
+    a, b, $params c, locks,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    sab: tl.constexpr, sam: tl.constexpr, sak: tl.constexpr,
+    sbb: tl.constexpr, sbk: tl.constexpr, sbn: tl.constexpr,
+    scb: tl.constexpr, scm: tl.constexpr, scn: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
+    EVEN: tl.constexpr, SPLIT: tl.constexpr, K_PART: tl.constexpr, HALF: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    batch = tl.program_id(1)
+    pm, pn = block_of(pid, M, N, BM, BN, G)
+    rm = pm * BM + tl.arange(0, BM)
+    first = pn * (BN // 2) + tl.arange(0, BN // 2)  # which of the N // 2 first-half columns
+    lo = $columns
+    rk = tl.arange(0, BK)
+    pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
+    pb = b + batch * sbb + rk[:, None] * sbk + lo[None, :] * sbn
+    acc_lo = tl.zeros((BM, BN // 2), dtype=tl.float32)
+    acc_hi = tl.zeros((BM, BN // 2), dtype=tl.float32)
+    for k in range(0, K, BK):
+        x = load_tile(pa, rm, rk + k, M, K, EVEN)
+        acc_lo = tl.dot(x, load_tile(pb, rk + k, first, K, N // 2, EVEN), acc_lo)
+        acc_hi = tl.dot(x, load_tile(pb + HALF * sbn, rk + k, first, K, N // 2, EVEN), acc_hi)
+        pa += BK * sak
+        pb += BK * sbk
+$halves
 """
-
-
+# The columns of a rotated kernel's first-half tile, from `first` (its place among them).
+ROTATED_COLUMNS = "first // HALF * (2 * HALF) + first % HALF"
+# Each half of a rotated kernel's block: its columns, its tile and that rotated, then the
+# epilogue and store (`STORE_TILE`).
+ROTATED_HALVES = (
+    ("rn = lo", "acc = acc_lo", "rot = -acc_hi"),
+    ("rn = lo + HALF", "acc = acc_hi", "rot = acc_lo"),
+)
 ROW_MAJOR = "batch * scb + rm[:, None] * scm + rn[None, :] * scn"
 
 
 def kernel_source(epilogue: Epilogue | None = None) -> str:
     """The kernel's source, with the epilogue's loads and statements after the main loop
-    (a kernel with one never splits K: `narrow_params`) and its result's layout."""
+    (a kernel with one never splits K: `narrow_params`) and its result's layout; with a
+    rotated input, also `rotated_matmul`."""
     store = epilogue.store if epilogue else None
     offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else ROW_MAJOR
     pointers = "    c_ptrs = c + offsets" if store else ""
-    template = string.Template(KERNEL_SOURCE).safe_substitute(offsets=offsets, pointers=pointers)
-    return with_epilogue(template, epilogue, ("rn", "N", "offsets", "inside"))
+    tile = string.Template(STORE_TILE).safe_substitute(offsets=offsets, pointers=pointers)
+    source = string.Template(KERNEL_SOURCE).safe_substitute(store_tile=tile)
+    if epilogue is not None and epilogue.period > 1:
+        source += string.Template(ROTATED_KERNEL_SOURCE).safe_substitute(
+            columns=ROTATED_COLUMNS, halves="\n".join(rotated_halves(offsets))
+        )
+    return with_epilogue(source, epilogue, ("rn", "N", "offsets", "inside"))
+
+
+def rotated_halves(offsets: str) -> list[str]:
+    """The lines after a rotated kernel's main loop: each half's epilogue and store, the
+    result written at `offsets` (`$epilogue` left to fill)."""
+    tile = string.Template(STORE_TILE).safe_substitute(
+        offsets=offsets, pointers="    c_ptrs = c + offsets"
+    )
+    return [line for half in ROTATED_HALVES for line in [*(f"    {x}" for x in half), tile]]
 
 
 def with_epilogue(template: str, epilogue: Epilogue | None, names: tuple[str, ...]) -> str:
@@ -475,8 +543,9 @@ def with_epilogue(template: str, epilogue: Epilogue | None, names: tuple[str, ..
 
 def _kernel(epilogue: Epilogue | None = None):
     """The Triton kernel (built from its source, so that importing this module needs no
-    Triton)."""
-    return kernel_from_source(kernel_source(epilogue), "matmul")
+    Triton): `rotated_matmul` for an epilogue with a rotated input."""
+    rotated = epilogue is not None and epilogue.period > 1
+    return kernel_from_source(kernel_source(epilogue), "rotated_matmul" if rotated else "matmul")
 
 
 def kernel_from_source(source: str, function: str):
@@ -542,6 +611,10 @@ def compile_ptx(
         "SPLIT": params.split_k,
         "K_PART": k_part,
     }
+    if epilogue is not None and epilogue.period > 1:
+        if params.block_n < 2 * MIN_DOT:
+            raise UserError(f"{params.name}: a rotated kernel's half blocks need {MIN_DOT} columns")
+        constants["HALF"] = epilogue.period // 2
     signature = {"a": f"*{element}", "b": f"*{element}"}
     for index, (_, operand) in enumerate(epilogue.extras if epilogue else []):
         signature[f"e{index}"] = f"*{TRITON_TYPES[operand.element]}"
