@@ -143,15 +143,20 @@ def test_a_rotated_kernel_s_blocks_write_every_column_once(block_n, half):
     """Each block of a rotated kernel computes BN // 2 first-half columns and their
     partners HALF columns on: over the blocks, every column of the heads exactly once, a
     block holding part of a head (BN < 2 * HALF) or several."""
+    from test_conv_kernels import numpy_tl
+
     from autosched.targets.cuda_custom import ROTATED_COLUMNS
 
     n = 4 * max(block_n, 2 * half)  # whole blocks and heads
     columns = []
     for pn in range(n // block_n):
         first = pn * (block_n // 2) + np.arange(block_n // 2)
-        lo = eval(ROTATED_COLUMNS, {"first": first, "HALF": half})
+        names = {"tl": numpy_tl(), "first": first, "HALF": half, "BN": block_n}
+        exec("\n".join(ROTATED_COLUMNS), names)
+        lo, pairs = names["lo"], np.asarray(names["pairs"])
         assert (lo % (2 * half) < half).all()  # first halves of their heads
-        columns += [*lo, *(lo + half)]
+        assert (pairs[0::2] == lo).all() and (pairs[1::2] == lo + half).all()
+        columns += [*pairs]
     assert sorted(columns) == list(range(n))
 
 
@@ -178,8 +183,9 @@ class _Stored:
 
 
 def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llama):
-    """The rotated kernel's lines after its main loop (each half's tile and its partner's,
-    cos and sin gathered at their offsets, the body, the store), run by numpy in bf16 on the
+    """The rotated kernel's lines around its main loop (B's columns in pairs, the tile split
+    in its halves, each half's epilogue with cos and sin gathered at their offsets, the
+    store), run by numpy in bf16 on the
     whole (m, n) result as one block, against IREE's CPU build of the model's own chain from
     the rounded result: every element lands where IREE puts it, within bf16's rounding."""
     import textwrap
@@ -213,11 +219,11 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
         expected = _run(vmfb, "local-task", rounded, cos, sin).astype(np.float32).reshape(-1)
         m, n = problem.m, problem.n
         names = {"tl": SimpleNamespace(**vars(numpy_tl()), store=_Stored.store), "EVEN": True}
-        half = epilogue.period // 2
-        names |= {"HALF": half, "first": np.arange(n // 2), "rm": np.arange(m)}
-        lo = eval(ROTATED_COLUMNS, names)  # the main loop's two tiles, as one block
+        names |= {"HALF": epilogue.period // 2, "first": np.arange(n // 2), "rm": np.arange(m)}
+        names |= {"BM": m, "BN": n}  # the whole result as one block
+        exec("\n".join(ROTATED_COLUMNS), names)
         result = rounded.reshape(m, n)
-        names |= {"lo": lo, "acc_lo": tile(result[:, lo]), "acc_hi": tile(result[:, lo + half])}
+        names["acc"] = tile(result[:, names["pairs"]])  # the main loop's tile of B's columns
         names |= {"M": m, "N": n, "e0": NumpyPointer(cos), "e1": NumpyPointer(sin)}
         names["c"] = stored = _Stored(m * n, names)
         offsets = epilogue.store.offsets("rm[:, None]", "rn[None, :]")

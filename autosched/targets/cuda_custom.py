@@ -399,6 +399,23 @@ def load_tile(p, rows, columns, R, C, EVEN: tl.constexpr):
 
 
 @triton.jit
+def accumulate(
+    pa, pb, rm, rk, rn,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, K_PART: tl.constexpr,
+    sak: tl.constexpr, sbk: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr,
+):
+    # The (BM, BN) tile of A·B at rows rm and columns rn, over K_PART of K from pa and pb.
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K_PART, BK):
+        x = load_tile(pa, rm, rk + k, M, K, EVEN)
+        acc = tl.dot(x, load_tile(pb, rk + k, rn, K, N, EVEN), acc)
+        pa += BK * sak
+        pb += BK * sbk
+    return acc
+
+
+@triton.jit
 def matmul(
     a, b, $params c, locks,
     M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
@@ -422,12 +439,7 @@ def matmul(
     rk = part * K_PART + tl.arange(0, BK)
     pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
     pb = b + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K_PART, BK):
-        x = load_tile(pa, rm, rk + k, M, K, EVEN)
-        acc = tl.dot(x, load_tile(pb, rk + k, rn, K, N, EVEN), acc)
-        pa += BK * sak
-        pb += BK * sbk
+    acc = accumulate(pa, pb, rm, rk, rn, M, N, K, K_PART, sak, sbk, BM, BN, BK, EVEN)
     c_ptrs = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
     if SPLIT > 1:  # the shares add up in C in order (see wait_for_turn)
         lock = locks + batch * tl.num_programs(0) + pid
@@ -457,10 +469,12 @@ $epilogue
         tl.store(c_ptrs, value, mask=inside)"""
 
 # RoPE's rotate_half in each head of 2 * HALF columns, kept in the kernel (issue 24): a
-# block computes BN // 2 columns of the heads' first halves into one accumulator and their
-# partners, HALF columns on, into another, so that the rotation is a choice of tile (the
-# first halves take their partners negated, the second halves their partners) and no
-# register moves. Any even BN works: a block need not hold whole heads. K is whole.
+# block computes BN // 2 columns of the heads' first halves, each beside its partner HALF
+# columns on (B's columns read in that order), so that one split of the accumulator's
+# innermost pair, which each thread holds in its own registers, gives the first halves' tile
+# and their partners'. The rotation is then a choice of tile (the first halves take their
+# partners negated, the second halves their partners), and no value moves between threads.
+# Any even BN works: a block need not hold whole heads. K is whole.
 ROTATED_KERNEL_SOURCE = """
 
 @triton.jit
@@ -478,22 +492,21 @@ def rotated_matmul(
     pm, pn = block_of(pid, M, N, BM, BN, G)
     rm = pm * BM + tl.arange(0, BM)
     first = pn * (BN // 2) + tl.arange(0, BN // 2)  # which of the N // 2 first-half columns
-    lo = $columns
+$columns
     rk = tl.arange(0, BK)
     pa = a + batch * sab + rm[:, None] * sam + rk[None, :] * sak
-    pb = b + batch * sbb + rk[:, None] * sbk + lo[None, :] * sbn
-    acc_lo = tl.zeros((BM, BN // 2), dtype=tl.float32)
-    acc_hi = tl.zeros((BM, BN // 2), dtype=tl.float32)
-    for k in range(0, K, BK):
-        x = load_tile(pa, rm, rk + k, M, K, EVEN)
-        acc_lo = tl.dot(x, load_tile(pb, rk + k, first, K, N // 2, EVEN), acc_lo)
-        acc_hi = tl.dot(x, load_tile(pb + HALF * sbn, rk + k, first, K, N // 2, EVEN), acc_hi)
-        pa += BK * sak
-        pb += BK * sbk
+    pb = b + batch * sbb + rk[:, None] * sbk + pairs[None, :] * sbn
+    acc = accumulate(pa, pb, rm, rk, pairs, M, N, K, K, sak, sbk, BM, BN, BK, EVEN)
 $halves
 """
-# The columns of a rotated kernel's first-half tile, from `first` (its place among them).
-ROTATED_COLUMNS = "first // HALF * (2 * HALF) + first % HALF"
+# A rotated kernel's columns, from `first`: the first halves' (`lo`), and B's (`pairs`:
+# each of those, then its partner; past N where `first` is past N // 2).
+ROTATED_COLUMNS = (
+    "lo = first // HALF * (2 * HALF) + first % HALF",
+    "pairs = tl.reshape(tl.join(lo, lo + HALF), (BN,))",
+)
+# The accumulator's pairs apart: the first halves' tile and their partners'.
+ROTATED_SPLIT = "acc_lo, acc_hi = tl.split(tl.reshape(acc, (BM, BN // 2, 2)))"
 # Each half of a rotated kernel's block: its columns, its tile and that rotated, then the
 # epilogue and store (`STORE_TILE`).
 ROTATED_HALVES = (
@@ -514,18 +527,21 @@ def kernel_source(epilogue: Epilogue | None = None) -> str:
     source = string.Template(KERNEL_SOURCE).safe_substitute(store_tile=tile)
     if epilogue is not None and epilogue.period > 1:
         source += string.Template(ROTATED_KERNEL_SOURCE).safe_substitute(
-            columns=ROTATED_COLUMNS, halves="\n".join(rotated_halves(offsets))
+            columns="\n".join(f"    {line}" for line in ROTATED_COLUMNS),
+            halves="\n".join(rotated_halves(offsets)),
         )
     return with_epilogue(source, epilogue, ("rn", "N", "offsets", "inside"))
 
 
 def rotated_halves(offsets: str) -> list[str]:
-    """The lines after a rotated kernel's main loop: each half's epilogue and store, the
-    result written at `offsets` (`$epilogue` left to fill)."""
+    """The lines after a rotated kernel's main loop: the accumulator split in its halves,
+    then each half's epilogue and store, the result written at `offsets` (`$epilogue` left
+    to fill)."""
     tile = string.Template(STORE_TILE).safe_substitute(
         offsets=offsets, pointers="    c_ptrs = c + offsets"
     )
-    return [line for half in ROTATED_HALVES for line in [*(f"    {x}" for x in half), tile]]
+    halves = [line for half in ROTATED_HALVES for line in [*(f"    {x}" for x in half), tile]]
+    return [f"    {ROTATED_SPLIT}", *halves]
 
 
 def with_epilogue(template: str, epilogue: Epilogue | None, names: tuple[str, ...]) -> str:
