@@ -358,6 +358,15 @@ def _strides(problem: MatmulProblem) -> dict[str, int]:
     }
 
 
+# The parameters of the matmul kernels (`$params`: the epilogue's extra pointers).
+KERNEL_PARAMETERS = """    a, b, $params c, locks,
+    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    sab: tl.constexpr, sam: tl.constexpr, sak: tl.constexpr,
+    sbb: tl.constexpr, sbk: tl.constexpr, sbn: tl.constexpr,
+    scb: tl.constexpr, scm: tl.constexpr, scn: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
+    EVEN: tl.constexpr, SPLIT: tl.constexpr, K_PART: tl.constexpr,"""
+
 # The kernel as Python source: Triton compiles a function from its file, and an epilogue
 # (model/epilogues.py) is written into it as statements. `$params` are the epilogue's extra
 # pointers, `$epilogue` its statements (`out = acc` without one).
@@ -417,13 +426,7 @@ def accumulate(
 
 @triton.jit
 def matmul(
-    a, b, $params c, locks,
-    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-    sab: tl.constexpr, sam: tl.constexpr, sak: tl.constexpr,
-    sbb: tl.constexpr, sbk: tl.constexpr, sbn: tl.constexpr,
-    scb: tl.constexpr, scm: tl.constexpr, scn: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
-    EVEN: tl.constexpr, SPLIT: tl.constexpr, K_PART: tl.constexpr,
+$parameters
 ):
     pid = tl.program_id(0)
     batch = tl.program_id(1)
@@ -479,13 +482,8 @@ ROTATED_KERNEL_SOURCE = """
 
 @triton.jit
 def rotated_matmul(
-    a, b, $params c, locks,
-    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-    sab: tl.constexpr, sam: tl.constexpr, sak: tl.constexpr,
-    sbb: tl.constexpr, sbk: tl.constexpr, sbn: tl.constexpr,
-    scb: tl.constexpr, scm: tl.constexpr, scn: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
-    EVEN: tl.constexpr, SPLIT: tl.constexpr, K_PART: tl.constexpr, HALF: tl.constexpr,
+$parameters
+    HALF: tl.constexpr,
 ):
     pid = tl.program_id(0)
     batch = tl.program_id(1)
@@ -524,9 +522,12 @@ def kernel_source(epilogue: Epilogue | None = None) -> str:
     offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else ROW_MAJOR
     pointers = "    c_ptrs = c + offsets" if store else ""
     tile = string.Template(STORE_TILE).safe_substitute(offsets=offsets, pointers=pointers)
-    source = string.Template(KERNEL_SOURCE).safe_substitute(store_tile=tile)
+    source = string.Template(KERNEL_SOURCE).safe_substitute(
+        store_tile=tile, parameters=KERNEL_PARAMETERS
+    )
     if epilogue is not None and epilogue.period > 1:
         source += string.Template(ROTATED_KERNEL_SOURCE).safe_substitute(
+            parameters=KERNEL_PARAMETERS,
             columns="\n".join(f"    {line}" for line in ROTATED_COLUMNS),
             halves="\n".join(rotated_halves(offsets)),
         )
