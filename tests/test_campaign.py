@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-from autosched.drivers.campaign import ModelProblem, budget_for, first_batch, pick_next, shares
+from autosched.drivers.campaign import (
+    ModelProblem,
+    budget_for,
+    first_batch,
+    pick_next,
+    shares,
+    untried,
+)
 
 
 @dataclass
@@ -56,3 +64,12 @@ def test_mode_budgets_and_a_fair_first_batch():
 def test_shares_weigh_time_by_occurrences():
     problems = [entry("a", 3, [1.0]), entry("b", 1, [1.0])]
     assert shares({"a": 1.0, "b": 1.0}, problems) == {"a": 0.75, "b": 0.25}
+
+
+def test_problems_the_budget_left_untried_are_named_largest_share_first():
+    tried = entry("tried", 1, [1.0, 0.9])
+    small, large = entry("small", 1, [0.5]), entry("large", 2, [1.0])
+    done = entry("done", 1, [3.0], done=True)  # nothing to try: not listed
+    for e, trials in ((tried, [1]), (small, []), (large, []), (done, [])):
+        e.search = SimpleNamespace(trials=trials)
+    assert untried([tried, small, large, done]) == ["large", "small"]

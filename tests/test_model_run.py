@@ -67,12 +67,15 @@ def test_onnx_model_is_tuned_whole_under_one_budget(folder):
 
 
 def test_kernel_timing_is_still_there_for_models(folder):
+    """(With a budget of one trial for two problems, the run names the one left untried.)"""
     (folder / "kernel.cfg").write_text(CFG + "time_on = kernel\n")
     result = CliRunner().invoke(
-        cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "2", "--config", "kernel.cfg"]
+        cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "1", "--config", "kernel.cfg"]
     )
     assert result.exit_code == 0, result.output
     assert {p["timed_on"] for p in summary(folder)["problems"]} == {"kernel"}
+    assert [p["trials"] for p in summary(folder)["problems"]].count(0) == 1
+    assert "the budget of 1 trial was used before 1 of 2 problems ran a trial" in result.output
 
 
 def test_torch_export_counts_repeated_dispatches(folder):

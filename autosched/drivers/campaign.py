@@ -98,6 +98,14 @@ def pick_round(problems: list[ModelProblem], count: int) -> list[ModelProblem]:
     return chosen
 
 
+def untried(problems: list[ModelProblem]) -> list[str]:
+    """Problems that had candidates to try and ran none (the budget ended first), the
+    largest share of model time first."""
+    left = [p for p in problems if not p.done and p.history and not p.search.trials]
+    left.sort(key=lambda p: -p.history[0] * p.occurrences)
+    return [p.problem.name for p in left]
+
+
 def first_batch(budget: int, problems: int, batch_size: int) -> int:
     """Trials of a problem's first batch: a batch, or a fair part of a smaller budget."""
     return max(1, min(batch_size, budget // max(problems, 1)))
@@ -156,9 +164,11 @@ def run_campaign(
         entry.done = search.exhausted or entry.default_ms is None
     used = sum(len(p.search.trials) for p in problems)  # resumed trials count too
     first = first_batch(budget - used, len(problems), config.batch_size)
+    ended = f"the budget of {budget} trial{'s' * (budget != 1)} was used"
     while used < budget:
         if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
-            tuning.log.write(f"time budget of {time_budget_s / 60:g} min reached")
+            ended = f"the time budget of {time_budget_s / 60:g} min was reached"
+            tuning.log.write(ended)
             break
         batches = []  # (problem, trials) for this round, one batch per problem
         for entry in pick_round(problems, tuning.parallel):
@@ -178,6 +188,14 @@ def run_campaign(
                 entry.done = True
             elif mode == "fast" and entry.default_ms and entry.search.best_ms:
                 entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
+    left = untried(problems)
+    if left:
+        names = ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")
+        tuning.book.warn(
+            f"{ended} before {len(left)} of {len(problems)} problems ran a trial ({names}): "
+            "IREE's default stays for them; a larger budget resumes from the database",
+            progress,
+        )
     results = tuning.finish_all([p.search for p in problems], progress)
     for entry, result in zip(problems, results, strict=True):
         entry.result = result
