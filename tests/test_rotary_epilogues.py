@@ -182,12 +182,14 @@ class _Stored:
         stored.terms[offsets] = np.abs(a[0] * a[1]) + np.abs(a[2] * a[3])
 
 
-def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llama):
-    """The rotated kernel's lines around its main loop (B's columns in pairs, the tile split
-    in its halves, each half's epilogue with cos and sin gathered at their offsets, the
-    store), run by numpy in bf16 on the
-    whole (m, n) result as one block, against IREE's CPU build of the model's own chain from
-    the rounded result: every element lands where IREE puts it, within bf16's rounding."""
+@pytest.mark.parametrize("paired", [True, False], ids=["rotated_matmul", "tile_rotated"])
+def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llama, paired):
+    """Each kernel's lines after its main loop, run by numpy in bf16 on the whole (m, n)
+    result as one block, against IREE's CPU build of the model's own chain from the rounded
+    result: `rotated_matmul`'s (B's columns in pairs, the tile split in its halves, each
+    half's epilogue with cos and sin gathered at their offsets, the store), or `matmul`'s
+    with its block of whole heads rotated in its tile. Every element lands where IREE puts
+    it, within bf16's rounding."""
     import textwrap
 
     import ml_dtypes
@@ -195,7 +197,7 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
 
     from autosched.model.convolution_ops import FUSED_MODEL
     from autosched.model.epilogues import _is_problems_op, after_contraction, epilogue_of
-    from autosched.targets.cuda_custom import ROTATED_COLUMNS, rotated_halves, with_epilogue
+    from autosched.targets import cuda_custom as kernels
 
     *_, problems, _, folder = llama
     module = ir.Module.parseFile(str(folder / "fused" / FUSED_MODEL), ir.Context())
@@ -218,21 +220,25 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
         )
         expected = _run(vmfb, "local-task", rounded, cos, sin).astype(np.float32).reshape(-1)
         m, n = problem.m, problem.n
+        assert kernels.rotates_in_tile(epilogue, n)  # several heads in the one block
         names = {"tl": SimpleNamespace(**vars(numpy_tl()), store=_Stored.store), "EVEN": True}
         names |= {"HALF": epilogue.period // 2, "first": np.arange(n // 2), "rm": np.arange(m)}
-        names |= {"BM": m, "BN": n}  # the whole result as one block
-        exec("\n".join(ROTATED_COLUMNS), names)
-        result = rounded.reshape(m, n)
-        names["acc"] = tile(result[:, names["pairs"]])  # the main loop's tile of B's columns
-        names |= {"M": m, "N": n, "e0": NumpyPointer(cos), "e1": NumpyPointer(sin)}
+        names |= {"BM": m, "BN": n, "M": m, "N": n, "rn": np.arange(n)}
+        names |= {"e0": NumpyPointer(cos), "e1": NumpyPointer(sin)}
         names["c"] = stored = _Stored(m * n, names)
+        result = rounded.reshape(m, n)
         offsets = epilogue.store.offsets("rm[:, None]", "rn[None, :]")
-        source = with_epilogue(
-            "\n".join(rotated_halves(offsets)), epilogue, ("rn", "N", "offsets", "inside")
-        )
+        if paired:
+            exec("\n".join(kernels.ROTATED_COLUMNS), names)
+            names["acc"] = tile(result[:, names["pairs"]])  # the main loop's tile of B's columns
+            lines = "\n".join(kernels.rotated_halves(offsets))
+        else:
+            names["acc"] = tile(result)
+            lines = kernels.matmul_store_tile(epilogue, n)
+        source = kernels.with_epilogue(lines, epilogue, ("rn", "N", "offsets", "inside"))
         exec(textwrap.dedent(source), names)  # the kernel's own lines, as Python
         written = stored.written
-        assert not np.isnan(written).any()  # every element written, by one half or the other
+        assert not np.isnan(written).any()  # every element written
         # bf16 rounds each product in the kernel; IREE may add them unrounded: two of its
         # ulps (2^-7) of the terms' sizes, which q * cos + rotate_half(q) * sin cancels
         assert (np.abs(written - expected) <= 2 * 2**-7 * stored.terms + 1e-3).all()
@@ -242,9 +248,10 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
 
 def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
     """With blocks of 32 columns or more the q and k kernels write RoPE's heads-first
-    results and no rotating generic is left (the layer still builds for sm_90); with blocks
-    of 16 (half blocks narrower than a dot), IREE keeps the rotation and the kernels write q
-    and k as they are."""
+    results and no rotating generic is left (the layer still builds for sm_90), blocks of two
+    heads rotating their tile and blocks of one head as `rotated_matmul`; with blocks of 16
+    (half blocks narrower than a dot), IREE keeps the rotation and the kernels write q and k
+    as they are."""
     from test_matmul_epilogues import triton_spec
     from test_triton_kernels import _iree_compile
 
@@ -252,7 +259,7 @@ def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
 
     target, model, _, epilogues, _ = llama
     found = {}
-    for tile_n in (64, 16):
+    for tile_n in (64, 32, 16):
         spec = triton_spec(
             llama, str(tmp_path / f"c{tile_n}.mlir"), POINT | {"tile_n": tile_n}, epilogues
         )
@@ -261,11 +268,15 @@ def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
         assert replaced == 7
         module = ir.Module.parseFile(rewritten, ir.Context())  # kept: the ops live in it
         ops = list(walk_ops(module.operation))
-        externs = [str(op.results[0].type) for op in ops if op.name == "hal.dispatch.extern"]
+        dispatches = [op for op in ops if op.name == "hal.dispatch.extern"]
+        externs = [str(op.results[0].type) for op in dispatches]
         found[tile_n] = (externs, sum(op.name == "tensor.extract" for op in ops))
-        if tile_n == 64:
+        kernels = [ir.StringAttr(op.attributes["export_name"]).value for op in dispatches]
+        assert kernels.count("rotated_matmul") == (2 if tile_n == 32 else 0)
+        if tile_n > 16:
             _iree_compile(rewritten, *target.compile_flags(), RESUME_FLAG, "--compile-to=stream")
-    externs, extracts = found[64]
-    assert extracts == 0 and all(externs.count(t) == 1 for t in HEADS_FIRST)
+    for tile_n in (64, 32):
+        externs, extracts = found[tile_n]
+        assert extracts == 0 and all(externs.count(t) == 1 for t in HEADS_FIRST)
     externs, extracts = found[16]
     assert extracts == 2 and not any(t in externs for t in HEADS_FIRST)
