@@ -50,7 +50,8 @@ def kernel_times(command: list[str]) -> list[tuple[str, float]]:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-800:]}")
     rows = csv.DictReader(io.StringIO(done.stdout[header:]))
     timed = [r for r in rows if r["Metric Name"] == METRIC]
-    return [(r["Kernel Name"], float(r["Metric Value"])) for r in timed]
+    # ncu writes its numbers with thousands separators ("1,957,184")
+    return [(r["Kernel Name"], float(r["Metric Value"].replace(",", ""))) for r in timed]
 
 
 def one_call(vmfb: str, function: str, inputs: list[str], flags: list[str]) -> list:
