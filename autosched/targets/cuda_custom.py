@@ -478,7 +478,7 @@ $epilogue
 # innermost pair, which each thread holds in its own registers, gives the first halves' tile
 # and their partners'. The rotation is then a choice of tile (the first halves take their
 # partners negated, the second halves their partners), and no value moves between threads.
-# Any even BN works: a block need not hold whole heads. K is whole.
+# For blocks of a head or part of one (`rotated_kernel`); K is whole.
 ROTATED_KERNEL_SOURCE = """
 
 @triton.jit
@@ -515,6 +515,12 @@ ROTATED_HALVES = (
 ROW_MAJOR = "batch * scb + rm[:, None] * scm + rn[None, :] * scn"
 
 
+def rotated_kernel(epilogue: Epilogue | None, block_n: int) -> bool:
+    """Whether the epilogue's kernel is `rotated_matmul`: it rotates heads, and a block of
+    `block_n` columns holds a head or part of one (`rotates_in_tile` says why not more)."""
+    return epilogue is not None and 1 < epilogue.period and block_n <= epilogue.period
+
+
 def rotates_in_tile(epilogue: Epilogue | None, block_n: int) -> bool:
     """Whether a rotated epilogue's kernel is `matmul` rotating its whole tile of several
     heads in registers (`tile_rotation`) rather than `rotated_matmul`. With blocks wider
@@ -549,7 +555,7 @@ def kernel_source(epilogue: Epilogue | None = None, block_n: int = 0) -> str:
     source = string.Template(KERNEL_SOURCE).safe_substitute(
         store_tile=matmul_store_tile(epilogue, block_n), parameters=KERNEL_PARAMETERS
     )
-    if epilogue is not None and epilogue.period > 1 and not rotates_in_tile(epilogue, block_n):
+    if rotated_kernel(epilogue, block_n):
         source += string.Template(ROTATED_KERNEL_SOURCE).safe_substitute(
             parameters=KERNEL_PARAMETERS,
             columns="\n".join(f"    {line}" for line in ROTATED_COLUMNS),
@@ -598,8 +604,7 @@ def _kernel(epilogue: Epilogue | None = None, block_n: int = 0):
     """The Triton kernel (built from its source, so that importing this module needs no
     Triton): `rotated_matmul` for an epilogue with a rotated input, unless its blocks of
     `block_n` columns rotate in their tile (`rotates_in_tile`)."""
-    rotated = epilogue is not None and epilogue.period > 1
-    function = "matmul" if not rotated or rotates_in_tile(epilogue, block_n) else "rotated_matmul"
+    function = "rotated_matmul" if rotated_kernel(epilogue, block_n) else "matmul"
     return kernel_from_source(kernel_source(epilogue, block_n), function)
 
 
@@ -666,11 +671,7 @@ def compile_ptx(
         "SPLIT": params.split_k,
         "K_PART": k_part,
     }
-    if (
-        epilogue is not None
-        and epilogue.period > 1
-        and not rotates_in_tile(epilogue, params.block_n)
-    ):
+    if rotated_kernel(epilogue, params.block_n):
         if params.block_n < 2 * MIN_DOT:
             raise UserError(f"{params.name}: a rotated kernel's half blocks need {MIN_DOT} columns")
         constants["HALF"] = epilogue.period // 2
