@@ -97,6 +97,7 @@ min_time = {min_time}
 retime_top = 3
 timer = {timer}
 runtime_flags = {runtime_flags}
+dispatch_table = {dispatch_table}
 {custom}"""
 CUSTOM_CFG = "[SearchSpace.cuda]\npipeline = [TileAndFuse, VectorDistribute, Custom]\n"
 # Custom kernels are searched by default where they run: without --custom, IREE's alone.
@@ -427,6 +428,12 @@ def main() -> None:
         default="auto",
         help="[Benchmark] runtime_flags (auto: the target's; on CUDA IREE's caching allocator)",
     )
+    parser.add_argument(
+        "--dispatch-table",
+        default="all",
+        choices=["all", "none"],
+        help="[Benchmark] dispatch_table (none: no per-dispatch table, a shorter call)",
+    )
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -458,6 +465,7 @@ def main() -> None:
                     n_trial=options.n_trial,
                     layout=options.layout,
                     runtime_flags=options.runtime_flags,
+                    dispatch_table=options.dispatch_table,
                 )
             )
         code, wall, _ = run_autosched(folder, model_path, options.budget, options.time_budget)
