@@ -146,7 +146,7 @@ def triton_direct_ms(problem, params: KernelParams, inner: int = 20) -> float:
     """The same kernel launched by Triton itself (its own launcher and its bundled ptxas),
     to tell the kernel's speed from what running it inside IREE adds."""
     a, b, c = operands(problem)
-    kernel = _kernel()
+    kernel = _kernel(None, params)
     even = problem.m % params.block_m == 0 and problem.n % params.block_n == 0
     even = even and problem.k % params.block_k == 0
     constants = {"M": problem.m, "N": problem.n, "K": problem.k, **_strides(problem)}
@@ -202,7 +202,8 @@ def main() -> None:
     parser.add_argument(
         "--points",
         default="",
-        help="points instead of the grid, as BMxBNxBKxWARPSxSTAGESxGROUP (comma-separated)",
+        help="points instead of the grid, as BMxBNxBKxWARPSxSTAGESxGROUP[xSPLITxPERSISTENT] "
+        "(comma-separated)",
     )
     parser.add_argument(
         "--routes",

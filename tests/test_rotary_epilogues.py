@@ -251,7 +251,8 @@ def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
     results and no rotating generic is left (the layer still builds for sm_90), blocks of two
     heads rotating their tile and blocks of one head as `rotated_matmul`; with blocks of 16
     (half blocks narrower than a dot), IREE keeps the rotation and the kernels write q and k
-    as they are."""
+    as they are. A persistent point's kernels are `persistent_matmul` with their epilogues
+    in their loop over blocks, but for `rotated_matmul`, which has no persistent form."""
     from test_matmul_epilogues import triton_spec
     from test_triton_kernels import _iree_compile
 
@@ -259,10 +260,9 @@ def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
 
     target, model, _, epilogues, _ = llama
     found = {}
-    for tile_n in (64, 32, 16):
-        spec = triton_spec(
-            llama, str(tmp_path / f"c{tile_n}.mlir"), POINT | {"tile_n": tile_n}, epilogues
-        )
+    for tile_n in (64, 32, 16, "32p"):
+        point = POINT | {"tile_n": int(str(tile_n)[:2]), "persistent": 132 * (tile_n == "32p")}
+        spec = triton_spec(llama, str(tmp_path / f"c{tile_n}.mlir"), point, epilogues)
         out = str(tmp_path / f"rewritten_{tile_n}.mlir")
         rewritten, replaced = rewrite_model(model, spec, target.compile_flags(), out, 300)
         assert replaced == 7
@@ -272,10 +272,11 @@ def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
         externs = [str(op.results[0].type) for op in dispatches]
         found[tile_n] = (externs, sum(op.name == "tensor.extract" for op in ops))
         kernels = [ir.StringAttr(op.attributes["export_name"]).value for op in dispatches]
-        assert kernels.count("rotated_matmul") == (2 if tile_n == 32 else 0)
-        if tile_n > 16:
+        assert kernels.count("rotated_matmul") == (2 if tile_n in (32, "32p") else 0)
+        assert kernels.count("persistent_matmul") == (5 if tile_n == "32p" else 0)
+        if tile_n != 16:
             _iree_compile(rewritten, *target.compile_flags(), RESUME_FLAG, "--compile-to=stream")
-    for tile_n in (64, 32):
+    for tile_n in (64, 32, "32p"):
         externs, extracts = found[tile_n]
         assert extracts == 0 and all(externs.count(t) == 1 for t in HEADS_FIRST)
     externs, extracts = found[16]

@@ -14,6 +14,7 @@ from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.errors import UserError
 from autosched.measure.worker import Verifier, make_problem_data
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
 from autosched.outputs.records import problem_from_shape
@@ -22,6 +23,7 @@ from autosched.targets.cuda_custom import (
     KernelParams,
     compile_ptx,
     extern_module,
+    persistent_unsupported,
     split_unsupported,
     unsupported,
 )
@@ -71,6 +73,17 @@ CASES = {
     # Serial split-K: a skinny product in 4 shares of K; batched, masked rows in 8 shares.
     "split_skinny": (_problem(16, 512, 1024), KernelParams(16, 32, 128, 4, 3, 8, 4)),
     "split_batched": (_problem(50, 96, 512, batch=2), KernelParams(64, 32, 64, 4, 3, 1, 8)),
+    # Persistent kernels loading by TMA: 6 blocks taken by 2 workgroups; weights as stored
+    # with masked edges (12 blocks, 3 workgroups); a batch (3 workgroups per entry).
+    "persistent": (_problem(256, 384, 512), KernelParams(128, 128, 64, 4, 3, 8, 1, 2)),
+    "persistent_linear_bf16": (
+        _problem(200, 300, 192, "bf16", "bf16", transpose_b=True),
+        KernelParams(64, 128, 64, 4, 3, 4, 1, 3),
+    ),
+    "persistent_batched": (
+        _problem(128, 128, 64, batch=3),
+        KernelParams(64, 64, 32, 4, 2, 1, 1, 3),
+    ),
 }
 
 
@@ -163,6 +176,30 @@ def test_split_k_shares_pass_a_lock_on_in_order(built, tmp_path):
     assert built["plain"][1].pointers == binary.pointers - 1
 
 
+def test_persistent_kernels_load_by_tma_into_their_own_scratch(built):
+    """A persistent point: its workgroups (at most one per block) loop over the blocks,
+    A and B come by TMA (bulk tensor copies) through descriptors Triton writes to its
+    global scratch, which the module binds written and sized for every workgroup; no
+    copy or fill is added to the model for it."""
+    problem, binary, result = built["persistent"]
+    assert binary.entry == "persistent_matmul" and tuple(binary.workgroups) == (2, 1, 1)
+    ptx = open(binary.ptx_path).read()
+    assert "cp.async.bulk.tensor" in ptx and "tensormap" in ptx and "wgmma" in ptx
+    assert binary.scratch_bytes > 0
+    source = open(result.job.source).read()
+    assert f"%g = flow.tensor.alloca : tensor<{2 * binary.scratch_bytes}xi8>" in source
+    assert "-> (%out, %g)" in source
+    flags = [f for f in result.job.flags if not f.startswith("--iree-hal-benchmark")]
+    text = _iree_compile(result.job.source, *flags, "--compile-to=stream")
+    assert "stream.cmd.copy" not in text
+    fills = [line for line in text.splitlines() if "stream.cmd.fill" in line]
+    assert all("for %c256]" in line for line in fills)  # the placeholder's zeros alone
+    assert tuple(built["persistent_batched"][1].workgroups) == (3, 3, 1)
+    # A plain kernel's scratch is a placeholder: nothing sized, nothing written.
+    assert built["plain"][1].scratch_bytes == 0
+    assert "%g =" not in open(built["plain"][2].job.source).read()
+
+
 def test_the_ptx_compiler_runs_in_its_own_process(tmp_path):
     from autosched.outputs.records import problem_shape
 
@@ -198,6 +235,10 @@ def test_what_the_family_does_not_cover():
     assert "shares of whole 32-blocks" in split_unsupported(_problem(64, 64, 96), 32, 4)
     assert split_unsupported(_problem(64, 64, 128), 32, 4) is None
     assert split_unsupported(_problem(64, 64, 96, acc="f16"), 32, 1) is None
+    assert "K whole" in persistent_unsupported(_problem(64, 64, 128), 4)
+    assert "16 bytes" in persistent_unsupported(_problem(64, 60, 128), 1)  # B's rows
+    assert "16 bytes" in persistent_unsupported(_problem(64, 64, 60, transpose_b=True), 1)
+    assert persistent_unsupported(_problem(60, 64, 64), 1) is None  # M is any
 
 
 @pytest.mark.gpu
@@ -273,6 +314,32 @@ def test_custom_kernels_join_the_space_by_default_where_they_run(tmp_path):
     _, without = _cuda(tmp_path, triton=False)
     assert all(p["pipeline"] != "Custom" for p in build_space(problem, without, {}).points)
     assert all(p["pipeline"] != "Custom" for p in build_space(problem, without, lists).points)
+
+
+def test_persistent_points_are_one_workgroup_per_sm_where_tma_can_load(tmp_path):
+    """The family's `persistent` knob: 0, or the arch's SMs (132 on sm_90) where TMA can
+    read the operands. A persistent point's epilogue needs shared memory beside its stages:
+    the space counts half a block of C, and the compile step turns away a kernel over the
+    limit (128x256x64 in 3 stages with an f32 C needs 278552 bytes of sm_90's 232448; with
+    a bf16 C it fits)."""
+    from autosched.search.space import build_space
+
+    _, target = _cuda(tmp_path)
+    problem = _problem(512, 1024, 512, "bf16", "f32", transpose_b=True)
+    space = build_space(problem, target, {"pipeline": ["Custom"]})
+    persistent = [p for p in space.points if p["persistent"]]
+    assert persistent and {p["persistent"] for p in persistent} == {132}
+    assert all(p["split_k"] == 1 for p in persistent)
+    assert target.config_name(persistent[0]).endswith("_p132")
+    blocks = {(p["tile_m"], p["tile_n"], p["tile_k"], p["pipeline_depth"]) for p in persistent}
+    assert (128, 256, 64, 3) in blocks and (128, 256, 64, 4) not in blocks
+    wide = KernelParams(128, 256, 64, 8, 3, 8, 1, 132)
+    with pytest.raises(UserError, match="278552 bytes of shared memory, over sm_90's 232448"):
+        compile_ptx(problem, wide, "sm_90", str(tmp_path / "wide.ptx"))
+    narrow = _problem(512, 1024, 512, "bf16", "bf16", transpose_b=True)
+    assert compile_ptx(narrow, wide, "sm_90", str(tmp_path / "n.ptx")).shared_bytes < 232448
+    uneven = build_space(_problem(512, 1020, 512), target, {"pipeline": ["Custom"]})
+    assert not any(p["persistent"] for p in uneven.points)  # B's rows of 2040 bytes
 
 
 def test_a_custom_point_compiles_through_the_runs_own_jobs(tmp_path):
@@ -620,7 +687,7 @@ def test_a_dry_run_of_the_custom_family_sweep_writes_no_custom_variant(tmp_path,
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "168 valid, 0 variants written (168 custom kernels not" in result.output
+    assert "320 valid, 0 variants written (320 custom kernels not" in result.output
 
 
 LLAMA_BF16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_llama_layer_bf16.mlirbc")

@@ -122,6 +122,7 @@ def _csv_point(row: dict[str, str], dtype: str, acc: str) -> dict:
         "warps": 0,  # custom kernels' knobs: the CSV holds IREE configurations only
         "group_m": 0,
         "split_k": 0,
+        "persistent": 0,
     }
 
 

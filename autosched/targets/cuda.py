@@ -107,7 +107,7 @@ class ArchInfo:
 
     ptx: str  # the `features` IREE uses for the arch
     shared_memory_bytes: int  # max_workgroup_memory_bytes
-    sm_count: int  # of the arch's flagship part; only the cost model's wave feature uses it
+    sm_count: int  # of the arch's flagship part: the wave feature, a persistent kernel's workgroups
     mma: tuple[str, ...]  # NV_MMA_SYNC intrinsics in the arch's `wgp`
 
 
@@ -448,7 +448,7 @@ class CudaTarget(Target):
         self.sm_count = info.sm_count
         self.mma_intrinsics = info.mma
         self.custom = CustomKernels(
-            self.arch, self.machine.triton, self.shared_memory_bytes, ELEMENT_BYTES
+            self.arch, self.machine.triton, self.shared_memory_bytes, ELEMENT_BYTES, info.sm_count
         )
 
     def describe(self) -> str:

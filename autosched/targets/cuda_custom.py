@@ -23,6 +23,7 @@ imports nothing of the target (targets/cuda.py imports it).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -59,13 +60,17 @@ class KernelParams:
     stages: int
     group_m: int  # rows of blocks launched together, for L2 reuse
     split_k: int = 1  # workgroups that share one block's K, adding up in turn (serial split-K)
+    # Workgroups that take the output blocks in turn, loading A and B by TMA descriptors
+    # (`persistent_matmul`); 0: one workgroup per block, loading by pointers.
+    persistent: int = 0
 
     @property
     def name(self) -> str:
         split = f"_k{self.split_k}" if self.split_k > 1 else ""
+        persistent = f"_p{self.persistent}" if self.persistent else ""
         return (
             f"tr_b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps}"
-            f"_s{self.stages}_g{self.group_m}{split}"
+            f"_s{self.stages}_g{self.group_m}{split}{persistent}"
         )
 
     @classmethod
@@ -80,6 +85,7 @@ class KernelParams:
             stages=point["pipeline_depth"],
             group_m=point["group_m"],
             split_k=max(point.get("split_k", 1), 1),
+            persistent=point.get("persistent", 0),
         )
 
 
@@ -93,6 +99,10 @@ class KernelBinary:
     pointers: int  # pointer parameters: a, b, c, then Triton's scratch pointers
     shared_bytes: int  # dynamic shared memory per workgroup
     threads: int  # threads per workgroup (warps x 32)
+    # Triton's global scratch per workgroup (where a kernel writes its TMA descriptors);
+    # 0: the kernel uses none, and its scratch pointer is a placeholder.
+    scratch_bytes: int = 0
+    workgroups: tuple[int, ...] = ()  # the launch grid, where the point alone does not say
 
 
 def unsupported(problem: MatmulProblem) -> str | None:
@@ -122,6 +132,8 @@ def split_unsupported(problem: MatmulProblem, block_k: int, split_k: int) -> str
 
 CUSTOM = "Custom"  # the `pipeline` of a custom-kernel point
 CUSTOM_ARCHS = ("sm_90",)  # the family is written for Hopper's wgmma
+# Shared memory a workgroup may have on each of those (cuda.py's ARCHS says the same).
+SHARED_MEMORY_BYTES = {"sm_90": 232448}
 SKINNY_ROWS = 64  # a problem with at most this many rows of C gets the skinny custom blocks
 # The family's own knobs, last in the CUDA target's (0 for IREE's pipelines).
 CUSTOM_KNOB_SPECS = (
@@ -136,6 +148,12 @@ CUSTOM_KNOB_SPECS = (
         "custom kernels: workgroups that share a block's K, adding up in turn (0 for IREE's)",
         minimum=0,
     ),
+    KnobSpec(
+        "persistent",
+        "custom kernels: workgroups that take the output blocks in turn, loading by TMA "
+        "(0: one workgroup per block)",
+        minimum=0,
+    ),
 )
 CUSTOM_KNOBS = tuple(knob.name for knob in CUSTOM_KNOB_SPECS)
 # Custom kernels measured first: the fp16 configurations Triton's matmul tutorial autotunes
@@ -144,6 +162,10 @@ CUSTOM_KNOBS = tuple(knob.name for knob in CUSTOM_KNOB_SPECS)
 # 31 trials to come within 5 % of the best of the family's 168 points (random: 17).
 CUSTOM_STARTING = (
     (128, 256, 64, 8, 3),
+    # Persistent (one workgroup per SM), loading by TMA, where TMA can read the operands:
+    # the largest blocks whose stages and epilogue fit an f32 C in shared memory.
+    (256, 128, 64, 8, 3, "persistent"),
+    (128, 128, 64, 4, 4, "persistent"),
     (256, 128, 64, 8, 3),
     (128, 128, 64, 4, 3),
     (64, 256, 32, 4, 4),
@@ -191,6 +213,28 @@ def split_k_candidates(problem: MatmulProblem) -> list[int]:
     return [1, 2, 4, 8] if skinny else [1]
 
 
+def persistent_unsupported(problem: MatmulProblem, split_k: int) -> str | None:
+    """Why a persistent kernel (TMA descriptors over A and B) cannot run this problem, or
+    None: it runs K whole, and TMA needs each operand's rows (and batch entries) in steps
+    of 16 bytes."""
+    if split_k > 1:
+        return "a persistent kernel runs its K whole"
+    rows = (problem.m if problem.transpose_a else problem.k,
+            problem.k if problem.transpose_b else problem.n)  # fmt: skip
+    if any(row * 2 % 16 for row in rows):  # f16 or bf16 (INPUT_TYPES)
+        return "TMA needs the operands' rows in steps of 16 bytes"
+    return None
+
+
+def persistent_candidates(problem: MatmulProblem, sm_count: int) -> list[int]:
+    """0 (a workgroup per block), and one workgroup per SM where TMA can load the
+    operands. Triton's persistent matmul with tensor descriptors ran 13 % faster than its
+    plain persistent one in f16 on an H100 (triton-lang/triton#5461)."""
+    if not sm_count or persistent_unsupported(problem, 1):
+        return [0]
+    return [0, sm_count]
+
+
 def _power_of_two(knob: str, low: int) -> Constraint:
     return Constraint(
         f"custom kernels: {knob} is a power of two from {low}",
@@ -206,12 +250,18 @@ class CustomKernels:
     holds one and hands it what is custom; IREE's knobs are the target's."""
 
     def __init__(
-        self, arch: str, triton: bool, shared_memory_bytes: int, element_bytes: dict[str, int]
+        self,
+        arch: str,
+        triton: bool,
+        shared_memory_bytes: int,
+        element_bytes: dict[str, int],
+        sm_count: int = 0,
     ):
         self.arch = arch
         self.triton = triton  # Triton is installed (host discovery)
         self.shared_memory_bytes = shared_memory_bytes  # the arch's limit per workgroup
         self.element_bytes = element_bytes  # bytes of each element type the target knows
+        self.sm_count = sm_count  # a persistent kernel's workgroups: one per SM
 
     def unavailable(self, problem: MatmulProblem) -> str | None:
         """Why custom kernels are not searched for this problem, or None."""
@@ -234,6 +284,7 @@ class CustomKernels:
                 "warps": [4, 8],
                 "group_m": [1, 8],
                 "split_k": split_k_candidates(problem),
+                "persistent": persistent_candidates(problem, self.sm_count),
             },
         )
 
@@ -259,8 +310,14 @@ class CustomKernels:
             ),
             Constraint(
                 f"shared memory over the {self.arch} limit",
-                ("tile_m", "tile_n", "tile_k", "pipeline_depth"),
+                ("tile_m", "tile_n", "tile_k", "pipeline_depth", "persistent"),
                 lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
+            ),
+            Constraint(
+                "custom kernels: a persistent kernel runs K whole, its operands' rows in "
+                "16-byte steps (TMA)",
+                ("split_k", "persistent"),
+                lambda p, x: not x["persistent"] or not persistent_unsupported(p, x["split_k"]),
             ),
             Constraint(
                 "custom kernels: split-K needs an f32 C and K in shares of whole blocks",
@@ -272,12 +329,16 @@ class CustomKernels:
         ]
 
     def starting_points(self, problem: MatmulProblem) -> list[Point]:
-        """CUSTOM_STARTING, then SKINNY_STARTING for few rows (partial points)."""
+        """CUSTOM_STARTING (its persistent ones where TMA can load the operands), then
+        SKINNY_STARTING for few rows (partial points)."""
         knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
         skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
+        programs = max(persistent_candidates(problem, self.sm_count))
         custom = [
-            {"pipeline": CUSTOM, **dict(zip(knobs, values, strict=True)), "group_m": 8}
+            {"pipeline": CUSTOM, **dict(zip(knobs, values[:5], strict=True)), "group_m": 8}
+            | ({"persistent": programs} if values[5:] else {})
             for values in CUSTOM_STARTING
+            if not values[5:] or programs
         ]
         # K whole (split_k 1, the space's first) is left unnamed, so that records made
         # before split_k existed match too.
@@ -291,16 +352,25 @@ class CustomKernels:
         return [point["warps"] * WARP, 1, 1]
 
     def shared_memory(self, problem: MatmulProblem, point: Point) -> int:
-        """Triton stages A and B blocks once per pipeline stage."""
+        """Triton stages A and B blocks once per pipeline stage. A persistent kernel's
+        epilogue runs while the next block's stages load, in shared memory of its own:
+        Triton 3.9 gave it a quarter to all of a block of C (f32 C, 128x128 with 4 warps:
+        32792 bytes; 128x256 with 8: 131096). Half a block is counted here; the compile
+        step turns away a kernel over the limit (`triton_binary`)."""
         element = self.element_bytes[problem.lhs_type]
         blocks = (point["tile_m"] + point["tile_n"]) * point["tile_k"] * element
-        return blocks * point["pipeline_depth"]
+        epilogue = 0
+        if point.get("persistent"):
+            c_block = point["tile_m"] * point["tile_n"] * self.element_bytes[problem.acc_type]
+            epilogue = c_block // 2
+        return blocks * point["pipeline_depth"] + epilogue
 
     def config_name(self, point: Point) -> str:
         tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
-        split = point.get("split_k", 1)
+        split, persistent = point.get("split_k", 1), point.get("persistent", 0)
         name = f"tr_{tiles}_w{point['warps']}_s{point['pipeline_depth']}_g{point['group_m']}"
-        return name + (f"_k{split}" if split > 1 else "")
+        name += f"_k{split}" if split > 1 else ""
+        return name + (f"_p{persistent}" if persistent else "")
 
     def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
         """Triton compiles the point to PTX and writes its extern module to `source`."""
@@ -368,10 +438,11 @@ KERNEL_PARAMETERS = """    a, b, $params c, locks,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
     EVEN: tl.constexpr, SPLIT: tl.constexpr, K_PART: tl.constexpr,"""
 
-# The kernel as Python source: Triton compiles a function from its file, and an epilogue
+# The kernels as Python source: Triton compiles a function from its file, and an epilogue
 # (model/epilogues.py) is written into it as statements. `$params` are the epilogue's extra
-# pointers, `$epilogue` its statements (`out = acc` without one).
-KERNEL_SOURCE = """import triton
+# pointers, `$epilogue` its statements (`out = acc` without one). First the helpers, then
+# `matmul`.
+KERNEL_HELPERS = """import triton
 import triton.language as tl
 
 
@@ -423,7 +494,10 @@ def accumulate(
         pa += BK * sak
         pb += BK * sbk
     return acc
-
+"""
+KERNEL_SOURCE = (
+    KERNEL_HELPERS
+    + """
 
 @triton.jit
 def matmul(
@@ -457,6 +531,7 @@ $store_tile
         tl.debug_barrier()  # every thread's store lands before the lock moves on
         tl.atomic_xchg(lock, (part + 1) % SPLIT, sem="release")
 """
+)
 
 
 # The epilogue and store of the tile `acc` at rows `rm` and columns `rn`. Where C is
@@ -514,6 +589,54 @@ ROTATED_HALVES = (
 )
 ROW_MAJOR = "batch * scb + rm[:, None] * scm + rn[None, :] * scn"
 
+# PROGRAMS workgroups (one per SM) take the output blocks in turn, reading A and B through
+# TMA descriptors (Hopper's bulk tensor copies; Triton writes each workgroup's descriptors
+# to its global scratch), the loop over blocks and the loop over K flattened into one, so
+# that the next block's loads are under way during this block's epilogue. K is whole.
+PERSISTENT_KERNEL_SOURCE = """
+
+@triton.jit
+def persistent_matmul(
+$parameters
+    PROGRAMS: tl.constexpr,
+):
+    batch = tl.program_id(1)
+    if sak == 1:  # A's rows along K
+        a_desc = tl.make_tensor_descriptor(
+            a + batch * sab, shape=[M, K], strides=[sam, 1], block_shape=[BM, BK]
+        )
+    else:
+        a_desc = tl.make_tensor_descriptor(
+            a + batch * sab, shape=[K, M], strides=[sak, 1], block_shape=[BK, BM]
+        )
+    if sbn == 1:  # B's rows along N
+        b_desc = tl.make_tensor_descriptor(
+            b + batch * sbb, shape=[K, N], strides=[sbk, 1], block_shape=[BK, BN]
+        )
+    else:
+        b_desc = tl.make_tensor_descriptor(
+            b + batch * sbb, shape=[N, K], strides=[sbn, 1], block_shape=[BN, BK]
+        )
+    blocks = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    for block in tl.range(tl.program_id(0), blocks, PROGRAMS, flatten=True):
+        pm, pn = block_of(block, M, N, BM, BN, G)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            if sak == 1:
+                x = a_desc.load([pm * BM, k])
+            else:
+                x = tl.trans(a_desc.load([k, pm * BM]))
+            if sbn == 1:
+                y = b_desc.load([k, pn * BN])
+            else:
+                y = tl.trans(b_desc.load([pn * BN, k]))
+            acc = tl.dot(x, y, acc)
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        c_ptrs = c + batch * scb + rm[:, None] * scm + rn[None, :] * scn
+$store_tile
+"""
+
 
 def rotated_kernel(epilogue: Epilogue | None, block_n: int) -> bool:
     """Whether the epilogue's kernel is `rotated_matmul`: it rotates heads, and a block of
@@ -545,13 +668,32 @@ def tile_rotation(epilogue: Epilogue) -> list[str]:
     ]
 
 
-def kernel_source(epilogue: Epilogue | None = None, block_n: int = 0) -> str:
+def kernel_function(epilogue: Epilogue | None, params: KernelParams) -> str:
+    """Which kernel a point runs: `rotated_matmul` for an epilogue rotating heads in blocks
+    of a head or less (it has no persistent form), else `persistent_matmul` or `matmul`."""
+    if rotated_kernel(epilogue, params.block_n):
+        return "rotated_matmul"
+    return "persistent_matmul" if params.persistent else "matmul"
+
+
+def kernel_source(
+    epilogue: Epilogue | None = None, block_n: int = 0, persistent: bool = False
+) -> str:
     """The kernel's source, with the epilogue's loads and statements after the main loop
     (a kernel with one never splits K: `narrow_params`) and its result's layout; with a
     rotated input, `matmul` rotating its tile or also `rotated_matmul` (`rotates_in_tile`
-    at `block_n` columns a block)."""
+    at `block_n` columns a block); `persistent`: `persistent_matmul` alone, its epilogue
+    inside its loop over blocks."""
     store = epilogue.store if epilogue else None
     offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else ROW_MAJOR
+    names = ("rn", "N", "offsets", "inside")
+    if persistent and not rotated_kernel(epilogue, block_n):
+        tile = matmul_store_tile(epilogue, block_n).splitlines()
+        inner = "\n".join(x if x == "$epilogue" else f"    {x}" for x in tile)
+        source = KERNEL_HELPERS + string.Template(PERSISTENT_KERNEL_SOURCE).safe_substitute(
+            store_tile=inner, parameters=KERNEL_PARAMETERS
+        )
+        return with_epilogue(source, epilogue, names, indent=2)
     source = string.Template(KERNEL_SOURCE).safe_substitute(
         store_tile=matmul_store_tile(epilogue, block_n), parameters=KERNEL_PARAMETERS
     )
@@ -561,7 +703,7 @@ def kernel_source(epilogue: Epilogue | None = None, block_n: int = 0) -> str:
             columns="\n".join(f"    {line}" for line in ROTATED_COLUMNS),
             halves="\n".join(rotated_halves(offsets)),
         )
-    return with_epilogue(source, epilogue, ("rn", "N", "offsets", "inside"))
+    return with_epilogue(source, epilogue, names)
 
 
 def matmul_store_tile(epilogue: Epilogue | None, block_n: int) -> str:
@@ -587,25 +729,29 @@ def rotated_halves(offsets: str) -> list[str]:
     return [f"    {ROTATED_SPLIT}", *halves]
 
 
-def with_epilogue(template: str, epilogue: Epilogue | None, names: tuple[str, ...]) -> str:
+def with_epilogue(
+    template: str, epilogue: Epilogue | None, names: tuple[str, ...], indent: int = 1
+) -> str:
     """A kernel's source `template` with the epilogue's pointers (`$params`) and its loads and
-    statements (`$epilogue`; `out = acc` without one); `names`: the template's output-channel
-    index and count, and the output tile's offsets and mask (`Epilogue.triton_lines`)."""
+    statements (`$epilogue`, `indent` levels in; `out = acc` without one); `names`: the
+    template's output-channel index and count, and the output tile's offsets and mask
+    (`Epilogue.triton_lines`)."""
+    margin = "    " * indent
     if epilogue is None:
-        return string.Template(template).substitute(params="", epilogue="    out = acc")
+        return string.Template(template).substitute(params="", epilogue=f"{margin}out = acc")
     params, body = epilogue.triton_lines(*names)
     return string.Template(template).substitute(
         params="".join(f"{p}, " for p in params),
-        epilogue="\n".join(f"    {line}" for line in body),
+        epilogue="\n".join(f"{margin}{line}" for line in body),
     )
 
 
-def _kernel(epilogue: Epilogue | None = None, block_n: int = 0):
-    """The Triton kernel (built from its source, so that importing this module needs no
-    Triton): `rotated_matmul` for an epilogue with a rotated input, unless its blocks of
-    `block_n` columns rotate in their tile (`rotates_in_tile`)."""
-    function = "rotated_matmul" if rotated_kernel(epilogue, block_n) else "matmul"
-    return kernel_from_source(kernel_source(epilogue, block_n), function)
+def _kernel(epilogue: Epilogue | None, params: KernelParams):
+    """The Triton kernel `kernel_function` names (built from its source, so that importing
+    this module needs no Triton)."""
+    function = kernel_function(epilogue, params)
+    persistent = function == "persistent_matmul"
+    return kernel_from_source(kernel_source(epilogue, params.block_n, persistent), function)
 
 
 def kernel_from_source(source: str, function: str):
@@ -627,8 +773,12 @@ def kernel_from_source(source: str, function: str):
 
 
 def grid(problem: MatmulProblem, params: KernelParams) -> tuple[int, int, int]:
-    """Workgroups: one per output block, times the batch, times the shares of K."""
-    return blocks(problem, params), max(problem.batch, 1), params.split_k
+    """Workgroups: one per output block (a persistent kernel's, at most one per SM), times
+    the batch, times the shares of K."""
+    per_batch = blocks(problem, params)
+    if params.persistent:
+        per_batch = min(per_batch, params.persistent)
+    return per_batch, max(problem.batch, 1), params.split_k
 
 
 def blocks(problem: MatmulProblem, params: KernelParams) -> int:
@@ -644,12 +794,17 @@ def compile_ptx(
     epilogue: Epilogue | None = None,
 ) -> KernelBinary:
     """Triton's PTX for one point, written to `path` (no GPU needed); with `epilogue` in it
-    (its extra inputs after A and B; it writes the epilogue's type; K is never split)."""
-    kernel = _kernel(epilogue, params.block_n)
+    (its extra inputs after A and B; it writes the epilogue's type; K is never split).
+    The binary names its workgroups: a rotated kernel's point runs one per block."""
+    if kernel_function(epilogue, params) == "rotated_matmul":
+        params = dataclasses.replace(params, persistent=0)
+    kernel = _kernel(epilogue, params)
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     why = split_unsupported(problem, params.block_k, params.split_k)
     if epilogue is not None and params.split_k > 1:
         why = "a kernel with an epilogue runs its K whole"
+    if params.persistent:
+        why = why or persistent_unsupported(problem, params.split_k)
     if why:
         raise UserError(f"{params.name}: {why}")
     k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
@@ -675,6 +830,8 @@ def compile_ptx(
         if params.block_n < 2 * MIN_DOT:
             raise UserError(f"{params.name}: a rotated kernel's half blocks need {MIN_DOT} columns")
         constants["HALF"] = epilogue.period // 2
+    if params.persistent:
+        constants["PROGRAMS"] = params.persistent
     signature = {"a": f"*{element}", "b": f"*{element}"}
     for index, (_, operand) in enumerate(epilogue.extras if epilogue else []):
         signature[f"e{index}"] = f"*{TRITON_TYPES[operand.element]}"
@@ -684,9 +841,10 @@ def compile_ptx(
     if params.split_k == 1:
         constants["locks"] = None  # no lock pointer in the kernel's parameters
     buffers = len(signature) - 1  # the locks are not one of IREE's bindings here
-    return triton_binary(
+    binary = triton_binary(
         kernel, signature, constants, buffers, arch, params.warps, params.stages, path
     )
+    return dataclasses.replace(binary, workgroups=grid(problem, params))
 
 
 def triton_binary(
@@ -717,6 +875,12 @@ def triton_binary(
         target=GPUTarget("cuda", capability, 32),
         options={"num_warps": warps, "num_stages": stages},
     )
+    shared = int(compiled.metadata.shared)
+    if shared > SHARED_MEMORY_BYTES.get(arch, shared):
+        raise UserError(
+            f"the kernel needs {shared} bytes of shared memory, over {arch}'s "
+            f"{SHARED_MEMORY_BYTES[arch]} per workgroup"
+        )
     ptx = compiled.asm["ptx"]
     entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx, re.S)
     if entry is None:
@@ -735,8 +899,9 @@ def triton_binary(
         cubin_path=cubin,
         entry=entry.group(1),
         pointers=entry.group(2).count(".param"),
-        shared_bytes=int(compiled.metadata.shared),
+        shared_bytes=shared,
         threads=warps * WARP,
+        scratch_bytes=int(getattr(compiled.metadata, "global_scratch_size", 0)),
     )
 
 
@@ -767,7 +932,7 @@ def extern_function(
     rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
     out = tensor_type(problem.acc_shape, problem.acc_type)
     extras = [operand.type for _, operand in epilogue.extras] if epilogue else []
-    x, y, z = grid(problem, params)
+    x, y, z = binary.workgroups or grid(problem, params)
     # Split-K's locks, one per output block: zeros that the kernel leaves at zero.
     locks = [f"tensor<{x * y}xi32>"] if params.split_k > 1 else []
     return dispatch_extern_function(
@@ -788,31 +953,40 @@ def dispatch_extern_function(
 ) -> str:
     """A function `name(inputs...) -> out` that launches `binary` on `workgroups` as a
     `hal.dispatch.extern`: the inputs read-only, then the output and `zeroed` tensors
-    (written; they start at zero), then Triton's scratch pointers."""
-    scratch = binary.pointers - len(inputs) - 1 - len(zeroed)
-    scratch_values = [f"%s{i}" for i in range(scratch)]
+    (written; they start at zero), then Triton's scratch pointers: its global scratch,
+    where the kernel uses one, written (each workgroup's share, undefined at the start),
+    and small placeholders for the rest."""
+    x, y, z = workgroups
+    hidden = binary.pointers - len(inputs) - 1 - len(zeroed)  # Triton's scratch pointers
+    global_bytes = binary.scratch_bytes * x * y * z
+    global_scratch = [f"tensor<{global_bytes}xi8>"] if global_bytes else []
+    scratch_values = [f"%s{i}" for i in range(hidden - len(global_scratch))]
     arguments = [f"%a{i}" for i in range(len(inputs))]
     zero_values = [f"%z{i}" for i in range(len(zeroed))]
-    operand_types = [*inputs, out, *zeroed] + ["tensor<256xi8>"] * scratch
-    operands = [*arguments, "%out", *zero_values, *scratch_values]
+    written_values = ["%out", *zero_values, *["%g" for _ in global_scratch]]
+    operand_types = [*inputs, out, *zeroed, *global_scratch]
+    operand_types += ["tensor<256xi8>"] * len(scratch_values)
+    operands = [*arguments, *written_values, *scratch_values]
     # Indirect: the buffers come from the call's binding table, so IREE records the command
     # buffer once and replays it. Without the flag an extern dispatch binds its buffers
     # directly and the command buffer (every repeat of the dispatch) is recorded on every
     # call, as IREE's own dispatches are not.
     read_only = '#hal.pipeline.binding<storage_buffer, "ReadOnly|Indirect">'
     written = "#hal.pipeline.binding<storage_buffer, Indirect>"
-    bindings = [read_only] * len(inputs) + [written] * (1 + len(zeroed)) + [read_only] * scratch
+    bindings = [read_only] * len(inputs) + [written] * len(written_values)
+    bindings += [read_only] * len(scratch_values)
     returns = "util.return" if kind == "util.func" else "return"
     visibility = " private" if kind == "util.func" else ""
-    results = f"({', '.join(['%out', *zero_values])})" if zeroed else "%out"
-    count = f":{1 + len(zeroed)}" if zeroed else ""
-    result = "%r#0" if zeroed else "%r"
+    several = len(written_values) > 1
+    results = f"({', '.join(written_values)})" if several else "%out"
+    count = f":{len(written_values)}" if several else ""
+    result = "%r#0" if several else "%r"
     signature = ", ".join(f"{a}: {t}" for a, t in zip(arguments, inputs, strict=True))
-    x, y, z = workgroups
     zeros = zip(zero_values, zeroed, strict=True)
     lines = [
         f"  {kind}{visibility} @{name}({signature}) -> {out} {{",
         f"    %out = flow.tensor.alloca : {out}",
+        *[f"    %g = flow.tensor.alloca : {t}" for t in global_scratch],
         *[f"    {v} = arith.constant dense<0> : {t}" for v, t in zeros],
         *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
         f'    %r{count} = hal.dispatch.extern "{binary.entry}"'
