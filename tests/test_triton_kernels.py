@@ -340,6 +340,11 @@ def test_persistent_points_are_one_workgroup_per_sm_where_tma_can_load(tmp_path)
     assert compile_ptx(narrow, wide, "sm_90", str(tmp_path / "n.ptx")).shared_bytes < 232448
     uneven = build_space(_problem(512, 1020, 512), target, {"pipeline": ["Custom"]})
     assert not any(p["persistent"] for p in uneven.points)  # B's rows of 2040 bytes
+    # A form TMA cannot load (the model's weight read as stored, rows along K) runs the
+    # winner's blocks one workgroup each.
+    stored = _problem(512, 1024, 500, "bf16", "bf16", transpose_b=True)
+    binary = compile_ptx(stored, wide, "sm_90", str(tmp_path / "s.ptx"))
+    assert binary.entry == "matmul" and tuple(binary.workgroups) == (4 * 4, 1, 1)
 
 
 def test_a_custom_point_compiles_through_the_runs_own_jobs(tmp_path):

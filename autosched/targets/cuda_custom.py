@@ -795,16 +795,17 @@ def compile_ptx(
 ) -> KernelBinary:
     """Triton's PTX for one point, written to `path` (no GPU needed); with `epilogue` in it
     (its extra inputs after A and B; it writes the epilogue's type; K is never split).
-    The binary names its workgroups: a rotated kernel's point runs one per block."""
-    if kernel_function(epilogue, params) == "rotated_matmul":
+    The binary names its workgroups: a persistent point runs one workgroup per block
+    where its kernel has no persistent form (`rotated_matmul`) or TMA cannot load this
+    form's operands (a weight read as stored, whose rows run along K)."""
+    rotated = kernel_function(epilogue, params) == "rotated_matmul"
+    if rotated or persistent_unsupported(problem, params.split_k):
         params = dataclasses.replace(params, persistent=0)
     kernel = _kernel(epilogue, params)
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     why = split_unsupported(problem, params.block_k, params.split_k)
     if epilogue is not None and params.split_k > 1:
         why = "a kernel with an epilogue runs its K whole"
-    if params.persistent:
-        why = why or persistent_unsupported(problem, params.split_k)
     if why:
         raise UserError(f"{params.name}: {why}")
     k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
