@@ -9,6 +9,7 @@ from autosched.drivers.campaign import (
     ModelProblem,
     budget_for,
     first_batch,
+    opening_history,
     pick_next,
     shares,
     untried,
@@ -73,3 +74,14 @@ def test_problems_the_budget_left_untried_are_named_largest_share_first():
     for e, trials in ((tried, [1]), (small, []), (large, []), (done, [])):
         e.search = SimpleNamespace(trials=trials)
     assert untried([tried, small, large, done]) == ["large", "small"]
+
+
+def test_a_resumed_problem_counts_as_tried():
+    """A problem whose trials came from the database does not take a first batch before
+    the problems never searched, even with a larger share of the model."""
+    resumed = entry("resumed", 4, opening_history(SimpleNamespace(best_ms=1.0, trials=[1, 2])))
+    fresh = entry("fresh", 1, opening_history(SimpleNamespace(best_ms=0.5, trials=[])))
+    assert resumed.history == [1.0, 1.0] and fresh.history == [0.5]
+    assert pick_next([resumed, fresh]) is fresh
+    fresh.history.append(0.5)
+    assert pick_next([resumed, fresh]) is resumed  # every problem tried: the largest gain
