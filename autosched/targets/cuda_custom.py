@@ -23,7 +23,6 @@ imports nothing of the target (targets/cuda.py imports it).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -33,7 +32,7 @@ import re
 import string
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from autosched.errors import UserError
 from autosched.ops.epilogue import TRITON_TYPES as LANGUAGE_TYPES
@@ -800,7 +799,7 @@ def compile_ptx(
     form's operands (a weight read as stored, whose rows run along K)."""
     rotated = kernel_function(epilogue, params) == "rotated_matmul"
     if rotated or persistent_unsupported(problem, params.split_k):
-        params = dataclasses.replace(params, persistent=0)
+        params = replace(params, persistent=0)
     kernel = _kernel(epilogue, params)
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     why = split_unsupported(problem, params.block_k, params.split_k)
@@ -845,7 +844,7 @@ def compile_ptx(
     binary = triton_binary(
         kernel, signature, constants, buffers, arch, params.warps, params.stages, path
     )
-    return dataclasses.replace(binary, workgroups=grid(problem, params))
+    return replace(binary, workgroups=grid(problem, params))
 
 
 def triton_binary(
