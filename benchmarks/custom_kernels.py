@@ -258,6 +258,7 @@ def main() -> None:
         per_call = ShapeBench(problem, folder, data, 8 * repeat, longer, plain, verifier)
         default_ms, default_note = measure("iree_default", kernel_variant(problem, target, None))
         reference = cublas_ms(problem)
+        print(text, "iree_default", default_ms, "cublas", reference, flush=True)
         rows = [("IREE default", default_ms, default_note)]
         if graphs is not None:
             rows.append(
