@@ -82,6 +82,7 @@ CFG = """
 [Env]
 target = {target}
 devices = {devices}
+parallel_problems = {parallel}
 compile_timeout = 300
 # A candidate that hangs on the GPU (a few implicit-GEMM points of resnet50 did) is recorded
 # as a timeout after this; resnet50's slowest whole-model check runs in about 0.6 s.
@@ -434,6 +435,13 @@ def main() -> None:
         choices=["all", "none"],
         help="[Benchmark] dispatch_table (none: no per-dispatch table, a shorter call)",
     )
+    parser.add_argument(
+        "--parallel-problems",
+        type=int,
+        default=0,
+        help="[Env] parallel_problems (0: two per GPU); more where each trial's check "
+        "compiles the whole model (mobilenet's 1x1 convolutions: about 56 s a candidate)",
+    )
     options = parser.parse_args()
     device = "cuda" if options.target == "cuda" else "cpu"
     os.makedirs(options.out, exist_ok=True)
@@ -461,6 +469,7 @@ def main() -> None:
                     min_time=0.03 if options.target == "cuda" else 0.01,
                     timer=options.timer,
                     devices=options.devices,
+                    parallel=options.parallel_problems,
                     custom=CUSTOM_CFG if options.custom else IREE_ONLY_CFG,
                     n_trial=options.n_trial,
                     layout=options.layout,
