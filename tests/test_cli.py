@@ -91,6 +91,7 @@ def test_run_tunes_and_leaves_csv_log_and_tuned_module(workdir):
     assert ("iree-codegen-tuning-spec-path" in result.output) == spec.exists()
 
 
+@pytest.mark.slow  # 12-17 s: run after the README's test command
 def test_module_with_several_matmuls_is_tuned_problem_by_problem(workdir):
     workdir.configure(n_trial=2, extra="dispatch_repeat = 2")
     text = (

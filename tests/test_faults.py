@@ -471,6 +471,7 @@ def test_torn_last_line_does_not_eat_the_next_record(tuning):
     assert_once_each(tuning)
 
 
+@pytest.mark.slow  # 12-17 s: run after the README's test command
 def test_records_from_another_iree_or_device_are_not_resumed(tuning):
     tuning.configure(n_trial=2)
     assert tuning.run().returncode == 0

@@ -39,6 +39,7 @@ def summary(folder) -> dict:
     return json.loads((folder / "generated/results.summary.json").read_text())
 
 
+@pytest.mark.slow  # 12-17 s: run after the README's test command
 def test_onnx_model_is_tuned_whole_under_one_budget(folder):
     result = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "6"])
     assert result.exit_code == 0, result.output
