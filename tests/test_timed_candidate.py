@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import replace
 
@@ -125,6 +126,11 @@ def test_unit_batch_model_on_cpu_times_applied_candidates(folder, element):
     totals = [d["default_total_ms"] for d in dispatches]
     assert totals == sorted(totals, reverse=True)
     assert "all dispatches:" in (folder / "generated/run.log").read_text()
+    # and what a call spends beside its dispatches: the whole model's time less their sum
+    beside = re.search(
+        r"model: ([\d.]+) ms a call, its dispatches timed alone ([\d.]+)", result.output
+    )
+    assert beside and float(beside[1]) > 0 and float(beside[2]) > 0
 
 
 def test_a_spec_that_misses_the_root_stops_the_search_loudly(folder, monkeypatch):

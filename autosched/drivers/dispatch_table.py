@@ -165,6 +165,23 @@ def dispatch_lines(rows: list[DispatchRow]) -> str:
     return "\n".join([table(headers, cells), total, *layout_line(rows, after)])
 
 
+def outside_line(build: str, model_ms: float | None, rows: list[DispatchRow]) -> str | None:
+    """What a call of the `build` (the proof's time, `model_ms`) spends beside its
+    dispatches timed alone: IREE's runtime handing the call to its queue and the finished
+    work back to the caller (on the H200, the Llama-3-8B layer's kernels ran back to back
+    with 20 us of gaps, and 0.2-0.3 ms went before the first and after the last:
+    benchmarks/model_timeline.py). None without both times."""
+    kernels = sum(r.tuned_total for r in rows)
+    if not model_ms or not kernels:
+        return None
+    outside = model_ms - kernels
+    return (
+        f"the {build} model: {model_ms:.4g} ms a call, its dispatches timed alone "
+        f"{kernels:.4g} ms: {outside:.4g} ms ({outside / model_ms:.0%}) beside them "
+        "(the runtime submitting the call and returning it, and gaps between dispatches)"
+    )
+
+
 def dispatch_summary(rows: list[DispatchRow] | None) -> list[dict]:
     """The rows as the summary JSON holds them (none for no rows)."""
     return [

@@ -392,6 +392,7 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
             config, target, tuning.log, model_path, custom_spec, spec_path
         )
         report.custom_dispatches = dispatch_summary(custom_rows)
+    _outside(tuning, proof, rows, custom_rows, spec_path)
     if rows:
         picture = plot_dispatches(rows, paths.picture, custom=custom_rows)
         click.echo(
@@ -418,6 +419,22 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
     if differ:  # as `apply` does: never a silent 0
         tuning.log.write("exit 1: the tuned model's outputs differ from IREE's default")
         raise SystemExit(1)
+
+
+def _outside(tuning: Tuning, proof, rows, custom_rows, spec_path) -> None:
+    """The line saying what the reported build's calls spend beside their dispatches."""
+    from autosched.drivers.dispatch_table import outside_line
+
+    proof = proof or {}
+    if custom_rows:
+        line = outside_line("custom", (proof.get("custom") or {}).get("ms"), custom_rows)
+    elif spec_path:
+        line = outside_line("tuned", proof.get("tuned_ms"), rows or [])
+    else:
+        line = outside_line("default", proof.get("default_ms"), rows or [])
+    if line:
+        tuning.log.write(line)
+        click.echo(line)
 
 
 def whole_model_table(tuning: Tuning, problems, dispatches, spec_path) -> list:
