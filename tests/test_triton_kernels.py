@@ -116,6 +116,14 @@ def test_the_extern_module_builds_for_sm_90(built, name):
     # IREE embeds Triton's own cubin (an ELF file), not the PTX for the driver to compile.
     assert open(binary.cubin_path, "rb").read(4) == b"\x7fELF"
     assert binary.cubin_path in open(result.job.source).read()
+    # the cubin's bytes are in the module itself: it builds wherever it is copied
+    os.rename(binary.cubin_path, binary.cubin_path + ".moved")
+    try:
+        job = CompileJob(result.job.source, result.job.output + ".moved", result.job.flags)
+        moved = compile_one(job, 300)
+    finally:
+        os.rename(binary.cubin_path + ".moved", binary.cubin_path)
+    assert moved.status == "ok", moved.message
     assert b"\x7fELF" in open(result.job.output, "rb").read()
 
 

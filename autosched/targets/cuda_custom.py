@@ -905,6 +905,18 @@ def triton_binary(
     )
 
 
+def object_attribute(binary: KernelBinary) -> str:
+    """The kernel's cubin as IREE embeds it: its bytes in the attribute itself (`data`), so
+    that a custom spec or module builds wherever it is copied; `path` names where it was
+    built (IREE reads the bytes, not the file)."""
+    with open(binary.cubin_path, "rb") as handle:
+        data = handle.read()
+    return (
+        f'#hal.executable.object<{{path = "{binary.cubin_path}", '
+        f'data = dense<"0x{data.hex().upper()}"> : vector<{len(data)}xi8>}}>'
+    )
+
+
 def extern_function(
     problem: MatmulProblem,
     params: KernelParams,
@@ -999,8 +1011,7 @@ def dispatch_extern_function(
         "      }",
         f"      layout(#hal.pipeline.layout<bindings = [{', '.join(bindings)}]>)",
         "      objects({",
-        f"        {executable_target} ordinal(0) = "
-        f'[#hal.executable.object<{{path = "{binary.cubin_path}"}}>]',
+        f"        {executable_target} ordinal(0) = [{object_attribute(binary)}]",
         "      })",
         f"      <{{workgroup_size = [{binary.threads} : index, 1 : index, 1 : index], "
         f"subgroup_size = 32 : index, workgroup_local_memory = {binary.shared_bytes} : index}}>",
