@@ -206,6 +206,19 @@ def test_unaligned_shapes_pad_on_tensor_cores_and_compile(tmp_path, arch: str) -
     assert not simt.points and "only TileAndFuse on tensor cores pads" in str(simt.rejected)
 
 
+def test_a_dimension_no_power_of_two_tiles_is_one_tile_and_compiles(tmp_path) -> None:
+    """mobilenet_v3's squeeze-excite FC of 24 columns (16x24x72): no power of two from 32
+    tiles 24 and 8 divides it (no padding asked), so its IREE space was empty and the
+    problem ran no trial on the H200. A tile of the whole dimension is one."""
+    path = tmp_path / "se.mlir"
+    path.write_text(matmul_function("se", 16, 24, 72, "f16", "f32"))
+    (problem,) = analyze_file(str(path)).problems
+    target = _target("sm_90")
+    space = build_space(problem, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
+    assert space.points and {p["tile_n"] for p in space.points} == {24}
+    _assert_all_compile_as_emitted(tmp_path, problem, target, space.points[:2])
+
+
 def test_sm_90_target_attribute_compiles(tmp_path) -> None:
     """sm_90 is unknown to --iree-cuda-target in 3.13; the module carries the whole target."""
     target = _target("sm_90")

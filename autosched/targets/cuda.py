@@ -248,6 +248,8 @@ def _padded_tile_candidates(dim: int, low: int, high: int, unit: int) -> list[in
     if dim % unit:
         cover = max(unit, 2 ** math.ceil(math.log2(dim)))
         values.update(powers_of_two(unit, min(cover, high)))
+    if not values and dim <= high:  # 24 columns (mobilenet's squeeze-excite FCs): one tile
+        values.add(dim)
     return sorted(values)
 
 
