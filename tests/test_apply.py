@@ -316,6 +316,27 @@ def test_the_proof_times_every_build_with_the_runtime_flags(tmp_path):
         )  # fmt: skip
 
 
+def test_the_proof_keeps_the_fastest_runtime_flags_for_every_build(tmp_path):
+    """With several candidate flag sets the reported build is timed with each, and the
+    fastest times every build: one worker thread against two (a local-task device), each
+    candidate's time kept in the proof."""
+    from autosched.drivers.model_run import runtime_line
+
+    spec = tmp_path / "spec.mlir"
+    write_spec(spec, "llama_mlp.mlirbc", LLAMA_POINTS)
+    choices = (("--task_topology_group_count=1",), ("--task_topology_group_count=2",))
+    proof = prove(
+        model("llama_mlp.mlirbc"), FLAGS, str(spec), DEVICE, runtime_choices=choices, **QUICK
+    )
+    assert proof.outputs_match and proof.tuned_ms > 0
+    timed = {c.flags: c.ms for c in proof.runtime_choices}
+    assert set(timed) == {" ".join(c) for c in choices} and all(ms > 0 for ms in timed.values())
+    assert proof.runtime_flags == min(timed, key=timed.get)
+    line = " ".join(runtime_line(proof))
+    assert f"runtime flags: `{proof.runtime_flags}`, the fastest" in line
+    assert "task_topology_group_count=1" in line and "task_topology_group_count=2" in line
+
+
 @pytest.mark.parametrize(
     "target, setting, expected",
     [

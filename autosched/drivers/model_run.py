@@ -576,7 +576,7 @@ def run_proof(layout, target, spec_path, config: RunConfig, custom_spec=None, wo
     `work`, by default the run's model/proof folder): IREE's default of the model as given
     against the tuned builds of its layout."""
     from autosched.drivers.proof import prove
-    from autosched.measure.contract import runtime_flags
+    from autosched.measure.contract import runtime_flag_choices, runtime_flags
 
     what = "proving the spec on" if spec_path or custom_spec else "timing"
     click.echo(f"{what} the whole model ...", err=True)
@@ -594,6 +594,7 @@ def run_proof(layout, target, spec_path, config: RunConfig, custom_spec=None, wo
         custom_spec=custom_spec,
         default_model=layout.original if layout.changed else None,
         runtime_flags=runtime_flags(config),
+        runtime_choices=runtime_flag_choices(config),
     )
 
 
@@ -602,7 +603,8 @@ def _prove(layout, target, spec_path, config: RunConfig, tuning: Tuning, custom_
     from dataclasses import asdict
 
     proof = run_proof(layout, target, spec_path, config, custom_spec)
-    for line in [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]:
+    lines = [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]
+    for line in [*lines, *runtime_line(proof)]:
         tuning.log.write(line)
         click.echo(line)
     return {
@@ -617,7 +619,22 @@ def _prove(layout, target, spec_path, config: RunConfig, tuning: Tuning, custom_
         "max_error": proof.max_error,
         "message": proof.message,
         "default_only": proof.default_only,
+        "runtime_flags": proof.runtime_flags,
+        "runtime_choices": [asdict(c) for c in proof.runtime_choices],
     }
+
+
+def runtime_line(proof) -> list[str]:
+    """Which runtime flags the proof chose and what the others gave (none without a
+    choice)."""
+    if len(proof.runtime_choices) < 2:
+        return []
+    named = [
+        f"`{c.flags or 'none'}` {f'{c.ms:.4g} ms' if c.ms is not None else 'did not run'}"
+        for c in proof.runtime_choices
+    ]
+    chosen = proof.runtime_flags or "none"
+    return [f"runtime flags: `{chosen}`, the fastest for this model ({'; '.join(named)})"]
 
 
 def model_line(proof) -> str:
