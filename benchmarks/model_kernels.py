@@ -88,26 +88,36 @@ def whole_times(vmfb: str, function: str, inputs: list[str], flags: str, setting
     return [*rows, ""]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def proof_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of a script that runs the builds a run's proof left behind."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("model", help="the model the proof built (.mlir)")
     parser.add_argument("--proof", required=True, help="the proof's folder (its vmfbs)")
     parser.add_argument("--builds", default="custom,default")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--flags", default="", help="IREE runtime flags, as the proof used")
-    parser.add_argument("--settings", default="", help="flags to add, `;`-separated")
-    options = parser.parse_args()
+    return parser
 
+
+def proof_model(model_path: str, arch: str, work: str):
+    """(entry function, --input values) of the model, as its proof ran it."""
     from autosched.config import RunConfig
     from autosched.measure.module_io import make_inputs, source_entry_function
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
-    target = CudaTarget(RunConfig(target="cuda", arch=options.arch), Machine())
+    target = CudaTarget(RunConfig(target="cuda", arch=arch), Machine())
+    model = os.path.abspath(model_path)
+    entry = source_entry_function(model, target.compile_flags(), None, work, 600, model)
+    return entry, make_inputs(entry, os.path.join(work, "inputs"))
+
+
+def main() -> None:
+    parser = proof_parser(__doc__.splitlines()[0])
+    parser.add_argument("--settings", default="", help="flags to add, `;`-separated")
+    options = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        model = os.path.abspath(options.model)
-        entry = source_entry_function(model, target.compile_flags(), None, work, 600, model)
-        inputs = make_inputs(entry, os.path.join(work, "inputs"))
+        entry, inputs = proof_model(options.model, options.arch, work)
         print(f"`{options.model}`, function `{entry.name}`, flags `{options.flags}`\n")
         for build in options.builds.split(","):
             vmfb = os.path.join(options.proof, f"{build}.vmfb")

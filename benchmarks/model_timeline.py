@@ -21,7 +21,6 @@ and lists the driver calls the host made during the calls (count and time per ca
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -33,6 +32,7 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 
 ANNOTATION = "iree_call"
 
@@ -160,27 +160,15 @@ def report(build: str, split: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="the model the proof built (.mlir)")
-    parser.add_argument("--proof", required=True, help="the proof's folder (its vmfbs)")
-    parser.add_argument("--builds", default="custom,default")
-    parser.add_argument("--arch", default="sm_90")
-    parser.add_argument("--flags", default="", help="IREE runtime flags, as the proof used")
+    from model_kernels import proof_model, proof_parser
+
+    parser = proof_parser(__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--out", default=".", help="where the Chrome traces go")
     options = parser.parse_args()
-
-    from autosched.config import RunConfig
-    from autosched.measure.module_io import make_inputs, source_entry_function
-    from autosched.targets.cuda import CudaTarget
-    from autosched.targets.host import Machine
-
-    target = CudaTarget(RunConfig(target="cuda", arch=options.arch), Machine())
     flags = options.flags.split()
     with tempfile.TemporaryDirectory() as work:
-        model = os.path.abspath(options.model)
-        entry = source_entry_function(model, target.compile_flags(), None, work, 600, model)
-        inputs = make_inputs(entry, os.path.join(work, "inputs"))
+        entry, inputs = proof_model(options.model, options.arch, work)
         print(f"`{options.model}`, function `{entry.name}`, flags `{options.flags}`\n")
         for build in options.builds.split(","):
             vmfb = os.path.join(options.proof, f"{build}.vmfb")
