@@ -42,6 +42,9 @@ SETTINGS = (
 )
 
 
+DEFAULT = "iree-default"  # IREE's own build of the model: no custom kernels, no spec
+
+
 def named(text: str) -> list[tuple[str, list[str]]]:
     """`name=flags;name=flags` as (name, flags) pairs."""
     pairs = []
@@ -72,6 +75,7 @@ def main() -> None:
     parser.add_argument("--builds", default=BUILDS, help="compile settings, name=flags;...")
     parser.add_argument("--settings", default=SETTINGS, help="runtime settings, name=flags;...")
     parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--default", action="store_true", help="IREE's default build too")
     options = parser.parse_args()
 
     from autosched.config import RunConfig
@@ -98,10 +102,15 @@ def main() -> None:
     def compile_build(build: tuple[str, list[str]]) -> str | Exception:
         name, extra = build
         out = os.path.join(work, f"custom.{name}.vmfb")
+        source_flags = [*flags, *spec, RESUME_FLAG] if name != DEFAULT else flags
         try:
-            return iree_compile(rewritten, [*flags, *spec, RESUME_FLAG, *extra], out, 900, model)
+            built_from = rewritten if name != DEFAULT else source
+            return iree_compile(built_from, [*source_flags, *extra], out, 900, model)
         except Exception as error:  # noqa: BLE001 - a build that fails is a row that says so
             return error
+
+    if options.default:  # the settings on IREE's default build too (the proof's baseline)
+        builds.append((DEFAULT, []))
 
     with ThreadPoolExecutor(len(builds)) as pool:
         vmfbs = list(pool.map(compile_build, builds))
