@@ -54,16 +54,18 @@ def kernel_times(command: list[str]) -> list[tuple[str, float]]:
     return [(r["Kernel Name"], float(r["Metric Value"].replace(",", ""))) for r in timed]
 
 
+def calls_command(vmfb: str, function: str, inputs: list[str], flags: list[str], calls: int):
+    """iree-benchmark-module running `calls` calls of the build on the GPU, no warm-up."""
+    command = [benchmark_tool(), f"--module={vmfb}", f"--function={function}"]
+    command += ["--device=cuda", *[f"--input={x}" for x in inputs], *flags]
+    command += ["--benchmark_repetitions=1", f"--benchmark_min_time={calls}x"]
+    return [*command, "--benchmark_min_warmup_time=0"]
+
+
 def one_call(vmfb: str, function: str, inputs: list[str], flags: list[str]) -> list:
     """The kernels of one steady call: the last calls' launches of a run of two calls past
     those of a run of one (the module's own start-up launches are in both)."""
-    runs = []
-    for calls in (1, 2):
-        command = [benchmark_tool(), f"--module={vmfb}", f"--function={function}"]
-        command += ["--device=cuda", *[f"--input={x}" for x in inputs], *flags]
-        command += ["--benchmark_repetitions=1", f"--benchmark_min_time={calls}x"]
-        command += ["--benchmark_min_warmup_time=0"]
-        runs.append(kernel_times(command))
+    runs = [kernel_times(calls_command(vmfb, function, inputs, flags, calls)) for calls in (1, 2)]
     per_call = len(runs[1]) - len(runs[0])
     if per_call <= 0:
         raise RuntimeError("a second call launched no kernels")

@@ -23,6 +23,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from model_kernels import calls_command, proof_model, proof_parser  # noqa: E402
 
 from autosched.measure.benchmark_tool import benchmark_tool  # noqa: E402
 
@@ -46,9 +49,7 @@ def capture(vmfb: str, function: str, inputs: list[str], flags: list[str], bundl
     last failure's message."""
     last = ""
     for families in FAMILIES:
-        command = [benchmark_tool(), f"--module={vmfb}", f"--function={function}"]
-        command += ["--device=cuda", *[f"--input={x}" for x in inputs], *flags]
-        command += ["--benchmark_repetitions=1", f"--benchmark_min_time={calls}x"]
+        command = calls_command(vmfb, function, inputs, flags, calls)
         command += [f"--device_profiling_mode={families}", f"--device_profiling_output={bundle}"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         if done.returncode == 0:
@@ -66,8 +67,6 @@ def report(bundle: str, command: str, *extra: str, lines: int = 80) -> list[str]
 
 
 def main() -> None:
-    from model_kernels import proof_model, proof_parser
-
     parser = proof_parser(__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--out", required=True, help="where the .ireeprof bundles go")
