@@ -26,11 +26,17 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The model's intermediates in one buffer the caller allocates once and passes to every call
+# (IREE's external transients, `samples/external_transients`), not allocated per call.
+EXTERNAL_TRANSIENTS = "--iree-torch-externalize-transients"
+# Flags that act where the model is imported: the rewrite's first compile takes them too.
+INPUT_FLAGS = (EXTERNAL_TRANSIENTS,)
 BUILDS = (
     "memoized=;"
     "one-shot=--iree-hal-memoization=false;"
     "direct=--iree-hal-memoization=false --iree-hal-indirect-command-buffers=false;"
-    "async-internal=--iree-execution-model=async-internal"
+    "async-internal=--iree-execution-model=async-internal;"
+    f"external-transients={EXTERNAL_TRANSIENTS}"
 )
 CACHING = "--cuda_async_allocations=false --device_allocator=caching"
 SETTINGS = (
@@ -52,6 +58,17 @@ def named(text: str) -> list[tuple[str, list[str]]]:
         name, _, flags = item.partition("=")
         pairs.append((name.strip(), flags.split()))
     return pairs
+
+
+def transient_inputs(vmfb: str, function: str) -> list[str]:
+    """The argument a build with external transients takes last (a device buffer of the
+    size its reflection gives), or none."""
+    from iree.runtime import VmInstance, VmModule
+
+    module = VmModule.mmap(VmInstance(), vmfb)
+    reflection = module.lookup_function(f"{function}$async").reflection or {}
+    size = reflection.get("iree.abi.transients.size.constant")
+    return [f"&{size}xi8"] if size else []
 
 
 def model_file(name: str, work: str) -> str:
@@ -95,19 +112,26 @@ def main() -> None:
     # sm_90 is set on the model as the run sets it (iree-compile cannot name it): without
     # it IREE's own dispatches are built for its default CUDA target (138 ms for Llama).
     source = model_for_target(model, target, work)
-    rewritten, replaced = rewrite_model(
-        source, options.custom_spec, flags, os.path.join(work, "custom.mlir"), 900
-    )
     spec = tuning_spec_flags(options.spec, target.tuning_spec_flag)
     builds = named(options.builds)
+
+    def imported(extra: list[str]) -> tuple[str, ...]:
+        return tuple(f for f in extra if f in INPUT_FLAGS)
+
+    # One rewrite of the model for each set of import flags the builds name.
+    rewrites = {}
+    for index, flagged in enumerate(sorted({imported(extra) for _, extra in builds})):
+        out = os.path.join(work, f"custom{index}.mlir")
+        rewrites[flagged] = rewrite_model(source, options.custom_spec, [*flags, *flagged], out, 900)
 
     def compile_build(build: tuple[str, list[str]]) -> str | Exception:
         name, extra = build
         out = os.path.join(work, f"custom.{name}.vmfb")
-        source_flags = [*flags, *spec, RESUME_FLAG] if name != DEFAULT else flags
         try:
-            built_from = rewritten if name != DEFAULT else source
-            return iree_compile(built_from, [*source_flags, *extra], out, 900, model)
+            if name == DEFAULT:
+                return iree_compile(source, [*flags, *extra], out, 900, model)
+            rewritten = rewrites[imported(extra)][0]
+            return iree_compile(rewritten, [*flags, *spec, RESUME_FLAG, *extra], out, 900, model)
         except Exception as error:  # noqa: BLE001 - a build that fails is a row that says so
             return error
 
@@ -119,17 +143,20 @@ def main() -> None:
     entry = source_entry_function(source, flags, None, work, 600, model)
     inputs = make_inputs(entry, os.path.join(work, "inputs"))
     settings = named(options.settings)
-    print(f"`{options.model}` with custom kernels ({replaced} ops replaced), {target.describe()}")
+    print(
+        f"`{options.model}` with custom kernels ({rewrites[()][1]} ops replaced), "
+        f"{target.describe()}"
+    )
     print(f"\n| build (compile flags) | {' | '.join(name for name, _ in settings)} |")
     print("| --- |" + " --- |" * len(settings))
     for (name, extra), vmfb in zip(builds, vmfbs, strict=True):
         if isinstance(vmfb, Exception):
             print(f"| {name} | does not compile: {str(vmfb).splitlines()[0][:80]} |", flush=True)
             continue
-        cells = []
+        cells, called = [], [*inputs, *transient_inputs(vmfb, entry.name)]
         for _, runtime_flags in settings:
             timing = time_module(
-                vmfb, "cuda", inputs, 1, 5, 0.2, 300, entry.name, tuple(runtime_flags)
+                vmfb, "cuda", called, 1, 5, 0.2, 300, entry.name, tuple(runtime_flags)
             )
             ok = timing.median_ms is not None
             cells.append(f"{timing.median_ms:.3f} ({timing.cv:.1%})" if ok else timing.message[:40])
