@@ -16,7 +16,11 @@ CUDA driver call, and splits each steady call into:
 and lists the driver calls the host made during the calls (count and time per call).
 
     python3 benchmarks/model_timeline.py MODEL.mlir --proof generated/model/proof \
-        --builds custom,default [--flags "--cuda_async_allocations=false ..."] [--calls 20]
+        --builds custom,default [--flags "--cuda_async_allocations=false ..."] [--calls 20] \
+        [--sched spin]
+
+`--sched` sets how the host waits for the GPU (CUDA's scheduling flags of the primary
+context, which IREE's runtime uses) before anything creates it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,26 @@ def device_inputs(runtime, device, flags: list[str]) -> list:
             )
         )
     return views
+
+
+# CUDA's scheduling of a host thread that waits for the GPU (cuCtxCreate's CU_CTX_SCHED_*):
+# IREE's waits run cuEventSynchronize in the context it retains, the device's primary one.
+SCHEDULING = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}
+
+
+def set_scheduling(name: str) -> None:
+    """Sets how the primary context's waits wait, before IREE or torch create it."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device = ctypes.c_int()
+    for call, status in (
+        ("cuInit", cuda.cuInit(0)),
+        ("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(device), 0)),
+        ("cuDevicePrimaryCtxSetFlags", cuda.cuDevicePrimaryCtxSetFlags(device, SCHEDULING[name])),
+    ):
+        if status != 0:
+            raise RuntimeError(f"{call} failed: CUDA error {status}")
 
 
 def model_call(vmfb: str, function: str, inputs: list[str], device_uri: str, flags: list[str]):
@@ -165,11 +189,17 @@ def main() -> None:
     parser = proof_parser(__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--out", default=".", help="where the Chrome traces go")
+    parser.add_argument(
+        "--sched", choices=sorted(SCHEDULING), help="how a host wait for the GPU waits"
+    )
     options = parser.parse_args()
+    if options.sched:
+        set_scheduling(options.sched)
     flags = options.flags.split()
     with tempfile.TemporaryDirectory() as work:
         entry, inputs = proof_model(options.model, options.arch, work)
-        print(f"`{options.model}`, function `{entry.name}`, flags `{options.flags}`\n")
+        sched = f", waits `{options.sched}`" if options.sched else ""
+        print(f"`{options.model}`, function `{entry.name}`, flags `{options.flags}`{sched}\n")
         for build in options.builds.split(","):
             vmfb = os.path.join(options.proof, f"{build}.vmfb")
             call = model_call(vmfb, entry.name, inputs, "cuda", flags)
