@@ -143,10 +143,8 @@ def main() -> None:
     entry = source_entry_function(source, flags, None, work, 600, model)
     inputs = make_inputs(entry, os.path.join(work, "inputs"))
     settings = named(options.settings)
-    print(
-        f"`{options.model}` with custom kernels ({rewrites[()][1]} ops replaced), "
-        f"{target.describe()}"
-    )
+    replaced = max(count for _, count in rewrites.values())
+    print(f"`{options.model}` with custom kernels ({replaced} ops replaced), {target.describe()}")
     print(f"\n| build (compile flags) | {' | '.join(name for name, _ in settings)} |")
     print("| --- |" + " --- |" * len(settings))
     for (name, extra), vmfb in zip(builds, vmfbs, strict=True):

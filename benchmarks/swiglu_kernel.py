@@ -29,15 +29,23 @@ import triton.language as tl
 
 
 @triton.jit
-def _tile_of(
-    pid, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, G: tl.constexpr
-):
-    # Blocks launched G rows of blocks at a time, for L2 reuse (as the family's block_of).
+def _block(M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK, G):
+    # This workgroup's rows, columns and first K offsets: blocks launched G rows of blocks
+    # at a time, for L2 reuse (as the family's block_of).
+    pid = tl.program_id(0)
     blocks_n = tl.cdiv(N, BN)
-    group = pid // (G * blocks_n)
-    first = group * G
+    first = pid // (G * blocks_n) * G
     size = min(tl.cdiv(M, BM) - first, G)
-    return first + (pid % (G * blocks_n)) % size, (pid % (G * blocks_n)) // size
+    pm, pn = first + (pid % (G * blocks_n)) % size, (pid % (G * blocks_n)) // size
+    return pm * BM + tl.arange(0, BM), pn * BN + tl.arange(0, BN), tl.arange(0, BK)
+
+
+@triton.jit
+def _swiglu(g, u):
+    # SiLU(g) * u on bf16 values, each step rounded to bf16 as the model rounds it.
+    g = g.to(tl.float32)
+    silu = (g / (1.0 + tl.exp(-g))).to(tl.bfloat16).to(tl.float32)
+    return (silu * u.to(tl.float32)).to(tl.bfloat16)
 
 
 @triton.jit
@@ -47,10 +55,7 @@ def projection(
     SWIGLU: tl.constexpr,
 ):  # fmt: skip
     # out = A @ Wᵀ (W stored [N, K]); with SWIGLU, out = SiLU(gate) * (A @ Wᵀ).
-    pm, pn = _tile_of(tl.program_id(0), M, N, BM, BN, G)
-    rm = pm * BM + tl.arange(0, BM)
-    rn = pn * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
+    rm, rn, rk = _block(M, N, BM, BN, BK, G)
     pa = a + rm[:, None] * K + rk[None, :]
     pw = w + rn[None, :] * K + rk[:, None]
     acc = tl.zeros((BM, BN), dtype=tl.float32)
@@ -61,8 +66,7 @@ def projection(
     offsets = rm[:, None] * N + rn[None, :]
     value = acc.to(tl.bfloat16)
     if SWIGLU:
-        g = tl.load(gate + offsets).to(tl.float32)
-        value = (g / (1.0 + tl.exp(-g)) * value.to(tl.float32)).to(tl.bfloat16)
+        value = _swiglu(tl.load(gate + offsets), value)
     tl.store(out + offsets, value)
 
 
@@ -72,10 +76,7 @@ def fused_swiglu(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
 ):  # fmt: skip
     # out = SiLU(A @ Wgᵀ) * (A @ Wuᵀ): each tile of A loaded once for both products.
-    pm, pn = _tile_of(tl.program_id(0), M, N, BM, BN, G)
-    rm = pm * BM + tl.arange(0, BM)
-    rn = pn * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
+    rm, rn, rk = _block(M, N, BM, BN, BK, G)
     pa = a + rm[:, None] * K + rk[None, :]
     pg = wg + rn[None, :] * K + rk[:, None]
     pu = wu + rn[None, :] * K + rk[:, None]
@@ -88,11 +89,9 @@ def fused_swiglu(
         pa += BK
         pg += BK
         pu += BK
-    # Rounded as the model rounds each projection before the product.
-    g = acc_g.to(tl.bfloat16).to(tl.float32)
-    u = acc_u.to(tl.bfloat16).to(tl.float32)
-    value = (g / (1.0 + tl.exp(-g))).to(tl.bfloat16).to(tl.float32) * u
-    tl.store(out + rm[:, None] * N + rn[None, :], value.to(tl.bfloat16))
+    # Each projection rounded to bf16 before the product, as the model rounds it.
+    value = _swiglu(acc_g.to(tl.bfloat16), acc_u.to(tl.bfloat16))
+    tl.store(out + rm[:, None] * N + rn[None, :], value)
 
 
 def two_kernels(x, wg, wu, blocks=(128, 256, 64), warps=8, stages=3):
