@@ -92,9 +92,18 @@ def model_call(vmfb: str, function: str, inputs: list[str], device_uri: str, fla
     """A no-argument callable running the model once, synchronously, with IREE's runtime."""
     import iree.runtime as runtime
 
+    # `--device_allocator` is a flag of IREE's tools, not of its Python runtime: the
+    # runtime takes the allocators when it creates the device.
+    allocators = [f.split("=", 1)[1] for f in flags if f.startswith("--device_allocator=")]
+    flags = [f for f in flags if not f.startswith("--device_allocator=")]
     if flags:
         runtime.flags.parse_flags(*flags)
-    config = runtime.Config(device=runtime.get_device(device_uri))
+    if allocators:
+        driver = runtime.get_driver(device_uri.split(":")[0])
+        device = driver.create_device_by_uri(device_uri, allocators=allocators)
+    else:
+        device = runtime.get_device(device_uri)
+    config = runtime.Config(device=device)
     context = runtime.SystemContext(config=config)
     module = runtime.VmModule.mmap(config.vm_instance, vmfb)
     context.add_vm_module(module)

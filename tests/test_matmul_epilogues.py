@@ -157,3 +157,58 @@ def test_the_layer_with_epilogues_in_its_kernels_gives_the_default_builds_output
     assert result.exit_code == 0, result.output
     assert "with custom kernels (7 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+SPECIALIZED = {**POINT, "persistent": 132, "specialized": 1}
+
+
+def test_warp_specialized_kernels_keep_the_layers_epilogues(llama_epilogues):
+    """Every matmul of the Llama layer as the warp-specialized kernel (Gluon: a loader warp
+    feeding the MMA warps), each with its epilogue, a loader warpgroup beside its 4 MMA
+    warps; where RoPE rotates heads within the tile, the persistent kernel. The rewritten
+    layer builds for sm_90."""
+    from test_triton_kernels import _iree_compile
+
+    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+
+    target, model, *_, folder = llama_epilogues
+    spec = triton_spec(
+        llama_epilogues, str(folder / "specialized.mlir"), SPECIALIZED, llama_epilogues[3]
+    )
+    module = ir.Module.parseFile(spec, ir.Context())
+    sizes = [
+        str(op.attributes["workgroup_size"])
+        for op in walk_ops(module.operation)
+        if op.name == "hal.dispatch.extern"
+    ]
+    threads = [int(size.split(" : ")[0].strip("[")) for size in sizes]
+    # Every variant of the spec (plain, narrow, stored, with an epilogue) is a
+    # warp-specialized kernel but q's and k's RoPE epilogues (each plain and stored).
+    assert threads.count(4 * 32 + 128) == len(threads) - 4
+    assert threads.count(4 * 32) == 4
+    flags = target.compile_flags()
+    out = str(folder / "rewritten_specialized.mlir")
+    rewritten, replaced = rewrite_model(model, spec, flags, out, 300)
+    assert replaced == 7
+    _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+
+
+@pytest.mark.gpu
+def test_warp_specialized_kernels_give_the_default_builds_outputs(
+    llama_epilogues, tmp_path, monkeypatch
+):
+    """On the GPU: the layer with its matmuls as warp-specialized kernels (and their
+    epilogues) gives IREE's default build's outputs."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    folder = llama_epilogues[-1]
+    spec = triton_spec(
+        llama_epilogues, str(folder / "specialized_gpu.mlir"), SPECIALIZED, llama_epilogues[3]
+    )
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", LLAMA_BF16, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (7 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]

@@ -84,6 +84,17 @@ CASES = {
         _problem(128, 128, 64, batch=3),
         KernelParams(64, 64, 32, 4, 2, 1, 1, 3),
     ),
+    # Warp-specialized (Gluon): 6 blocks taken by 2 workgroups, B along N; weights as
+    # stored, bf16 C stored by TMA past its last rows (12 blocks, 3 workgroups); a batch.
+    "specialized": (_problem(256, 384, 512), KernelParams(128, 128, 64, 8, 3, 8, 1, 2, 1)),
+    "specialized_linear_bf16": (
+        _problem(200, 304, 192, "bf16", "bf16", transpose_b=True),
+        KernelParams(64, 128, 64, 4, 3, 4, 1, 3, 1),
+    ),
+    "specialized_batched": (
+        _problem(128, 128, 64, batch=3),
+        KernelParams(64, 64, 32, 4, 2, 1, 1, 3, 1),
+    ),
 }
 
 
@@ -110,7 +121,8 @@ def built(tmp_path_factory):
 def test_the_extern_module_builds_for_sm_90(built, name):
     problem, binary, result = built[name]
     assert result.status == "ok", result.message
-    assert binary.pointers >= 3 and binary.threads == CASES[name][1].warps * 32
+    loader = 128 if CASES[name][1].specialized else 0  # the loader warp's warpgroup
+    assert binary.pointers >= 3 and binary.threads == CASES[name][1].warps * 32 + loader
     ptx = open(binary.ptx_path).read()
     assert ".target sm_90a" in ptx
     # IREE embeds Triton's own cubin (an ELF file), not the PTX for the driver to compile.
@@ -335,7 +347,7 @@ def test_persistent_points_are_one_workgroup_per_sm_where_tma_can_load(tmp_path)
     _, target = _cuda(tmp_path)
     problem = _problem(512, 1024, 512, "bf16", "f32", transpose_b=True)
     space = build_space(problem, target, {"pipeline": ["Custom"]})
-    persistent = [p for p in space.points if p["persistent"]]
+    persistent = [p for p in space.points if p["persistent"] and not p["specialized"]]
     assert persistent and {p["persistent"] for p in persistent} == {132}
     assert all(p["split_k"] == 1 for p in persistent)
     assert target.config_name(persistent[0]).endswith("_p132")
@@ -353,6 +365,42 @@ def test_persistent_points_are_one_workgroup_per_sm_where_tma_can_load(tmp_path)
     stored = _problem(512, 1024, 500, "bf16", "bf16", transpose_b=True)
     binary = compile_ptx(stored, wide, "sm_90", str(tmp_path / "s.ptx"))
     assert binary.entry == "matmul" and tuple(binary.workgroups) == (4 * 4, 1, 1)
+
+
+def test_warp_specialized_points_are_persistent_and_fit_wgmma(tmp_path):
+    """The family's `specialized` knob: 1 only with a persistent point whose block is 16
+    rows a warp by at most 256 columns, its f32 accumulator at most 128 registers a thread.
+    Its kernel is Gluon's (`specialized_matmul`): the MMA warps and a loader warpgroup, its
+    stages in shared memory and, with a bf16 C, a block of C for the TMA store; with an f32
+    C that block does not fit beside 3 stages of 128x256x64, and the block is stored from
+    registers. Where TMA cannot load the operands it runs the plain kernel."""
+    from autosched.search.space import build_space
+
+    _, target = _cuda(tmp_path)
+    problem = _problem(512, 1024, 512, "bf16", "f32", transpose_b=True)
+    points = build_space(problem, target, {"pipeline": ["Custom"]}).points
+    specialized = [p for p in points if p["specialized"]]
+    assert specialized and all(p["persistent"] == 132 for p in specialized)
+    assert all(p["tile_m"] % (16 * p["warps"]) == 0 for p in specialized)
+    blocks = {(p["tile_m"], p["tile_n"], p["warps"]) for p in specialized}
+    assert (128, 256, 8) in blocks and (128, 256, 4) not in blocks and (64, 64, 8) not in blocks
+    assert target.config_name(specialized[0]).endswith("_p132_ws")
+    assert target.starting_points(problem)[0]["specialized"] == 1
+    wide = KernelParams(128, 256, 64, 8, 3, 8, 1, 132, specialized=1)
+    f32 = compile_ptx(problem, wide, "sm_90", str(tmp_path / "f32.ptx"))
+    narrow = _problem(512, 1024, 512, "bf16", "bf16", transpose_b=True)
+    bf16 = compile_ptx(narrow, wide, "sm_90", str(tmp_path / "bf16.ptx"))
+    for binary in (f32, bf16):
+        assert binary.entry == "specialized_matmul" and binary.threads == 8 * 32 + 128
+        assert tuple(binary.workgroups) == (4 * 4, 1, 1)  # fewer blocks than SMs
+    stages = 3 * (128 + 256) * 64 * 2
+    assert stages <= f32.shared_bytes < stages + 1024  # stages and barriers
+    assert bf16.shared_bytes >= stages + 128 * 256 * 2  # and a bf16 block of C
+    ptx = open(bf16.ptx_path).read()
+    assert "setmaxnreg" in ptx and "cp.async.bulk.tensor.2d.global.shared" in ptx
+    stored = _problem(512, 1024, 500, "bf16", "bf16", transpose_b=True)
+    binary = compile_ptx(stored, wide, "sm_90", str(tmp_path / "s.ptx"))
+    assert binary.entry == "matmul"
 
 
 def test_a_custom_point_compiles_through_the_runs_own_jobs(tmp_path):
@@ -700,7 +748,8 @@ def test_a_dry_run_of_the_custom_family_sweep_writes_no_custom_variant(tmp_path,
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "320 valid, 0 variants written (320 custom kernels not" in result.output
+    # 320 points, and 108 of them warp-specialized too
+    assert "428 valid, 0 variants written (428 custom kernels not" in result.output
 
 
 LLAMA_BF16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_llama_layer_bf16.mlirbc")

@@ -123,6 +123,7 @@ def _csv_point(row: dict[str, str], dtype: str, acc: str) -> dict:
         "group_m": 0,
         "split_k": 0,
         "persistent": 0,
+        "specialized": 0,
     }
 
 

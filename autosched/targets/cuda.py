@@ -735,6 +735,8 @@ class CudaTarget(Target):
             **{f"log2_{k}": math.log2(max(int(point[k]), 1)) for k in numeric},
             "is_mma": float(_is_mma(point)),
             "is_custom": float(custom),
+            # log2 of the knob cannot tell 0 from 1: a loader warp feeding the MMA warps
+            "is_specialized": float(point.get("specialized", 0) > 0),
             "vector_distribute": float(point["pipeline"] == "VectorDistribute"),
             "log2_threads": math.log2(threads),
             "warps": threads / WARP,

@@ -40,6 +40,13 @@ from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.targets.base import Constraint, Family, KnobSpec, Point
+from autosched.targets.cuda_custom_gluon import (
+    GLUON_PRELUDE,
+    LOADER_REGISTERS,
+    LOADER_THREADS,
+    SPECIALIZED_KERNEL_SOURCE,
+    TMA_STORE,
+)
 
 TRITON_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 INPUT_TYPES = ("f16", "bf16")  # the tensor-core inputs the family covers
@@ -62,14 +69,18 @@ class KernelParams:
     # Workgroups that take the output blocks in turn, loading A and B by TMA descriptors
     # (`persistent_matmul`); 0: one workgroup per block, loading by pointers.
     persistent: int = 0
+    # 1: the persistent kernel warp-specialized, a loader warp feeding the MMA warps
+    # (`specialized_matmul`, Gluon: cuda_custom_gluon.py).
+    specialized: int = 0
 
     @property
     def name(self) -> str:
         split = f"_k{self.split_k}" if self.split_k > 1 else ""
         persistent = f"_p{self.persistent}" if self.persistent else ""
+        specialized = "_ws" if self.specialized else ""
         return (
             f"tr_b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps}"
-            f"_s{self.stages}_g{self.group_m}{split}{persistent}"
+            f"_s{self.stages}_g{self.group_m}{split}{persistent}{specialized}"
         )
 
     @classmethod
@@ -85,6 +96,7 @@ class KernelParams:
             group_m=point["group_m"],
             split_k=max(point.get("split_k", 1), 1),
             persistent=point.get("persistent", 0),
+            specialized=point.get("specialized", 0),
         )
 
 
@@ -153,6 +165,12 @@ CUSTOM_KNOB_SPECS = (
         "(0: one workgroup per block)",
         minimum=0,
     ),
+    KnobSpec(
+        "specialized",
+        "custom kernels: 1 for the persistent kernel warp-specialized, a loader warp feeding "
+        "the MMA warps (Gluon)",
+        minimum=0,
+    ),
 )
 CUSTOM_KNOBS = tuple(knob.name for knob in CUSTOM_KNOB_SPECS)
 # Custom kernels measured first: the fp16 configurations Triton's matmul tutorial autotunes
@@ -160,6 +178,11 @@ CUSTOM_KNOBS = tuple(knob.name for knob in CUSTOM_KNOB_SPECS)
 # plus the probe's 128x128x64. At 4096^3 f16 on the H200, xgboost alone needed a median of
 # 31 trials to come within 5 % of the best of the family's 168 points (random: 17).
 CUSTOM_STARTING = (
+    # Warp-specialized (a loader warp feeding the MMA warps; persistent, loading by TMA):
+    # at 128x256x64 in 3 stages it ran the Llama-3-8B layer's MLP matmuls at cuBLAS's
+    # speed on the H200, 12-18 % faster than the plain 128x256x64 below (session 27).
+    (128, 256, 64, 8, 3, "specialized"),
+    (128, 128, 64, 4, 4, "specialized"),
     (128, 256, 64, 8, 3),
     # Persistent (one workgroup per SM), loading by TMA, where TMA can read the operands:
     # the largest blocks whose stages and epilogue fit an f32 C in shared memory.
@@ -234,6 +257,20 @@ def persistent_candidates(problem: MatmulProblem, sm_count: int) -> list[int]:
     return [0, sm_count]
 
 
+def specialized_fits(point: Point) -> bool:
+    """Whether a warp-specialized point's block fits its kernel: persistent, each warp 16
+    rows of the block (wgmma's rows; a warpgroup's 64 repeat down the block), at most 256
+    columns (wgmma's widest), and an f32 accumulator of at most 128 registers a thread (at
+    128x256 with 8 warps, the kernel's widest, the MMA warps take 240 registers)."""
+    rows, columns, warps = point["tile_m"], point["tile_n"], point["warps"]
+    return (
+        point["persistent"] > 0
+        and rows % (16 * warps) == 0
+        and columns <= 256
+        and rows * columns <= 128 * warps * WARP
+    )
+
+
 def _power_of_two(knob: str, low: int) -> Constraint:
     return Constraint(
         f"custom kernels: {knob} is a power of two from {low}",
@@ -272,6 +309,7 @@ class CustomKernels:
 
     def family(self, problem: MatmulProblem, pinned: dict[str, list]) -> Family:
         """The family's part of the space; `pinned` holds IREE's knobs at neutral values."""
+        persistent = persistent_candidates(problem, self.sm_count)
         return Family(
             "custom",
             self.constraints(problem),
@@ -283,7 +321,8 @@ class CustomKernels:
                 "warps": [4, 8],
                 "group_m": [1, 8],
                 "split_k": split_k_candidates(problem),
-                "persistent": persistent_candidates(problem, self.sm_count),
+                "persistent": persistent,
+                "specialized": [0, 1] if max(persistent) else [0],
             },
         )
 
@@ -309,7 +348,7 @@ class CustomKernels:
             ),
             Constraint(
                 f"shared memory over the {self.arch} limit",
-                ("tile_m", "tile_n", "tile_k", "pipeline_depth", "persistent"),
+                ("tile_m", "tile_n", "tile_k", "pipeline_depth", "persistent", "specialized"),
                 lambda p, x: self.shared_memory(p, x) <= self.shared_memory_bytes,
             ),
             Constraint(
@@ -317,6 +356,12 @@ class CustomKernels:
                 "16-byte steps (TMA)",
                 ("split_k", "persistent"),
                 lambda p, x: not x["persistent"] or not persistent_unsupported(p, x["split_k"]),
+            ),
+            Constraint(
+                "custom kernels: a warp-specialized kernel is persistent, its block 16 rows a "
+                "warp (wgmma) by at most 256 columns, its accumulator 128 registers a thread",
+                ("tile_m", "tile_n", "warps", "persistent", "specialized"),
+                lambda p, x: not x["specialized"] or specialized_fits(x),
             ),
             Constraint(
                 "custom kernels: split-K needs an f32 C and K in shares of whole blocks",
@@ -328,14 +373,15 @@ class CustomKernels:
         ]
 
     def starting_points(self, problem: MatmulProblem) -> list[Point]:
-        """CUSTOM_STARTING (its persistent ones where TMA can load the operands), then
-        SKINNY_STARTING for few rows (partial points)."""
+        """CUSTOM_STARTING (its persistent and warp-specialized ones where TMA can load the
+        operands), then SKINNY_STARTING for few rows (partial points)."""
         knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
         skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
         programs = max(persistent_candidates(problem, self.sm_count))
         custom = [
             {"pipeline": CUSTOM, **dict(zip(knobs, values[:5], strict=True)), "group_m": 8}
             | ({"persistent": programs} if values[5:] else {})
+            | ({"specialized": 1} if values[5:] == ("specialized",) else {})
             for values in CUSTOM_STARTING
             if not values[5:] or programs
         ]
@@ -348,7 +394,8 @@ class CustomKernels:
         ]
 
     def workgroup_size(self, point: Point) -> list[int]:
-        return [point["warps"] * WARP, 1, 1]
+        loader = LOADER_THREADS if point.get("specialized") else 0
+        return [point["warps"] * WARP + loader, 1, 1]
 
     def shared_memory(self, problem: MatmulProblem, point: Point) -> int:
         """Triton stages A and B blocks once per pipeline stage. A persistent kernel's
@@ -359,6 +406,8 @@ class CustomKernels:
         element = self.element_bytes[problem.lhs_type]
         blocks = (point["tile_m"] + point["tile_n"]) * point["tile_k"] * element
         epilogue = 0
+        if point.get("specialized"):  # the epilogue stores from registers
+            return blocks * point["pipeline_depth"]
         if point.get("persistent"):
             c_block = point["tile_m"] * point["tile_n"] * self.element_bytes[problem.acc_type]
             epilogue = c_block // 2
@@ -369,7 +418,8 @@ class CustomKernels:
         split, persistent = point.get("split_k", 1), point.get("persistent", 0)
         name = f"tr_{tiles}_w{point['warps']}_s{point['pipeline_depth']}_g{point['group_m']}"
         name += f"_k{split}" if split > 1 else ""
-        return name + (f"_p{persistent}" if persistent else "")
+        name += f"_p{persistent}" if persistent else ""
+        return name + ("_ws" if point.get("specialized") else "")
 
     def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
         """Triton compiles the point to PTX and writes its extern module to `source`."""
@@ -541,7 +591,9 @@ $pointers
     inside = (rm[:, None] < M) & (rn[None, :] < N)
 $epilogue
     value = out.to(c.dtype.element_ty)
-    if EVEN:
+$store"""
+# STORE_TILE's store: masked unless the blocks cover C exactly.
+PLAIN_STORE = """    if EVEN:
         tl.store(c_ptrs, value)
     else:
         tl.store(c_ptrs, value, mask=inside)"""
@@ -669,10 +721,26 @@ def tile_rotation(epilogue: Epilogue) -> list[str]:
 
 def kernel_function(epilogue: Epilogue | None, params: KernelParams) -> str:
     """Which kernel a point runs: `rotated_matmul` for an epilogue rotating heads in blocks
-    of a head or less (it has no persistent form), else `persistent_matmul` or `matmul`."""
+    of a head or less (it has no persistent form), else `specialized_matmul`,
+    `persistent_matmul` or `matmul`. A warp-specialized point whose epilogue rotates its
+    tile (`rotates_in_tile`: reshapes of the tile Gluon would need layouts for) runs
+    `persistent_matmul`."""
     if rotated_kernel(epilogue, params.block_n):
         return "rotated_matmul"
+    if params.specialized and params.persistent and not rotates_in_tile(epilogue, params.block_n):
+        return "specialized_matmul"
     return "persistent_matmul" if params.persistent else "matmul"
+
+
+def specialized_source(epilogue: Epilogue | None, block_n: int) -> str:
+    """`specialized_matmul`'s source (cuda_custom_gluon.py), its epilogue and store inside
+    the MMA warps' loop over blocks."""
+    tile = matmul_store_tile(epilogue, block_n, TMA_STORE).splitlines()
+    inner = "\n".join(x if x == "$epilogue" else f"    {x}" for x in tile)
+    source = GLUON_PRELUDE + string.Template(SPECIALIZED_KERNEL_SOURCE).safe_substitute(
+        store_tile=inner, parameters=KERNEL_PARAMETERS, loader_registers=LOADER_REGISTERS
+    )
+    return with_epilogue(source, epilogue, ("rn", "N", "offsets", "inside"), indent=2)
 
 
 def kernel_source(
@@ -705,16 +773,18 @@ def kernel_source(
     return with_epilogue(source, epilogue, names)
 
 
-def matmul_store_tile(epilogue: Epilogue | None, block_n: int) -> str:
+def matmul_store_tile(epilogue: Epilogue | None, block_n: int, write: str = PLAIN_STORE) -> str:
     """`matmul`'s lines after its main loop (`STORE_TILE`): its result's layout, and with a
     rotated input whose blocks rotate in their tile, that rotation (`$epilogue` left to
-    fill)."""
+    fill); `write` stores the tile `value`."""
     store = epilogue.store if epilogue else None
     offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else ROW_MAJOR
     pointers = "    c_ptrs = c + offsets" if store else ""
     if rotates_in_tile(epilogue, block_n):
         pointers += "".join(f"\n    {line}" for line in tile_rotation(epilogue))
-    return string.Template(STORE_TILE).safe_substitute(offsets=offsets, pointers=pointers)
+    return string.Template(STORE_TILE).safe_substitute(
+        offsets=offsets, pointers=pointers, store=write
+    )
 
 
 def rotated_halves(offsets: str) -> list[str]:
@@ -722,7 +792,7 @@ def rotated_halves(offsets: str) -> list[str]:
     then each half's epilogue and store, the result written at `offsets` (`$epilogue` left
     to fill)."""
     tile = string.Template(STORE_TILE).safe_substitute(
-        offsets=offsets, pointers="    c_ptrs = c + offsets"
+        offsets=offsets, pointers="    c_ptrs = c + offsets", store=PLAIN_STORE
     )
     halves = [line for half in ROTATED_HALVES for line in [*(f"    {x}" for x in half), tile]]
     return [f"    {ROTATED_SPLIT}", *halves]
@@ -749,6 +819,8 @@ def _kernel(epilogue: Epilogue | None, params: KernelParams):
     """The Triton kernel `kernel_function` names (built from its source, so that importing
     this module needs no Triton)."""
     function = kernel_function(epilogue, params)
+    if function == "specialized_matmul":
+        return kernel_from_source(specialized_source(epilogue, params.block_n), function)
     persistent = function == "persistent_matmul"
     return kernel_from_source(kernel_source(epilogue, params.block_n, persistent), function)
 
@@ -799,8 +871,9 @@ def compile_ptx(
     form's operands (a weight read as stored, whose rows run along K)."""
     rotated = kernel_function(epilogue, params) == "rotated_matmul"
     if rotated or persistent_unsupported(problem, params.split_k):
-        params = replace(params, persistent=0)
+        params = replace(params, persistent=0, specialized=0)
     kernel = _kernel(epilogue, params)
+    gluon = kernel_function(epilogue, params) == "specialized_matmul"
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     why = split_unsupported(problem, params.block_k, params.split_k)
     if epilogue is not None and params.split_k > 1:
@@ -832,6 +905,8 @@ def compile_ptx(
         constants["HALF"] = epilogue.period // 2
     if params.persistent:
         constants["PROGRAMS"] = params.persistent
+    if gluon:
+        constants["STAGES"] = params.stages  # Gluon does not pipeline: the kernel's ring
     signature = {"a": f"*{element}", "b": f"*{element}"}
     for index, (_, operand) in enumerate(epilogue.extras if epilogue else []):
         signature[f"e{index}"] = f"*{TRITON_TYPES[operand.element]}"
@@ -840,11 +915,33 @@ def compile_ptx(
     signature |= {"c": f"*{output}", "locks": "*i32"}
     if params.split_k == 1:
         constants["locks"] = None  # no lock pointer in the kernel's parameters
+    if gluon:
+        constants["TMA_STORE"] = tma_store_fits(problem, params, epilogue, output, arch)
     buffers = len(signature) - 1  # the locks are not one of IREE's bindings here
     binary = triton_binary(
-        kernel, signature, constants, buffers, arch, params.warps, params.stages, path
+        kernel, signature, constants, buffers, arch, params.warps, params.stages, path, gluon
     )
     return replace(binary, workgroups=grid(problem, params))
+
+
+TRITON_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def tma_store_fits(
+    problem: MatmulProblem, params: KernelParams, epilogue: Epilogue | None, output: str, arch: str
+) -> bool:
+    """Whether the warp-specialized kernel stores its blocks by TMA: C row-major (no
+    epilogue that writes it permuted), its rows in 16-byte steps, and a block of C beside
+    the stages in shared memory (at 128x256x64 in 3 stages, a bf16 C fits and an f32 one
+    does not). On the H200 the TMA store took the Llama-3 gate projection from 0.393 to
+    0.338 ms (benchmarks/gluon_matmul.py, session 27)."""
+    if epilogue is not None and epilogue.store is not None:
+        return False
+    element = TRITON_BYTES[TRITON_TYPES[problem.lhs_type]]
+    stages = params.stages * (params.block_m + params.block_n) * params.block_k * element
+    c_block = params.block_m * params.block_n * TRITON_BYTES[output]
+    limit = SHARED_MEMORY_BYTES.get(arch, 0) - 1024  # the stages' barriers and alignment
+    return problem.n * TRITON_BYTES[output] % 16 == 0 and stages + c_block <= limit
 
 
 def triton_binary(
@@ -856,9 +953,11 @@ def triton_binary(
     warps: int,
     stages: int,
     path: str,
+    gluon: bool = False,
 ) -> KernelBinary:
     """Triton's PTX and cubin for one kernel (`buffers`: its leading pointer parameters,
-    IREE's bindings), the PTX written to `path` (no GPU needed)."""
+    IREE's bindings), the PTX written to `path` (no GPU needed); `gluon`: a Gluon kernel
+    (its stages its own, its threads all its warps, the loader's too)."""
     triton = import_triton()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -868,13 +967,16 @@ def triton_binary(
     # asynchronous copies and pipelines its stages; untold, each element is its own load
     # (1.5 ms instead of about 0.2 at 4096^3 f16 on the H200).
     aligned = {(index,): [["tt.divisibility", 16]] for index in range(buffers)}
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
+    options = {"num_warps": warps, "num_stages": stages}
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source = GluonASTSource(kernel, signature, constants, aligned)
+        options.pop("num_stages")
+    else:
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
     capability = int(arch.removeprefix("sm_"))
-    compiled = triton.compile(
-        source,
-        target=GPUTarget("cuda", capability, 32),
-        options={"num_warps": warps, "num_stages": stages},
-    )
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
     shared = int(compiled.metadata.shared)
     if shared > SHARED_MEMORY_BYTES.get(arch, shared):
         raise UserError(
@@ -900,7 +1002,7 @@ def triton_binary(
         entry=entry.group(1),
         pointers=entry.group(2).count(".param"),
         shared_bytes=shared,
-        threads=warps * WARP,
+        threads=int(compiled.metadata.num_warps) * WARP,  # a Gluon kernel's loader warps too
         scratch_bytes=int(getattr(compiled.metadata, "global_scratch_size", 0)),
     )
 
