@@ -866,3 +866,30 @@ def test_a_runs_custom_spec_reads_the_models_reshapes(tmp_path):
     assert write_custom_spec(spec, target, [entry], {problem.name: found}, log, model_and_work)
     text = open(spec).read()
     assert "@match_narrow_stored_0_r1" in text and "flow.tensor.reshape" in text
+
+
+def test_custom_kernels_are_timed_in_the_form_the_model_runs(tmp_path):
+    """The Llama layer's matmuls whose dispatches truncate their f32 result to bf16 (q and
+    o, gate and up, down) have their custom kernels timed narrow, a bf16 C, as the model's
+    substitution writes them; k and v, which keep f32 in their dispatch, as they are. The
+    spec still replaces the model's own problem."""
+    from autosched.drivers.campaign import ModelProblem
+    from autosched.drivers.custom_route import timed_form
+    from autosched.drivers.model_run import model_for_target
+    from autosched.model.lowering import analyze_model
+    from autosched.targets.cuda import CudaTarget
+    from autosched.targets.host import Machine
+
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))
+    model = model_for_target(LLAMA_BF16, target, str(tmp_path / "work"))
+    contractions = analyze_model(model, target.compile_flags()).contractions
+    timed = {
+        c.as_matmul_problem().name: timed_form(ModelProblem(c.as_matmul_problem(), c)).acc_type
+        for c in contractions
+    }
+    assert timed == {
+        "batch_matmul_1x64x128x128_bf16_bf16_f32": "bf16",  # q and o
+        "batch_matmul_1x64x64x128_bf16_bf16_f32": "f32",  # k and v
+        "batch_matmul_1x64x256x128_bf16_bf16_f32": "bf16",  # gate and up
+        "batch_matmul_1x64x128x256_bf16_bf16_f32": "bf16",  # down
+    }
