@@ -164,21 +164,12 @@ def report(build: str, spans: list) -> list[str]:
 def tool_calls(vmfb: str, function: str, inputs: list[str], flags: list[str], library: str):
     """The driver calls of iree-benchmark-module timing the build as the proof does, with
     the trace preloaded: (median ms a call, [(thread, name, enter ns, exit ns)...])."""
-    from autosched.measure.benchmark_tool import time_module
+    from model_kernels import tool_timing
 
     with tempfile.NamedTemporaryFile(suffix=".txt") as out:
         env = {"LD_PRELOAD": library, "AUTOSCHED_CUPTI_LIB": load_cupti()._name}
         env["AUTOSCHED_CUPTI_OUT"] = out.name
-        saved = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
-        try:
-            timing = time_module(vmfb, "cuda", inputs, 1, 3, 0.2, 300, function, tuple(flags))
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name)
-                else:
-                    os.environ[name] = value
+        timing = tool_timing(vmfb, function, inputs, flags, env, repetitions=3)
         events = []
         for line in open(out.name, encoding="utf-8"):
             thread, name, enter, leave = line.split()

@@ -90,6 +90,23 @@ def whole_times(vmfb: str, function: str, inputs: list[str], flags: str, setting
     return [*rows, ""]
 
 
+def tool_timing(
+    vmfb: str, function: str, inputs: list[str], flags: list[str], env: dict, repetitions: int = 5
+):
+    """iree-benchmark-module's timing of a build (as the proof times it) with `env` added
+    to the tool's environment (a preloaded library and its settings)."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        return time_module(vmfb, "cuda", inputs, 1, repetitions, 0.2, 300, function, tuple(flags))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def proof_parser(description: str) -> argparse.ArgumentParser:
     """The arguments of a script that runs the builds a run's proof left behind."""
     parser = argparse.ArgumentParser(description=description)

@@ -25,10 +25,8 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from model_kernels import proof_model, proof_parser  # noqa: E402
+from model_kernels import proof_model, proof_parser, tool_timing  # noqa: E402
 from model_timeline import SCHEDULING  # noqa: E402
-
-from autosched.measure.benchmark_tool import time_module  # noqa: E402
 
 SHIM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_wait_shim.c")
 
@@ -43,16 +41,7 @@ def build_shim(folder: str) -> str:
 
 def timed(vmfb: str, function: str, inputs: list[str], flags: list[str], env: dict) -> str:
     """One cell: the build's median (CV) with `env` added to the tool's environment."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        timing = time_module(vmfb, "cuda", inputs, 1, 5, 0.2, 300, function, tuple(flags))
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    timing = tool_timing(vmfb, function, inputs, flags, env)
     return f"{timing.median_ms:.3f} ({timing.cv:.1%})" if timing.median_ms else timing.message[:60]
 
 

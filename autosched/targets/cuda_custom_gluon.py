@@ -141,30 +141,32 @@ $store_tile
 
 
 @gluon.jit
+def staged_operand(base, rows: gl.constexpr, columns: gl.constexpr, stride: gl.constexpr,
+                   BR: gl.constexpr, BC: gl.constexpr, STAGES: gl.constexpr):
+    # A TMA descriptor over a [rows, columns] operand (its rows `stride` apart) and the
+    # ring of STAGES [BR, BC] blocks it fills.
+    dtype: gl.constexpr = base.dtype.element_ty
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, BC], dtype)
+    desc = tma.make_tensor_descriptor(base, [rows, columns], [stride, 1], [BR, BC], layout)
+    return desc, gl.allocate_shared_memory(dtype, [STAGES, BR, BC], layout)
+
+
+@gluon.jit
 def specialized_matmul(
 $parameters
     PROGRAMS: tl.constexpr, STAGES: tl.constexpr, TMA_STORE: tl.constexpr,
 ):
     batch = gl.program_id(1)
-    dtype: gl.constexpr = a.dtype.element_ty
     A_MK: gl.constexpr = sak == 1  # A's rows along K
     B_KN: gl.constexpr = sbn == 1  # B's rows along N (else a weight as nn.Linear stores it)
     if A_MK:
-        a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BK], dtype)
-        a_desc = tma.make_tensor_descriptor(a + batch * sab, [M, K], [sam, 1], [BM, BK], a_layout)
-        a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, BK], a_layout)
+        a_desc, a_bufs = staged_operand(a + batch * sab, M, K, sam, BM, BK, STAGES)
     else:
-        a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BK, BM], dtype)
-        a_desc = tma.make_tensor_descriptor(a + batch * sab, [K, M], [sak, 1], [BK, BM], a_layout)
-        a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BM], a_layout)
+        a_desc, a_bufs = staged_operand(a + batch * sab, K, M, sak, BK, BM, STAGES)
     if B_KN:
-        b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BK, BN], dtype)
-        b_desc = tma.make_tensor_descriptor(b + batch * sbb, [K, N], [sbk, 1], [BK, BN], b_layout)
-        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BN], b_layout)
+        b_desc, b_bufs = staged_operand(b + batch * sbb, K, N, sbk, BK, BN, STAGES)
     else:
-        b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BK], dtype)
-        b_desc = tma.make_tensor_descriptor(b + batch * sbb, [N, K], [sbn, 1], [BN, BK], b_layout)
-        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, BK], b_layout)
+        b_desc, b_bufs = staged_operand(b + batch * sbb, N, K, sbn, BN, BK, STAGES)
     if TMA_STORE:  # C row-major, a block of it beside the stages
         c_type: gl.constexpr = c.dtype.element_ty
         c_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BN], c_type)
