@@ -54,12 +54,10 @@ def kernel_times(command: list[str]) -> list[tuple[str, float]]:
     return [(r["Kernel Name"], float(r["Metric Value"].replace(",", ""))) for r in timed]
 
 
-def calls_command(
-    vmfb: str, function: str, inputs: list[str], flags: list[str], calls: int, device="cuda"
-) -> list[str]:
+def calls_command(vmfb: str, function: str, inputs: list[str], flags: list[str], calls: int):
     """iree-benchmark-module running `calls` calls of the build on the GPU, no warm-up."""
     command = [benchmark_tool(), f"--module={vmfb}", f"--function={function}"]
-    command += [f"--device={device}", *[f"--input={x}" for x in inputs], *flags]
+    command += ["--device=cuda", *[f"--input={x}" for x in inputs], *flags]
     command += ["--benchmark_repetitions=1", f"--benchmark_min_time={calls}x"]
     return [*command, "--benchmark_min_warmup_time=0"]
 
