@@ -1,0 +1,380 @@
+"""The model zoo: real models from transformers, timm and torchvision, each tuned by
+`autosched run MODEL --target cuda` as a user runs it (no cfg), against torch eager,
+torch.compile and torch.compile `max-autotune-no-cudagraphs` in the same call.
+
+On the H200 (after the device pack's bootstrap, with iree-turbine's wheel unpacked):
+
+    python3 benchmarks/zoo.py --out $OUT [--models vit_b16,resnet50] [--deadline-s 540]
+        [--previous benchmarks/results/zoo.json] [--databases DIR]
+
+Every time is the median wall time of a synchronous call (IREE's by iree-benchmark-module,
+torch's from the host's call to the GPU's end); torch's CUDA-event medians are kept beside.
+A model's row is one call's; rows of other calls come from `--previous` unchanged, so the
+zoo fills over several device calls. `--databases` holds `<model>.tuning.jsonl` to resume,
+and the call writes the grown databases back into one archive (`zoo_runs.tar.gz`, with each
+run's summary and log), since a call returns at most 8 files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+from model_campaign import (
+    Llama3Layer,
+    ModuleWithWeights,
+    build_bert,
+    build_llama3,
+    export,
+    time_calls,
+)
+
+CUDA = "cuda"
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One entry: where it comes from, what class of model it is, and its builder."""
+
+    name: str
+    source: str  # transformers, timm or torchvision
+    kind: str  # decoder layer, encoder, vision transformer, CNN ...
+    dtype: torch.dtype
+    shape: dict = field(default_factory=dict)
+
+
+def _rand_factory(dtype, device: str):
+    generator = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*dims, std=0.02):
+        return (torch.randn(*dims, generator=generator) * std).to(dtype).to(device)
+
+    return rand
+
+
+def _decoder_layer(family: str, dtype, shape: dict, device: str):
+    """A transformers decoder layer of `family` (llama, qwen2, mistral), its rotary table
+    computed outside and passed in, weights as arguments (model_campaign.Llama3Layer)."""
+    prefix = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[family]
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    config = getattr(module, f"{prefix}Config")(
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["mlp"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        head_dim=shape["hidden"] // shape["heads"],
+        rope_theta=shape.get("rope_theta", 10000.0),
+        max_position_embeddings=max(8192, shape["seq"]),
+        attn_implementation="sdpa",
+    )
+    layer_cls = getattr(module, f"{prefix}DecoderLayer")
+    layer = layer_cls(config, layer_idx=0).to(dtype=dtype, device=device).eval()
+    rand = _rand_factory(dtype, device)
+    x = rand(shape["batch"], shape["seq"], shape["hidden"], std=1.0)
+    positions = torch.arange(shape["seq"], device=device)[None].expand(shape["batch"], -1)
+    with torch.no_grad():
+        cos, sin = getattr(module, f"{prefix}RotaryEmbedding")(config).to(device)(x, positions)
+    weights = [
+        rand(*p.shape) if p.dim() == 2 else torch.ones(p.shape, dtype=dtype, device=device)
+        for _, p in layer.named_parameters()
+    ]
+    return Llama3Layer(layer), [x, cos, sin, *weights]
+
+
+def _gpt2_block(dtype, shape: dict, device: str):
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    config = GPT2Config(
+        n_embd=shape["hidden"], n_head=shape["heads"], n_positions=max(1024, shape["seq"])
+    )
+    config._attn_implementation = "sdpa"
+    block = GPT2Block(config, layer_idx=0).to(dtype=dtype, device=device).eval()
+    rand = _rand_factory(dtype, device)
+    weights = [
+        rand(*p.shape) if p.dim() == 2 else torch.ones(p.shape, dtype=dtype, device=device)
+        for _, p in block.named_parameters()
+    ]
+    x = rand(shape["batch"], shape["seq"], shape["hidden"], std=1.0)
+    return ModuleWithWeights(block), [x, *weights]
+
+
+def _vision(source: str, dtype, shape: dict, device: str):
+    """A whole timm or torchvision classifier with its own initial weights (random), as
+    arguments; batch norms' statistics stay constants of the export."""
+    if source == "timm":
+        import timm
+
+        net = timm.create_model(shape["net"], pretrained=False)
+    else:
+        import torchvision
+
+        net = getattr(torchvision.models, shape["net"])()
+    net = net.to(dtype=dtype, device=device).eval()
+    image = _rand_factory(dtype, device)(shape["batch"], 3, shape["image"], shape["image"], std=1.0)
+    return ModuleWithWeights(net), [image, *(p.detach() for p in net.parameters())]
+
+
+LLAMA3 = {"batch": 1, "seq": 2048, "hidden": 4096, "heads": 32, "kv_heads": 8, "mlp": 14336}
+ZOO = [
+    ZooModel("llama3_8b_layer", "transformers", "decoder layer, GQA 4:1, head dim 128",
+             torch.bfloat16, dict(LLAMA3, rope_theta=500000.0)),
+    ZooModel("qwen2_7b_layer", "transformers", "decoder layer, q/k/v bias, GQA 7:1, seq 4096",
+             torch.bfloat16,
+             {"batch": 1, "seq": 4096, "hidden": 3584, "heads": 28, "kv_heads": 4, "mlp": 18944}),
+    ZooModel("mistral_7b_layer_1500", "transformers", "decoder layer, seq 1500 (no power of two)",
+             torch.bfloat16, dict(LLAMA3, seq=1500)),
+    ZooModel("gpt2_medium_block", "transformers", "decoder block, bias, MHA, head dim 64",
+             torch.float16, {"batch": 8, "seq": 1024, "hidden": 1024, "heads": 16}),
+    ZooModel("bert_base_layer", "transformers", "encoder layer, head dim 64",
+             torch.float16, {"batch": 8, "seq": 512, "hidden": 768, "heads": 12, "mlp": 3072}),
+    ZooModel("vit_b16", "timm", "vision transformer, 197 tokens",
+             torch.float16, {"net": "vit_base_patch16_224", "batch": 32, "image": 224}),
+    ZooModel("deit_small", "timm", "vision transformer, 6 heads, 197 tokens",
+             torch.float16, {"net": "deit_small_patch16_224", "batch": 32, "image": 224}),
+    ZooModel("convnext_tiny", "timm", "CNN, 7x7 depthwise",
+             torch.float16, {"net": "convnext_tiny", "batch": 32, "image": 224}),
+    ZooModel("resnet50", "torchvision", "CNN, residual",
+             torch.float16, {"net": "resnet50", "batch": 32, "image": 224}),
+    ZooModel("resnext50_32x4d", "torchvision", "CNN, grouped",
+             torch.float16, {"net": "resnext50_32x4d", "batch": 32, "image": 224}),
+    ZooModel("efficientnet_b0", "torchvision", "CNN, depthwise, squeeze-excite, SiLU",
+             torch.float16, {"net": "efficientnet_b0", "batch": 32, "image": 224}),
+    ZooModel("mobilenet_v3_large", "torchvision", "CNN, inverted residual, hard-swish",
+             torch.float16, {"net": "mobilenet_v3_large", "batch": 32, "image": 224}),
+]  # fmt: skip
+BY_NAME = {model.name: model for model in ZOO}
+
+
+def build(model: ZooModel, device: str):
+    """The torch module and its arguments (weights included) for one zoo entry."""
+    if model.source in ("timm", "torchvision"):
+        return _vision(model.source, model.dtype, model.shape, device)
+    if model.name.startswith("bert"):
+        return build_bert(model.dtype, model.shape, _rand_factory(model.dtype, device), device)
+    if model.name.startswith("gpt2"):
+        return _gpt2_block(model.dtype, model.shape, device)
+    if model.name.startswith("llama3"):
+        shape = dict(model.shape, head_dim=model.shape["hidden"] // model.shape["heads"])
+        return build_llama3(model.dtype, shape, _rand_factory(model.dtype, device), device)
+    family = model.name.split("_")[0]
+    return _decoder_layer(family, model.dtype, model.shape, device)
+
+
+def torch_times(module, args, device: str) -> dict:
+    """Eager, torch.compile and max-autotune-no-cudagraphs: (events median, cv, wall median)
+    each, or None where torch.compile failed."""
+    times = {"eager": time_calls(module, args, device, warmups=5)}
+    for label, mode in (("compile", None), ("max_autotune", "max-autotune-no-cudagraphs")):
+        try:
+            compiled = torch.compile(module, mode=mode) if mode else torch.compile(module)
+            times[label] = time_calls(compiled, args, device, warmups=5)
+        except Exception as error:  # a failure blanks the column; the zoo goes on
+            print(f"torch.compile {label} failed: {error!r}"[:400], file=sys.stderr)
+            times[label] = None
+        finally:
+            torch._dynamo.reset()
+    return times
+
+
+def run_autosched(folder: str, model_path: str, extra: list[str], minutes: float) -> tuple:
+    """`autosched run` as a user types it (no cfg in the folder); its exit code and wall s."""
+    command = [sys.executable, "-m", "autosched", "run", model_path, "--target", CUDA, *extra]
+    command += ["--time-budget", f"{minutes:.2f}"]
+    began = time.perf_counter()
+    with open(os.path.join(folder, "output.txt"), "w") as handle:
+        done = subprocess.run(command, cwd=folder, stdout=handle, stderr=subprocess.STDOUT)
+    return done.returncode, time.perf_counter() - began
+
+
+def find_one(folder: str, pattern: str) -> str | None:
+    """The run's file matching `pattern` anywhere under its folder (the work-folder layout
+    may name it per model)."""
+    found = sorted(glob.glob(os.path.join(folder, "**", pattern), recursive=True))
+    return found[0] if found else None
+
+
+def autosched_ms(model: dict) -> tuple[float | None, bool]:
+    """The fastest build the run proved with matching outputs, and whether outputs match."""
+    builds = [(model.get("tuned_ms"), model.get("outputs_match"))]
+    custom = model.get("custom") or {}
+    builds.append((custom.get("ms"), custom.get("outputs_match")))
+    matching = [ms for ms, ok in builds if ms and ok]
+    if matching:
+        return min(matching), True
+    return model.get("default_ms"), bool(model.get("outputs_match"))
+
+
+def not_placed(summary: dict) -> list:
+    """Winners that did not reach the model, with their reason: the summary's own list, or,
+    from a summary without one, every problem whose winner is in the spec but not applied."""
+    if "not_placed" in summary:
+        return summary["not_placed"]
+    return [
+        {"problem": p["problem"], "reason": "in the spec, not applied in the model"}
+        for p in summary.get("problems", [])
+        if p.get("in_spec") and not p.get("applied_in_model")
+    ]
+
+
+def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> dict:
+    model = summary.get("model") or {}
+    best, match = autosched_ms(model)
+
+    def wall_of(label):
+        timing = times.get(label)
+        return timing[2] if timing else None
+
+    def events_of(label):
+        timing = times.get(label)
+        return timing[0] if timing else None
+
+    return {
+        "name": entry.name,
+        "source": entry.source,
+        "class": entry.kind,
+        "dtype": str(entry.dtype).removeprefix("torch."),
+        "shape": entry.shape,
+        "torch_eager_ms": wall_of("eager"),
+        "torch_compile_ms": wall_of("compile"),
+        "torch_compile_max_autotune_ms": wall_of("max_autotune"),
+        "torch_events_ms": {label: events_of(label) for label in times},
+        "iree_default_ms": model.get("default_ms"),
+        "autosched_ms": best,
+        "outputs_match": match,
+        "tuning_s": round(wall, 1),
+        "exit_code": code,
+        "not_placed": not_placed(summary),
+    }
+
+
+def tune_one(entry: ZooModel, options, minutes: float) -> dict:
+    folder = os.path.abspath(os.path.join(options.work, entry.name))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    module, args = build(entry, CUDA)
+    times = torch_times(module, args, CUDA)
+    print(f"{entry.name}: torch {json.dumps(times)}", flush=True)
+    model_path = os.path.join(folder, f"{entry.name}.mlir")
+    export(module, args, model_path)
+    del module, args
+    torch.cuda.empty_cache()
+    seed_database(options.databases, entry.name, folder)
+    extra = list(options.autosched_args.split()) if options.autosched_args else []
+    code, wall = run_autosched(folder, model_path, extra, minutes)
+    summary_path = find_one(folder, "*summary.json")
+    summary = json.load(open(summary_path)) if summary_path else {}
+    print(f"{entry.name}: exit {code}, {wall:.0f} s", flush=True)
+    return row(entry, times, summary, wall, code)
+
+
+def seed_database(databases: str | None, name: str, folder: str) -> None:
+    """Put a committed database where the run reads its own (resumed, then grown)."""
+    source = databases and os.path.join(databases, f"{name}.tuning.jsonl")
+    if source and os.path.exists(source):
+        target = os.path.join(folder, "generated", name, "tuning.jsonl")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(source, target)
+
+
+def archive(work: str, out: str) -> None:
+    """Each run's summary, log, console output and database in one file (8 files come back)."""
+    with tarfile.open(os.path.join(out, "zoo_runs.tar.gz"), "w:gz") as tar:
+        for pattern in ("*summary.json", "run.log", "output.txt", "*.jsonl", "*.spec.mlir"):
+            for path in glob.glob(os.path.join(work, "**", pattern), recursive=True):
+                tar.add(path, arcname=os.path.relpath(path, work))
+
+
+def ratio(numerator, denominator) -> float | None:
+    return numerator / denominator if numerator and denominator else None
+
+
+def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None:
+    with open(os.path.join(out, "zoo.json"), "w") as handle:
+        json.dump({"machine": machine, "command": command, "models": rows}, handle, indent=1)
+    header = ["model", "source", "class", "dtype", "eager", "torch.compile", "max-autotune",
+              "IREE default", "autosched", "vs torch.compile", "vs max-autotune", "outputs",
+              "tuning s", "not placed"]  # fmt: skip
+    lines = [
+        "# The model zoo: autosched against torch on one GPU",
+        "",
+        f"Machine: {machine}. Command: `{command}`.",
+        "",
+        "Times in ms: the median wall time of a synchronous call for every column (IREE's "
+        "builds by iree-benchmark-module, torch's from the host's call to the GPU's end). "
+        "Each row is one device call's.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+    ]
+    speedups = []
+    for r in rows:
+        vs_compile = ratio(r["torch_compile_ms"], r["autosched_ms"])
+        vs_max = ratio(r["torch_compile_max_autotune_ms"], r["autosched_ms"])
+        if vs_compile:
+            speedups.append(vs_compile)
+        cells = [r["name"], r["source"], r["class"], r["dtype"]]
+        cells += [_ms(r[k]) for k in ("torch_eager_ms", "torch_compile_ms",
+                                       "torch_compile_max_autotune_ms", "iree_default_ms",
+                                       "autosched_ms")]  # fmt: skip
+        cells += [_x(vs_compile), _x(vs_max), "match" if r["outputs_match"] else "DIFFER"]
+        cells += [f"{r['tuning_s']:.0f}", "; ".join(str(p) for p in r["not_placed"]) or "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if speedups:
+        geomean = statistics.geometric_mean(speedups)
+        count = len(speedups)
+        lines += ["", f"Geometric mean over torch.compile: {geomean:.2f}x ({count} models)."]
+    with open(os.path.join(out, "zoo.md"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def _ms(value) -> str:
+    return f"{value:.3f}" if value else "-"
+
+
+def _x(value) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="where zoo.json, zoo.md and the archive go")
+    parser.add_argument("--work", default="/tmp/zoo", help="the runs' folders")
+    parser.add_argument("--models", default=",".join(BY_NAME), help="comma-separated names")
+    parser.add_argument("--previous", help="a zoo.json whose other rows are kept")
+    parser.add_argument("--databases", help="a folder of <model>.tuning.jsonl to resume")
+    parser.add_argument("--deadline-s", type=float, default=540.0, help="this call's seconds")
+    parser.add_argument("--minutes", type=float, default=4.0, help="search minutes per model")
+    parser.add_argument("--autosched-args", default="", help="more `autosched run` options")
+    options = parser.parse_args()
+    began = time.monotonic()
+    os.makedirs(options.out, exist_ok=True)
+    previous = json.load(open(options.previous))["models"] if options.previous else []
+    rows = {r["name"]: r for r in previous}
+    for name in options.models.split(","):
+        left_min = (options.deadline_s - (time.monotonic() - began)) / 60
+        if left_min < 3:  # torch's three timings and a proof need about this much
+            print(f"{name}: not started, {left_min:.1f} min left in this call", flush=True)
+            continue
+        minutes = min(options.minutes, max(0.5, left_min - 2.5))
+        rows[name] = tune_one(BY_NAME[name], options, minutes)
+        archive(options.work, options.out)
+        machine = f"one {torch.cuda.get_device_name()}, torch {torch.__version__}"
+        command = "python3 benchmarks/zoo.py " + " ".join(sys.argv[1:])
+        ordered = [rows[m.name] for m in ZOO if m.name in rows]
+        write_tables(options.out, ordered, command, machine)
+
+
+if __name__ == "__main__":
+    main()
