@@ -3,7 +3,8 @@
 On a noisy machine one first measurement per point lets a lucky outlier become "the best
 point", which no tuner can find on purpose. This takes a tuning database, times every
 correct point (and the default) again in `--rounds` rounds, each round over all points in
-a fresh random order so that drift and bursts of load spread over all of them, and writes
+a fresh random order so that drift and bursts of load spread over all of them (each round
+is `run/retime.timed_rounds`, the loop a run re-times its finalists with), and writes
 a new database whose `median_ms` is the median of the rounds (the first pass is kept as
 `first_median_ms`). Replay it with `autosched simulate` or benchmarks/search_efficiency.py.
 
@@ -13,12 +14,14 @@ a new database whose `median_ms` is the median of the rounds (the first pass is 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,6 +33,7 @@ from autosched.measure.local import Bench  # noqa: E402
 from autosched.measure.worker import make_problem_data  # noqa: E402
 from autosched.ops.matmul_kernel import kernel_variant, variant_path, write_text  # noqa: E402
 from autosched.outputs.records import problem_from_shape  # noqa: E402
+from autosched.run.retime import timed_rounds  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
 
 
@@ -47,6 +51,28 @@ def build(problem, target, records: list[dict], repeat: int, work_dir: str, jobs
     built = compile_all(list(wanted.values()), 300, jobs)
     ok = {result.job.output for result in built if result.status == "ok"}
     return {name: job.output for name, job in wanted.items() if job.output in ok}
+
+
+def time_module(bench: Bench, modules: dict[str, str], data, repeat: int, settings, name: str):
+    """One config's module timed on the bench: its median ms, or None when it failed."""
+    timing = bench.time(modules[name], data, repeat, settings)
+    return timing.median_ms if timing.status == "ok" else None
+
+
+def retimed_samples(
+    time_one: Callable[[str], float | None], names: list[str], rounds: int, order: random.Random
+) -> dict[str, list[float]]:
+    """Each name's times over `rounds` rounds of `run/retime.timed_rounds`, every round in a
+    fresh random order, so that drift and bursts of load spread over all points."""
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(rounds):
+        shuffled = list(names)
+        order.shuffle(shuffled)
+        for timed_now in timed_rounds(shuffled, time_one, rounds=1):
+            for name, ms in timed_now.items():
+                samples[name].append(ms)
+        print(f"  round {round_index + 1}/{rounds} done", flush=True)
+    return samples
 
 
 def main() -> None:
@@ -86,15 +112,9 @@ def main() -> None:
         # Timed like a run times them, on one bench, without a run's CSV, log or database.
         bench = Bench(target.device, runtime_flags(config))
         settings = measure_settings(config, target)
-        samples: dict[str, list[float]] = {r["config"]: [] for r in ok}
-        for round_index in range(args.rounds):
-            names = [r["config"] for r in ok if r["config"] in modules]
-            order.shuffle(names)
-            for config_name in names:
-                timing = bench.time(modules[config_name], data, repeat, settings)
-                if timing.status == "ok":
-                    samples[config_name].append(timing.median_ms)
-            print(f"  round {round_index + 1}/{args.rounds} done", flush=True)
+        names = [r["config"] for r in ok if r["config"] in modules]
+        time_one = functools.partial(time_module, bench, modules, data, repeat, settings)
+        samples = retimed_samples(time_one, names, args.rounds, order)
         bench.close()
         with open(args.out, "a", encoding="utf-8") as handle:
             for config_name, record in by_config.items():
