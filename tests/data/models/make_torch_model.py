@@ -38,6 +38,15 @@ Models (f32, weights small so the files stay small):
   its 3x3 convolutions are grouped, 32 groups.
 - `tv_mobilenet_v3_small_{f32,f16}.mlirbc`: torchvision's own `mobilenet_v3_small` the same
   way: depthwise 3x3 and 5x5 convolutions, strided and not.
+- `tv_efficientnet_b0_f32.mlirbc`: torchvision's own `efficientnet_b0` the same way: depthwise
+  convolutions, squeeze-excite and SiLU.
+- `timm_vit_tiny_{f32,f16}.mlirbc`: timm's own `VisionTransformer` (48x48 images, 8x8 patches:
+  36 patches and a class token, 37 tokens, an odd count; width 64, 2 blocks, 2 heads of 32)
+  on x[2, 3, 48, 48], parameters as arguments: attention whose rows divide no tile.
+- `hf_tiny_causal_lm_f32.mlirbc`: transformers' own `LlamaForCausalLM` (vocab 256, hidden 64,
+  2 layers, 4 heads, 2 KV heads, MLP 128, no cache) on token ids [1, 16], parameters as
+  arguments, returning the logits: a whole causal LM, its mask built by transformers' own code
+  (which calls `torch.diff`).
 """
 
 from __future__ import annotations
@@ -167,6 +176,48 @@ def torchvision_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     return WeightsAsArguments(model), (torch.randn(2, 3, 64, 64).to(dtype), *weights)
 
 
+def timm_vit_tiny(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
+    from timm.models.vision_transformer import VisionTransformer
+
+    vit = VisionTransformer(
+        img_size=48, patch_size=8, embed_dim=64, depth=2, num_heads=2, num_classes=10
+    )
+    vit = vit.eval().to(dtype)
+    weights = [p.detach() for p in vit.parameters()]
+    return WeightsAsArguments(vit), (torch.randn(2, 3, 48, 48).to(dtype), *weights)
+
+
+class LogitsOf(nn.Module):
+    """A causal LM's logits alone, its parameters as arguments."""
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+        self.names = [name for name, _ in lm.named_parameters()]
+
+    def forward(self, ids, *weights):
+        params = dict(zip(self.names, weights, strict=True))
+        return torch.func.functional_call(self.lm, params, (ids,), {"use_cache": False}).logits
+
+
+def hf_tiny_causal_lm() -> tuple[nn.Module, tuple]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
+    )
+    lm = LlamaForCausalLM(config).eval()
+    weights = [p.detach() for p in lm.parameters()]
+    return LogitsOf(lm), (torch.randint(0, 256, (1, 16)), *weights)
+
+
 def save(module: nn.Module, args: tuple, name: str) -> None:
     path = os.path.join(HERE, name)
     aot.export(module, *args).save_mlir(path)
@@ -198,8 +249,12 @@ def models() -> dict:
         ("mobilenet_v3_small", torch.float32, "tv_mobilenet_v3_small_f32.mlirbc"),
         ("mobilenet_v3_small", torch.float16, "tv_mobilenet_v3_small_f16.mlirbc"),
         ("resnext50_32x4d", torch.float16, "tv_resnext50_32x4d_f16.mlirbc"),
+        ("efficientnet_b0", torch.float32, "tv_efficientnet_b0_f32.mlirbc"),
     ):
         found[name] = lambda n=net, d=dtype: torchvision_model(n, d)
+    for dtype, name in ((torch.float32, "f32"), (torch.float16, "f16")):
+        found[f"timm_vit_tiny_{name}.mlirbc"] = lambda d=dtype: timm_vit_tiny(d)
+    found["hf_tiny_causal_lm_f32.mlirbc"] = hf_tiny_causal_lm
     return found
 
 
@@ -210,4 +265,7 @@ if __name__ == "__main__":
     for name, build in models().items():
         if not wanted or name in wanted:
             torch.manual_seed(0)
-            save(*build(), name)
+            try:
+                save(*build(), name)
+            except Exception as error:  # one model's failure leaves the others to be written
+                print(f"{name}: {type(error).__name__}: {error}"[:2000])
