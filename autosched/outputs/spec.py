@@ -14,15 +14,14 @@ from iree.compiler import ir
 
 from autosched import processes
 from autosched.errors import UserError
-from autosched.ops.base import ANY_OP
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import ANY_OP, Problem
 from autosched.ops.registry import kind_of
 from autosched.targets.base import Point, Target
 
 LINK_TIMEOUT = 120.0
 
 
-def match_contraction(problem: MatmulProblem, handle: str = "%op") -> str:
+def match_contraction(problem: Problem, handle: str = "%op") -> str:
     """The problem's kind's matcher for `handle` (see ops/base.py)."""
     return kind_of(problem).spec_matcher(problem, handle)
 
@@ -45,7 +44,7 @@ APPLY_CONFIG = ("apply_op_config", ["compilation_info"])
 APPLY_ATTENTION = ("apply_attention_config", ["compilation_info", "decomposition_config"])
 
 
-def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str, str, str]:
+def _matcher(problem: Problem, target: Target, point: Point) -> tuple[str, str, str]:
     """(name, named_sequence text, the apply sequence it feeds) matching the problem's roots
     and giving its configuration."""
     name = f"match_{problem.name}"
@@ -72,7 +71,7 @@ def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str,
     return name, text, apply[0]
 
 
-def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
+def tuning_spec(best: list[tuple[Problem, Target, Point]]) -> str | None:
     """The spec text for the chosen points, parsed once here so that it is valid MLIR.
 
     None when there is nothing to configure (IREE requires the entry point to match).
@@ -174,7 +173,7 @@ def merge_with_starter(tuned: str, starter_path: str) -> str:
 
 
 def write_spec(
-    path: str, best: list[tuple[MatmulProblem, Target, Point]], starter: str = ""
+    path: str, best: list[tuple[Problem, Target, Point]], starter: str = ""
 ) -> str | None:
     """Writes the winners' spec (linked with `starter` when given); None when there is none.
 

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
 from autosched.outputs.records import Trial, problem_from_shape
 from autosched.search.landscape import Landscape
 from autosched.search.tuners import History
@@ -27,7 +27,7 @@ MIN_POINTS = 4  # successful points a problem needs to teach a ranking
 
 
 def database_history(
-    trials: list[Trial], target: Target, problem: MatmulProblem, columns: list[str]
+    trials: list[Trial], target: Target, problem: Problem, columns: list[str]
 ) -> History:
     """The database's other problems on this target and arch with the same input element
     type, newest first: each one's points (its newest record of each) as feature rows in
