@@ -13,7 +13,9 @@ import tempfile
 from iree.compiler import ir
 
 from autosched import processes
+from autosched.compile import opt_path
 from autosched.errors import UserError
+from autosched.ir_walk import children, symbol
 from autosched.ops.base import ANY_OP, Problem
 from autosched.ops.registry import kind_of
 from autosched.targets.base import Point, Target
@@ -118,8 +120,6 @@ def _check_tuning_library(path: str, module: ir.Module) -> None:
     """A tuning spec is a transform library (`transform.with_named_sequence`) whose entry
     is `@__kernel_config`: anything else would be refused by iree-compile only at the
     proof, after the whole search."""
-    from autosched.ir_walk import children, symbol
-
     if "transform.with_named_sequence" not in module.operation.attributes:
         raise UserError(
             f"{path}: not a tuning spec (a module with transform.with_named_sequence and a "
@@ -151,8 +151,6 @@ def merge_with_starter(tuned: str, starter_path: str) -> str:
     makes one entry point that tries them in order. The tuned spec comes first: where both
     match an op, the first spec's configuration is the one IREE keeps (checked on the CPU).
     """
-    from autosched.compile import opt_path
-
     context = ir.Context()
     starter = read_starter(starter_path, context)
     outer = ir.Module.parse("module attributes {transform.with_named_sequence} {}", context)
