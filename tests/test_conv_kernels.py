@@ -20,7 +20,8 @@ from autosched.config import RunConfig
 from autosched.model.convolution_ops import model_convolutions, paired
 from autosched.model.epilogues import unambiguous, winners_epilogues
 from autosched.model.substitution import RESUME_FLAG, rewrite_model, write_substitution
-from autosched.ops.convolution import POINTWISE, nchw_problem, op_module_text, reference
+from autosched.ops.convolution import POINTWISE, nchw_problem
+from autosched.ops.convolution_kind import op_module_text
 from autosched.outputs.records import problem_from_shape, problem_shape
 from autosched.search.space import build_space
 from autosched.targets import make_target
@@ -60,10 +61,10 @@ def test_the_op_form_built_by_iree_gives_numpys_convolution(shape):
     )
     image, kernel = _operands(problem)
     out = _run(vmfb, "local-task", image, kernel)
-    expected = reference(problem, image.astype(np.float64), kernel.astype(np.float64))
+    expected = problem.reference(image.astype(np.float64), kernel.astype(np.float64))
     assert out.shape == tuple(problem.output_shape)
     assert np.abs(out - expected).max() < 1e-3 * np.abs(expected).max()
-    wrong = reference(problem, image.astype(np.float64), -kernel.astype(np.float64))
+    wrong = problem.reference(image.astype(np.float64), -kernel.astype(np.float64))
     assert np.abs(out - wrong).max() > 0.5 * np.abs(expected).max()
 
 
@@ -250,7 +251,7 @@ def test_a_kernel_that_pads_the_image_itself_gives_numpys_answer(shape, tmp_path
     image, kernel = _operands(padded)
     pads = [(0, 0)] * 2 + [(shape[4] // 2,) * 2] * 2
     whole = np.pad(image.astype(np.float64), pads)
-    expected = reference(problem, whole, kernel.astype(np.float64))
+    expected = problem.reference(whole, kernel.astype(np.float64))
     params = family.ConvParams(64, 64, 32, 4, 3)
     binary = family.compile_kernel(padded, params, "sm_90", str(tmp_path / "k.ptx"))
     executable = target.executable_target()
@@ -268,7 +269,7 @@ def _kernel_and_numpy(problem, params, target, tmp_path):
     from autosched.targets.cuda_custom import extern_module_text
 
     image, kernel = _operands(problem)
-    expected = reference(problem, image.astype(np.float64), kernel.astype(np.float64))
+    expected = problem.reference(image.astype(np.float64), kernel.astype(np.float64))
     binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "k.ptx"))
     executable = target.executable_target()
     body = family.extern_function(problem, params, binary, executable, "main")
@@ -381,13 +382,13 @@ def test_each_convolution_of_resnet18_keeps_its_epilogue_in_its_kernel(
 
     target, layout, ops, folder = resnet18_channels_last
     found = winners_epilogues(layout.source, target.compile_flags(), str(folder), ops)
-    assert all(found[op._key()] for op in ops)  # every convolution has one
-    epilogues = [e for op in ops for e in found[op._key()]]
+    assert all(found[op.key()] for op in ops)  # every convolution has one
+    epilogues = [e for op in ops for e in found[op.key()]]
     kinds = {x.kind for e in epilogues for x in e.inputs}
     assert {CHANNEL, FULL} <= kinds  # batch norm parameters, and a residual
     relu = next(e for e in epilogues if any("tl.where" in s for s in e.statements))
     assert relu.statements[-1].startswith("out = ") and relu.narrow == "f16"
-    op = next(op for op in ops if relu in found[op._key()])
+    op = next(op for op in ops if relu in found[op.key()])
     params = family.ConvParams(64, 64, 32, 4, 3)
     binary = family.compile_kernel(op, params, "sm_90", str(tmp_path / "e.ptx"), relu)
     assert "wgmma" in open(binary.ptx_path).read()
@@ -560,7 +561,7 @@ def test_each_epilogues_statements_compute_what_iree_computes(resnet18_channels_
     the translation of its body (casts, the batch norm, the residual add, ReLU's compare and
     select, the captured zero) keeps its answers."""
     from autosched.model.convolution_ops import FUSED_MODEL, op_convolution
-    from autosched.ops.convolution import ConvolutionKind
+    from autosched.ops.convolution_kind import ConvolutionKind
 
     *_, folder = resnet18_channels_last
     kind = ConvolutionKind()

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 from iree.compiler import ir
 
 from autosched.config import RunConfig
+from autosched.measure.worker import make_problem_data
 from autosched.model.lowering import analyze_model
 from autosched.ops import registry
+from autosched.ops.attention import AttentionProblem
 from autosched.ops.base import DispatchSite, RootOpKind, SkippedRoot
+from autosched.ops.convolution import nchw_problem
+from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kind import MatmulKind
+from autosched.outputs.records import problem_from_shape
 from autosched.outputs.spec import match_contraction
 from autosched.targets.cpu import CpuTarget
 
@@ -59,3 +65,51 @@ def test_a_problem_names_its_kind_and_the_spec_uses_its_matcher():
     assert "transform.iree.match.contraction" in kind.spec_matcher(problem)
     assert [k.name for k in registry.root_kinds()] == ["attention", "convolution", "matmul"]
     assert registry.kind("attention").tuned and registry.kind("convolution").tuned
+
+
+def _attention(form: str) -> AttentionProblem:
+    """A 2-head attention of 4 query rows over 3 keys: q (b, m, k1), k (b, k2, k1), v (b, k2, n)."""
+    return AttentionProblem(
+        loops=("b", "m", "k1", "k2", "n"),
+        loop_sizes=(2, 4, 8, 3, 5),
+        query_type="f32",
+        key_type="f32",
+        value_type="f32",
+        mask_type="",
+        operand_loops=((0, 1, 2), (0, 3, 2), (0, 3, 4), (0, 1, 4)),
+        scale=0.5,
+        form=form,
+        output_type="f32",
+    )
+
+
+def test_each_kind_answers_for_its_record_and_its_check(tmp_path):
+    """Records and checks ask the problem, never its kind: each shipped kind's problem reads
+    back from its record as itself and makes its own check's inputs and reference."""
+    matmul = MatmulProblem.from_shape(
+        {
+            "op": "linalg.matmul",
+            **{"m": 6, "n": 5, "k": 4, "batch": 0},
+            **{"lhs_type": "f16", "rhs_type": "f16", "acc_type": "f32"},
+            **{"transpose_a": False, "transpose_b": True, "zero_init": False},
+        }
+    )
+    convolution = nchw_problem(1, 3, 6, 4, 3, element="f32", acc="f32")
+    problems = [matmul, convolution, _attention("op")]
+    for problem in problems:
+        again = problem_from_shape(problem.record_shape())
+        assert type(again) is type(problem) and again.key() == problem.key()
+        data = make_problem_data(problem, str(tmp_path / problem.kind))
+        assert len(data.inputs) == len(problem.check_operands())
+        assert data.reference.shape == tuple(problem.output_shape)
+        assert problem.reference_bytes() >= 0
+    assert matmul.tolerance() == 1e-3 and convolution.tolerance() == 1e-4  # mixed, f32
+    # Attention over one key is that key's value, whatever the scores.
+    one_key = _attention("op")
+    one_key.loop_sizes = (2, 4, 8, 1, 5)
+    q, k, v = (np.random.default_rng(0).uniform(size=o.shape) for o in one_key.check_operands())
+    assert np.allclose(one_key.reference(q, k, v), np.broadcast_to(v, (2, 4, 5)))
+    # A problem checked only on IREE's dispatch makes no inputs.
+    flow = _attention("flow")
+    assert flow.check_operands() is None and flow.reference_bytes() == 0
+    assert make_problem_data(flow, str(tmp_path / "flow")).inputs == []

@@ -159,7 +159,7 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
         if op is None and flow.kind == "matmul":
             continue
         why = "no convolution op at its location" if op is None else view.triton_unavailable(op)
-        if why is None and op._key() in taken:
+        if why is None and op.key() in taken:
             why = "its op form is searched for another dispatch"
         if why:
             log.write(f"{flow.name}: no Triton convolution kernel: {why}")
@@ -167,7 +167,7 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
                 forms[flow.name] = None
             continue
         log.write(f"{flow.name}: Triton convolution kernels searched on its op form {op.name}")
-        taken.add(op._key())
+        taken.add(op.key())
         forms[flow.name] = op
     return forms
 
@@ -263,7 +263,7 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
 
 def _paddings(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The convolution winners' zero paddings their kernels apply themselves, reading each
-    image before its pad (model/conv_padding.py), by `_key()`; None without any."""
+    image before its pad (model/conv_padding.py), by `key()`; None without any."""
     from autosched.model.conv_padding import winners_paddings
 
     convolutions = [p for p, _ in winners if p.kind == "convolution"]

@@ -17,7 +17,7 @@ from autosched.compile import CompileJob, CompileResult
 from autosched.errors import UserError
 from autosched.measure.benchmark_tool import Timing
 from autosched.measure.worker import ProblemData
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
 from autosched.targets.base import Point
 
 CHECK, TIMED = "check", "timed"  # a candidate's builds: the one checked, the one timed
@@ -58,7 +58,7 @@ class MeasureTask:
     """What a bench needs to check and time one compiled candidate (picklable, so that it
     can travel to a Ray actor)."""
 
-    problem: MatmulProblem
+    problem: Problem
     check_module: str
     timed_module: str
     data: ProblemData

@@ -33,9 +33,12 @@ from autosched.measure.contract import (
     PendingBuilds,
     Prepare,
     builds_of,
+    runtime_flags,
 )
+from autosched.measure.module_io import RunFailed, compare_outputs, run_outputs
 from autosched.measure.worker import ProblemData, Verification, Verifier
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
+from autosched.targets.host import measuring_devices
 
 
 def _holding_device(method):
@@ -118,8 +121,6 @@ class Bench:
         self, module: str, entry: object, inputs: list[str], folder: str, timeout: float
     ) -> list[np.ndarray]:
         """The module's outputs on this device (see `contract.BenchContract`)."""
-        from autosched.measure.module_io import run_outputs
-
         return run_outputs(module, self.device, entry, inputs, folder, timeout)
 
     def check(self, task: MeasureTask) -> Verification:
@@ -129,8 +130,6 @@ class Bench:
             return self.verifier.check(
                 task.check_module, task.data, task.problem, task.settings.run_timeout
             )
-        from autosched.measure.module_io import RunFailed, compare_outputs, run_outputs
-
         check = task.check
         # This call's own folder for the outputs: benches check candidates of one problem
         # at the same time, and would otherwise write (and read back) the same files.
@@ -313,9 +312,6 @@ def describe_devices(devices: list[str]) -> str:
 
 def local_executor(config, target, jobs: int) -> LocalExecutor:
     """This host's devices (`devices`), one bench each."""
-    from autosched.measure.contract import runtime_flags
-    from autosched.targets.host import measuring_devices
-
     devices = measuring_devices(config, target.device, target.machine)
     flags = runtime_flags(config)
     return LocalExecutor(

@@ -26,13 +26,14 @@ from iree.compiler import ir
 from autosched import processes
 from autosched.errors import UserError
 from autosched.ir_walk import children, symbol, walk_ops
-from autosched.measure.worker import TOLERANCE, compare, run_tool
+from autosched.measure.worker import compare, run_tool
 from autosched.model.configured import (
     DEFAULT_TIMEOUT,
     ELIDE_FLAGS,
     compile_and_parse,
 )
 from autosched.model.lowering import prepare_model
+from autosched.ops.base import TOLERANCE
 
 INTEGER_HIGH = 8  # integer inputs are drawn from [0, 8): valid as small indices and counts
 

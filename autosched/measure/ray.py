@@ -16,6 +16,7 @@ path (one host, or a shared file system). Each actor checks that when it starts.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections import Counter, deque
@@ -40,6 +41,7 @@ from autosched.measure.contract import (
     runtime_flags,
 )
 from autosched.measure.local import Bench
+from autosched.measure.module_io import RunFailed
 from autosched.measure.worker import ProblemData
 
 WAIT_S = 0.5  # how often the driver looks up from waiting (so that Ctrl-C is prompt)
@@ -114,8 +116,6 @@ def import_ray():
 def _check_reachable(address: str) -> None:
     """A HOST:PORT with nothing listening is one error line at once (Ray itself keeps
     retrying for minutes)."""
-    import socket
-
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         return  # auto, local, ray://...: Ray's own lookup
@@ -138,8 +138,6 @@ class MeasuringActor:
         self.bench = Bench(device, flags)
 
     def where(self) -> str:
-        import socket
-
         return f"{socket.gethostname()}:{os.getpid()}"
 
     def run(self, task: MeasureTask) -> Measurement:
@@ -233,8 +231,6 @@ class RemoteBench:
     ) -> list[np.ndarray]:
         """The module's outputs computed on the actor's device (the driver may have none
         such); the actor's own RunFailed comes back as itself, any other failure as one."""
-        from autosched.measure.module_io import RunFailed
-
         module, folder = os.path.abspath(module), os.path.abspath(folder)
         arguments = (module, entry, inputs, folder, timeout)
         try:

@@ -6,40 +6,32 @@ recorded outcome rather than the end of the run.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 
+import iree.runtime as runtime
+import ml_dtypes  # comes with iree-base-runtime
 import numpy as np
+from iree import _runtime_libs
 
 from autosched import processes
-from autosched.ops.matmul import FP8_TYPES, MatmulProblem
+from autosched.measure.benchmark_tool import Timing, summarize
+from autosched.measure.timed_calls import fitted_count, time_calls
+from autosched.ops.base import Operand, Problem
+from autosched.ops.matmul import FP8_TYPES
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
-
-# Largest allowed error, relative to the largest magnitude of the reference. Inputs are
-# exact in their type, so the error is the accumulator's rounding; a wrong tiling is off
-# by order one.
-TOLERANCE = {"f64": 1e-10, "f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}
-MIXED_TOLERANCE = 1e-3  # f16/bf16 inputs accumulated in f32
-
-
-def tolerance(problem: MatmulProblem) -> float:
-    if problem.kind == "attention":  # the output is rounded to its type once
-        return TOLERANCE[problem.out_type]
-    if problem.acc_type == "f32" and problem.lhs_type != "f32":
-        return MIXED_TOLERANCE
-    return TOLERANCE[problem.acc_type]
+from autosched.targets.host import physical_memory
 
 
 def _fp8(element: str):
-    """The ml_dtypes type of an fp8 element type (ml_dtypes comes with iree-base-runtime)."""
-    import ml_dtypes
-
+    """The ml_dtypes type of an fp8 element type."""
     return {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}[element]
 
 
@@ -84,26 +76,9 @@ class ProblemData:
     reference_path: str  # the reference as .npy (float32), read once by the verifier
 
 
-def data_bytes(problem: MatmulProblem) -> int:
-    """Peak host memory to make a problem's inputs and float64 reference, roughly (none
-    for a kind that is only checked on IREE's dispatch, against the default's outputs)."""
-    if bare_attention(problem):
-        shapes = [problem.operand_shape(i) for i in range(3)] + [problem.output_shape] * 2
-        scores = problem.size("m") * problem.size("k2") * math.prod(problem.batch_sizes[1:])
-        return 8 * (sum(math.prod(shape) for shape in shapes) + 3 * scores)
-    if problem.kind != "matmul":
-        return 0
-    elements = [problem.lhs_shape, problem.rhs_shape, problem.acc_shape, problem.acc_shape]
-    if not problem.zero_init:
-        elements.append(problem.acc_shape)
-    return 8 * sum(int(np.prod(shape, dtype=np.float64)) for shape in elements) * 2
-
-
-def memory_problem(problem: MatmulProblem) -> str | None:
+def memory_problem(problem: Problem) -> str | None:
     """Why a problem's random inputs and reference will not fit in memory, if they will not."""
-    from autosched.targets.host import physical_memory
-
-    needed, memory = data_bytes(problem), physical_memory()
+    needed, memory = problem.reference_bytes(), physical_memory()
     if memory and needed > memory // 2:
         return (
             f"its inputs and reference need {needed / 1e9:.1f} GB, more than half of this "
@@ -112,48 +87,22 @@ def memory_problem(problem: MatmulProblem) -> str | None:
     return None
 
 
-def make_problem_data(problem: MatmulProblem, directory: str, seed: int = 0) -> ProblemData:
-    """Seeded inputs and the reference under `directory`, named by absolute paths (a Ray
-    actor need not share the driver's working folder)."""
+def make_problem_data(problem: Problem, directory: str, seed: int = 0) -> ProblemData:
+    """Seeded inputs of the problem's check and its reference (`Problem.check_operands`,
+    `Problem.reference`) under `directory`, named by absolute paths (a Ray actor need not
+    share the driver's working folder); none for a problem checked on IREE's dispatch."""
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
-    if bare_attention(problem):
-        return attention_data(problem, directory, seed)
-    if bare_convolution(problem):
-        return convolution_data(problem, directory, seed)
-    if problem.kind != "matmul":
+    operands = problem.check_operands()
+    if operands is None:
         return dispatch_only_data(directory)
-    rng = np.random.default_rng(seed)
-    operands = [
-        ("lhs", problem.lhs_shape, problem.lhs_type),
-        ("rhs", problem.rhs_shape, problem.rhs_type),
-    ]
-    if not problem.zero_init:
-        operands.append(("acc", problem.acc_shape, problem.acc_type))
-    arrays, flags = _random_inputs(operands, directory, rng)
-    values = {name: array for (name, _, _), array in zip(operands, arrays, strict=True)}
-    lhs, rhs = values["lhs"], values["rhs"]
-    if problem.transpose_a:
-        lhs = np.swapaxes(lhs, -1, -2)
-    if problem.transpose_b:
-        rhs = np.swapaxes(rhs, -1, -2)
-    reference = np.matmul(lhs, rhs)
-    if not problem.zero_init:
-        reference = reference + values["acc"]
-    return _problem_data(directory, flags, reference)
+    values, flags = _random_inputs(operands, directory, np.random.default_rng(seed))
+    return _problem_data(directory, flags, problem.reference(*values))
 
 
-def bare_attention(problem) -> bool:
-    """An attention in its op form: checked on its own module against numpy."""
-    return problem.kind == "attention" and problem.form == "op"
-
-
-def bare_convolution(problem) -> bool:
-    """A convolution in its op form: checked on its own module against numpy."""
-    return problem.kind == "convolution" and problem.op_form
-
-
-def _random_inputs(operands, directory: str, rng) -> tuple[list[np.ndarray], list[str]]:
+def _random_inputs(
+    operands: list[Operand], directory: str, rng
+) -> tuple[list[np.ndarray], list[str]]:
     """Seeded uniform values in [-1, 1) rounded to each operand's type, written for
     iree-run-module: (the values in float64, the --input flags)."""
     values, flags = [], []
@@ -172,30 +121,6 @@ def _problem_data(directory: str, flags: list[str], reference: np.ndarray) -> Pr
     return ProblemData(flags, reference, paths, reference_path)
 
 
-def attention_data(problem, directory: str, seed: int) -> ProblemData:
-    """q, k and v at random and numpy's attention of them (ops/attention.reference)."""
-    from autosched.ops.attention import reference
-
-    types = (problem.query_type, problem.key_type, problem.value_type)
-    operands = [(n, problem.operand_shape(i), types[i]) for i, n in enumerate("qkv")]
-    values, flags = _random_inputs(operands, directory, np.random.default_rng(seed))
-    return _problem_data(directory, flags, reference(problem, *values))
-
-
-def convolution_data(problem, directory: str, seed: int) -> ProblemData:
-    """An op-form convolution's image and filter at random and numpy's convolution of them
-    (ops/convolution.reference)."""
-    from autosched.ops.convolution import reference
-
-    shapes = [problem.image_shape, [problem.size(r) for r in problem.operand_roles(1)]]
-    operands = [
-        ("image", shapes[0], problem.lhs_type),
-        ("filter", shapes[1], problem.rhs_type),
-    ]
-    values, flags = _random_inputs(operands, directory, np.random.default_rng(seed))
-    return _problem_data(directory, flags, reference(problem, *values))
-
-
 def dispatch_only_data(directory: str) -> ProblemData:
     """A problem checked and timed only on IREE's dispatch (its benchmark takes no inputs,
     its check compares with the default build's outputs): no inputs, an empty reference."""
@@ -204,7 +129,7 @@ def dispatch_only_data(directory: str) -> ProblemData:
     return ProblemData([], np.zeros(1), [], reference_path)
 
 
-def _read_output(path: str, problem: MatmulProblem) -> np.ndarray:
+def _read_output(path: str, problem: Problem) -> np.ndarray:
     if problem.out_type == "bf16":
         bits = np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16
         return bits.view(np.float32).reshape(problem.output_shape).astype(np.float64)
@@ -225,8 +150,6 @@ CHECK_PHASES = ("load", "run", "to_host", "compare")  # a worker check's steps, 
 
 
 def run_tool() -> str:
-    from iree import _runtime_libs
-
     return processes.tool_path(
         "iree-run-module", os.path.join(_runtime_libs.__path__[0], "iree-run-module")
     )
@@ -272,7 +195,7 @@ def compare(
 
 
 def verify_module(
-    vmfb: str, device: str, data: ProblemData, problem: MatmulProblem, timeout: float
+    vmfb: str, device: str, data: ProblemData, problem: Problem, timeout: float
 ) -> Verification:
     output_path = vmfb + (".out.bin" if problem.out_type == "bf16" else ".out.npy")
     command = [
@@ -297,7 +220,7 @@ def verify_module(
     finally:
         if os.path.exists(output_path):
             os.remove(output_path)
-    return compare(output, data.reference, tolerance(problem))
+    return compare(output, data.reference, problem.tolerance())
 
 
 UNAVAILABLE = "unavailable: "  # the worker's answer when it cannot open the device
@@ -317,63 +240,6 @@ def _injected_fault() -> None:
 
 TIME = "time"  # a timing request's tag (a check request is a plain tuple)
 KEPT_PROBLEMS = 4  # problems whose inputs a worker keeps (problems searched at once share it)
-
-
-MAX_CALL_S = 0.5  # a dispatch benchmark's call longer than this dispatches less often
-FITTED_CALL_S = 0.05  # ... about this much work a call, as the targets' dispatch_repeat aims
-
-
-def fitted_count(function, count: int) -> int:
-    """How often one call of a dispatch benchmark dispatches: `count`, as the target chose
-    it from the problem's work, unless that makes a call longer than MAX_CALL_S. IREE's
-    default for resnet50's strided 1x1 convolutions is so slow (over 0.14 s a dispatch on
-    the H200) that 200 dispatches a call timed out after 120 s, and the problem, the
-    model's largest, lost its default. Two calls of one dispatch say how long one takes
-    (the first also loads the kernel)."""
-    for _ in range(2):
-        started = time.perf_counter()
-        function(1)
-        seconds = time.perf_counter() - started
-    if seconds * count <= MAX_CALL_S:
-        return count
-    return max(1, min(count, math.ceil(FITTED_CALL_S / seconds)))
-
-
-def time_calls(
-    function,
-    arguments: list,
-    repetitions: int,
-    min_time: float,
-    warm: bool = False,
-    slow_ms: float | None = None,
-) -> list[float]:
-    """Milliseconds per call, one sample per repetition of at least `min_time` seconds.
-
-    The function is IREE's synchronous export, which returns once its work on the device is
-    done. A warm-up of `min_time` comes first unless the module has just run (`warm`: the
-    check that precedes a timing already loaded it and ran it on these inputs). A call
-    slower than `slow_ms` in its first repetition is a candidate that cannot win: it keeps
-    that one sample, since more repetitions would only sharpen a loser's time.
-    """
-    if not warm:
-        started = time.perf_counter()
-        while True:
-            function(*arguments)
-            if time.perf_counter() - started >= min_time:
-                break
-    samples = []
-    for _ in range(repetitions):
-        calls, started = 0, time.perf_counter()
-        while True:
-            function(*arguments)
-            calls += 1
-            elapsed = time.perf_counter() - started
-            if elapsed >= min_time:
-                break
-        samples.append(elapsed * 1e3 / calls)
-        if slow_ms is not None and samples[0] > slow_ms:
-            break
-    return samples
 
 
 def _serve(connection, device: str, runtime_flags: list[str]) -> None:
@@ -415,8 +281,6 @@ def _serve_requests(connection, device: str, runtime_flags: list[str]) -> None:
 
 def _open_device(device: str, runtime_flags: list[str]) -> _Session | str:
     """The worker's session on `device`, or why the device cannot be opened."""
-    import iree.runtime as runtime
-
     try:
         if runtime_flags:  # the driver's flags (such as --cuda_use_streams) come first
             runtime.flags.parse_flags(*runtime_flags)
@@ -560,9 +424,6 @@ class Verifier:
         A fresh interpreter (no forked copy of a live device) in its own session, speaking
         multiprocessing's pickled messages over a socket pair.
         """
-        import socket
-        from multiprocessing.connection import Connection
-
         if processes.stopping():  # the run is being interrupted: no new worker
             self.unavailable = f"{UNAVAILABLE}the run is stopping"
             return
@@ -636,9 +497,7 @@ class Verifier:
         self._stop()
         return "timeout", f"over {timeout:g} s"
 
-    def check(
-        self, vmfb: str, data: ProblemData, problem: MatmulProblem, timeout: float
-    ) -> Verification:
+    def check(self, vmfb: str, data: ProblemData, problem: Problem, timeout: float) -> Verification:
         with self.lock:
             if not self._usable(data):
                 return verify_module(vmfb, self.device, data, problem, timeout)
@@ -646,7 +505,7 @@ class Verifier:
                 os.path.abspath(vmfb),
                 data.input_paths,
                 data.reference_path,
-                tolerance(problem),
+                problem.tolerance(),
             )
             kind, answer = self._ask(request, timeout)
         return answer if kind == "answer" else Verification(kind, message=answer)
@@ -669,8 +528,6 @@ class Verifier:
         With `benchmark_function`, the module is one of IREE's dispatch benchmarks: that
         function is called with the dispatch count, on no inputs. A dispatch slower than
         `slow_ms` is timed once (see `time_calls`)."""
-        from autosched.measure.benchmark_tool import Timing, summarize
-
         benchmark = (benchmark_function, dispatch_repeat) if benchmark_function else None
         with self.lock:
             if not self._usable(None if benchmark else data):  # a benchmark takes no inputs

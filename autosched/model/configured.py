@@ -294,7 +294,7 @@ def in_configured_form(analysis: ModelAnalysis, model_path: str, flags: Sequence
             found = configured.get(root.sites[0].entry_point)
             if found is not None and found.kind == root.kind:
                 root = dataclasses.replace(found, sites=list(root.sites))
-        key = (type(root).__name__, root._key())
+        key = (type(root).__name__, root.key())
         if key in roots:
             roots[key].sites.extend(root.sites)
         else:

@@ -83,10 +83,10 @@ def model_padding(module: ir.Module, problem: ConvolutionProblem) -> Padding | N
 def winners_paddings(
     model_path: str, compile_flags, work_dir: str, problems: list[ConvolutionProblem]
 ) -> dict[str, Padding]:
-    """Each convolution problem's padding (by its `_key()`) in the model as the substitution
+    """Each convolution problem's padding (by its `key()`) in the model as the substitution
     spec sees it (convolution_ops.fused_model), where it has one."""
     from autosched.model.convolution_ops import fused_model
 
     module = ir.Module.parseFile(fused_model(model_path, compile_flags, work_dir), ir.Context())
-    found = {problem._key(): model_padding(module, problem) for problem in problems}
+    found = {problem.key(): model_padding(module, problem) for problem in problems}
     return {key: padding for key, padding in found.items() if padding is not None}

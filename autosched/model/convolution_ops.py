@@ -25,7 +25,8 @@ from autosched.ir_walk import walk_ops
 from autosched.model.attention_ops import OP_PHASE
 from autosched.model.lowering import lower_to_phase, run_passes, source_location
 from autosched.ops.base import DispatchSite
-from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionKind, ConvolutionProblem
+from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionProblem
+from autosched.ops.convolution_kind import ConvolutionKind
 
 ELEMENTWISE_FUSION = "iree-dispatch-creation-elementwise-op-fusion"
 FUSED_MODEL = "model.fused.mlir"  # the module the op forms (and their epilogues) are read from
@@ -72,7 +73,7 @@ def op_convolutions(module: ir.Module) -> list[ConvolutionProblem]:
         if problem is None:
             continue
         site = problem.sites[0]
-        same = found.setdefault(problem._key(), problem)
+        same = found.setdefault(problem.key(), problem)
         if same is not problem:
             same.sites.append(site)
     return list(found.values())

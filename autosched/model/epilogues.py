@@ -37,7 +37,8 @@ from autosched.model.narrow_reshapes import MAX_RESHAPES, RESHAPES
 from autosched.model.rotary import rotation_move, rotation_period
 from autosched.ops.base import DispatchSite
 from autosched.ops.contraction import Contraction, recognise_contraction
-from autosched.ops.convolution import ConvolutionKind, ConvolutionProblem
+from autosched.ops.convolution import ConvolutionProblem
+from autosched.ops.convolution_kind import ConvolutionKind
 from autosched.ops.epilogue import (
     ACC,
     CHANNEL,
@@ -398,7 +399,7 @@ def _is_problems_op(op: ir.Operation, problem) -> bool:
         return False
     if isinstance(problem, ConvolutionProblem):
         same = op_convolution(op, ConvolutionKind())
-        return same is not None and same._key() == problem._key()
+        return same is not None and same.key() == problem.key()
     found = recognise_contraction(op, DispatchSite("", "", 1, (), ""))
     same = found.as_matmul_problem() if isinstance(found, Contraction) else None
     fields = ("indexing_maps", "m", "n", "k", "batch", "lhs_type", "rhs_type", "acc_type")
@@ -460,4 +461,4 @@ def winners_epilogues(
 def problem_key(problem: ConvolutionProblem | MatmulProblem) -> object:
     """How `winners_epilogues` names a problem: a convolution by its op form's key (two may
     share a name), a matmul by its name."""
-    return problem._key() if isinstance(problem, ConvolutionProblem) else problem.name
+    return problem.key() if isinstance(problem, ConvolutionProblem) else problem.name

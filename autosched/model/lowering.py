@@ -379,7 +379,7 @@ def find_contractions(module: ir.Module) -> ModelAnalysis:
             if isinstance(result, SkippedRoot):
                 skipped.append(result)
             elif result is not None:
-                key = (type(result).__name__, result._key())
+                key = (type(result).__name__, result.key())
                 if key in found:
                     found[key].sites.extend(result.sites)
                 else:

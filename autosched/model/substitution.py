@@ -747,7 +747,7 @@ def write_substitution(
     `epilogues` (model/epilogues.py, by `problem_key`) the epilogues its kernel computes in
     place of IREE's dispatch; `absorbed` (attention_sources.py, by name) an attention's forms
     over its copied operands' sources; `paddings` (conv_padding.py, by a convolution's
-    `_key()`) the zero padding its kernel applies itself, reading the image before its pad."""
+    `key()`) the zero padding its kernel applies itself, reading the image before its pad."""
     if os.path.exists(path):
         os.remove(path)
     folder = path.removesuffix(".mlir")
@@ -802,7 +802,7 @@ def _convolution_substitute(problem, point, forms: ModelForms, arch: str, folder
 
     params = triton_params(point)
     found = forms.epilogues.get(problem_key(problem), [])
-    padding = forms.paddings.get(problem._key())
+    padding = forms.paddings.get(problem.key())
     if padding and problem.size("c") >= params.block_k:  # not the few-channel stem
         problem = padded_form(problem, padding)
     ptx = os.path.join(folder, f"{problem.name}.ptx")

@@ -18,9 +18,17 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
 from iree.compiler import ir
 
-from autosched.ops.base import ANY_OP, DispatchSite, RootOpKind, SkippedRoot
+from autosched.ops.base import (
+    ANY_OP,
+    TOLERANCE,
+    DispatchSite,
+    Operand,
+    RootOpKind,
+    SkippedRoot,
+)
 
 ONLINE = "iree_linalg_ext.online_attention"
 ATTENTION_OPS = ("iree_linalg_ext.attention", ONLINE)
@@ -97,7 +105,7 @@ class AttentionProblem:
         operands = ", ".join(f"({', '.join(map(str, o))})" for o in self.operand_loops)
         return f"loops ({', '.join(self.loops)}), operands [{operands}]"
 
-    def _key(self) -> str:
+    def key(self) -> str:
         return self.name
 
     def as_problem(self) -> AttentionProblem:
@@ -162,6 +170,69 @@ class AttentionProblem:
             causal=shape["causal"],
             output_type=shape["output_type"],
         )
+
+    def tolerance(self) -> float:
+        """The output is rounded to its type once (the sums stay in f32)."""
+        return TOLERANCE[self.out_type]
+
+    def check_operands(self) -> list[Operand] | None:
+        """q, k and v of the op form (checked alone); None at `flow` (on IREE's dispatch)."""
+        if self.form != "op":
+            return None
+        types = (self.query_type, self.key_type, self.value_type)
+        return [Operand(name, self.operand_shape(i), types[i]) for i, name in enumerate("qkv")]
+
+    def reference_bytes(self) -> int:
+        """q, k, v, the output twice and three score blocks of one outer batch entry, in
+        float64 (none at `flow`)."""
+        if self.form != "op":
+            return 0
+        shapes = [self.operand_shape(i) for i in range(3)] + [self.output_shape] * 2
+        scores = self.size("m") * self.size("k2") * math.prod(self.batch_sizes[1:])
+        return 8 * (sum(math.prod(shape) for shape in shapes) + 3 * scores)
+
+    def reference(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The op-form attention in float64 with numpy: softmax(scale * q.k + causal) . v, one
+        entry of the outermost batch loop at a time (the scores of all at once would not fit)."""
+        letters = [chr(ord("a") + i) for i in range(len(self.loops))]
+
+        def spec(loops) -> str:
+            return "".join(letters[i] for i in loops)
+
+        batch = self.positions("b")
+        m, k2 = self.positions("m")[0], self.positions("k2")[0]
+        scores = [i for i in range(len(self.loops)) if i in batch or i in (m, k2)]
+        q_loops, k_loops, v_loops, *_, out_loops = self.operand_loops
+        out = np.zeros(self.output_shape, dtype=np.float64)
+        outer = batch[0] if batch else None
+        entries = self.loop_sizes[outer] if batch else 1
+
+        def take(array, loops, index):
+            return array if outer not in loops else np.take(array, [index], axis=loops.index(outer))
+
+        for index in range(entries):
+            s = np.einsum(
+                f"{spec(q_loops)},{spec(k_loops)}->{spec(scores)}",
+                take(q, q_loops, index),
+                take(k, k_loops, index),
+            )
+            s *= self.scale
+            if self.causal:
+                hidden = np.triu(np.ones((self.size("m"), self.size("k2")), bool), 1)
+                shape = [1] * len(scores)
+                shape[scores.index(m)], shape[scores.index(k2)] = hidden.shape
+                s = np.where(hidden.reshape(shape), -np.inf, s)
+            s = np.exp(s - s.max(axis=scores.index(k2), keepdims=True))
+            s /= s.sum(axis=scores.index(k2), keepdims=True)
+            part = np.einsum(
+                f"{spec(scores)},{spec(v_loops)}->{spec(out_loops)}", s, take(v, v_loops, index)
+            )
+            if outer is None:
+                return part
+            slot = [slice(None)] * len(out_loops)
+            slot[out_loops.index(outer)] = slice(index, index + 1)
+            out[tuple(slot)] = part
+        return out
 
     def csv_shape(self) -> dict:
         """The CSV's shape columns: M query rows, N value head dim, K key rows."""
@@ -243,52 +314,6 @@ def constant_scale(value: ir.Value) -> float | None:
         return None
     attribute = owner.operation.attributes["value"]
     return ir.FloatAttr(attribute).value if isinstance(attribute, ir.FloatAttr) else None
-
-
-def reference(problem: AttentionProblem, q, k, v):
-    """The op-form attention in float64 with numpy: softmax(scale * q.k + causal) . v, one
-    entry of the outermost batch loop at a time (the scores of all at once would not fit)."""
-    import numpy as np
-
-    letters = [chr(ord("a") + i) for i in range(len(problem.loops))]
-
-    def spec(loops) -> str:
-        return "".join(letters[i] for i in loops)
-
-    batch = problem.positions("b")
-    m, k2 = problem.positions("m")[0], problem.positions("k2")[0]
-    scores = [i for i in range(len(problem.loops)) if i in batch or i in (m, k2)]
-    q_loops, k_loops, v_loops, *_, out_loops = problem.operand_loops
-    out = np.zeros(problem.output_shape, dtype=np.float64)
-    outer = batch[0] if batch else None
-    entries = problem.loop_sizes[outer] if batch else 1
-
-    def take(array, loops, index):
-        return array if outer not in loops else np.take(array, [index], axis=loops.index(outer))
-
-    for index in range(entries):
-        s = np.einsum(
-            f"{spec(q_loops)},{spec(k_loops)}->{spec(scores)}",
-            take(q, q_loops, index),
-            take(k, k_loops, index),
-        )
-        s *= problem.scale
-        if problem.causal:
-            hidden = np.triu(np.ones((problem.size("m"), problem.size("k2")), bool), 1)
-            shape = [1] * len(scores)
-            shape[scores.index(m)], shape[scores.index(k2)] = hidden.shape
-            s = np.where(hidden.reshape(shape), -np.inf, s)
-        s = np.exp(s - s.max(axis=scores.index(k2), keepdims=True))
-        s /= s.sum(axis=scores.index(k2), keepdims=True)
-        part = np.einsum(
-            f"{spec(scores)},{spec(v_loops)}->{spec(out_loops)}", s, take(v, v_loops, index)
-        )
-        if outer is None:
-            return part
-        slot = [slice(None)] * len(out_loops)
-        slot[out_loops.index(outer)] = slice(index, index + 1)
-        out[tuple(slot)] = part
-    return out
 
 
 NEGATIVE_INFINITY = {"f32": "0xFF800000", "f16": "0xFC00", "bf16": "0xFF80"}
@@ -374,6 +399,7 @@ def op_module_text(problem: AttentionProblem, module_attributes: dict[str, str])
 
 class AttentionKind(RootOpKind):
     name = "attention"
+    problem_type = AttentionProblem
     tuned = True
     needs_dispatch = True  # checked against the default build's outputs on IREE's dispatch
 

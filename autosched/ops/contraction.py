@@ -139,7 +139,7 @@ class Contraction:
             ],
         )
 
-    def _key(self) -> tuple:
+    def key(self) -> tuple:
         return (
             self.op_name,
             self.loops,

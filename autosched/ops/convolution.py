@@ -1,4 +1,5 @@
-"""Convolution roots as a tuned root-op kind (issue 25).
+"""Convolution roots (issue 25): the problem one becomes and how a dispatch's op is read into
+one (the kind, its matchers and its module alone: ops/convolution_kind.py).
 
 Where IREE forms its dispatches, a torch or ONNX convolution is a `linalg.generic` (IREE
 generalizes the named `linalg.conv_*` ops; the dispatch is named `conv_...`). MLIR's own
@@ -30,13 +31,13 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import linalg
 
-from autosched.ops.base import ANY_OP, ANY_VALUE, PARAM, DispatchSite, RootOpKind, SkippedRoot
+from autosched.ops.base import DispatchSite, Operand, SkippedRoot, accumulated_tolerance
 from autosched.ops.contraction import (
     Contraction,
-    contraction_matcher,
     is_multiply_add,
     recognise_contraction,
     static_types,
@@ -48,7 +49,6 @@ CONV_TYPES = ("f32", "f16", "bf16")
 ROLES = ("n", "f", "oh", "ow", "c", "kh", "kw", "g")
 WINDOW, POINTWISE = "window", "pointwise"  # a ConvolutionOpInterface op, or a 1x1 contraction
 STRIDED = "strided"  # a 1x1 convolution with a stride: `d * s` in the image's map
-IMAGE = ("n", "oh", "ow")  # a pointwise convolution's m dims (the contraction's)
 
 
 @dataclass
@@ -122,7 +122,7 @@ class ConvolutionProblem:
     def out_type(self) -> str:
         return self.acc_type
 
-    def _key(self) -> str:
+    def key(self) -> str:
         image = "x".join(map(str, self.image_shape)) if self.op_form else ""
         return f"{self.name} {self.indexing_maps} {image}"
 
@@ -176,6 +176,48 @@ class ConvolutionProblem:
             image_shape=tuple(shape["image_shape"]),
             op_form=True,
         )
+
+    def tolerance(self) -> float:
+        return accumulated_tolerance(self.lhs_type, self.acc_type)
+
+    def check_operands(self) -> list[Operand] | None:
+        """The op form's image and filter (checked alone); None for a dispatch's convolution
+        (checked on IREE's dispatch)."""
+        if not self.op_form:
+            return None
+        kernel = [self.size(r) for r in self.operand_roles(1)]
+        return [
+            Operand("image", list(self.image_shape), self.lhs_type),
+            Operand("filter", kernel, self.rhs_type),
+        ]
+
+    def reference_bytes(self) -> int:
+        """Not counted: a convolution's image, filter and output are small beside a host."""
+        return 0
+
+    def reference(self, image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+        """The op-form convolution in float64 with numpy: for each filter tap, the image read at
+        the tap's offset (strided, dilated) contracted with the tap's filter over the input
+        channels; in the output's layout."""
+        order = [roles[0] for roles in image_dims(self)]  # n, c, oh, ow in the image's order
+        x = np.transpose(image, [order.index(r) for r in ("n", "c", "oh", "ow") if r in order])
+        x = x if "oh" in order else x[:, :, None, :]  # a pointwise image of (n, c, pixels)
+        roles = self.operand_roles(1)
+        w = np.transpose(kernel, [roles.index(r) for r in ("f", "c", "kh", "kw") if r in roles])
+        w = w.reshape(w.shape[:2] + (self.size("kh"), self.size("kw")))
+        oh, ow = self.size("oh"), self.size("ow")
+        (sh, sw), (dh, dw) = self.strides, self.dilations
+        out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+        for kh in range(w.shape[2]):
+            for kw in range(w.shape[3]):
+                rows = slice(kh * dh, kh * dh + sh * (oh - 1) + 1, sh)
+                columns = slice(kw * dw, kw * dw + sw * (ow - 1) + 1, sw)
+                out += np.einsum(
+                    "nchw,fc->nfhw", x[:, :, rows, columns], w[:, :, kh, kw], optimize=True
+                )
+        kept = ("n", "f", "oh", "ow") if "oh" in self.output_roles else ("n", "f", "ow")
+        out = out if "oh" in self.output_roles else out[:, :, 0, :]
+        return np.transpose(out, [kept.index(r) for r in self.output_roles])
 
     def csv_shape(self) -> dict:
         """The CSV's shape columns as the implicit GEMM sees them: M output pixels, N output
@@ -395,185 +437,6 @@ def read_strided(op: ir.Operation, site: DispatchSite) -> ConvolutionProblem | N
         form=STRIDED,
         sites=[site],
     )
-
-
-REDUCED = ("c", "kh", "kw")  # the loops a convolution adds up over
-
-
-def _tensor(shape, element: str) -> str:
-    return f"tensor<{'x'.join(map(str, shape))}x{element}>"
-
-
-def op_module_text(problem: ConvolutionProblem, module_attributes: dict[str, str]) -> str:
-    """The op-form convolution alone in `@main(image, filter) -> out`, from a zero-filled
-    accumulator, as a `linalg.generic` with the op's own maps (what IREE generalizes it to)."""
-    image = _tensor(problem.image_shape, problem.lhs_type)
-    kernel = _tensor([problem.size(r) for r in problem.operand_roles(1)], problem.rhs_type)
-    acc = _tensor([problem.size(r) for r in problem.output_roles], problem.acc_type)
-    wide = problem.acc_type
-    iterators = ", ".join(f'"{"reduction" if r in REDUCED else "parallel"}"' for r in problem.loops)
-    widen = [
-        f"    %w{name} = arith.extf %{name} : {element} to {wide}"
-        for name, element in (("a", problem.lhs_type), ("b", problem.rhs_type))
-        if element != wide
-    ]
-    a = "%wa" if problem.lhs_type != wide else "%a"
-    b = "%wb" if problem.rhs_type != wide else "%b"
-    listed = ", ".join(f"{name} = {text}" for name, text in module_attributes.items())
-    return "\n".join(
-        [
-            f"module{f' attributes {{{listed}}}' if listed else ''} {{",
-            f"func.func @main(%image: {image}, %filter: {kernel}) -> {acc} {{",
-            f"  %zero = arith.constant 0.0 : {wide}",
-            f"  %empty = tensor.empty() : {acc}",
-            f"  %init = linalg.fill ins(%zero : {wide}) outs(%empty : {acc}) -> {acc}",
-            f"  %r = linalg.generic {{indexing_maps = {problem.indexing_maps}, iterator_types = "
-            f"[{iterators}]}} ins(%image, %filter : {image}, {kernel}) outs(%init : {acc}) {{",
-            f"  ^bb0(%a: {problem.lhs_type}, %b: {problem.rhs_type}, %c: {wide}):",
-            *widen,
-            f"    %m = arith.mulf {a}, {b} : {wide}",
-            f"    %s = arith.addf %c, %m : {wide}",
-            f"    linalg.yield %s : {wide}",
-            f"  }} -> {acc}",
-            f"  return %r : {acc}",
-            "}",
-            "}",
-            "",
-        ]
-    )
-
-
-def reference(problem: ConvolutionProblem, image, kernel):
-    """The op-form convolution in float64 with numpy: for each filter tap, the image read at
-    the tap's offset (strided, dilated) contracted with the tap's filter over the input
-    channels; in the output's layout."""
-    import numpy as np
-
-    order = [roles[0] for roles in image_dims(problem)]  # n, c, oh, ow in the image's order
-    x = np.transpose(image, [order.index(r) for r in ("n", "c", "oh", "ow") if r in order])
-    x = x if "oh" in order else x[:, :, None, :]  # a pointwise image of (n, c, pixels)
-    roles = problem.operand_roles(1)
-    w = np.transpose(kernel, [roles.index(r) for r in ("f", "c", "kh", "kw") if r in roles])
-    w = w.reshape(w.shape[:2] + (problem.size("kh"), problem.size("kw")))
-    oh, ow = problem.size("oh"), problem.size("ow")
-    (sh, sw), (dh, dw) = problem.strides, problem.dilations
-    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
-    for kh in range(w.shape[2]):
-        for kw in range(w.shape[3]):
-            rows = slice(kh * dh, kh * dh + sh * (oh - 1) + 1, sh)
-            columns = slice(kw * dw, kw * dw + sw * (ow - 1) + 1, sw)
-            out += np.einsum(
-                "nchw,fc->nfhw", x[:, :, rows, columns], w[:, :, kh, kw], optimize=True
-            )
-    kept = ("n", "f", "oh", "ow") if "oh" in problem.output_roles else ("n", "f", "ow")
-    out = out if "oh" in problem.output_roles else out[:, :, 0, :]
-    return np.transpose(out, [kept.index(r) for r in problem.output_roles])
-
-
-class ConvolutionKind(RootOpKind):
-    name = "convolution"
-    tuned = True
-    needs_dispatch = True  # checked against the default build's outputs on IREE's dispatch
-    configured_form = True  # on the CPU the unit batch folded at `flow` comes back
-    checks_model = True  # a spec misses the check module built from `flow` (unit batch)
-
-    def recognise(self, op: ir.Operation, site: DispatchSite):
-        return read_convolution(op, site) or read_pointwise(op, site) or read_strided(op, site)
-
-    def has_kernel(self, problem) -> bool:
-        return problem.op_form
-
-    def kernel_module(self, problem: ConvolutionProblem, target, point) -> str:
-        """An op-form convolution alone (IREE's default build of it; the Triton points write
-        their own modules). A dispatch's convolution is timed on IREE's dispatch."""
-        if not problem.op_form:
-            raise NotImplementedError("a dispatch's convolution is timed on IREE's dispatch")
-        return op_module_text(problem, target.module_attributes())
-
-    def spec_matcher(self, problem: ConvolutionProblem, handle: str = "%op") -> str:
-        """Transform ops that match `handle` to the problem's convolutions: element types,
-        indexing maps and every loop's size."""
-        if problem.form == POINTWISE:
-            return _pointwise_matcher(problem, handle)
-        if problem.form == STRIDED:
-            return _strided_matcher(problem, handle)
-        names = ["%batch", "%image", "%channel", "%window", "%input", "%depth", "%s", "%d"]
-        roles = [("n",), ("oh", "ow"), ("f",), ("kh", "kw"), ("c",), ("g",)]
-        checks = "".join(
-            f"    transform.iree.match.dims_equal {name}, "
-            f"[{', '.join(str(problem.size(r)) for r in group if r in problem.loops)}]"
-            f" : {PARAM}\n"
-            for name, group in zip(names, roles, strict=False)
-        )
-        return (
-            f"    {', '.join(names)} = transform.iree.match.convolution {handle},"
-            f" lhs_type = {problem.lhs_type}, rhs_type = {problem.rhs_type},"
-            f" output_type = {problem.acc_type}, indexing_maps = {problem.indexing_maps}"
-            f" : {ANY_OP} -> {PARAM}\n"
-            f"{checks}"
-        )
-
-
-def _pointwise_matcher(problem: ConvolutionProblem, handle: str) -> str:
-    """A 1x1 convolution is matched as the contraction it is: its image loops are the m
-    dims, in loop order; the output channel n, the input channel k."""
-    image = [s for r, s in zip(problem.loops, problem.loop_sizes, strict=True) if r in IMAGE]
-    dims = {"m": image, "n": [problem.size("f")], "k": [problem.size("c")]}
-    return contraction_matcher(problem, handle, dims)
-
-
-def _strided_matcher(problem: ConvolutionProblem, handle: str) -> str:
-    """The whole op: its maps and its multiply-add body (inputs widened to the accumulator's
-    type where they are narrower), then the filter's and output's exact types; the image's
-    rows and columns are left open (its map alone says how it is read)."""
-    narrow, wide = problem.lhs_type, problem.acc_type
-    out_shape = [problem.size(r) for r in problem.output_roles]
-    image_shape = [
-        "?" if r in ("oh", "ow") else str(problem.size(r))
-        for r in ("n", "c", "oh", "ow")  # NCHW; NHWC images take the same open dims
-    ]
-    out = f"tensor<{'x'.join(map(str, out_shape))}x{wide}>"
-    kernel = f"tensor<{problem.size('f')}x{problem.size('c')}x{problem.rhs_type}>"
-    image = f"tensor<{'x'.join(image_shape)}x{narrow}>"
-    loose = [
-        f"tensor<?x?x?x?x{narrow}>",
-        f"tensor<?x?x{problem.rhs_type}>",
-        f"tensor<?x?x?x?x{wide}>",
-    ]
-    widen = narrow != wide
-    body = [
-        f"      ^bb1(%a: {narrow}, %b: {problem.rhs_type}, %c: {wide}):",
-        *(
-            [
-                f"        %wa = arith.extf %a : {narrow} to {wide}",
-                f"        %wb = arith.extf %b : {problem.rhs_type} to {wide}",
-            ]
-            if widen
-            else []
-        ),
-        f"        %m = arith.mulf {'%wa, %wb' if widen else '%a, %b'} : {wide}",
-        f"        %s = arith.addf %c, %m : {wide}",
-        f"        linalg.yield %s : {wide}",
-    ]
-    iterators = ", ".join('"reduction"' if r == "c" else '"parallel"' for r in problem.loops)
-    lines = [
-        f"    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
-        f"    ^bb0(%x: {loose[0]}, %w: {loose[1]}, %o: {loose[2]}):",
-        f"      %r = linalg.generic {{indexing_maps = {problem.indexing_maps}, "
-        f"iterator_types = [{iterators}]}} ins(%x, %w : {loose[0]}, {loose[1]}) "
-        f"outs(%o : {loose[2]}) {{",
-        *body,
-        f"      }} -> {loose[2]}",
-        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
-    ]
-    for position, tensor in enumerate((image, kernel, out)):
-        lines += [
-            f"    %operand{position} = transform.get_operand {handle}[{position}]"
-            f" : ({ANY_OP}) -> {ANY_VALUE}",
-            f"    transform.iree.match.cast_compatible_type %operand{position} = {tensor}"
-            f" : {ANY_VALUE}",
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def nchw_problem(

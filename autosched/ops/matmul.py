@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
 from iree.compiler import ir
 
 from autosched.errors import UserError, require_file
+from autosched.ops.base import Operand, accumulated_tolerance
 
 MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 
@@ -76,6 +78,57 @@ class MatmulProblem:
             "zero_init": self.zero_init,
         }
 
+    @classmethod
+    def from_shape(cls, shape: dict) -> MatmulProblem:
+        """The problem a record names (no op sites: it is in no module here)."""
+        return cls(
+            op_name=shape["op"],
+            m=shape["m"],
+            n=shape["n"],
+            k=shape["k"],
+            batch=shape["batch"],
+            lhs_type=shape["lhs_type"],
+            rhs_type=shape["rhs_type"],
+            acc_type=shape["acc_type"],
+            transpose_a=shape["transpose_a"],
+            transpose_b=shape["transpose_b"],
+            zero_init=shape["zero_init"],
+            indexing_maps=_indexing_maps(
+                bool(shape["batch"]), shape["transpose_a"], shape["transpose_b"]
+            ),
+        )
+
+    def key(self) -> str:
+        return self.name
+
+    def tolerance(self) -> float:
+        return accumulated_tolerance(self.lhs_type, self.acc_type)
+
+    def check_operands(self) -> list[Operand]:
+        """A, B and, unless it starts from zero, the accumulator C."""
+        operands = [
+            Operand("lhs", self.lhs_shape, self.lhs_type),
+            Operand("rhs", self.rhs_shape, self.rhs_type),
+        ]
+        if not self.zero_init:
+            operands.append(Operand("acc", self.acc_shape, self.acc_type))
+        return operands
+
+    def reference(self, lhs: np.ndarray, rhs: np.ndarray, acc: np.ndarray | None = None):
+        if self.transpose_a:
+            lhs = np.swapaxes(lhs, -1, -2)
+        if self.transpose_b:
+            rhs = np.swapaxes(rhs, -1, -2)
+        product = np.matmul(lhs, rhs)
+        return product if acc is None else product + acc
+
+    def reference_bytes(self) -> int:
+        """A, B, C and the reference in float64, and as much again for temporaries."""
+        shapes = [self.lhs_shape, self.rhs_shape, self.acc_shape, self.acc_shape]
+        if not self.zero_init:
+            shapes.append(self.acc_shape)
+        return 8 * sum(int(np.prod(shape, dtype=np.float64)) for shape in shapes) * 2
+
     def csv_shape(self) -> dict:
         """The CSV's shape columns."""
         shape = self.record_shape()
@@ -108,6 +161,16 @@ class MatmulProblem:
     @property
     def out_type(self) -> str:
         return self.acc_type
+
+
+def _indexing_maps(batched: bool, transpose_a: bool, transpose_b: bool) -> str:
+    """The op's maps for a layout, as the bindings print them."""
+    b, m, n, k = ("d0, ", "d1", "d2", "d3") if batched else ("", "d0", "d1", "d2")
+    dims = f"({b}{m}, {n}, {k})"
+    lhs = f"{k}, {m}" if transpose_a else f"{m}, {k}"
+    rhs = f"{n}, {k}" if transpose_b else f"{k}, {n}"
+    maps = [f"affine_map<{dims} -> ({b}{x})>" for x in (lhs, rhs, f"{m}, {n}")]
+    return f"[{', '.join(maps)}]"
 
 
 @dataclass

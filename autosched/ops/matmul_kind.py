@@ -14,6 +14,7 @@ from autosched.ops.matmul_kernel import kernel_variant
 
 class MatmulKind(RootOpKind):
     name = "matmul"
+    problem_type = MatmulProblem
     tuned = True
 
     def recognise(self, op: ir.Operation, site: DispatchSite):

@@ -13,8 +13,10 @@ import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
+from importlib.metadata import version
 
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
+from autosched.ops.registry import BASE_KIND, kind
 
 # not_applied: the module built for the point does not carry its configuration (a spec whose
 # matcher missed the root op IREE configures): never timed as if it were the candidate.
@@ -76,55 +78,20 @@ def json_text(value, **options) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
-def problem_shape(problem: MatmulProblem) -> dict:
+def problem_shape(problem: Problem) -> dict:
     """What a record keeps of its problem's shape (each kind's problem says)."""
     return problem.record_shape()
 
 
-def _indexing_maps(batched: bool, transpose_a: bool, transpose_b: bool) -> str:
-    """The op's maps for a layout, as the bindings print them."""
-    b, m, n, k = ("d0, ", "d1", "d2", "d3") if batched else ("", "d0", "d1", "d2")
-    dims = f"({b}{m}, {n}, {k})"
-    lhs = f"{k}, {m}" if transpose_a else f"{m}, {k}"
-    rhs = f"{n}, {k}" if transpose_b else f"{k}, {n}"
-    maps = [f"affine_map<{dims} -> ({b}{x})>" for x in (lhs, rhs, f"{m}, {n}")]
-    return f"[{', '.join(maps)}]"
-
-
-def problem_from_shape(shape: dict) -> MatmulProblem:
-    """The problem a record was measured on (no op sites: it is not in any module here);
-    an attention's or a convolution's only in its op form (the custom route's, which
-    records all of it)."""
-    if shape.get("kind") == "attention":
-        from autosched.ops.attention import AttentionProblem
-
-        return AttentionProblem.from_shape(shape)
-    if shape.get("kind") == "convolution":
-        from autosched.ops.convolution import ConvolutionProblem
-
-        return ConvolutionProblem.from_shape(shape)
-    return MatmulProblem(
-        op_name=shape["op"],
-        m=shape["m"],
-        n=shape["n"],
-        k=shape["k"],
-        batch=shape["batch"],
-        lhs_type=shape["lhs_type"],
-        rhs_type=shape["rhs_type"],
-        acc_type=shape["acc_type"],
-        transpose_a=shape["transpose_a"],
-        transpose_b=shape["transpose_b"],
-        zero_init=shape["zero_init"],
-        indexing_maps=_indexing_maps(
-            bool(shape["batch"]), shape["transpose_a"], shape["transpose_b"]
-        ),
-    )
+def problem_from_shape(shape: dict) -> Problem:
+    """The problem a record was measured on (no op sites: it is not in any module here), of
+    the kind its shape names (an attention's or a convolution's only in its op form, the
+    custom route's, which records all of it)."""
+    return kind(shape.get("kind", BASE_KIND)).problem_type.from_shape(shape)
 
 
 def iree_version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("iree-base-compiler")
     except Exception:  # noqa: BLE001 - a version string is informative only
         return "unknown"

@@ -13,16 +13,17 @@ import tempfile
 from iree.compiler import ir
 
 from autosched import processes
+from autosched.compile import opt_path
 from autosched.errors import UserError
-from autosched.ops.base import ANY_OP
-from autosched.ops.matmul import MatmulProblem
+from autosched.ir_walk import children, symbol
+from autosched.ops.base import ANY_OP, Problem
 from autosched.ops.registry import kind_of
 from autosched.targets.base import Point, Target
 
 LINK_TIMEOUT = 120.0
 
 
-def match_contraction(problem: MatmulProblem, handle: str = "%op") -> str:
+def match_contraction(problem: Problem, handle: str = "%op") -> str:
     """The problem's kind's matcher for `handle` (see ops/base.py)."""
     return kind_of(problem).spec_matcher(problem, handle)
 
@@ -45,7 +46,7 @@ APPLY_CONFIG = ("apply_op_config", ["compilation_info"])
 APPLY_ATTENTION = ("apply_attention_config", ["compilation_info", "decomposition_config"])
 
 
-def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str, str, str]:
+def _matcher(problem: Problem, target: Target, point: Point) -> tuple[str, str, str]:
     """(name, named_sequence text, the apply sequence it feeds) matching the problem's roots
     and giving its configuration."""
     name = f"match_{problem.name}"
@@ -72,7 +73,7 @@ def _matcher(problem: MatmulProblem, target: Target, point: Point) -> tuple[str,
     return name, text, apply[0]
 
 
-def tuning_spec(best: list[tuple[MatmulProblem, Target, Point]]) -> str | None:
+def tuning_spec(best: list[tuple[Problem, Target, Point]]) -> str | None:
     """The spec text for the chosen points, parsed once here so that it is valid MLIR.
 
     None when there is nothing to configure (IREE requires the entry point to match).
@@ -119,8 +120,6 @@ def _check_tuning_library(path: str, module: ir.Module) -> None:
     """A tuning spec is a transform library (`transform.with_named_sequence`) whose entry
     is `@__kernel_config`: anything else would be refused by iree-compile only at the
     proof, after the whole search."""
-    from autosched.ir_walk import children, symbol
-
     if "transform.with_named_sequence" not in module.operation.attributes:
         raise UserError(
             f"{path}: not a tuning spec (a module with transform.with_named_sequence and a "
@@ -152,8 +151,6 @@ def merge_with_starter(tuned: str, starter_path: str) -> str:
     makes one entry point that tries them in order. The tuned spec comes first: where both
     match an op, the first spec's configuration is the one IREE keeps (checked on the CPU).
     """
-    from autosched.compile import opt_path
-
     context = ir.Context()
     starter = read_starter(starter_path, context)
     outer = ir.Module.parse("module attributes {transform.with_named_sequence} {}", context)
@@ -174,7 +171,7 @@ def merge_with_starter(tuned: str, starter_path: str) -> str:
 
 
 def write_spec(
-    path: str, best: list[tuple[MatmulProblem, Target, Point]], starter: str = ""
+    path: str, best: list[tuple[Problem, Target, Point]], starter: str = ""
 ) -> str | None:
     """Writes the winners' spec (linked with `starter` when given); None when there is none.
 

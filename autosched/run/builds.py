@@ -31,7 +31,7 @@ from autosched.model.configured import (
     roots_in,
 )
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
 from autosched.ops.matmul_kernel import variant_path, write_text
 from autosched.ops.registry import kind_of
 from autosched.outputs.records import Trial
@@ -40,7 +40,7 @@ from autosched.run.problem import BASELINE, ProblemSearch
 from autosched.targets.base import Point, Target
 
 
-def expected_config(problem: MatmulProblem, target: Target, point: Point | None) -> str | None:
+def expected_config(problem: Problem, target: Target, point: Point | None) -> str | None:
     """The compilation_info a build of `point` must carry; None for IREE's default and for
     points no configuration carries (custom kernels)."""
     target = target.for_problem(problem)
@@ -50,7 +50,7 @@ def expected_config(problem: MatmulProblem, target: Target, point: Point | None)
 
 
 def kernel_job(
-    problem: MatmulProblem, target: Target, point: Point | None, source: str, repeat: int
+    problem: Problem, target: Target, point: Point | None, source: str, repeat: int
 ) -> CompileJob:
     """The contraction rebuilt as a bare kernel with `point` attached (`source` is written
     here; a custom kernel's module is written by its own compiler, in the compile pool)."""
@@ -68,7 +68,7 @@ def kernel_job(
 
 def dispatch_job(
     benchmark: DispatchBenchmark,
-    problem: MatmulProblem,
+    problem: Problem,
     target: Target,
     point: Point | None,
     stem: str,
@@ -103,12 +103,12 @@ class CandidateBuilds:
         self.shared: dict[str, CompileResult] = {}  # builds every problem of a model shares
         self.shared_lock = threading.Lock()
 
-    def source(self, problem: MatmulProblem, name: str) -> str:
+    def source(self, problem: Problem, name: str) -> str:
         """Where a candidate's module (and, beside it, its builds) are written."""
         return os.path.abspath(variant_path(self.config.work_dir, problem, name))
 
     def kernel_job(
-        self, problem: MatmulProblem, name: str, point: Point | None, repeat: int
+        self, problem: Problem, name: str, point: Point | None, repeat: int
     ) -> CompileJob:
         return kernel_job(problem, self.target, point, self.source(problem, name), repeat)
 
@@ -249,7 +249,7 @@ class CandidateBuilds:
 
     def modules_for(
         self,
-        problem: MatmulProblem,
+        problem: Problem,
         trials: list[Trial],
         repeat: int,
         search: ProblemSearch | None = None,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from autosched.measure.contract import DispatchCheck
 from autosched.measure.worker import ProblemData
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
 from autosched.outputs.records import MeasureContext, Trial
 from autosched.search.loop import SearchState
 from autosched.search.space import SearchSpace
@@ -18,7 +18,7 @@ BASELINE = "iree_default"  # the config name of IREE's default in records
 
 @dataclass
 class ProblemResult:
-    problem: MatmulProblem
+    problem: Problem
     space: SearchSpace
     trials: list[Trial] = field(default_factory=list)
     baseline: Trial | None = None
@@ -53,7 +53,7 @@ class ProblemResult:
 class Progress:
     """Told about each problem and each finished trial; the CLI draws a bar from it."""
 
-    def start(self, problem: MatmulProblem, total: int) -> None:
+    def start(self, problem: Problem, total: int) -> None:
         pass
 
     def advance(self, trial: Trial) -> None:
@@ -68,7 +68,7 @@ class Progress:
     def start_model(self, label: str, total: int) -> None:
         """A model's problems are searched in turns: one display for all of them."""
 
-    def retiming(self, problem: MatmulProblem, index: int, total: int) -> None:
+    def retiming(self, problem: Problem, index: int, total: int) -> None:
         """Problem `index` of `total` is re-timed, after every search has ended."""
 
 
@@ -80,7 +80,7 @@ class ProblemSearch:
     budget moves between them) with the same loop that tunes one problem to the end.
     """
 
-    problem: MatmulProblem
+    problem: Problem
     space: SearchSpace
     result: ProblemResult
     data: ProblemData

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from autosched.compile import CompileResult
 from autosched.config import RunConfig
 from autosched.measure.contract import TIMED, Candidate, Measurement
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
 from autosched.outputs.records import Trial, TuningDatabase, problem_shape
 from autosched.outputs.report import CsvReport, RunLog
 from autosched.run.problem import ProblemSearch, Progress
@@ -160,7 +160,7 @@ class TrialBook:
             )
         return kept
 
-    def history(self, problem: MatmulProblem, space: SearchSpace) -> History:
+    def history(self, problem: Problem, space: SearchSpace) -> History:
         """Other problems' records in the database, in this space's feature columns."""
         if not space.points:
             return []

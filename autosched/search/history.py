@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
+from autosched.ops.registry import BASE_KIND
 from autosched.outputs.records import Trial, problem_from_shape
 from autosched.search.landscape import Landscape
 from autosched.search.tuners import History
@@ -27,21 +28,22 @@ MIN_POINTS = 4  # successful points a problem needs to teach a ranking
 
 
 def database_history(
-    trials: list[Trial], target: Target, problem: MatmulProblem, columns: list[str]
+    trials: list[Trial], target: Target, problem: Problem, columns: list[str]
 ) -> History:
     """The database's other problems on this target and arch with the same input element
     type, newest first: each one's points (its newest record of each) as feature rows in
     `columns`, the space's feature names, and their GFLOP/s (NaN where a point failed)."""
     target = target.for_problem(problem)
+    input_type = problem.record_shape().get("lhs_type")  # None for a kind with no such field
     by_problem: dict[str, dict[str, Trial]] = {}
     for trial in trials:
         if trial.baseline or trial.problem == problem.name or not trial.point:
             continue
         if (trial.target, trial.arch) != (target.name, target.arch):
             continue
-        if (trial.shape or {}).get("kind", "matmul") != problem.kind:
+        if (trial.shape or {}).get("kind", BASE_KIND) != problem.kind:
             continue  # another root-op kind: other knobs
-        if (trial.shape or {}).get("lhs_type") != getattr(problem, "lhs_type", None):
+        if (trial.shape or {}).get("lhs_type") != input_type:
             continue
         points = by_problem.pop(trial.problem, {})  # re-inserted: the newest problem last
         points[trial.config] = trial

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 import click
 import numpy as np
 
+from autosched.config import RunConfig
 from autosched.errors import UserError
+from autosched.outputs.records import problem_from_shape
+from autosched.search.space import matching_points
+from autosched.targets import make_target
+from autosched.targets.cuda import MMA_FOR_TYPES, NONE
 
 # Numeric knob columns of the landscape CSV, in feature order.
 CSV_KNOBS = (
@@ -98,8 +103,6 @@ CSV_ARCH = "sm_90"  # the shipped CSV landscapes are H200 measurements; an `arch
 
 def _csv_point(row: dict[str, str], dtype: str, acc: str) -> dict:
     """The CUDA target's point for one CSV row (its knob names and meanings)."""
-    from autosched.targets.cuda import MMA_FOR_TYPES, NONE
-
     pipeline, _, kind = row["pipeline"].strip().partition("-")
     knobs = {k: int(_number(row, k) or 0) for k in CSV_KNOBS}
     mma = kind == "mma"
@@ -130,8 +133,6 @@ def _csv_point(row: dict[str, str], dtype: str, acc: str) -> dict:
 def _csv_features(row: dict[str, str], m: int, n: int, k: int, dtype: str) -> dict[str, float]:
     """The CUDA target's own features of the row's point: the cost model replayed here is
     the one `autosched run` uses."""
-    from autosched.outputs.records import problem_from_shape
-
     acc = (row.get("acc") or "f32").strip()
     shape = {
         "op": "linalg.matmul",
@@ -211,17 +212,11 @@ def _from_csv(text: str, path: str) -> list[Landscape]:
 
 @functools.cache
 def _target_for(name: str, arch: str):
-    from autosched.config import RunConfig
-    from autosched.targets import make_target
-
     return make_target(RunConfig(target=name, arch=arch))
 
 
 def _target_starting(record: dict, points: list[dict]) -> list[int]:
     """Which recorded points today's target measures first (`Target.starting_points`)."""
-    from autosched.outputs.records import problem_from_shape
-    from autosched.search.space import matching_points
-
     try:
         problem = problem_from_shape(record.get("shape") or {})
         target = _target_for(record["target"], record.get("arch") or "")
@@ -236,8 +231,6 @@ def _target_features(record: dict) -> dict[str, float] | None:
     Features are a function of the point, so replaying with the current code's features
     measures the current cost model, whatever features the record was written with.
     """
-    from autosched.outputs.records import problem_from_shape
-
     shape, point = record.get("shape") or {}, record.get("point") or {}
     if record.get("target") not in ("cpu", "cuda") or not shape or not point:
         return None

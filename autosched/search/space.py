@@ -7,13 +7,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from autosched.config import Knob
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
 from autosched.targets.base import Point, Target
 
 
 @dataclass
 class SearchSpace:
-    problem: MatmulProblem
+    problem: Problem
     knob_values: dict[str, list[Knob]]  # every knob's candidates, user-given or generated
     generated: list[str]  # knobs whose candidates came from the problem, not the cfg
     points: list[Point]
@@ -26,7 +26,7 @@ class SearchSpace:
         return self.raw
 
 
-def build_space(problem: MatmulProblem, target: Target, user_lists: dict[str, list[Knob]]):
+def build_space(problem: Problem, target: Target, user_lists: dict[str, list[Knob]]):
     """Enumerates each family's product knob by knob, applying each constraint as soon as it
     can be; the space is the union of the families' points.
 
@@ -98,7 +98,7 @@ def _enumerate(space: SearchSpace, problem, order: list[str], lists, constraints
     extend(0)
 
 
-def empty_space_message(problem: MatmulProblem, space: SearchSpace) -> str:
+def empty_space_message(problem: Problem, space: SearchSpace) -> str:
     """Why a problem has nothing to search, and which of the cfg's lists to change."""
     reasons = ", ".join(f"{n} {why}" for why, n in space.rejected.most_common(3))
     listed = [knob for knob in space.knob_values if knob not in space.generated]
@@ -117,7 +117,7 @@ def empty_space_message(problem: MatmulProblem, space: SearchSpace) -> str:
 
 
 def fitted_space(
-    problem: MatmulProblem, target: Target, user_lists: dict[str, list[Knob]]
+    problem: Problem, target: Target, user_lists: dict[str, list[Knob]]
 ) -> tuple[SearchSpace, str]:
     """The problem's space from the cfg's lists; when they leave no point, the space with
     every knob generated from the problem instead. The second value says what happened

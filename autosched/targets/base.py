@@ -5,10 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import import_module
 
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.base import Problem
+from autosched.ops.registry import BASE_KIND
 from autosched.outputs.spec_flags import SPEC_SAFE_FLAGS
 from autosched.targets.host import Machine
 
@@ -36,7 +38,7 @@ class Constraint:
 
     reason: str
     needs: tuple[str, ...]
-    test: Callable[[MatmulProblem, Point], bool]
+    test: Callable[[Problem, Point], bool]
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def divides_role(knob: str, role: str) -> Constraint:
     )
 
 
-def has_config(target: Target, problem, point: Point) -> bool:
+def has_config(target: Target, problem: Problem, point: Point) -> bool:
     """Whether a tuning spec can carry `point` of `problem` (custom kernels cannot)."""
     return target.for_problem(problem).in_spec(point)
 
@@ -92,30 +94,29 @@ class KindViews:
     its state (device, arch, tools), made once. Kept apart from `Target`, which says what a
     backend does for one kind."""
 
-    # Root-op kinds other than the matmul family, each with its own knobs on this backend:
-    # kind name -> (module, class) of a subclass that overrides the per-problem methods.
+    # Root-op kinds other than the one the backend's own class tunes (ops/registry.BASE_KIND),
+    # each with its own knobs on this backend: kind name -> (module, class) of a subclass that
+    # overrides the per-problem methods.
     kind_targets: dict[str, tuple[str, str]] = {}
 
     def tunes(self, kind: str) -> bool:
         """Whether this backend has knobs for a root-op kind."""
-        return kind == "matmul" or kind in self.kind_targets
+        return kind == BASE_KIND or kind in self.kind_targets
 
-    def for_problem(self, problem) -> Target:
+    def for_problem(self, problem: Problem) -> Target:
         """This backend as it tunes `problem`'s root-op kind."""
-        return self.for_kind(getattr(problem, "kind", "matmul"))
+        return self.for_kind(problem.kind)
 
     def for_kind(self, kind: str) -> Target:
-        """This backend as it tunes one root-op kind: itself for the matmul family, else the
-        kind's subclass, sharing this target's state (device, arch, tools)."""
+        """This backend as it tunes one root-op kind: itself for BASE_KIND, else the kind's
+        subclass, sharing this target's state (device, arch, tools)."""
         base = getattr(self, "base", self)
-        if kind == "matmul":
+        if kind == BASE_KIND:
             return base
         views = base.__dict__.setdefault("_views", {})
         if kind not in views:
             if kind not in base.kind_targets:
                 raise KeyError(f"{base.name} does not tune {kind} roots")
-            from importlib import import_module
-
             module, cls = base.kind_targets[kind]
             view = object.__new__(getattr(import_module(module), cls))
             view.__dict__.update(base.__dict__)
@@ -194,11 +195,11 @@ class Target(KindViews, ABC):
     def check_device(self) -> None:  # noqa: B027 - most targets need no check
         """Raises UserError when this machine cannot run the target's code."""
 
-    def dispatch_repeat(self, problem: MatmulProblem) -> int:
+    def dispatch_repeat(self, problem: Problem) -> int:
         """Dispatches per timed call when the cfg leaves dispatch_repeat at 0."""
         return self.default_dispatch_repeat
 
-    def supports(self, problem: MatmulProblem) -> str | None:
+    def supports(self, problem: Problem) -> str | None:
         """None when the target can tune this problem, else the reason it cannot."""
         return None
 
@@ -207,7 +208,7 @@ class Target(KindViews, ABC):
         neutral value, 0 (so today's features can describe it)."""
         return {**{k.name: 0 for k in self.knobs if not k.choices}, **point}
 
-    def starting_points(self, problem: MatmulProblem) -> list[Point]:
+    def starting_points(self, problem: Problem) -> list[Point]:
         """Points known to be good on this target, measured before the tuner's own picks.
 
         Each names only the knobs that matter (a partial point); the first point of the
@@ -216,18 +217,18 @@ class Target(KindViews, ABC):
         return []
 
     @abstractmethod
-    def candidates(self, knob: str, problem: MatmulProblem) -> list[Knob]:
+    def candidates(self, knob: str, problem: Problem) -> list[Knob]:
         """Values for a knob the cfg leaves out, generated from the problem."""
 
     @abstractmethod
-    def constraints(self, problem: MatmulProblem) -> list[Constraint]:
+    def constraints(self, problem: Problem) -> list[Constraint]:
         """The rules a point must pass, in the order they are best applied."""
 
-    def families(self, problem: MatmulProblem, lists: dict[str, list[Knob]]) -> list[Family]:
+    def families(self, problem: Problem, lists: dict[str, list[Knob]]) -> list[Family]:
         """The parts of the space (`lists`: the cfg's knob lists); one by default."""
         return [Family("", self.constraints(problem))]
 
-    def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
+    def source_command(self, problem: Problem, point: Point, source: str) -> list[str]:
         """A command that writes a point's module to `source`, for points whose module is
         not a lowering configuration on the op (custom kernels); [] for the others."""
         return []
@@ -237,10 +238,10 @@ class Target(KindViews, ABC):
         return True
 
     @abstractmethod
-    def lowering_config(self, problem: MatmulProblem, point: Point) -> str:
+    def lowering_config(self, problem: Problem, point: Point) -> str:
         """The #iree_codegen.compilation_info attribute text for a point."""
 
-    def decomposition_config(self, problem, point: Point) -> str | None:
+    def decomposition_config(self, problem: Problem, point: Point) -> str | None:
         """The `decomposition_config` dictionary an attention point sets beside its
         compilation_info (the Q.K and P.V matmuls' configurations); None where none is set."""
         return None
@@ -262,7 +263,7 @@ class Target(KindViews, ABC):
         """A short, readable, file-name-safe name for a point."""
 
     @abstractmethod
-    def features(self, problem: MatmulProblem, point: Point) -> dict[str, float]:
+    def features(self, problem: Problem, point: Point) -> dict[str, float]:
         """Numbers that describe a point for the cost model: knobs and derived quantities."""
 
     def describe(self) -> str:
