@@ -89,6 +89,9 @@ def test_run_tunes_and_leaves_csv_log_and_tuned_module(workdir):
     spec = workdir / "generated/mm/results.spec.mlir"
     assert spec.exists() == (chosen["config"] != "iree_default")
     assert ("iree-codegen-tuning-spec-path" in result.output) == spec.exists()
+    assert "writing to CSV generated/mm/results.csv, log generated/mm/run.log" in result.output
+    assert "resuming" not in result.output  # nothing to resume yet
+    assert not list(workdir.glob("**/*.lock")) and not list(workdir.glob("**/.*.lock"))
 
 
 @pytest.mark.slow  # 12-17 s: run after the README's test command
@@ -155,6 +158,7 @@ def test_rerun_resumes_and_measures_only_new_points(workdir):
     assert len(rows()) == 6
     resumed = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--resume"])
     assert resumed.exit_code == 0, resumed.output
+    assert "resuming 6 records from generated/mm/tuning.jsonl" in resumed.output
     assert len(database.read_text().splitlines()) == 6  # nothing new to measure
     fresh = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--fresh"])
     assert fresh.exit_code == 0, fresh.output
@@ -276,3 +280,59 @@ def test_a_later_problem_starts_from_the_database_history(workdir):
     assert CliRunner().invoke(cli, ["run", "third.mlir"]).exit_code == 0
     last_run = (workdir / "generated" / "third" / "run.log").read_text().split("\n=====")[-1]
     assert "problem matmul_64x32x64" in last_run and "the cost model starts from" not in last_run
+
+
+def test_each_input_has_its_own_work_folder_and_nothing_of_one_is_read_by_another(workdir):
+    """Two modules tuned one after the other in one folder: each run's files are in its
+    own generated/<stem>/, the second run resumes nothing of the first, and the first's
+    files are as it left them."""
+    (workdir / "first.mlir").write_text(matmul_function("first", 32, 32, 32))
+    (workdir / "second.mlir").write_text(matmul_function("second", 64, 32, 32))
+    assert CliRunner().invoke(cli, ["run", "first.mlir", "--n-trial", "1"]).exit_code == 0
+    first = {p.name: p.read_bytes() for p in (workdir / "generated/first").glob("*.*")}
+    result = CliRunner().invoke(cli, ["run", "second.mlir", "--n-trial", "1"])
+    assert result.exit_code == 0, result.output
+    assert "resuming" not in result.output and "first" not in result.output
+    assert {p.name: p.read_bytes() for p in (workdir / "generated/first").glob("*.*")} == first
+    problems = {r["problem"] for r in rows("generated/second/results.csv")}
+    assert problems == {"matmul_64x32x32_f32_f32_f32"}
+    assert "matmul_32x32x32" not in (workdir / "generated/second/tuning.jsonl").read_text()
+    assert "matmul_32x32x32" not in (workdir / "generated/second/run.log").read_text()
+
+
+@pytest.mark.slow  # three model runs
+def test_two_models_tuned_one_after_the_other_report_as_each_alone(tmp_path, monkeypatch):
+    """Issue 47: the dispatch table of the second model listed the first's dispatches,
+    timed again from the shared generated/model/. Run one after the other in one folder,
+    the second's problems, dispatches and proof are those it has alone."""
+    import shutil
+
+    from conftest import MODEL_CFG
+
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+
+    def project(folder) -> None:
+        folder.mkdir()
+        (folder / "auto-scheduler.cfg").write_text(MODEL_CFG)
+        for name in ("llama_mlp.mlirbc", "attention.mlirbc"):
+            shutil.copy(os.path.join(models, name), folder)
+
+    def tables(folder) -> dict:
+        report = json.loads((folder / "generated/attention/results.summary.json").read_text())
+        return {
+            "problems": sorted(p["problem"] for p in report["problems"]),
+            "dispatches": sorted(d["entry_point"] for d in report["dispatches"]),
+            "function": report["model"]["function"],
+        }
+
+    both, alone = tmp_path / "both", tmp_path / "alone"
+    project(both)
+    project(alone)
+    for folder, names in ((both, ["llama_mlp", "attention"]), (alone, ["attention"])):
+        monkeypatch.chdir(folder)
+        for name in names:
+            result = CliRunner().invoke(cli, ["run", f"{name}.mlirbc", "--budget", "2"])
+            assert result.exit_code in (0, 1), result.output
+    assert tables(both) == tables(alone)
+    mlp = json.loads((both / "generated/llama_mlp/results.summary.json").read_text())
+    assert not set(d["entry_point"] for d in mlp["dispatches"]) & set(tables(both)["dispatches"])

@@ -130,7 +130,7 @@ def test_missing_onnx_extra_is_one_clear_error(folder):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("Error: ") and "pip install 'autosched[onnx]'" in lines[-1]
+    assert lines[-1].startswith("Error: ") and "pip install '.[onnx]'" in lines[-1]
     assert "Traceback" not in done.stderr
 
 

@@ -221,6 +221,6 @@ def test_a_missing_ray_is_one_clear_error(tmp_path):
     )
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.strip().splitlines()[-1] == (
-        "Error: --executor ray needs Ray, an optional extra: pip install 'autosched[ray]'"
+        "Error: --executor ray needs Ray, an optional extra: pip install '.[ray]'"
     )
     assert "Traceback" not in ran.stderr

@@ -391,7 +391,7 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
     if rows:
         picture = plot_dispatches(rows, paths.picture, custom=custom_rows)
         click.echo(
-            f"picture: {picture}" if picture else "a picture of it: pip install 'autosched[plots]'"
+            f"picture: {picture}" if picture else "a picture of it: pip install '.[plots]'"
         )
     summary_path = write_summary(paths.summary, proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
