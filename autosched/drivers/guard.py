@@ -16,6 +16,7 @@ from autosched.compile import check_temp_dir
 from autosched.config import RunConfig
 from autosched.drivers.runlock import RunLock, lock_paths
 from autosched.errors import UserError
+from autosched.measure.contract import runtime_flags
 from autosched.outputs.paths import RunPaths, check_paths, start_lines
 from autosched.outputs.records import TuningDatabase
 from autosched.targets.host import device_problem, measuring_devices
@@ -37,6 +38,7 @@ def guarded_run(config: RunConfig, target, paths: RunPaths, resume: bool) -> Ite
                 problem = device_problem(device)
                 if problem:
                     raise UserError(f"device {device!r} cannot be opened here: {problem}")
+        runtime_flags(config)  # one that IREE does not know: an Error line, not a start
         lock = RunLock(lock_paths(config.work_dir, config.database, config.output_file))
         torn = TuningDatabase(config.database).compact()
         if torn:
