@@ -1,4 +1,5 @@
-"""The `autosched` command line: `run` tunes a module, `simulate` replays a landscape."""
+"""The `autosched` command line: `run` tunes a model or module, `apply` proves a spec on a
+model, `compile` builds the tuned model, `simulate` replays a landscape."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from autosched.config import (
     load_config,
     with_overrides,
 )
+from autosched.drivers.campaign import EXTREME_FACTOR, FAST_TRIALS
 from autosched.drivers.guard import signal_name
 from autosched.errors import UserError, require_file
 from autosched.model.lowering import is_model
@@ -79,7 +81,8 @@ class BarProgress(Progress):
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="autosched")
 def cli() -> None:
-    """Auto-scheduler for the matmuls of a model or an MLIR module, built on IREE."""
+    """Auto-scheduler for the root ops of a model or an MLIR module (matmuls and other
+    contractions, attention, convolutions), built on IREE."""
 
 
 @cli.command()
@@ -89,9 +92,14 @@ def cli() -> None:
 @click.option("--arch", help="GPU architecture for --target cuda: sm_80, sm_86, sm_89, sm_90 ...")
 @click.option("--device", help="IREE device URI for timing (default: local-task or cuda)")
 @click.option("--tuner", type=click.Choice(TUNERS), help="search strategy")
-@click.option("--n-trial", type=int, help="candidates to measure per matmul problem")
+@click.option("--n-trial", type=int, help="candidates to measure per problem")
 @click.option("--jobs", type=int, help="parallel compiles (default: all cores)")
-@click.option("--output", "output_file", help="CSV report path")
+@click.option(
+    "--output",
+    "output_file",
+    help="CSV report path; the spec and summary go beside it (default: results.csv in "
+    "generated/<FILE's stem>/, the run's work folder)",
+)
 @click.option("--seed", type=int, help="seed for the tuner and the random inputs")
 @click.option(
     "--early-stopping", type=int, help="stop a problem after N trials without improvement"
@@ -106,9 +114,20 @@ def cli() -> None:
     "--dry-run", is_flag=True, help="analyze, build the space, write variants; compile nothing"
 )
 @click.option("--starter-spec", help="a tuning spec of yours to merge with the tuned one")
-@click.option("--budget", type=int, help="models: total trials over all problems")
+@click.option(
+    "--budget",
+    type=int,
+    help="models: total trials over all problems (default: from --mode, n_trial per problem "
+    "in normal mode)",
+)
 @click.option("--time-budget", type=float, help="models: wall-clock minutes for the search")
-@click.option("--mode", type=click.Choice(MODES), help="models: fast, normal or extreme budget")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    help=f"models, without --budget: fast ({FAST_TRIALS} trials a problem, each ending at its "
+    f"first 10% win), normal (n_trial a problem; the default) or extreme ({EXTREME_FACTOR} x "
+    "n_trial a problem)",
+)
 @click.option(
     "--devices", help="measure on several devices: cuda://0,cuda://1 or all (one worker each)"
 )
@@ -124,8 +143,10 @@ def cli() -> None:
     help="problems searched at once (default: two per measuring device on a GPU)",
 )
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
-    """Tune FILE: a whole model (.onnx, .mlirbc, torch or linalg MLIR) or a module of bare
-    matmuls (.mlir); without FILE, the cfg's [Env] input_file."""
+    """Tune the root ops of FILE (matmuls and other contractions, attention, convolutions):
+    a whole model (.onnx, .mlirbc, torch or linalg MLIR) or a module of bare matmuls (.mlir);
+    without FILE, the cfg's [Env] input_file. Its files go to generated/<FILE's stem>/
+    unless --output or the cfg name them."""
     config = with_overrides(load_config(config_path), **overrides)
     path = input_file or config.input_file
     if path and os.path.isfile(path) and is_model(path):
@@ -172,6 +193,35 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
         sys.exit(interrupts.exit_code_of(interrupt))
     finally:
         interrupts.restore()
+
+
+@cli.command("compile")
+@click.argument("model_file", metavar="MODEL")
+@click.option(
+    "--spec", "spec_path", help="tuning spec (default: MODEL's run's, in its work folder)"
+)
+@click.option(
+    "--custom",
+    "custom_spec",
+    help="custom-kernel spec (default: MODEL's run's results.custom.mlir, when it wrote one)",
+)
+@click.option(
+    "-o",
+    "--output",
+    "out_path",
+    help="the module to write (default: model.vmfb in MODEL's work folder)",
+)
+@click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
+@click.option("--target", type=click.Choice(TARGETS), help="backend")
+@click.option("--arch", help="GPU architecture for --target cuda")
+def compile_(model_file, spec_path, custom_spec, out_path, config_path, **overrides) -> None:
+    """Build the tuned MODEL for the target: IREE's build with the spec, and the custom
+    kernels in place of their contractions, as the run's whole-model proof built it."""
+    from autosched.drivers.compile_model import compile_command
+
+    require_file(model_file)
+    config = with_overrides(load_config(config_path), input_file=model_file, **overrides)
+    compile_command(config, spec_path, custom_spec, out_path)
 
 
 try:

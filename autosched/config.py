@@ -12,6 +12,13 @@ from autosched.search.tuners.registry import TUNER_NAMES as TUNERS
 from autosched.targets.registry import TARGET_NAMES as TARGETS
 
 DEFAULT_CONFIG_FILE = "auto-scheduler.cfg"
+# Each model's run works in its own folder under this one, named by the model's stem, so
+# that nothing of one model's run is read by another's (issue 47: a resnet run's dispatch
+# table listed an ONNX encoder's dispatches when every run shared `generated/`).
+WORK_ROOT = "generated"
+# The run's files in its work folder, when the cfg and the command line name none.
+WORK_FILES = {"output_file": "results.csv", "log_file": "run.log", "database": "tuning.jsonl"}
+PATH_KEYS = ("work_dir", *WORK_FILES)
 
 SEARCH_SPACE = "SearchSpace"
 
@@ -24,13 +31,14 @@ class RunConfig:
 
     # [Env]
     input_file: str = ""
-    output_file: str = "generated/results.csv"
+    # The four paths below: empty means in the input's work folder (`work_folder`).
+    output_file: str = ""
     target: str = "cpu"
     device: str = ""  # empty: the target's own default (local-task, cuda)
     arch: str = ""  # cuda only; empty: detected from the local GPU, else sm_80
-    log_file: str = "generated/run.log"
-    work_dir: str = "generated"
-    database: str = "generated/tuning.jsonl"
+    log_file: str = ""
+    work_dir: str = ""
+    database: str = ""
     jobs: int = 0  # parallel compiles; 0: all cores
     compile_timeout: float = 120.0
     run_timeout: float = 60.0
@@ -76,6 +84,22 @@ class RunConfig:
     # [SearchSpace.<target>]: the same, used only when that target runs
     target_search_spaces: dict[str, dict[str, list[Knob]]] = field(default_factory=dict)
     source: str = "built-in defaults"  # the cfg file these came from, for messages
+    # PATH_KEYS the user named (the cfg or the command line); the others follow the input.
+    # None: those given non-empty at construction.
+    named_paths: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        """Fills the paths the user did not name from the input's work folder, again at
+        every `replace`, so that a config that changes its input changes its folder."""
+        named = self.named_paths
+        if named is None:
+            named = tuple(key for key in PATH_KEYS if getattr(self, key))
+            object.__setattr__(self, "named_paths", named)
+        folder = self.work_dir if "work_dir" in named else work_folder(self.input_file)
+        object.__setattr__(self, "work_dir", folder)
+        for key, name in WORK_FILES.items():
+            if key not in named:
+                object.__setattr__(self, key, os.path.join(folder, name))
 
     @property
     def knob_space(self) -> dict[str, list[Knob]]:
@@ -90,6 +114,12 @@ class RunConfig:
         if knob in self.target_search_spaces.get(self.target, {}):
             return f"{SEARCH_SPACE}.{self.target}"
         return SEARCH_SPACE
+
+
+def work_folder(input_file: str) -> str:
+    """`generated/<the input's stem>` (`generated` without an input)."""
+    stem = os.path.splitext(os.path.basename(input_file))[0]
+    return os.path.join(WORK_ROOT, stem) if stem else WORK_ROOT
 
 
 # Which section holds each scalar field, and how to read it.
@@ -312,4 +342,6 @@ def with_overrides(config: RunConfig, **overrides) -> RunConfig:
         raise ValueError(f"not RunConfig fields: {sorted(unknown)}")
     for key, value in given.items():
         check_value("", key, value, option=f"--{key.replace('_', '-')}")
-    return replace(config, **given)
+    paths = [key for key in given if key in PATH_KEYS]
+    named = tuple(dict.fromkeys([*(config.named_paths or ()), *paths]))
+    return replace(config, **given, named_paths=named)

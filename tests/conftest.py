@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -19,6 +21,14 @@ func.func @{name}(%a: tensor<{m}x{k}x{element}>, %b: tensor<{k}x{n}x{element}>) 
   return %r : tensor<{m}x{n}x{acc}>
 }}
 """
+
+
+def run_folder(project) -> Path:
+    """The work folder of the one module or model run in `project`: the only folder under
+    its generated/ (generated/ itself before the run made it)."""
+    root = Path(project) / "generated"
+    found = [path for path in root.iterdir() if path.is_dir()] if root.is_dir() else []
+    return found[0] if len(found) == 1 else root
 
 
 # CUDA knob lists that leave exactly one TileAndFuse tensor-core point for a 256^3 f16 matmul.

@@ -170,12 +170,12 @@ def folder(tmp_path, monkeypatch):
 def test_a_run_searches_the_attention_on_its_dispatch(folder):
     result = CliRunner().invoke(cli, ["run", "hf_llama_layer_f32.mlirbc", "--budget", "14"])
     assert result.exit_code == 0, result.output
-    summary = json.loads((folder / "generated/results.summary.json").read_text())
+    summary = json.loads((folder / "generated/hf_llama_layer_f32/results.summary.json").read_text())
     (row,) = [p for p in summary["problems"] if p["problem"] == LLAMA.format(t="f32")]
     assert row["kind"] == "attention" and row["trials"] >= 2
     assert "online_attention" in row["timed_form"] and row["not_applied"] == 0
     records = [
-        json.loads(line) for line in (folder / "generated/tuning.jsonl").read_text().splitlines()
+        json.loads(line) for line in (folder / "generated/hf_llama_layer_f32/tuning.jsonl").read_text().splitlines()
     ]
     mine = [r for r in records if r["problem"] == LLAMA.format(t="f32")]
     assert any(r["baseline"] for r in mine)
@@ -200,7 +200,7 @@ def test_cuda_run_checks_and_times_the_attention_on_the_gpu(tmp_path, monkeypatc
         cli, ["run", "hf_llama_layer_bf16.mlirbc", "--target", "cuda", "--budget", "12"]
     )
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/hf_llama_layer_bf16/tuning.jsonl")]
     mine = [r for r in records if r["problem"] == LLAMA.format(t="bf16") and not r["baseline"]]
     timed = [r for r in mine if r["status"] == "ok"]
     assert timed and all(r["verification"] == "correct" and r["median_ms"] > 0 for r in timed)

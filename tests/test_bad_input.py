@@ -177,8 +177,8 @@ def test_zero_dimension_is_skipped_with_a_reason(folder):
     "output, expected",
     [
         ("mm.mlir", "the input module and --output (the CSV) are the same file"),
-        ("generated/tuning.jsonl", "(the CSV) and the tuning database are the same"),
-        ("generated/run.log", "(the CSV) and the run log are the same file"),
+        ("generated/mm/tuning.jsonl", "(the CSV) and the tuning database are the same"),
+        ("generated/mm/run.log", "(the CSV) and the run log are the same file"),
         ("", "empty path"),
         ("a_folder", "is a folder"),
         ("a_file/results.csv", "is a file, not a folder"),
@@ -192,8 +192,8 @@ def test_output_collisions_are_refused(folder, output, expected):
     (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
     (folder / "a_folder").mkdir()
     (folder / "a_file").write_text("x")
-    (folder / "generated").mkdir()
-    database = folder / "generated/tuning.jsonl"
+    (folder / "generated/mm").mkdir(parents=True)
+    database = folder / "generated/mm/tuning.jsonl"
     database.write_text('{"kept": true}\n')
     source = "mm.mlir"
     if output == "mm.csv":  # the tuned module of --output mm.csv is mm.best.mlir
@@ -208,7 +208,7 @@ def test_output_collisions_are_refused(folder, output, expected):
 def test_invalid_device_is_an_error_before_any_measurement(folder):
     (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
     assert_one_error(invoke("run", "mm.mlir", "--device", "bogus://7"), "cannot be opened")
-    assert not (folder / "generated/tuning.jsonl").exists()
+    assert not (folder / "generated/mm/tuning.jsonl").exists()
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,7 @@ def test_runtime_flags_iree_does_not_know_are_an_error_before_any_measurement(
 ):
     (folder / "auto-scheduler.cfg").write_text(with_env(f"runtime_flags = {flags}", "Benchmark"))
     assert_one_error(invoke("run", "mm.mlir"), expected)
-    assert not (folder / "generated/tuning.jsonl").exists()
+    assert not (folder / "generated/mm/tuning.jsonl").exists()
 
 
 def test_simulate_on_records_it_did_not_write(folder):
@@ -289,12 +289,12 @@ def test_apply_refuses_a_custom_spec_that_is_not_one(tmp_path, monkeypatch, text
 @pytest.mark.parametrize(
     "key, value, expected",
     [  # issue 27 item 1: a model run's own files are in the collision checks too
-        ("database", "generated/results.summary.json", "the tuning database and the summary"),
-        ("log_file", "generated/results.summary.json", "the run log and the summary"),
-        ("database", "generated/results.csv.tmp", "the CSV's temporary file"),
-        ("database", "generated/results.summary.json.tmp", "the summary's temporary file"),
-        ("log_file", "generated/results.dispatches.png", "the dispatch picture"),
-        ("database", "generated/model/dispatches/db.jsonl", "which the run fills with its own"),
+        ("database", "generated/mm/results.summary.json", "the tuning database and the summary"),
+        ("log_file", "generated/mm/results.summary.json", "the run log and the summary"),
+        ("database", "generated/mm/results.csv.tmp", "the CSV's temporary file"),
+        ("database", "generated/mm/results.summary.json.tmp", "the summary's temporary file"),
+        ("log_file", "generated/mm/results.dispatches.png", "the dispatch picture"),
+        ("database", "generated/mm/model/dispatches/db.jsonl", "which the run fills with its own"),
     ],
 )
 def test_a_model_runs_own_files_collide_with_nothing(folder, key, value, expected):
@@ -350,7 +350,7 @@ def test_a_starter_spec_that_is_no_tuning_spec_is_refused_before_anything(
     (folder / "starter.mlir").write_text(text)
     args = ["run", source, "--starter-spec", "starter.mlir", *(["--dry-run"] if dry else [])]
     assert_one_error(invoke(*args), expected)
-    assert not (folder / "generated" / "tuning.jsonl").exists()
+    assert not (folder / "generated" / os.path.splitext(source)[0] / "tuning.jsonl").exists()
 
 
 TWO_FUNCTIONS = """
@@ -399,4 +399,4 @@ func.func @main(%a: tensor<32x32xf32>, %d: tensor<?x32xf32>) -> (tensor<32x32xf3
 def test_a_model_the_proof_cannot_run_is_refused_before_the_search(folder, text, expected):
     (folder / "model.mlir").write_text(text)
     assert_one_error(invoke("run", "model.mlir", "--budget", "2"), expected)
-    assert not (folder / "generated" / "tuning.jsonl").exists()
+    assert not (folder / "generated" / "model" / "tuning.jsonl").exists()

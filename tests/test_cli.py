@@ -62,7 +62,7 @@ def workdir(tmp_path, monkeypatch):
     return Workdir(tmp_path)
 
 
-def rows(path="generated/results.csv"):
+def rows(path="generated/mm/results.csv"):
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
 
@@ -80,15 +80,18 @@ def test_run_tunes_and_leaves_csv_log_and_tuned_module(workdir):
         assert row["M"] == row["N"] == row["K"] == "64" and row["target"] == "cpu"
     assert sum(r["chosen"] == "yes" for r in table) == 1
     assert {"tile_m", "vec_k", "compile_s", "cv", "speedup"} <= set(table[0])
-    log = (workdir / "generated/run.log").read_text()
+    log = (workdir / "generated/mm/run.log").read_text()
     assert "space: 32 raw points" in log and "IREE default" in log and "search time" in log
     assert "matmul_64x64x64_f32_f32_f32" in result.output  # the summary table
-    tuned = ir.Module.parse((workdir / "generated/results.best.mlir").read_text(), ir.Context())
+    tuned = ir.Module.parse((workdir / "generated/mm/results.best.mlir").read_text(), ir.Context())
     assert len(list(walk_matmuls(tuned))) == 1
     chosen = next(r for r in table if r["chosen"] == "yes")
-    spec = workdir / "generated/results.spec.mlir"
+    spec = workdir / "generated/mm/results.spec.mlir"
     assert spec.exists() == (chosen["config"] != "iree_default")
     assert ("iree-codegen-tuning-spec-path" in result.output) == spec.exists()
+    assert "writing to CSV generated/mm/results.csv, log generated/mm/run.log" in result.output
+    assert "resuming" not in result.output  # nothing to resume yet
+    assert not list(workdir.glob("**/*.lock")) and not list(workdir.glob("**/.*.lock"))
 
 
 @pytest.mark.slow  # 12-17 s: run after the README's test command
@@ -100,7 +103,7 @@ def test_module_with_several_matmuls_is_tuned_problem_by_problem(workdir):
     (workdir / "multi.mlir").write_text(text)
     result = CliRunner().invoke(cli, ["run", "multi.mlir", "--tuner", "random"])
     assert result.exit_code == 0, result.output
-    table = rows()
+    table = rows("generated/multi/results.csv")
     problems = {r["problem"] for r in table}
     assert len(problems) == 4
     assert any(p.startswith("batch_matmul_2x32x16x64") for p in problems)
@@ -131,7 +134,7 @@ def test_dry_run_writes_variants_and_compiles_nothing(workdir):
     assert result.exit_code == 0, result.output
     assert "32 points" in result.output
     variants = list(
-        (workdir / "generated/linalg/matmul/matmul_64x64x64_f32_f32_f32").glob("*.mlir")
+        (workdir / "generated/mm/linalg/matmul/matmul_64x64x64_f32_f32_f32").glob("*.mlir")
     )
     assert len(variants) == 5
     assert not list(workdir.glob("generated/**/*.vmfb"))
@@ -144,7 +147,7 @@ def test_rerun_resumes_and_measures_only_new_points(workdir):
         CliRunner().invoke(cli, ["run", "mm.mlir", "--tuner", "random", "--n-trial", "3"]).exit_code
         == 0
     )
-    database = workdir / "generated/tuning.jsonl"
+    database = workdir / "generated/mm/tuning.jsonl"
     first = [json.loads(line) for line in database.read_text().splitlines()]
     assert len(first) == 4
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--tuner", "random", "--n-trial", "5"])
@@ -155,6 +158,7 @@ def test_rerun_resumes_and_measures_only_new_points(workdir):
     assert len(rows()) == 6
     resumed = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--resume"])
     assert resumed.exit_code == 0, resumed.output
+    assert "resuming 6 records from generated/mm/tuning.jsonl" in resumed.output
     assert len(database.read_text().splitlines()) == 6  # nothing new to measure
     fresh = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--fresh"])
     assert fresh.exit_code == 0, fresh.output
@@ -201,7 +205,7 @@ def test_cuda_without_a_gpu_is_a_clear_error_but_dry_run_works(workdir):
         cli, ["run", "mm.mlir", "--config", "cuda.cfg", "--arch", "sm_90", "--dry-run"]
     )
     assert dry.exit_code == 0, dry.output
-    assert list(workdir.glob("generated/linalg/matmul/*/*.mlir"))
+    assert list(workdir.glob("generated/mm/linalg/matmul/*/*.mlir"))
 
 
 def test_bad_cfg_key_through_the_installed_command(workdir):
@@ -247,19 +251,20 @@ def test_early_stopping_ends_a_problem_without_improvement(workdir):
     assert result.exit_code == 0, result.output
     # Eight trials in a row would each have to beat all before them (1 chance in 40320).
     assert len(rows()) < 9
-    assert "early stop: 1 trials without improvement" in (workdir / "generated/run.log").read_text()
+    assert "early stop: 1 trials without improvement" in (workdir / "generated/mm/run.log").read_text()
 
 
 @pytest.mark.slow
 def test_a_later_problem_starts_from_the_database_history(workdir):
     """With `history = database` a run's database teaches the cost model of the next
-    problem: the second run's problem, a new shape, starts from the first run's records;
-    with the default, `history = none`, the third does not."""
+    problem: the second run's problem, a new shape, starts from the first run's records
+    (both name one database: each input's own is in its work folder); with the default,
+    `history = none`, the third does not."""
     cfg = workdir / "auto-scheduler.cfg"
 
     def configure(history: str) -> None:
         workdir.configure(tuner="xgboost", n_trial=6, extra="dispatch_repeat = 2")
-        text = cfg.read_text()
+        text = cfg.read_text().replace("[Env]\n", "[Env]\ndatabase = shared.jsonl\n")
         cfg.write_text(text.replace("batch_size = 2", f"batch_size = 2\n{history}"))
 
     configure("history = database")
@@ -268,10 +273,66 @@ def test_a_later_problem_starts_from_the_database_history(workdir):
     assert CliRunner().invoke(cli, ["run", "first.mlir"]).exit_code == 0
     result = CliRunner().invoke(cli, ["run", "second.mlir"])
     assert result.exit_code == 0, result.output
-    log = (workdir / "generated" / "run.log").read_text()
-    assert "the cost model starts from 1 other problem(s) of generated/tuning.jsonl" in log
+    log = (workdir / "generated" / "second" / "run.log").read_text()
+    assert "the cost model starts from 1 other problem(s) of shared.jsonl" in log
     configure("")
     (workdir / "third.mlir").write_text(matmul_function("third", 64, 32, 64))
     assert CliRunner().invoke(cli, ["run", "third.mlir"]).exit_code == 0
-    last_run = (workdir / "generated" / "run.log").read_text().split("\n=====")[-1]
+    last_run = (workdir / "generated" / "third" / "run.log").read_text().split("\n=====")[-1]
     assert "problem matmul_64x32x64" in last_run and "the cost model starts from" not in last_run
+
+
+def test_each_input_has_its_own_work_folder_and_nothing_of_one_is_read_by_another(workdir):
+    """Two modules tuned one after the other in one folder: each run's files are in its
+    own generated/<stem>/, the second run resumes nothing of the first, and the first's
+    files are as it left them."""
+    (workdir / "first.mlir").write_text(matmul_function("first", 32, 32, 32))
+    (workdir / "second.mlir").write_text(matmul_function("second", 64, 32, 32))
+    assert CliRunner().invoke(cli, ["run", "first.mlir", "--n-trial", "1"]).exit_code == 0
+    first = {p.name: p.read_bytes() for p in (workdir / "generated/first").glob("*.*")}
+    result = CliRunner().invoke(cli, ["run", "second.mlir", "--n-trial", "1"])
+    assert result.exit_code == 0, result.output
+    assert "resuming" not in result.output and "first" not in result.output
+    assert {p.name: p.read_bytes() for p in (workdir / "generated/first").glob("*.*")} == first
+    problems = {r["problem"] for r in rows("generated/second/results.csv")}
+    assert problems == {"matmul_64x32x32_f32_f32_f32"}
+    assert "matmul_32x32x32" not in (workdir / "generated/second/tuning.jsonl").read_text()
+    assert "matmul_32x32x32" not in (workdir / "generated/second/run.log").read_text()
+
+
+@pytest.mark.slow  # three model runs
+def test_two_models_tuned_one_after_the_other_report_as_each_alone(tmp_path, monkeypatch):
+    """Issue 47: the dispatch table of the second model listed the first's dispatches,
+    timed again from the shared generated/model/. Run one after the other in one folder,
+    the second's problems, dispatches and proof are those it has alone."""
+    import shutil
+
+    from conftest import MODEL_CFG
+
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+
+    def project(folder) -> None:
+        folder.mkdir()
+        (folder / "auto-scheduler.cfg").write_text(MODEL_CFG)
+        for name in ("llama_mlp.mlirbc", "attention.mlirbc"):
+            shutil.copy(os.path.join(models, name), folder)
+
+    def tables(folder) -> dict:
+        report = json.loads((folder / "generated/attention/results.summary.json").read_text())
+        return {
+            "problems": sorted(p["problem"] for p in report["problems"]),
+            "dispatches": sorted(d["entry_point"] for d in report["dispatches"]),
+            "function": report["model"]["function"],
+        }
+
+    both, alone = tmp_path / "both", tmp_path / "alone"
+    project(both)
+    project(alone)
+    for folder, names in ((both, ["llama_mlp", "attention"]), (alone, ["attention"])):
+        monkeypatch.chdir(folder)
+        for name in names:
+            result = CliRunner().invoke(cli, ["run", f"{name}.mlirbc", "--budget", "2"])
+            assert result.exit_code in (0, 1), result.output
+    assert tables(both) == tables(alone)
+    mlp = json.loads((both / "generated/llama_mlp/results.summary.json").read_text())
+    assert not set(d["entry_point"] for d in mlp["dispatches"]) & set(tables(both)["dispatches"])

@@ -126,3 +126,50 @@ def test_knob_of_the_wrong_target_section_names_it(tmp_path):
 def test_unknown_target_section(tmp_path):
     with pytest.raises(UserError, match=r"unknown section \[SearchSpace.tpu\]"):
         load_config(write_cfg(tmp_path, "[SearchSpace.tpu]\ntile_m = [1]\n"))
+
+
+def test_an_inputs_files_default_to_its_own_work_folder(tmp_path):
+    """Unnamed paths follow the input (generated/<stem>/), again when the input changes;
+    a path the cfg or the command line names stays where it was named."""
+    config = with_overrides(RunConfig(), input_file="models/resnet.v1.onnx")
+    assert (config.work_dir, config.output_file) == (
+        "generated/resnet.v1",
+        "generated/resnet.v1/results.csv",
+    )
+    assert config.log_file == "generated/resnet.v1/run.log"
+    assert config.database == "generated/resnet.v1/tuning.jsonl"
+    named = with_overrides(config, output_file="out/r.csv", input_file="b.mlir")
+    assert named.output_file == "out/r.csv" and named.work_dir == "generated/b"
+    assert with_overrides(named, input_file="c.mlir").output_file == "out/r.csv"
+    path = write_cfg(tmp_path, "[Env]\nwork_dir = w\ndatabase = all.jsonl\nlog_file =\n")
+    loaded = with_overrides(load_config(path), input_file="m.mlir")
+    assert (loaded.work_dir, loaded.database, loaded.log_file) == ("w", "all.jsonl", "w/run.log")
+    assert RunConfig().work_dir == "generated"  # no input yet
+
+
+def test_the_start_lines_say_where_a_run_writes_and_what_it_resumes(tmp_path):
+    from autosched.outputs.paths import RunPaths, start_lines
+
+    config = RunConfig(input_file="m.mlir", work_dir=str(tmp_path))
+    paths = RunPaths.of(config)
+    assert start_lines(paths, resume=True) == [
+        f"writing to CSV {tmp_path}/results.csv, log {tmp_path}/run.log, database "
+        f"{tmp_path}/tuning.jsonl (builds under {tmp_path})"
+    ]
+    (tmp_path / "tuning.jsonl").write_text('{"a": 1}\n\n{"b": 2}\n')
+    assert start_lines(paths, resume=True)[1] == (
+        f"resuming 2 records from {tmp_path}/tuning.jsonl (--fresh ignores them)"
+    )
+    assert "are not read" in start_lines(paths, resume=False)[1]
+
+
+def test_a_lock_file_goes_with_its_run(tmp_path):
+    from autosched.drivers.runlock import RunLock
+
+    path = str(tmp_path / "a" / "x.lock")
+    lock = RunLock([path])
+    with pytest.raises(UserError, match="another autosched run"):
+        RunLock([path])
+    lock.release()
+    assert not (tmp_path / "a" / "x.lock").exists()
+    RunLock([path]).release()  # taken again after it

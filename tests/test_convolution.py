@@ -165,12 +165,12 @@ def test_a_run_checks_convolution_candidates_on_their_dispatch(tmp_path, monkeyp
     shutil.copy(MODEL, tmp_path)
     result = CliRunner().invoke(cli, ["run", "tv_resnet18_f32.mlirbc", "--budget", "12"])
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/tv_resnet18_f32/tuning.jsonl")]
     convs = [r for r in records if r["shape"].get("kind") == "convolution" and not r["baseline"]]
     assert convs and not [r for r in convs if r["status"] == "not_applied"]
     checked = [r for r in convs if r["status"] == "ok"]
     assert checked and all(r["verification"] == "correct" for r in checked)
-    log = open("generated/run.log").read()
+    log = open("generated/tv_resnet18_f32/run.log").read()
     assert log.count("answers checked on the dispatch against IREE's default") == 12
     assert "answers checked on the whole model" not in log
     assert not list(tmp_path.rglob("*.iree_default.vmfb"))  # the model's check build
@@ -181,18 +181,18 @@ def test_a_run_checks_convolution_candidates_on_their_dispatch(tmp_path, monkeyp
 def test_a_strided_1x1_is_checked_on_the_whole_model_built_once(tmp_path, monkeypatch):
     """resnet50's strided 1x1 convolutions, which no spec reaches in their dispatches' check
     modules, are checked on the whole model; IREE's default build of it, the same for every
-    such problem, is built once, under generated/."""
+    such problem, is built once, under its work folder."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
     shutil.copy(RESNET50, tmp_path)
     result = CliRunner().invoke(cli, ["run", os.path.basename(RESNET50), "--budget", "4"])
     assert result.exit_code == 0, result.output
-    sections = open("generated/run.log").read().split("--- problem ")
+    sections = open("generated/tv_resnet50_f16/run.log").read().split("--- problem ")
     on_model = [s.split(" ---")[0] for s in sections if "checked on the whole model" in s]
     assert sorted(on_model) == sorted(STRIDED_CONVS), on_model
     defaults = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.iree_default.vmfb")]
-    assert defaults == ["generated/model/check/tv_resnet50_f16.iree_default.vmfb"]
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    assert defaults == ["generated/tv_resnet50_f16/model/check/tv_resnet50_f16.iree_default.vmfb"]
+    records = [json.loads(line) for line in open("generated/tv_resnet50_f16/tuning.jsonl")]
     assert all(r["status"] != "not_applied" for r in records), result.output
 
 
@@ -222,9 +222,9 @@ def test_a_convolution_whose_dispatch_check_cannot_run_is_checked_on_the_whole_m
     shutil.copy(MODEL, tmp_path)
     result = CliRunner().invoke(cli, ["run", "tv_resnet18_f32.mlirbc", "--budget", "4"])
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/tv_resnet18_f32/tuning.jsonl")]
     kinds = {r["shape"].get("kind", "matmul") for r in records}
-    log = open("generated/run.log").read()
+    log = open("generated/tv_resnet18_f32/run.log").read()
     assert "the dispatch check could not run (iree-run-module took over 20 s): answers " \
         "checked on the whole model" in log  # fmt: skip
     if failing == "dispatch":

@@ -229,7 +229,7 @@ def test_a_cuda_run_checks_and_times_the_convolutions_on_the_gpu(tmp_path, monke
         cli, ["run", "tv_resnet18_f16.mlirbc", "--target", "cuda", "--budget", "24"]
     )
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/tv_resnet18_f16/tuning.jsonl")]
     convs = [r for r in records if r["shape"].get("kind") == "convolution" and not r["baseline"]]
     timed = [r for r in convs if r["status"] == "ok"]
     assert timed and all(r["verification"] == "correct" and r["median_ms"] > 0 for r in timed)

@@ -33,7 +33,7 @@ def test_cuda_run_end_to_end(tmp_path, monkeypatch, element):
     )
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--target", "cuda"])
     assert result.exit_code == 0, result.output
-    with open("generated/results.csv", newline="") as handle:
+    with open("generated/mm/results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 7
     assert all(r["status"] == "ok" and r["verification"] == "correct" for r in rows), rows

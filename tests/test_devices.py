@@ -57,7 +57,7 @@ def test_a_run_on_two_devices_measures_each_point_once(tmp_path, monkeypatch):
     )
     result = CliRunner().invoke(cli, ["run", "mm.mlir", "--devices", "local-task,local-sync"])
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/mm/tuning.jsonl")]
     candidates = [r for r in records if not r["baseline"]]
     assert len(candidates) == 6
     assert len({r["config"] for r in candidates}) == 6  # none measured twice
@@ -65,11 +65,11 @@ def test_a_run_on_two_devices_measures_each_point_once(tmp_path, monkeypatch):
     # The primary device's records name the run's device (so a one-device run resumes
     # them); the other device's name it.
     assert {r["device"] for r in candidates} == {"local-task", "local-sync"}
-    log = open("generated/run.log").read()
+    log = open("generated/mm/run.log").read()
     assert "IREE default on local-sync" in log
     import csv
 
-    rows = list(csv.DictReader(open("generated/results.csv")))
+    rows = list(csv.DictReader(open("generated/mm/results.csv")))
     assert len(rows) == 7  # the default and six candidates, once each
     assert {r["device"] for r in rows if r["config"] != "iree_default"} == {
         "local-task",
@@ -78,7 +78,7 @@ def test_a_run_on_two_devices_measures_each_point_once(tmp_path, monkeypatch):
     # The same command again resumes every record, the second device's too.
     again = CliRunner().invoke(cli, ["run", "mm.mlir", "--devices", "local-task,local-sync"])
     assert again.exit_code == 0, again.output
-    assert len(open("generated/tuning.jsonl").read().splitlines()) == len(records)
+    assert len(open("generated/mm/tuning.jsonl").read().splitlines()) == len(records)
 
 
 def test_a_device_that_does_not_open_is_one_error_line(tmp_path, monkeypatch):
@@ -109,7 +109,7 @@ def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch)
     command = ["run", "mm.mlir", "--devices", "local-task,local-sync", "--parallel-problems", "2"]
     result = CliRunner().invoke(cli, command)
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/mm/tuning.jsonl")]
     assert all(r["status"] == "ok" for r in records), [r["message"] for r in records]
     by_problem: dict[str, list[str]] = {}
     for record in records:
@@ -117,12 +117,12 @@ def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch)
     assert len(by_problem) == 3
     for configs in by_problem.values():
         assert len(configs) == 5 and len(set(configs)) == 5  # the default and 4 points, once
-    rows = list(csv.DictReader(open("generated/results.csv")))
+    rows = list(csv.DictReader(open("generated/mm/results.csv")))
     assert sorted((r["problem"], r["config"]) for r in rows) == sorted(
         (r["problem"], r["config"]) for r in records
     )
     # Each problem's section holds its own trial lines and nothing of the others'.
-    log = open("generated/run.log").read()
+    log = open("generated/mm/run.log").read()
     sections = log.split("\n--- problem ")[1:]
     assert len(sections) == 3
     for section in sections:
@@ -148,4 +148,4 @@ def test_problems_searched_at_once_record_each_point_once(tmp_path, monkeypatch)
     assert all(0 < int(share.rstrip("%")) <= 100 for share in shares.values()), busy
     again = CliRunner().invoke(cli, command)
     assert again.exit_code == 0, again.output
-    assert len(open("generated/tuning.jsonl").read().splitlines()) == len(records)
+    assert len(open("generated/mm/tuning.jsonl").read().splitlines()) == len(records)

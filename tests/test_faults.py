@@ -131,7 +131,7 @@ class Run:
     def path(self, name: str):
         return self.folder / name
 
-    def records(self, database="generated/tuning.jsonl") -> list[dict]:
+    def records(self, database="generated/mm/tuning.jsonl") -> list[dict]:
         """Readable records; torn and foreign lines are left out, as the tool does."""
         path = self.path(database)
         if not path.exists():
@@ -146,7 +146,7 @@ class Run:
             out.append(record)
         return out
 
-    def rows(self, output="generated/results.csv") -> list[dict]:
+    def rows(self, output="generated/mm/results.csv") -> list[dict]:
         path = self.path(output)
         if not path.exists():
             return []
@@ -431,7 +431,7 @@ def test_corrupt_database_lines_are_skipped_with_a_warning(tuning):
     tuning.configure(n_trial=2)
     first = tuning.run()
     assert first.returncode == 0, first.stderr
-    database = tuning.path("generated/tuning.jsonl")
+    database = tuning.path("generated/mm/tuning.jsonl")
     lines_before = database.read_bytes().count(b"\n")
     good = json.loads(database.read_bytes().splitlines()[-1])
     bad = [
@@ -458,7 +458,7 @@ def test_corrupt_database_lines_are_skipped_with_a_warning(tuning):
 def test_torn_last_line_does_not_eat_the_next_record(tuning):
     tuning.configure(n_trial=2)
     assert tuning.run().returncode == 0
-    database = tuning.path("generated/tuning.jsonl")
+    database = tuning.path("generated/mm/tuning.jsonl")
     data = database.read_bytes()
     last_start = data.rstrip(b"\n").rfind(b"\n") + 1
     torn_config = json.loads(data[last_start:])["config"]
@@ -475,7 +475,7 @@ def test_torn_last_line_does_not_eat_the_next_record(tuning):
 def test_records_from_another_iree_or_device_are_not_resumed(tuning):
     tuning.configure(n_trial=2)
     assert tuning.run().returncode == 0
-    database = tuning.path("generated/tuning.jsonl")
+    database = tuning.path("generated/mm/tuning.jsonl")
     records = tuning.records()
     fake = {**records[1], "iree_version": "2.0.0", "median_ms": 1e-06, "gflops": 1e9}
     failed = {**records[2], "status": "runtime_error", "device": "bogus://7", "median_ms": None}
@@ -544,7 +544,7 @@ def test_read_only_database_is_refused_before_measuring(tuning, small_disk):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "is not writable" in lines[0], done.stderr
-    assert not tuning.path("generated/results.csv").exists()
+    assert not tuning.path("generated/mm/results.csv").exists()
 
 
 def test_read_only_working_folder_is_refused(tuning, small_disk):
@@ -850,8 +850,8 @@ def test_applies_in_one_folder_keep_their_own_builds(tuning, tmp_path):
         stdout, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stdout + stderr
         assert "outputs match" in stdout
-    assert not os.listdir(tmp_path / "generated" / "apply")
-    assert not (tmp_path / "generated" / "model" / "proof").exists()
+    assert not os.listdir(tmp_path / "generated" / "model" / "apply")
+    assert not (tmp_path / "generated" / "model" / "model" / "proof").exists()
 
 
 @pytest.mark.slow
@@ -861,7 +861,7 @@ def test_a_torn_line_is_compacted_away_on_the_next_start(tuning):
     record, in order."""
     tuning.configure(n_trial=2)
     assert tuning.run().returncode == 0
-    database = tuning.path("generated/tuning.jsonl")
+    database = tuning.path("generated/mm/tuning.jsonl")
     lines = database.read_bytes().splitlines(keepends=True)
     database.write_bytes(lines[0] + b'{"problem": "torn", "conf' + b"\n" + b"".join(lines[1:]))
     done = tuning.run()

@@ -254,7 +254,7 @@ def test_a_run_replaces_the_attention_with_a_flash_kernel_on_the_gpu(tmp_path, m
         cli, ["run", "hf_llama_layer_bf16.mlirbc", "--target", "cuda", "--budget", "12"]
     )
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/hf_llama_layer_bf16/tuning.jsonl")]
     flash = [r for r in records if r["config"].startswith("fa_")]
     assert flash and all(r["verification"] == "correct" for r in flash if r["status"] == "ok")
     assert any(r["status"] == "ok" for r in flash)

@@ -144,14 +144,14 @@ def test_a_run_with_the_strided_layout_proves_it_against_the_model_as_given(tmp_
     result = CliRunner().invoke(cli, ["run", os.path.basename(RESNET50), "--budget", "3"])
     assert result.exit_code == 0, result.output
     assert "layout: 3 strided 1x1 convolution(s)" in result.output
-    log = open("generated/run.log").read()
+    log = open("generated/tv_resnet50_f16/run.log").read()
     assert "answers checked on the whole model" not in log  # no strided form is left
-    proof = json.load(open("generated/results.summary.json"))["model"]
+    proof = json.load(open("generated/tv_resnet50_f16/results.summary.json"))["model"]
     assert proof["outputs_match"] and not proof["default_only"], proof
-    baseline = tmp_path / "generated" / "model" / "proof" / "default.vmfb"
+    baseline = tmp_path / "generated" / "tv_resnet50_f16" / "model" / "proof" / "default.vmfb"
     assert baseline.exists()
     if "tuned model:" in result.output:  # a spec, or the layout alone, was faster
-        assert "generated/model/tv_resnet50_f16.layout.mlirbc" in result.output
+        assert "generated/tv_resnet50_f16/model/tv_resnet50_f16.layout.mlirbc" in result.output
 
 
 @pytest.mark.slow  # resnet50 converted, then built and run twice on the CPU (50 s)

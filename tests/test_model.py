@@ -228,4 +228,4 @@ def test_missing_onnx_extra_is_one_clear_error():
     )
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].endswith("needs the onnx package: pip install 'autosched[onnx]'")
+    assert lines[0].endswith("needs the onnx package: pip install '.[onnx]'")

@@ -35,8 +35,11 @@ def folder(tmp_path, monkeypatch):
     return tmp_path
 
 
+GEMM = "generated/gemm_matmul_transpose"  # the ONNX model's work folder
+
+
 def summary(folder) -> dict:
-    return json.loads((folder / "generated/results.summary.json").read_text())
+    return json.loads((folder / GEMM / "results.summary.json").read_text())
 
 
 @pytest.mark.slow  # 12-17 s: run after the README's test command
@@ -60,10 +63,10 @@ def test_onnx_model_is_tuned_whole_under_one_budget(folder):
         "gemm_matmul_transpose$async_dispatch_0_matmul_8x24x32_f32"
     )
     assert abs(sum(p["share"] for p in report["problems"]) - 1) < 1e-3
-    with open(folder / "generated/results.csv", newline="") as handle:
+    with open(folder / GEMM / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 2 + 6  # two defaults and the six trials of the budget
-    records = (folder / "generated/tuning.jsonl").read_text().splitlines()
+    records = (folder / GEMM / "tuning.jsonl").read_text().splitlines()
     assert len(records) == 8
 
 
@@ -127,7 +130,7 @@ def test_missing_onnx_extra_is_one_clear_error(folder):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("Error: ") and "pip install 'autosched[onnx]'" in lines[-1]
+    assert lines[-1].startswith("Error: ") and "pip install '.[onnx]'" in lines[-1]
     assert "Traceback" not in done.stderr
 
 
@@ -183,11 +186,11 @@ def test_candidates_are_checked_on_the_dispatch_against_the_default(folder, monk
     monkeypatch.setenv("AUTOSCHED_IREE_RUN_MODULE", str(wrapper))
     result = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "2"])
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in (folder / "generated/tuning.jsonl").open()]
+    records = [json.loads(line) for line in (folder / GEMM / "tuning.jsonl").open()]
     tuned = [r for r in records if not r["baseline"]]
     assert len(tuned) == 2 and {r["status"] for r in tuned} == {"wrong_answer"}
     assert all(r["baseline"] and r["status"] == "ok" for r in records if r not in tuned)
-    log = (folder / "generated/run.log").read_text()
+    log = (folder / GEMM / "run.log").read_text()
     assert "answers checked on the dispatch against IREE's default" in log
 
 
@@ -231,7 +234,7 @@ def test_a_named_module_is_tuned_on_its_dispatches(folder):
     )
     result = CliRunner().invoke(cli, ["run", "named.mlir", "--budget", "2"])
     assert result.exit_code == 0, result.output
-    log = (folder / "generated/run.log").read_text()
+    log = (folder / "generated/named/run.log").read_text()
     assert "answers checked on the dispatch against IREE's default" in log
 
 
@@ -243,7 +246,7 @@ def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder, para
     searched at once (a batch each per round), the budget is still spent exactly."""
     args = ["run", "gemm_matmul_transpose.onnx", "--budget", "12", "--parallel-problems", parallel]
     assert CliRunner().invoke(cli, args).exit_code == 0
-    database = folder / "generated/tuning.jsonl"
+    database = folder / GEMM / "tuning.jsonl"
     first = [json.loads(line) for line in database.read_text().splitlines()]
     per_problem = {}
     for record in first:
@@ -273,7 +276,7 @@ def test_the_worker_times_a_models_dispatches(folder, monkeypatch):
     cfg.write_text(cfg.read_text() + "timer = worker\n")
     result = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "2"])
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in (folder / "generated/tuning.jsonl").open()]
+    records = [json.loads(line) for line in (folder / GEMM / "tuning.jsonl").open()]
     assert len(records) >= 3 and all(r["status"] == "ok" for r in records), records
     assert all(r["median_ms"] > 0 for r in records)
     logged = calls.read_text() if calls.exists() else ""

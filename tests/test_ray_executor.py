@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import matmul_function
+from conftest import matmul_function, run_folder
 
 ray = pytest.importorskip("ray")
 
@@ -91,7 +91,7 @@ def _project(folder, min_time=0.01):
 
 
 def _records(folder) -> list[dict]:
-    path = folder / "generated" / "tuning.jsonl"
+    path = run_folder(folder) / "tuning.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -112,7 +112,7 @@ def test_a_ray_run_agrees_with_the_local_executor(tmp_path, cluster):
     devices = {r["device"] for r in ray_records if not r["baseline"]}
     assert len(devices) == 2, devices  # both actors measured
     assert "ray:local-sync#1" in devices
-    rows = (on_ray / "generated" / "results.csv").read_text().splitlines()
+    rows = (run_folder(on_ray) / "results.csv").read_text().splitlines()
     assert len(rows) == 8
 
 
@@ -131,7 +131,7 @@ def test_a_models_problems_run_at_the_same_time_on_the_cluster(tmp_path, cluster
     keys = [(r["problem"], r["config"]) for r in records]
     assert len(keys) == 14 and len(set(keys)) == 14, keys  # per problem, default and 6 points
     assert all(r["status"] == "ok" for r in records), [r["message"] for r in records]
-    rows = (folder / "generated" / "results.csv").read_text().splitlines()
+    rows = (run_folder(folder) / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 14
 
 
@@ -155,7 +155,7 @@ def test_a_models_dispatch_check_runs_on_the_actor(tmp_path, cluster):
     options = ["--executor", "ray", "--ray-address", cluster, "--budget", "2"]
     ran = subprocess.run(command + options, cwd=folder, capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
-    log = (folder / "generated" / "run.log").read_text()
+    log = (run_folder(folder) / "run.log").read_text()
     assert "answers checked on the dispatch against IREE's default" in log, log[-3000:]
     assert "the dispatch check could not run" not in log, log[-3000:]
     records = _records(folder)
@@ -183,7 +183,7 @@ def test_a_killed_actor_loses_nothing(tmp_path, cluster):
     records = _records(folder)
     configs = [r["config"] for r in records]
     assert len(configs) == 7 and len(set(configs)) == 7, configs  # none lost, none twice
-    log = (folder / "generated" / "run.log").read_text()
+    log = (run_folder(folder) / "run.log").read_text()
     assert "died measuring" in log and "queued again" in log
 
 
@@ -221,6 +221,6 @@ def test_a_missing_ray_is_one_clear_error(tmp_path):
     )
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.strip().splitlines()[-1] == (
-        "Error: --executor ray needs Ray, an optional extra: pip install 'autosched[ray]'"
+        "Error: --executor ray needs Ray, an optional extra: pip install '.[ray]'"
     )
     assert "Traceback" not in ran.stderr

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from conftest import run_folder
 from test_faults import roomy_disk
 from test_ray_executor import (
     MODEL_CFG,
@@ -42,7 +43,7 @@ exec "{real}" "$@"
 
 
 def _rows(folder) -> list[dict]:
-    path = folder / "generated" / "results.csv"
+    path = run_folder(folder) / "results.csv"
     if not path.exists():
         return []
     with open(path, newline="") as handle:
@@ -97,7 +98,7 @@ def test_an_actor_killed_during_the_final_re_timing_loses_no_round(tmp_path, clu
     with open(folder / "auto-scheduler.cfg", "a") as cfg:
         cfg.write(RETIME_TOP)
     run = _autosched(folder, "--executor", "ray", "--ray-address", cluster, wait=False)
-    log = folder / "generated" / "run.log"
+    log = run_folder(folder) / "run.log"
     try:
         _wait_for(lambda: log.exists() and "re-timed beside the default" in log.read_text(), run)
         (actor,) = _pids("ray::MeasuringActor")  # one node, one slot
@@ -285,7 +286,7 @@ def _run_with_the_held_actor_killed(run: subprocess.Popen, wrapper: str, folder)
     finally:
         run.kill() if run.poll() is None else None
     assert run.returncode == 0, output[-3000:]
-    return (folder / "generated" / "run.log").read_text()
+    return (run_folder(folder) / "run.log").read_text()
 
 
 def _private_run(folder, *arguments) -> subprocess.Popen:

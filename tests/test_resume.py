@@ -62,7 +62,7 @@ def start_run(folder):
 def test_killed_run_resumes_without_remeasuring(tmp_path, how):
     (tmp_path / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
     (tmp_path / "auto-scheduler.cfg").write_text(CFG)
-    database = tmp_path / "generated/tuning.jsonl"
+    database = tmp_path / "generated/mm/tuning.jsonl"
 
     run = start_run(tmp_path)
     deadline = time.time() + 120
@@ -83,7 +83,7 @@ def test_killed_run_resumes_without_remeasuring(tmp_path, how):
     assert rerun.returncode == 0, stderr
     after = records(database)[len(first) :]
     assert not {r["config"] for r in after} & measured_before  # nothing measured twice
-    with open(tmp_path / "generated/results.csv", newline="") as handle:
+    with open(tmp_path / "generated/mm/results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     configs = [r["config"] for r in rows]
     assert len(configs) == 9 and len(set(configs)) == 9  # the default and eight points, once each

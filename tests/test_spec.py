@@ -111,4 +111,4 @@ def test_bad_starter_spec_is_an_error_before_the_run(write_module, tmp_path, mon
         result = CliRunner().invoke(cli, ["run", "mm.mlir", "--starter-spec", starter])
         assert result.exit_code == 2 and expected in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1
-    assert not (tmp_path / "generated" / "tuning.jsonl").exists()
+    assert not (tmp_path / "generated" / "mm" / "tuning.jsonl").exists()

@@ -94,19 +94,20 @@ def folder(tmp_path, monkeypatch):
     return tmp_path
 
 
-def records(folder) -> list[dict]:
-    return [json.loads(line) for line in (folder / "generated/tuning.jsonl").open()]
+def records(folder, model: str = "hf_llama_mlp_f32") -> list[dict]:
+    return [json.loads(line) for line in (folder / f"generated/{model}/tuning.jsonl").open()]
 
 
-def summary(folder) -> dict:
-    return json.loads((folder / "generated/results.summary.json").read_text())
+def summary(folder, model: str = "hf_llama_mlp_f32") -> dict:
+    return json.loads((folder / f"generated/{model}/results.summary.json").read_text())
 
 
 @pytest.mark.parametrize("element", ["f32", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_unit_batch_model_on_cpu_times_applied_candidates(folder, element):
     result = CliRunner().invoke(cli, ["run", f"hf_llama_mlp_{element}.mlirbc", "--budget", "8"])
     assert result.exit_code == 0, result.output
-    problems = summary(folder)["problems"]
+    model = f"hf_llama_mlp_{element}"
+    problems = summary(folder, model)["problems"]
     assert len(problems) == 2
     for problem in problems:
         assert problem["not_applied"] == 0 and not problem["stopped"]
@@ -114,18 +115,18 @@ def test_unit_batch_model_on_cpu_times_applied_candidates(folder, element):
     # The default is timed again before each batch after the first; candidates are scored
     # against the latest timing.
     assert any(len(p["default_timings_ms"]) >= 2 for p in problems)
-    measured = [r for r in records(folder) if not r["baseline"] and r["status"] == "ok"]
+    measured = [r for r in records(folder, model) if not r["baseline"] and r["status"] == "ok"]
     assert measured and all(r["reference_ms"] > 0 for r in measured)
-    assert "IREE default re-timed" in (folder / "generated/run.log").read_text()
+    assert "IREE default re-timed" in (folder / "generated" / model / "run.log").read_text()
     # The run ends with the model's line, a spec or not, and every dispatch of the model
     # (the weights' transposes too) timed before and after, largest first.
     assert "model: " in result.output
-    dispatches = summary(folder)["dispatches"]
+    dispatches = summary(folder, model)["dispatches"]
     assert len(dispatches) == 5 and all(d["default_ms"] > 0 for d in dispatches)
     assert sum("transpose" in d["entry_point"] for d in dispatches) == 2
     totals = [d["default_total_ms"] for d in dispatches]
     assert totals == sorted(totals, reverse=True)
-    assert "all dispatches:" in (folder / "generated/run.log").read_text()
+    assert "all dispatches:" in (folder / "generated" / model / "run.log").read_text()
     # and what a call spends beside its dispatches: the whole model's time less their sum
     beside = re.search(
         r"model: ([\d.]+) ms a call, its dispatches timed alone ([\d.]+)", result.output
@@ -188,7 +189,7 @@ def test_a_tuned_model_slower_than_the_default_gets_no_spec(folder):
     assert result.exit_code == 0, result.output
     assert "the tuned model is SLOWER than IREE's default" in result.output
     assert "no spec is written" in result.output
-    assert not (folder / "generated/results.spec.mlir").exists()
+    assert not (folder / "generated/hf_llama_mlp_f32/results.spec.mlir").exists()
     assert result.output.strip().count("(IREE default; nothing faster)") == 1
     assert summary(folder)["model"]["default_only"]
 

@@ -443,11 +443,11 @@ def test_a_run_searches_custom_kernels_on_the_gpu(tmp_path, monkeypatch):
     )
     result = CliRunner().invoke(cli, ["run", "mm.mlir"])
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open("generated/mm/tuning.jsonl")]
     custom = [r for r in records if r["config"].startswith("tr_")]
     assert len(custom) == 4 and all(r["status"] == "ok" for r in custom), records
     if "custom-kernel winners" in result.output:  # one beat IREE's default
-        assert "hal.dispatch.extern" in open("generated/results.custom.mlir").read()
+        assert "hal.dispatch.extern" in open("generated/mm/results.custom.mlir").read()
 
 
 def test_custom_winners_replace_their_ops_before_dispatches_form(tmp_path):

@@ -65,10 +65,10 @@ def test_a_run_with_the_worker_timer(tmp_path, monkeypatch):
     )
     result = CliRunner().invoke(cli, ["run", "mm.mlir"])
     assert result.exit_code == 0, result.output
-    lines = (tmp_path / "generated/results.csv").read_text().splitlines()
+    lines = (tmp_path / "generated/mm/results.csv").read_text().splitlines()
     assert len(lines) == 1 + 3 and all(",ok," in line for line in lines[1:])
     # Each record keeps the steps of its check in the worker (cuda_suite.py reports them).
-    records = [json.loads(line) for line in open(tmp_path / "generated/tuning.jsonl")]
+    records = [json.loads(line) for line in open(tmp_path / "generated/mm/tuning.jsonl")]
     assert len(records) == 3
     assert all(set(r["verify_phases"]) == set(CHECK_PHASES) for r in records)
 

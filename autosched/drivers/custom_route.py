@@ -13,6 +13,7 @@ import click
 
 from autosched.drivers.campaign import ModelProblem
 from autosched.model.substitution import narrowed, substitutable, write_substitution
+from autosched.outputs.commands import TUNED_VMFB, shell_line
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning
 from autosched.search.space import build_space
@@ -348,19 +349,18 @@ def route_of(row: dict, substituted: bool) -> str:
 
 
 def custom_commands(model_path, target, spec_path, custom_spec, work_dir) -> str:
-    """The exact commands that build the model with its custom kernels."""
-    import shlex
-
+    """The exact commands that build the model with its custom kernels into the work
+    folder's model.vmfb, quoted to be pasted."""
     from autosched.model.substitution import RESUME_FLAG, rewrite_commands
 
     flags = target.compile_flags()
     out = os.path.join(work_dir, "model", "model.custom.mlir")
     steps = [command for _, command in rewrite_commands(model_path, custom_spec, flags, out)]
     spec = target.spec_flags(spec_path) if spec_path else []
-    steps.append(["iree-compile", out, *flags, *spec, RESUME_FLAG, "-o", "model.vmfb"])
-    return "tuned model with custom kernels:\n  " + " &&\n  ".join(
-        shlex.join([os.path.basename(step[0]), *step[1:]]) for step in steps
-    )
+    vmfb = os.path.join(work_dir, TUNED_VMFB)
+    steps.append(["iree-compile", out, *flags, *spec, RESUME_FLAG, "-o", vmfb])
+    named = [[os.path.basename(step[0]), *step[1:]] for step in steps]
+    return "tuned model with custom kernels:\n  " + shell_line(named, " &&\n  ")
 
 
 def custom_line(custom) -> str:

@@ -16,17 +16,18 @@ from autosched.compile import check_temp_dir
 from autosched.config import RunConfig
 from autosched.drivers.runlock import RunLock, lock_paths
 from autosched.errors import UserError
-from autosched.outputs.paths import RunPaths, check_paths
+from autosched.measure.contract import runtime_flags
+from autosched.outputs.paths import RunPaths, check_paths, start_lines
 from autosched.outputs.records import TuningDatabase
 from autosched.targets.host import device_problem, measuring_devices
 
 
 @contextmanager
-def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
+def guarded_run(config: RunConfig, target, paths: RunPaths, resume: bool) -> Iterator[None]:
     """What every measuring run needs around it: its paths checked (the temporary folder
     too: a full one fails every compile with a misleading linker error), the device opened
     once, the work folder locked, signals handled, and OS errors turned into one Error:
-    line."""
+    line. Its first lines once locked say where it writes and what it resumes from."""
     check_paths(paths)
     check_temp_dir()
     lock = None
@@ -37,10 +38,13 @@ def guarded_run(config: RunConfig, target, paths: RunPaths) -> Iterator[None]:
                 problem = device_problem(device)
                 if problem:
                     raise UserError(f"device {device!r} cannot be opened here: {problem}")
+        runtime_flags(config)  # one that IREE does not know: an Error line, not a start
         lock = RunLock(lock_paths(config.work_dir, config.database, config.output_file))
         torn = TuningDatabase(config.database).compact()
         if torn:
             click.echo(f"removed {torn} torn line(s) from {config.database}", err=True)
+        for line in start_lines(paths, resume):
+            click.echo(line, err=True)
         interrupts.install()
         yield
     except KeyboardInterrupt as interrupt:  # in a phase outside the search's own handler

@@ -40,6 +40,7 @@ from autosched.measure.worker import memory_problem
 from autosched.model.configured import form_of, in_configured_form
 from autosched.model.lowering import ModelAnalysis, analyze_model
 from autosched.ops.registry import kind_of
+from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import check_starter, write_spec
 from autosched.run.problem import Progress
@@ -153,7 +154,7 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
             click.echo(space_line(entry.problem, target, config))
         click.echo(f"budget: {budget} trials ({config.mode} mode); nothing compiled")
         return
-    with guarded_run(config, target, paths):
+    with guarded_run(config, target, paths, resume):
         dispatches = ModelDispatches()
         if config.time_on == "dispatch":
             folder = os.path.join(work, "dispatches")
@@ -222,17 +223,11 @@ class ModelDispatches:
 
 
 def tuned_model_command(path: str, target, spec_path: str | None) -> str:
-    """The command that builds the tuned model, as it can be pasted: an ONNX model is
-    imported first (iree-compile takes MLIR, not .onnx). Without a spec: a model's layout
-    built with IREE's defaults."""
-    spec = target.spec_flags(spec_path) if spec_path else []
-    flags = " ".join([*target.compile_flags(), *spec])
-    if path.endswith(".onnx"):
-        imported = os.path.splitext(path)[0] + ".mlir"
-        return (
-            f"tuned model: iree-import-onnx {path} -o {imported} && iree-compile {imported} {flags}"
-        )
-    return f"tuned model: iree-compile {path} {flags}"
+    """The command that builds the tuned model into the work folder's model.vmfb, as it can
+    be pasted (outputs/commands.py). Without a spec: a model's layout built with IREE's
+    defaults."""
+    out = os.path.join(target.config.work_dir, TUNED_VMFB)
+    return "tuned model: " + shell_line(tuned_model_steps(path, target, spec_path, out))
 
 
 def space_line(problem, target, config: RunConfig) -> str:
@@ -396,7 +391,7 @@ def _finish_model(tuning: Tuning, paths, layout, problems, dispatches: ModelDisp
     if rows:
         picture = plot_dispatches(rows, paths.picture, custom=custom_rows)
         click.echo(
-            f"picture: {picture}" if picture else "a picture of it: pip install 'autosched[plots]'"
+            f"picture: {picture}" if picture else "a picture of it: pip install '.[plots]'"
         )
     summary_path = write_summary(paths.summary, proof, report)
     click.echo(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")

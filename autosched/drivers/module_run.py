@@ -4,6 +4,7 @@ problem, the winners exported as an annotated module and a tuning spec."""
 from __future__ import annotations
 
 import os
+import shlex
 import time
 
 import click
@@ -13,6 +14,7 @@ from autosched.drivers.guard import exit_interrupted, guarded_run
 from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
 from autosched.ops.matmul import Analysis, analyze_file
+from autosched.outputs.commands import shell_line, tuned_model_steps
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import check_starter
 from autosched.run.problem import ProblemResult, Progress
@@ -27,7 +29,7 @@ def run_module(config: RunConfig, input_file: str | None, resume: bool, dry_run:
         dry_run_report(config, target, analysis)
         return
     paths = RunPaths.of(config)
-    with guarded_run(config, target, paths):
+    with guarded_run(config, target, paths, resume):
         tune_module(config, target, analysis, paths, resume, progress)
 
 
@@ -119,7 +121,8 @@ def export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple[
             click.echo(f"warning: a custom-kernel winner stays out of every spec: {why}", err=True)
         if os.path.exists(paths.custom_spec):
             click.echo(
-                f"custom-kernel winners: add {SPEC_FLAG}={paths.custom_spec} to iree-compile "
+                f"custom-kernel winners: add {shlex.quote(f'{SPEC_FLAG}={paths.custom_spec}')} "
+                "to iree-compile "
                 "(they replace their ops before IREE forms dispatches)",
                 err=True,
             )
@@ -155,10 +158,8 @@ def tune_module(
     click.echo(summary)
     click.echo(f"\nCSV: {config.output_file}  log: {config.log_file}  tuned module: {best_path}")
     if spec_path:
-        click.echo(
-            f"tuning spec for any model: iree-compile MODEL.mlir "
-            f"{' '.join([*target.compile_flags(), *target.spec_flags(spec_path)])}"
-        )
+        steps = tuned_model_steps("MODEL.mlir", target, spec_path, "MODEL.vmfb")
+        click.echo(f"tuning spec for any model: {shell_line(steps)}")
         if target.module_attributes():  # sm_90: iree-compile has no flag naming this target
             click.echo(
                 f"  (MODEL.mlir must carry the {target.arch} target: copy the module attributes "

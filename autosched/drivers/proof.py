@@ -250,7 +250,7 @@ def _compile_builds(
         builds.tuned.runs = True
         builds.compiled.append(builds.tuned)
     if custom_spec:
-        builds.custom = _custom_build(source, custom_spec, flags, spec, run.work, run.timeout)
+        builds.custom = custom_build(source, custom_spec, flags, spec, run.work, run.timeout)
         builds.compiled.append(builds.custom[0])
     return builds
 
@@ -380,7 +380,7 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
     )
 
 
-def _custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Build, int]:
+def custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Build, int]:
     """The model with custom kernels in place of their contractions (a build that does not
     compile is one that does not run: the spec-only proof stands)."""
     from autosched.model.substitution import RESUME_FLAG, rewrite_model

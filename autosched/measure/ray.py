@@ -108,7 +108,7 @@ def import_ray():
         import ray
     except ImportError:
         raise UserError(
-            "--executor ray needs Ray, an optional extra: pip install 'autosched[ray]'"
+            "--executor ray needs Ray, an optional extra: pip install '.[ray]'"
         ) from None
     return ray
 

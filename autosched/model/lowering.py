@@ -107,7 +107,7 @@ def import_onnx(path: str, output: str) -> None:
         import onnx  # noqa: F401  (the importer needs it; say so before it fails deeper down)
     except ImportError:
         raise UserError(
-            f"{path}: reading ONNX models needs the onnx package: pip install 'autosched[onnx]'"
+            f"{path}: reading ONNX models needs the onnx package: pip install '.[onnx]'"
         ) from None
     from iree.compiler.extras import onnx_importer
     from iree.compiler.tools.import_onnx import __main__ as tool

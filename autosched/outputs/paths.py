@@ -66,6 +66,27 @@ class RunPaths:
         return named
 
 
+def record_count(database: str) -> int:
+    """The tuning database's records (its non-empty lines; torn ones are compacted away
+    before a run counts them); 0 without a database."""
+    if not os.path.isfile(database):
+        return 0
+    with open(database, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def start_lines(paths: RunPaths, resume: bool) -> list[str]:
+    """The run's first lines: where it writes, and whether it resumes from its database."""
+    named = f"CSV {paths.csv}, log {paths.log}, database {paths.database}"
+    lines = [f"writing to {named} (builds under {paths.work_dir})"]
+    records = record_count(paths.database)
+    if records and resume:
+        lines.append(f"resuming {records} records from {paths.database} (--fresh ignores them)")
+    elif records:
+        lines.append(f"--fresh: the {records} records of {paths.database} are not read")
+    return lines
+
+
 # The work folder's own sub-folders (builds, dispatch dumps, inputs): no output may be in one.
 WORK_FOLDERS = ("model", "linalg", "inputs")
 

@@ -95,7 +95,7 @@ class CudaAttentionTarget(CudaTarget):
         if self.arch not in CUSTOM_ARCHS:
             return f"flash kernels are written for {', '.join(CUSTOM_ARCHS)}, not {self.arch}"
         if not self.machine.triton:
-            return "flash kernels need Triton: pip install 'autosched[triton]'"
+            return "flash kernels need Triton: pip install '.[triton]'"
         return None
 
     def families(self, problem: AttentionProblem, lists) -> list[Family]:

@@ -221,7 +221,7 @@ class CudaConvolutionTarget(CudaTarget):
         if self.arch not in CUSTOM_ARCHS:
             return f"Triton convolution kernels are written for {', '.join(CUSTOM_ARCHS)}"
         if not self.machine.triton:
-            return "Triton convolution kernels need Triton: pip install 'autosched[triton]'"
+            return "Triton convolution kernels need Triton: pip install '.[triton]'"
         return None
 
     def triton_family(self, problem: ConvolutionProblem) -> Family:

@@ -12,7 +12,7 @@ through `workgroup_local_memory`; bindings are the kernel's pointer parameters i
 order, the output tied so that it is the third; Triton's hidden scratch pointers are extra
 small operands.
 
-Triton is an optional extra (`autosched[triton]`); `python -m
+Triton is an optional extra (`.[triton]`); `python -m
 autosched.targets.cuda_custom_compile` is the PTX compiler the compile step runs, in its own
 process, for each point.
 
@@ -304,7 +304,7 @@ class CustomKernels:
         if self.arch not in CUSTOM_ARCHS:
             return f"custom kernels are written for {', '.join(CUSTOM_ARCHS)}, not {self.arch}"
         if not self.triton:
-            return "custom kernels need Triton: pip install 'autosched[triton]'"
+            return "custom kernels need Triton: pip install '.[triton]'"
         return unsupported(problem)
 
     def family(self, problem: MatmulProblem, pinned: dict[str, list]) -> Family:
@@ -455,7 +455,7 @@ def import_triton():
         import triton
     except ImportError:
         raise UserError(
-            "custom kernels need Triton, an optional extra: pip install 'autosched[triton]'"
+            "custom kernels need Triton, an optional extra: pip install '.[triton]'"
         ) from None
     return triton
 

@@ -1,9 +1,10 @@
 """Writes the torch-dialect test models with iree-turbine (listed below).
 
-iree-turbine and torch are not autosched dependencies; run this from a separate environment:
+iree-turbine and torch are an optional extra of autosched (its `weights_as_arguments` wraps
+the modules here); run this from a separate environment, from the repository's root:
 
     python3.11 -m venv /tmp/turbine-venv
-    /tmp/turbine-venv/bin/pip install torch==2.13.0 iree-turbine transformers torchvision pillow
+    /tmp/turbine-venv/bin/pip install '.[torch]' torch==2.13.0 transformers torchvision pillow
     /tmp/turbine-venv/bin/python tests/data/models/make_torch_model.py [FILE ...]
 
 Models (f32, weights small so the files stay small):
@@ -57,6 +58,8 @@ import iree.turbine.aot as aot
 import torch
 from torch import nn
 
+from autosched.api import weights_as_arguments
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -78,20 +81,6 @@ class Attention(nn.Module):
         return torch.matmul(merged, w)  # [1, 16, 32]
 
 
-class WeightsAsArguments(nn.Module):
-    """`inner` with its parameters passed as arguments, so the export holds no weights."""
-
-    def __init__(self, inner: nn.Module):
-        super().__init__()
-        self.inner = inner
-        self.names = [name for name, _ in inner.named_parameters()]
-
-    def forward(self, x, *weights):
-        return torch.func.functional_call(
-            self.inner, dict(zip(self.names, weights, strict=True)), (x,)
-        )
-
-
 def hf_llama_mlp(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaMLP as HfLlamaMLP
@@ -99,7 +88,7 @@ def hf_llama_mlp(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     config = LlamaConfig(hidden_size=128, intermediate_size=256, num_attention_heads=4)
     mlp = HfLlamaMLP(config).to(dtype).eval()
     weights = [p.detach() for p in mlp.parameters()]
-    return WeightsAsArguments(mlp), (torch.randn(1, 32, 128, dtype=dtype), *weights)
+    return weights_as_arguments(mlp, 1), (torch.randn(1, 32, 128, dtype=dtype), *weights)
 
 
 class LayerWithWeights(nn.Module):
@@ -173,7 +162,7 @@ def torchvision_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     models = importlib.import_module("torchvision.models")
     model = getattr(models, name)(num_classes=10).eval().to(dtype)
     weights = [p.detach() for p in model.parameters()]
-    return WeightsAsArguments(model), (torch.randn(2, 3, 64, 64).to(dtype), *weights)
+    return weights_as_arguments(model, 1), (torch.randn(2, 3, 64, 64).to(dtype), *weights)
 
 
 def timm_vit_tiny(dtype: torch.dtype) -> tuple[nn.Module, tuple]:

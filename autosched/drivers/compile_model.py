@@ -1,0 +1,123 @@
+"""`autosched compile MODEL -o model.vmfb`: the tuned module, built as the whole-model proof
+builds it (the spec, and the custom kernels in place of their contractions), and the
+commands the tool prints for the same builds, each path quoted so they work as pasted.
+
+A run leaves its spec and custom-kernel spec in the model's work folder; without `--spec`
+and `--custom`, those are the ones built (and IREE's default build where the run wrote
+neither).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass
+
+import click
+import iree.runtime as runtime
+import numpy as np
+
+from autosched.config import RunConfig
+from autosched.drivers.model_run import laid_out, model_for_target, typed_flags
+from autosched.drivers.proof import compile_model, custom_build
+from autosched.errors import UserError
+from autosched.model.configured import tuning_spec_flags
+from autosched.model.lowering import prepare_model
+from autosched.outputs.commands import TUNED_VMFB
+from autosched.outputs.paths import RunPaths
+
+
+@dataclass
+class CompiledModel:
+    """What `compile_tuned` built: the module, and what went into it."""
+
+    vmfb: str
+    spec: str | None  # the tuning spec applied (None: IREE's configurations)
+    custom: str | None  # the custom-kernel spec applied
+    replaced: int = 0  # contractions that run a custom kernel
+
+    def describe(self) -> str:
+        parts = [f"the spec {self.spec}" if self.spec else "IREE's default configurations"]
+        if self.custom:
+            parts.append(f"{self.replaced} custom kernel(s) of {self.custom}")
+        return f"wrote {self.vmfb}: the model with {' and '.join(parts)}"
+
+
+def run_files(config: RunConfig, spec: str | None, custom: str | None) -> tuple[str | None, ...]:
+    """The spec and custom-kernel spec to build with: the given ones (each must exist),
+    else those the model's run left in its work folder, where it wrote them."""
+    paths = RunPaths.of(config)
+    chosen = []
+    for given, left, what in ((spec, paths.spec, "tuning spec"), (custom, paths.custom_spec,
+                                                                  "custom-kernel spec")):
+        if given and not os.path.isfile(given):
+            raise UserError(f"{given}: no such {what}")
+        chosen.append(given or (left if os.path.isfile(left) else None))
+    return tuple(chosen)
+
+
+def compile_tuned(config: RunConfig, spec: str | None, custom: str | None, out: str):
+    """Builds `config.input_file` for the target with the spec and custom kernels into `out`
+    (a CompiledModel): the model as the run tuned it (its target attributes, its types'
+    flags, its layout), compiled as the proof compiles its tuned build."""
+    from autosched.targets import make_target
+
+    target = make_target(config)
+    if custom:
+        from autosched.model.substitution import check_custom_spec
+
+        check_custom_spec(custom)
+    work = os.path.join(config.work_dir, "compile", str(os.getpid()))
+    try:
+        model_path = model_for_target(config.input_file, target, work)
+        flags, _, _ = typed_flags(target, model_path, work)
+        layout, _ = laid_out(config, target, model_path, flags, work)
+        source = layout.source
+        if not custom:
+            compile_model(source, flags, spec, out_path=out, spec_flag=target.tuning_spec_flag,
+                          timeout=config.compile_timeout)  # fmt: skip
+            return CompiledModel(out, spec, None)
+        spec_flags = tuning_spec_flags(spec, target.tuning_spec_flag)
+        prepared = prepare_model(source, work)
+        build, replaced = custom_build(prepared, custom, flags, spec_flags, work,
+                                       config.compile_timeout)  # fmt: skip
+        if not build.runs and not replaced:
+            raise UserError(f"{custom}: {build.message}")
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        shutil.copyfile(build.vmfb, out)
+        return CompiledModel(out, spec, custom, replaced)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another compile's folder may be beside it
+            os.rmdir(os.path.dirname(work))
+
+
+def compile_command(config: RunConfig, spec: str | None, custom: str | None, out: str | None):
+    """`autosched compile`: the files chosen, the module written, one line saying what."""
+    spec, custom = run_files(config, spec, custom)
+    out = out or os.path.join(config.work_dir, TUNED_VMFB)
+    compiled = compile_tuned(config, spec, custom, out)
+    click.echo(compiled.describe())
+    return compiled
+
+
+class LoadedModule:
+    """A compiled module on its device, called with numpy arrays (iree.runtime)."""
+
+    def __init__(self, vmfb: str, device: str, function: str | None = None):
+        config = runtime.Config(device=runtime.get_device(device))
+        with open(vmfb, "rb") as handle:
+            module = runtime.VmModule.copy_buffer(config.vm_instance, handle.read())
+        context = runtime.SystemContext(config=config)
+        context.add_vm_module(module)
+        names = [n for n in module.function_names if not n.startswith("__") and "$" not in n]
+        if function is None and not names:
+            raise UserError(f"{vmfb}: the module exports no function")
+        self.name = function or names[0]
+        self.function = context.modules[module.name][self.name]
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        result = self.function(*arrays)
+        results = result if isinstance(result, (list, tuple)) else [result]
+        return [np.asarray(r.to_host() if hasattr(r, "to_host") else r) for r in results]
