@@ -173,7 +173,7 @@ def timm_vit_tiny(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     )
     vit = vit.eval().to(dtype)
     weights = [p.detach() for p in vit.parameters()]
-    return WeightsAsArguments(vit), (torch.randn(2, 3, 48, 48).to(dtype), *weights)
+    return weights_as_arguments(vit, 1), (torch.randn(2, 3, 48, 48).to(dtype), *weights)
 
 
 class LogitsOf(nn.Module):
