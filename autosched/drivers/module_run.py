@@ -16,7 +16,8 @@ from autosched.ops.matmul import Analysis, analyze_file
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import check_starter
 from autosched.run.problem import ProblemResult, Progress
-from autosched.run.tuning import Tuning, no_winner_line, summary_rows
+from autosched.outputs.report import no_winner_line, summary_rows
+from autosched.run.tuning import Tuning
 
 
 def run_module(config: RunConfig, input_file: str | None, resume: bool, dry_run: bool, progress):
