@@ -96,7 +96,7 @@ def main() -> None:
     options = parser.parse_args()
 
     from autosched.config import RunConfig
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.measure.benchmark_tool import time_module
     from autosched.measure.module_io import make_inputs, source_entry_function
     from autosched.model.configured import iree_compile, tuning_spec_flags

@@ -23,7 +23,7 @@ from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
 from autosched.drivers.campaign import ModelProblem
-from autosched.drivers.model_run import attach_benchmarks
+from autosched.drivers.model_stages.prepare import attach_benchmarks
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW

@@ -14,9 +14,9 @@ from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
 from autosched.ops.matmul import Analysis, analyze_file
 from autosched.outputs.paths import RunPaths
+from autosched.outputs.report import no_winner_line, summary_rows
 from autosched.outputs.spec import check_starter
 from autosched.run.problem import ProblemResult, Progress
-from autosched.outputs.report import no_winner_line, summary_rows
 from autosched.run.tuning import Tuning
 
 
