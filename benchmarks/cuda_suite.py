@@ -250,8 +250,7 @@ def main() -> None:
         rows.append(row)
         print(row, flush=True)
     write_table(args, rows, target, tuning.devices, tuning.parallel, total_wall, busy)
-    tuning.csv.finish(tuning.retimed, set())
-    tuning.close()
+    tuning.finish()
     with open(args.out) as handle:
         print(handle.read())
 

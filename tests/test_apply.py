@@ -277,7 +277,7 @@ def test_compile_failures_are_one_line_user_errors(tmp_path):
 def test_the_model_line_calls_a_speedup_within_the_rounds_noise_no_change():
     """Issue 27, item 12: identical builds printed 0.79x-1.06x; the line now says how far the
     paired rounds strayed, and a speedup within that is no change."""
-    from autosched.drivers.model_run import model_line
+    from autosched.drivers.model_stages.report import model_line
     from autosched.drivers.proof import ModelProof
 
     same = ModelProof(
@@ -320,7 +320,7 @@ def test_the_proof_keeps_the_fastest_runtime_flags_for_every_build(tmp_path):
     """With several candidate flag sets the reported build is timed with each, and the
     fastest times every build: one worker thread against two (a local-task device), each
     candidate's time kept in the proof."""
-    from autosched.drivers.model_run import runtime_line
+    from autosched.drivers.model_stages.report import runtime_line
 
     spec = tmp_path / "spec.mlir"
     write_spec(spec, "llama_mlp.mlirbc", LLAMA_POINTS)

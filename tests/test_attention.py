@@ -21,7 +21,7 @@ from conftest import MODEL_CFG
 from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
-from autosched.drivers.model_run import attach_benchmarks, model_problems
+from autosched.drivers.model_stages.prepare import attach_benchmarks, model_problems
 from autosched.drivers.proof import prove
 from autosched.model.configured import check_build, dispatch_configs
 from autosched.model.lowering import analyze_model

@@ -152,7 +152,7 @@ def test_a_runs_custom_spec_reads_k_and_v_before_their_copies(llama_absorbed, tm
     import dataclasses
 
     from autosched.drivers.custom_route import write_custom_spec
-    from autosched.drivers.model_run import model_problems
+    from autosched.drivers.model_stages.prepare import model_problems
     from autosched.model.lowering import analyze_model
     from autosched.outputs.records import Trial
     from autosched.outputs.report import RunLog
@@ -187,7 +187,7 @@ def llama_every_kernel(llama_absorbed):
     model holds them); (its path, the model lowered for sm_90)."""
     from test_matmul_epilogues import POINT
 
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.epilogues import winners_epilogues
     from autosched.model.lowering import analyze_model
     from autosched.model.narrow_reshapes import model_reshape_chains

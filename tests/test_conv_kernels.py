@@ -119,7 +119,7 @@ def _starting_points_spec(model: str, target, ops, folder) -> str:
 def _channels_last_spec(folder) -> object:
     """The starting points' spec (folder / custom.mlir) for resnet18 in the layout that
     `layout = auto` chooses on sm_90 with Triton; returns the folder."""
-    from autosched.drivers.model_run import laid_out
+    from autosched.drivers.model_stages.prepare import laid_out
 
     pytest.importorskip("triton")
     target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))

@@ -23,7 +23,7 @@ from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
 from autosched.drivers.campaign import ModelProblem
-from autosched.drivers.model_run import attach_benchmarks
+from autosched.drivers.model_stages.prepare import attach_benchmarks
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW
@@ -206,9 +206,9 @@ def test_a_convolution_whose_dispatch_check_cannot_run_is_checked_on_the_whole_m
     timeout), its answers are checked on the whole model. When that cannot run either, the
     problem is not searched (not even timed) and says why, and the run goes on."""
     from autosched.measure.module_io import RunFailed
-    from autosched.run.tuning import Tuning
+    from autosched.run.checks import AnswerChecks
 
-    answer = Tuning._default_answer
+    answer = AnswerChecks.default_answer
 
     def check_times_out(self, search, entry, name):
         on_model = name == "model"
@@ -216,7 +216,7 @@ def test_a_convolution_whose_dispatch_check_cannot_run_is_checked_on_the_whole_m
             return RunFailed("iree-run-module took over 20 s")
         return answer(self, search, entry, name)
 
-    monkeypatch.setattr(Tuning, "_default_answer", check_times_out)
+    monkeypatch.setattr(AnswerChecks, "default_answer", check_times_out)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
     shutil.copy(MODEL, tmp_path)

@@ -351,7 +351,7 @@ def test_dispatch_modules_of_a_model_keep_the_sm_90_target(tmp_path) -> None:
     a tensor-core candidate compiles for sm_90 and carries its mma config (built for a
     default GPU it failed: 'Cannot select: intrinsic mma.m16n8k16')."""
     from autosched.compile import CompileJob, compile_one
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
     from autosched.model.lowering import analyze_model, lower_to_dispatches
     from autosched.outputs.spec import tuning_spec

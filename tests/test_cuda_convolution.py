@@ -19,7 +19,7 @@ from conftest import MODEL_CFG, dispatch_check_takes_a_spec
 from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
-from autosched.drivers.model_run import attach_benchmarks, model_problems
+from autosched.drivers.model_stages.prepare import attach_benchmarks, model_problems
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem

@@ -288,7 +288,7 @@ def test_causal_key_blocks_must_tile_query_blocks(llama_ops, tmp_path):
 def _all_custom(tmp_path):
     """A spec that replaces every contraction of the bf16 Llama layer with a custom matmul
     kernel and its attention with a flash kernel (the points are the families' first)."""
-    from autosched.drivers.model_run import model_problems
+    from autosched.drivers.model_stages.prepare import model_problems
 
     name = model("hf_llama_layer_bf16.mlirbc")
     problems, _ = model_problems(analyze_model(name, SM90.compile_flags()), SM90)
@@ -368,7 +368,7 @@ def test_the_flash_route_pairs_each_attention_unless_the_cfg_leaves_it_out(tmp_p
 
     from autosched.drivers.campaign import ModelProblem
     from autosched.drivers.custom_route import flash_forms
-    from autosched.drivers.model_run import model_problems
+    from autosched.drivers.model_stages.prepare import model_problems
     from autosched.outputs.report import RunLog
 
     name = model("hf_llama_layer_bf16.mlirbc")

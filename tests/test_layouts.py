@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from autosched.cli import cli
 from autosched.config import RunConfig
-from autosched.drivers.model_run import laid_out
+from autosched.drivers.model_stages.prepare import laid_out
 from autosched.drivers.proof import prove
 from autosched.model.layouts import choose_layout, place_barriers
 from autosched.ops.convolution import POINTWISE, STRIDED, nchw_problem
@@ -160,7 +160,7 @@ def test_where_triton_convolutions_are_searched_auto_turns_the_model_channels_la
     (IREE's pass, before the barriers) and it still computes the same outputs; a cfg that
     narrows `conv_kernel` to IREE's keeps NCHW."""
     pytest.importorskip("triton")
-    from autosched.drivers.model_run import triton_convolutions
+    from autosched.drivers.model_stages.prepare import triton_convolutions
     from autosched.targets.host import Machine
 
     hopper = CudaTarget(RunConfig(target="cuda", arch="sm_90"), Machine(triton=True))

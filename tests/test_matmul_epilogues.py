@@ -23,7 +23,7 @@ POINT = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth":
 def read_epilogues(model_path: str, folder) -> tuple:
     """(target, the model lowered for sm_90, its matmul problems, their epilogues, folder):
     what a run reads from a model before it writes its custom kernels' spec."""
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.epilogues import winners_epilogues
     from autosched.model.lowering import analyze_model
     from autosched.targets.cuda import CudaTarget

@@ -87,8 +87,8 @@ def test_a_finalist_that_fails_to_time_is_left_out():
 def test_a_noisy_near_win_says_so_and_what_to_do():
     """The quick start on a busy machine ended "nothing beat IREE's default" while its best
     candidate was faster but inside the noise: the last line says which (issue 26)."""
+    from autosched.outputs.report import no_winner_line
     from autosched.run.problem import ProblemResult
-    from autosched.run.tuning import no_winner_line
 
     class Named:
         name = "matmul_512x512x512_f32_f32_f32"

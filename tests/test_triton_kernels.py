@@ -516,7 +516,7 @@ def test_a_models_contraction_is_replaced_where_its_dispatch_form_is_known(tmp_p
     the transposed-B matmul IREE's dispatch holds; the spec written for that problem replaces
     it once the model is lowered to global optimization, and iree-compile goes on from there
     to an sm_90 module with the kernel as a custom dispatch."""
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.model.substitution import (
         RESUME_FLAG,
@@ -585,7 +585,7 @@ def _model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str,
     """A model (LINEAR_MODEL unless `text`) with its one contraction problem, and a
     custom-kernel spec for that problem as a run writes it: (the model as written, the model
     lowered for sm_90, the spec)."""
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.model.substitution import write_substitution
     from autosched.targets.cuda import CudaTarget
@@ -643,7 +643,7 @@ def test_a_custom_kernel_replaces_a_contraction_only_under_iree_s_best(
     time is under the best IREE dispatch time of its problem (0.1 ms here)."""
     from autosched.drivers.campaign import ModelProblem
     from autosched.drivers.custom_route import write_custom_spec
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.outputs.records import Trial
     from autosched.outputs.report import RunLog
@@ -759,7 +759,7 @@ def _llama_with_narrow_spec(folder, reshapes: bool) -> tuple[str, str]:
     """transformers' Llama layer (bf16) lowered for sm_90 and a custom-kernel spec for its
     q and o projection problem (1 x 64 x 128 x 128), written with the model's reshape
     chains or without: (the model, the spec)."""
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.model.narrow_reshapes import ReshapeChain, model_reshape_chains
     from autosched.model.substitution import write_substitution
@@ -837,7 +837,7 @@ def test_a_runs_custom_spec_reads_the_models_reshapes(tmp_path):
     test above reaches by hand."""
     from autosched.drivers.campaign import ModelProblem
     from autosched.drivers.custom_route import write_custom_spec
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.outputs.records import Trial
     from autosched.outputs.report import RunLog
@@ -875,7 +875,7 @@ def test_custom_kernels_are_timed_in_the_form_the_model_runs(tmp_path):
     spec still replaces the model's own problem."""
     from autosched.drivers.campaign import ModelProblem
     from autosched.drivers.custom_route import timed_form
-    from autosched.drivers.model_run import model_for_target
+    from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine

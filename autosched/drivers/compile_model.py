@@ -19,7 +19,7 @@ import iree.runtime as runtime
 import numpy as np
 
 from autosched.config import RunConfig
-from autosched.drivers.model_run import laid_out, model_for_target, typed_flags
+from autosched.drivers.model_stages.prepare import laid_out, model_for_target, typed_flags
 from autosched.drivers.proof import compile_model, custom_build
 from autosched.errors import UserError
 from autosched.model.configured import tuning_spec_flags

@@ -16,9 +16,10 @@ from autosched.measure.worker import memory_problem
 from autosched.ops.matmul import Analysis, analyze_file
 from autosched.outputs.commands import shell_line, tuned_model_steps
 from autosched.outputs.paths import RunPaths
+from autosched.outputs.report import no_winner_line, summary_rows
 from autosched.outputs.spec import check_starter
 from autosched.run.problem import ProblemResult, Progress
-from autosched.run.tuning import Tuning, no_winner_line, summary_rows
+from autosched.run.tuning import Tuning
 
 
 def run_module(config: RunConfig, input_file: str | None, resume: bool, dry_run: bool, progress):

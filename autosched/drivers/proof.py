@@ -28,6 +28,7 @@ from autosched.measure.module_io import (
 )
 from autosched.model.configured import DEFAULT_TIMEOUT, iree_compile, tuning_spec_flags
 from autosched.model.lowering import prepare_model
+from autosched.model.substitution import RESUME_FLAG, rewrite_model
 from autosched.targets.base import Target
 
 
@@ -383,8 +384,6 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
 def custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Build, int]:
     """The model with custom kernels in place of their contractions (a build that does not
     compile is one that does not run: the spec-only proof stands)."""
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
-
     build = _Build("custom", None)
     try:
         rewritten, replaced = rewrite_model(

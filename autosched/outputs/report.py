@@ -1,4 +1,5 @@
-"""What a run leaves behind for people: the CSV, run.log and the closing summary table."""
+"""What a run leaves behind for people: the CSV, run.log, the closing summary table and the
+line that says why no spec came out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 
 from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import Trial
+from autosched.run.problem import ProblemResult
 
 BASE_COLUMNS = [
     "problem",
@@ -188,3 +190,51 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines)
+
+
+def summary_rows(results: list[ProblemResult]) -> str:
+    """The closing table: each problem's space, trials, default and best time, and winner."""
+    rows = []
+    for r in results:
+        failed = sum(1 for t in r.trials if not t.ok)
+        best = r.best
+        rows.append(
+            [
+                r.problem.name,
+                f"{len(r.space.points)}",
+                f"{len(r.trials)}" + (f" ({r.resumed} resumed)" if r.resumed else ""),
+                f"{failed}" + (f" ({r.not_applied} not applied)" if r.not_applied else ""),
+                f"{r.baseline_ms:.4g}" if r.baseline_ms else "-",
+                f"{r.best_ms:.4g}" if r.best_ms else "-",
+                f"{r.problem.flops / (r.best_ms * 1e6):.4g}" if r.best_ms else "-",
+                f"{r.speedup:.2f}x" if r.speedup else "none faster",
+                best.config if best else "(IREE default)",
+            ]
+        )
+    headers = [
+        "problem",
+        "space",
+        "trials",
+        "failed",
+        "default ms",
+        "best ms",
+        "GFLOP/s",
+        "speedup",
+        "best config",
+    ]
+    return table(headers, rows)
+
+
+def no_winner_line(results: list[ProblemResult]) -> str:
+    """Why no spec came out, in a newcomer's words: nothing was faster, or something was but
+    the timings moved too much between rounds to name it, and what to do then."""
+    noisy = [r for r in results if r.verdict is not None and r.verdict.median > 1 and not r.best]
+    if not noisy:
+        return "no tuning spec: nothing beat IREE's default configurations"
+    worst = max(noisy, key=lambda r: r.verdict.noise)
+    return (
+        f"no tuning spec: too noisy to name a winner: {worst.problem.name}'s best candidate "
+        f"was {worst.verdict.median:.2f}x IREE's default, but its timings moved "
+        f"{worst.verdict.noise:.1%} between rounds. Run again on a quieter machine, or raise "
+        "[Benchmark] repetitions and min_time"
+    )

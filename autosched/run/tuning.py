@@ -2,19 +2,17 @@
 default, resumed trials), searched in batches, re-timed and judged, several at a time.
 
 The rooms it drives: `builds` (compile jobs, one-point specs, the applied check), `trials`
-(records and resuming), `defaults` (the default timed between batches), `retime` (the pure
-verdict). A tuner never sees a file, a target never runs a process.
+(records and resuming), `defaults` (the default timed between batches), `checks` (where
+answers are checked), `retiming` (the finalists timed again; `retime`, the pure verdict),
+`concurrency` (the threads). A tuner never sees a file, a target never runs a process.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
-import queue
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 from typing import TypeVar
@@ -22,26 +20,22 @@ from typing import TypeVar
 import numpy as np
 
 from autosched import processes
-from autosched.compile import compile_one
 from autosched.config import RunConfig
 from autosched.interrupts import critical
-from autosched.measure.contract import (
-    BenchContract,
-    DispatchCheck,
-    Executor,
-    measure_settings,
-)
+from autosched.measure.contract import BenchContract, Executor, measure_settings
 from autosched.measure.registry import make_executor
 from autosched.measure.worker import make_problem_data
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
 from autosched.ops.matmul import Analysis, MatmulProblem
 from autosched.ops.registry import kind_of
 from autosched.outputs.records import MeasureContext, Trial, iree_version
-from autosched.outputs.report import RunLog, table
-from autosched.run import retime
+from autosched.outputs.report import RunLog
 from autosched.run.builds import CandidateBuilds
+from autosched.run.checks import AnswerChecks
+from autosched.run.concurrency import concurrently, log_executor_events
 from autosched.run.defaults import DefaultTimings
 from autosched.run.problem import BASELINE, ProblemResult, ProblemSearch, Progress
+from autosched.run.retiming import Retiming, time_on
 from autosched.run.trials import TrialBook, describe, make_trial
 from autosched.search.loop import SearchState
 from autosched.search.loop import search as run_search
@@ -73,7 +67,6 @@ class Tuning:
         self.jobs = config.jobs or os.cpu_count() or 1
         self.log = RunLog(config.log_file)
         self.version = iree_version()
-        self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.settings = measure_settings(config, target)
         self.executor = executor or make_executor(config, target, self.jobs)
         self.devices = self.executor.devices
@@ -89,13 +82,13 @@ class Tuning:
         )
         self.lock = threading.RLock()  # records, the database and the executor's notes
         self.started = time.perf_counter()  # for the devices' busy share
-        self.finished: list[ProblemResult] = []  # problems searched to the end, in that order
         self.builds = CandidateBuilds(config, target, self.jobs)
         self.book = TrialBook(config, target, self.log, self.lock)
-        self.csv, self.recorders = self.book.csv, self.book.recorders
         self.defaults = DefaultTimings(self.executor, self.builds, self.settings, self.log)
-        self.model_checks: dict[str, object] = {}  # check source -> its default's answer
-        self.model_check_lock = threading.Lock()
+        self.checks = AnswerChecks(config, self.log, self.executor, self.builds)
+        self.retiming = Retiming(
+            config, self.log, self.executor, self.builds, self.settings, self.lock
+        )
 
     def time_candidate(
         self,
@@ -107,9 +100,8 @@ class Tuning:
         bench: BenchContract | None = None,
     ):
         """Time per dispatch on `bench`, the primary device unless told."""
-        function = benchmark.function if benchmark else None
         bench = bench or self.executor.primary
-        return bench.time(vmfb, data, repeat, self.settings, repetitions, function)
+        return time_on(bench, self.settings, vmfb, data, repetitions, repeat, benchmark)
 
     def modules_for(
         self,
@@ -144,16 +136,9 @@ class Tuning:
         self.executor.run(
             candidates, lambda cand, built: self.builds.task(search, cand, built, settings), done
         )
-        self.log_executor_events()
+        log_executor_events(self.executor, self.log, self.lock)
         order = {name: i for i, (name, _) in enumerate(entries)}
         return sorted(trials, key=lambda t: order[t.config])
-
-    def log_executor_events(self) -> None:
-        """What the executor noted since (an actor lost and its call queued again, ...)."""
-        with self.lock:
-            events, self.executor.events[:] = list(self.executor.events), []
-        for event in events:
-            self.log.write(f"executor: {event}")
 
     # ----- one problem ---------------------------------------------------------------
 
@@ -180,8 +165,8 @@ class Tuning:
         log.section(f"problem {problem.name}")
         if benchmark:
             log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
-            self._choose_check(search)
-            self._prepare_check(search)
+            self.checks.choose(search)
+            self.checks.prepare(search)
             if search.result.stopped:  # no answer of it can be checked: not even timed
                 self.book.warn(search.result.stopped, progress)
                 return search
@@ -213,96 +198,6 @@ class Tuning:
         elif verdict is not None:
             self._stop_not_applied(search, progress, verdict.message)
         return search
-
-    def _choose_check(self, search: ProblemSearch) -> None:
-        """Where a kind that may need the whole model (`model_check`) checks its answers:
-        on its dispatch's own module where a one-point spec reaches the root there, since
-        each candidate's check then compiles in seconds (resnet50's whole model took 76 s a
-        candidate on the H200's host); on the whole model otherwise."""
-        benchmark = search.benchmark
-        if benchmark.model_check is None:  # (attach_benchmarks: none without a check module)
-            return
-        verdict = self.builds.probe_check(search)
-        if verdict is not None and verdict.ok:  # the whole model stays the fallback
-            return
-        why = verdict.message if verdict else "no point a spec carries builds it"
-        self.log.write(f"answers checked on the whole model: a spec misses the dispatch's ({why})")
-        search.benchmark = benchmark.on_whole_model()
-
-    def _prepare_check(self, search: ProblemSearch) -> None:
-        """The default build's answer on the dispatch itself, to check candidates against.
-
-        Without it (no check module, or the default fails on it) candidates are checked on
-        the bare kernel against numpy.
-        """
-        from autosched.measure.module_io import EntryFunction, RunFailed, TensorSpec
-
-        benchmark = search.benchmark
-        if benchmark is None or not benchmark.check_source:
-            return
-        entry = EntryFunction(
-            benchmark.check_function,
-            tuple(TensorSpec(shape, element) for shape, element in benchmark.check_inputs),
-            tuple(TensorSpec(shape, element) for shape, element in benchmark.check_outputs),
-        )
-        if benchmark.checks_model:  # one model, one default answer: its problems share it
-            with self.model_check_lock:
-                if benchmark.check_source not in self.model_checks:
-                    self.model_checks[benchmark.check_source] = self._default_answer(
-                        search, entry, "model"
-                    )
-                check = self.model_checks[benchmark.check_source]
-        else:
-            check = self._default_answer(search, entry, search.problem.name)
-        if isinstance(check, RunFailed):
-            problem = search.problem
-            if benchmark.model_check is not None:  # IREE's default on resnet50's strided
-                # 1x1 convolutions' own modules ran past a minute on the H200 (session 21)
-                self.log.write(
-                    f"the dispatch check could not run ({check}): answers checked on the "
-                    "whole model"
-                )
-                search.benchmark = benchmark.on_whole_model()
-                self._prepare_check(search)
-                return
-            if kind_of(problem).has_kernel(problem):
-                self.log.write(
-                    f"the dispatch check could not run ({check}): answers checked on the kernel"
-                )
-                return
-            search.result.stopped = (
-                f"{problem.name}: the dispatch check could not run ({check}) and a "
-                f"{problem.kind} has no kernel of its own to check answers on: not searched"
-            )
-            return
-        search.check = check
-        self.log.write(
-            f"answers checked on the dispatch against IREE's default ({benchmark.check_source})"
-        )
-
-    def _default_answer(self, search: ProblemSearch, entry, name: str):
-        """IREE's default build of the check module run on seeded inputs (under
-        inputs/`name`): a DispatchCheck, or the RunFailed that says why it did not build
-        or run. A model's whole build is compiled once a run
-        (`CandidateBuilds.default_model_check`)."""
-        from autosched.measure.module_io import RunFailed, make_inputs
-
-        folder = os.path.join(self.config.work_dir, "inputs", name, "dispatch")
-        inputs = make_inputs(entry, folder, seed=self.config.seed)
-        if search.benchmark.checks_model:
-            built = self.builds.default_model_check(search)
-        else:
-            job = self.builds.dispatch_job(search, BASELINE, None, check=True)
-            built = compile_one(job, self.config.compile_timeout)
-        if built.status != "ok":
-            return RunFailed(built.message)
-        try:
-            reference = self.executor.primary.reference_outputs(
-                built.job.output, entry, inputs, folder, self.config.run_timeout
-            )
-        except RunFailed as error:
-            return error
-        return DispatchCheck(entry, inputs, reference, folder)
 
     def _stop_not_applied(self, search: ProblemSearch, progress: Progress, why: str) -> None:
         """Ends a search whose configurations do not reach the root, with a loud warning
@@ -349,59 +244,11 @@ class Tuning:
         search_step(search.state, count, self._measure_points(search, progress, trials))
         return trials
 
-    def finish_problem(
-        self,
-        search: ProblemSearch,
-        bench: BenchContract | None = None,
-        modules: dict | None = None,
-    ) -> ProblemResult:
-        """Re-times the top candidates beside the default (on `bench`, the primary unless
-        told; `modules` when `finish_all` built them first) and names the winner."""
-        if not search.result.search_s:
-            search.result.search_s = time.perf_counter() - search.started
-        if search.state is None:  # nothing searched (not even timed: `_prepare_check`)
-            baseline = search.result.baseline
-            search.result.baseline_ms = baseline.median_ms if baseline else None
-        else:
-            self._retime(search, bench or self.executor.primary, modules)
-        with self.lock:
-            self.finished.append(search.result)
-        return search.result
-
     def finish_all(
         self, searches: list[ProblemSearch], progress: Progress | None = None
     ) -> list[ProblemResult]:
-        """Finishes the searches once all of them have ended, so that no compile or search
-        runs beside a re-timing. On the H200 IREE's default at 512^3 and 1024^3 f16
-        re-timed 44-63 % slower while another problem's kernels compiled, and the paired
-        verdict then could not tell a 1.3x gain from the noise.
-
-        The finalists' modules are built first, then each device re-times one problem at a
-        time, its default and finalists on that device alone: on two H200s, with every
-        problem re-timed on the primary, the other was busy 55 % of the suite's run (69 %
-        now), and the run took 75 s against 65."""
-        modules = [finalist_modules(self, search) for search in searches]
-        waiting: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for index in range(len(searches)):
-            waiting.put(index)
-        results: list[ProblemResult | None] = [None] * len(searches)
-        announce = threading.Lock()
-        started = itertools.count(1)
-
-        def serve(bench: BenchContract) -> None:
-            """Re-times problems on `bench` until none is left."""
-            while True:
-                try:
-                    index = waiting.get_nowait()
-                except queue.Empty:
-                    return
-                if progress is not None and len(searches) > 1:
-                    with announce:
-                        progress.retiming(searches[index].problem, next(started), len(searches))
-                results[index] = self.finish_problem(searches[index], bench, modules[index])
-
-        self.concurrently([partial(serve, bench) for bench in self.executor.benches])
-        return [result for result in results if result is not None]
+        """Re-times every search's finalists once all searches have ended (`Retiming`)."""
+        return self.retiming.finish_all(searches, self.parallel, progress)
 
     def tune_problem(
         self,
@@ -411,7 +258,8 @@ class Tuning:
         custom_only: bool = False,
     ) -> ProblemResult:
         """One problem to the end: searched, re-timed, its winner named."""
-        return self.finish_problem(self.search_problem(problem, progress, own_bar, custom_only))
+        search = self.search_problem(problem, progress, own_bar, custom_only)
+        return self.retiming.finish_problem(search)
 
     def search_problem(
         self,
@@ -421,7 +269,7 @@ class Tuning:
         custom_only: bool = False,
     ) -> ProblemSearch:
         """One problem's search: n_trial points, or fewer with early stopping (only the
-        points of custom kernels with `custom_only`); `finish_problem` re-times it."""
+        points of custom kernels with `custom_only`); `Retiming.finish_problem` re-times it."""
         config = self.config
         search = self.start_problem(problem, progress, own_bar, custom_only=custom_only)
         if search.state is not None:
@@ -437,64 +285,10 @@ class Tuning:
         search.result.search_s = time.perf_counter() - search.started
         return search
 
-    def _retime(
-        self, search: ProblemSearch, bench: BenchContract, modules: dict[str, str] | None = None
-    ) -> None:
-        """Times the top few again on `bench`, interleaved with the default, and names the
-        winner only when it beats the default by more than the noise."""
-        log, problem, result = self.log, search.problem, search.result
-        contenders, entries = retime.finalists(
-            result.trials, result.baseline, self.config.retime_top
-        )
-        if not contenders:
-            log.write("no candidate compiled, ran and gave the right answer")
-            return
-        log.write(
-            f"{problem.name}: the top {len(contenders)} re-timed beside the default"
-            + (f" on {bench.device}" if len(self.executor.benches) > 1 else "")
-        )
-        if modules is None:
-            modules = self.modules_for(problem, entries, search.repeat, search)
-        repetitions = max(1, self.config.repetitions // 2)
-
-        def time_one(name: str) -> float | None:
-            if name not in modules:
-                return None
-            timing = self.time_candidate(
-                modules[name], search.data, repetitions, search.repeat, search.benchmark, bench
-            )
-            return timing.median_ms if timing.status == "ok" else None
-
-        rounds = retime.timed_rounds([t.config for t in entries], time_one)
-        self.log_executor_events()  # a round lost with its actor was timed again
-        found = retime.judge(contenders, rounds)
-        self.retimed.update(keep_verdict(log, search, contenders, found))
-
     def concurrently(self, calls: list[Callable[[], Result]]) -> list[Result]:
-        """Runs the calls (each one problem's work, or one device's re-timings) on up to
-        `parallel` threads, so that one problem's compiles and tuner overlap another's
-        measuring; results in call order.
-
-        Each call's run-log lines are written together when it ends. Records are made in
-        the calls' threads, one at a time (`self.lock`); on an interrupt every thread
-        stops at its next tool or record, and this returns only when all have.
-        """
-        if self.parallel <= 1 or len(calls) <= 1:
-            return [call() for call in calls]
-
-        def logged(call: Callable[[], Result]) -> Result:
-            with self.log.buffered():
-                return call()
-
-        pool = ThreadPoolExecutor(min(self.parallel, len(calls)), thread_name_prefix="problem")
-        futures = [pool.submit(logged, call) for call in calls]
-        try:
-            return [future.result() for future in futures]
-        except BaseException:
-            processes.stop_all()  # an error in one problem stops the others (a signal has)
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        """Runs the calls (each one problem's work) on up to `parallel` threads; results
+        in call order (`concurrency.concurrently`)."""
+        return concurrently(calls, self.parallel, self.log)
 
     def tune_all(self, problems: list[MatmulProblem], progress: Progress) -> list[ProblemResult]:
         """Every problem to the end, `parallel` at a time (one progress bar for all then)."""
@@ -533,11 +327,19 @@ class Tuning:
             self.log_device_use()
             return results
         finally:
-            chosen = {
-                (r.problem.name, r.best.config if r.best else BASELINE) for r in self.finished
-            }
-            self.csv.finish(self.retimed, chosen)
-            self.close()
+            self.finish(self.retiming.finished)
+
+    def finish(
+        self, results: Iterable[ProblemResult] = (), custom: Iterable[ProblemResult] = ()
+    ) -> None:
+        """The run's end: the CSV ranked, with the re-timed medians and the chosen rows (each
+        result's winner, or IREE's default where it kept it; a custom-kernel search's winner
+        only where it found one), and the benches' worker processes stopped. Nothing chosen
+        when the run was interrupted."""
+        chosen = {(r.problem.name, r.best.config if r.best else BASELINE) for r in results}
+        chosen |= {(r.problem.name, r.best.config) for r in custom if r.best is not None}
+        self.book.csv.finish(self.retiming.retimed, chosen)
+        self.close()
 
     def close(self) -> None:
         """Stops the benches' worker processes."""
@@ -566,61 +368,6 @@ def new_search(
         # Times of the dispatch and of the bare kernel differ: records of one are not
         # resumed as the other.
         context=replace(context, flags=context.flags + DISPATCH_FLAG) if benchmark else context,
-    )
-
-
-def finalist_modules(tuning: Tuning, search: ProblemSearch) -> dict[str, str]:
-    """The timed module of each finalist and the default (compiled again if resumed)."""
-    if search.state is None:
-        return {}
-    result = search.result
-    _, entries = retime.finalists(result.trials, result.baseline, tuning.config.retime_top)
-    return tuning.modules_for(search.problem, entries, search.repeat, search) if entries else {}
-
-
-def keep_verdict(
-    log: RunLog, search: ProblemSearch, contenders: list[Trial], found: retime.Retimed
-) -> dict[tuple[str, str], float]:
-    """Logs and keeps what re-timing found (the default's drift, the winner); the final
-    medians by (problem, config)."""
-    result = search.result
-    final = {(search.problem.name, n): ms for n, ms in found.final.items()}
-    result.baseline_ms = found.baseline_ms
-    if result.baseline.ok and result.baseline_ms:
-        log.write(drift_line(result))
-    if len(result.default_ms) > 1:
-        log.write(
-            f"IREE default over the search: {len(result.default_ms)} timings, "
-            f"{min(result.default_ms):.4g}-{max(result.default_ms):.4g} ms, "
-            f"drift up to {result.drift:.1%} (candidates scored against the latest)"
-        )
-    if found.winner is None:
-        return {}
-    for trial in contenders:
-        if trial.config in found.final:
-            log.write(f"re-timed {trial.config}: {found.final[trial.config]:.4g} ms")
-    result.verdict = found.verdict
-    if found.verdict is not None:
-        log.write(f"{found.winner.config} against the default: {found.verdict.describe()}")
-    if found.beats_default:
-        result.best, result.best_ms = found.winner, found.final[found.winner.config]
-    else:
-        log.write("no candidate beat IREE's default by more than the noise: the default stays")
-    return final
-
-
-def no_winner_line(results: list[ProblemResult]) -> str:
-    """Why no spec came out, in a newcomer's words: nothing was faster, or something was but
-    the timings moved too much between rounds to name it, and what to do then."""
-    noisy = [r for r in results if r.verdict is not None and r.verdict.median > 1 and not r.best]
-    if not noisy:
-        return "no tuning spec: nothing beat IREE's default configurations"
-    worst = max(noisy, key=lambda r: r.verdict.noise)
-    return (
-        f"no tuning spec: too noisy to name a winner: {worst.problem.name}'s best candidate "
-        f"was {worst.verdict.median:.2f}x IREE's default, but its timings moved "
-        f"{worst.verdict.noise:.1%} between rounds. Run again on a quieter machine, or raise "
-        "[Benchmark] repetitions and min_time"
     )
 
 
@@ -708,19 +455,6 @@ def resumable(search: ProblemSearch, earlier: list[Trial], limit: int) -> list[T
     return kept
 
 
-def drift_line(result: ProblemResult) -> str:
-    drift = result.baseline_ms / result.baseline.median_ms - 1
-    note = (
-        "  (drift over 10 %: treat small speedups with care)"
-        if abs(drift) > retime.DRIFT_WARNING
-        else ""
-    )
-    return (
-        f"IREE default re-timed: {result.baseline_ms:.4g} ms "
-        f"(first {result.baseline.median_ms:.4g} ms, {drift:+.1%}){note}"
-    )
-
-
 def space_tuner(config: RunConfig, target: Target, space: SearchSpace, history: History = ()):
     """The cfg's tuner over one problem's space, with the target's features of its points
     (and other problems' measurements in the same columns, `history`)."""
@@ -736,35 +470,3 @@ def feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) 
     rows = [target.for_problem(problem).features(problem, p) for p in points]
     keys = list(rows[0])
     return np.array([[row[k] for k in keys] for row in rows], dtype=float)
-
-
-def summary_rows(results: list[ProblemResult]) -> str:
-    rows = []
-    for r in results:
-        failed = sum(1 for t in r.trials if not t.ok)
-        best = r.best
-        rows.append(
-            [
-                r.problem.name,
-                f"{len(r.space.points)}",
-                f"{len(r.trials)}" + (f" ({r.resumed} resumed)" if r.resumed else ""),
-                f"{failed}" + (f" ({r.not_applied} not applied)" if r.not_applied else ""),
-                f"{r.baseline_ms:.4g}" if r.baseline_ms else "-",
-                f"{r.best_ms:.4g}" if r.best_ms else "-",
-                f"{r.problem.flops / (r.best_ms * 1e6):.4g}" if r.best_ms else "-",
-                f"{r.speedup:.2f}x" if r.speedup else "none faster",
-                best.config if best else "(IREE default)",
-            ]
-        )
-    headers = [
-        "problem",
-        "space",
-        "trials",
-        "failed",
-        "default ms",
-        "best ms",
-        "GFLOP/s",
-        "speedup",
-        "best config",
-    ]
-    return table(headers, rows)

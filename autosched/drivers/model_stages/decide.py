@@ -1,0 +1,213 @@
+"""The decide stage of a model run: the custom winners written as a substitution spec, the
+IREE winners as a tuning spec checked in the model, both proved on the whole model (a spec
+that proves slower loses its least winner until it is not), and the summary's rows with the
+route each problem's winner took."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, replace
+
+from autosched.config import RunConfig
+from autosched.drivers.campaign import ModelProblem, problem_rows
+from autosched.drivers.custom_route import beats_iree, custom_winner, route_of, write_custom_spec
+from autosched.drivers.model_stages import report
+from autosched.drivers.model_stages.results import Decided, Prepared, Searched
+from autosched.drivers.proof import prove
+from autosched.measure.contract import runtime_flag_choices, runtime_flags
+from autosched.model.configured import form_of, spec_coverage
+from autosched.model.layouts import ModelLayout
+from autosched.outputs.report import RunLog, no_winner_line
+from autosched.outputs.spec import write_spec
+from autosched.targets.base import Target, has_config
+
+PROOF_ROUNDS = 5
+
+
+def decide(prepared: Prepared, searched: Searched) -> Decided:
+    """The specs written, checked and proved; the summary's per-problem rows."""
+    config, target, layout, log = prepared.config, prepared.target, prepared.layout, searched.log
+    if layout.changed:
+        log.write(layout.describe())
+    custom_spec = write_custom_spec(
+        prepared.paths.custom_spec,
+        target,
+        prepared.problems,
+        searched.custom,
+        log,
+        (layout.source, os.path.join(config.work_dir, "model")),
+    )
+    spec_path, applied, proof = spec_never_slower(prepared, log, custom_spec)
+    rows = routed_rows(prepared, searched, applied, custom_spec)
+    return Decided(spec_path, custom_spec, applied, proof, rows)
+
+
+def routed_rows(
+    prepared: Prepared, searched: Searched, applied: dict[str, bool], custom_spec: str | None
+) -> list[dict]:
+    """The summary's per-problem rows, each with its custom kernel's time and its route."""
+    target, problems = prepared.target, prepared.problems
+    rows = problem_rows(problems, applied)
+    for entry, row in zip(problems, rows, strict=True):
+        result = custom_winner(entry, searched.custom, target)
+        best = entry.result.best
+        row["in_spec"] = row["in_spec"] and has_config(target, entry.problem, best.point)
+        row["custom_ms"] = result.best_ms if result else None
+        substituted = custom_spec is not None and result is not None
+        row["route"] = route_of(row, substituted and beats_iree(entry, result))
+    return rows
+
+
+def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
+    """(spec path or None, applied, proof): the winners' spec, checked in the model and
+    proved on it. While the tuned model proves slower than IREE's default, the winner that
+    was to save the least model time is left out and the spec proved again; with none left,
+    no spec is written. Without any spec the default alone is timed, so the run always ends
+    with the model's line."""
+    config, target, layout, problems = (
+        prepared.config,
+        prepared.target,
+        prepared.layout,
+        prepared.problems,
+    )
+    starter = config.starter_spec
+    while True:
+        best = [(e.problem, target, e.result.best.point) for e in problems if e.result.best]
+        spec_path = write_spec(prepared.paths.spec, best, starter)
+        applied = check_applied(layout.source, target, spec_path, problems, log)
+        for name in [name for name, ok in applied.items() if not ok]:
+            report.warn(
+                log, f"WARNING: the spec's configuration for {name} is NOT applied in the model"
+            )
+        if not spec_path and not custom_spec:
+            report.say(no_winner_line([e.result for e in problems]))
+        if spec_path:
+            proof = proved(layout, target, spec_path, config, log, custom_spec)
+        else:
+            proof = proved_without_spec(prepared, log, custom_spec)
+        if not spec_path or (proof["speedup"] or 1.0) >= 1.0:
+            return spec_path, applied, proof
+        left_out = leave_out_least(problems)
+        if left_out is None:
+            starter = ""  # the starter spec alone was slower
+        report.warn(
+            log,
+            f"WARNING: the tuned model is SLOWER than IREE's default ({proof['speedup']:.2f}x): "
+            + (f"{left_out} left out of the spec" if left_out else "no spec is written"),
+        )
+        if left_out is None and not best:
+            os.remove(spec_path)
+            return None, {}, proved_without_spec(prepared, log, custom_spec)
+
+
+def proved_without_spec(prepared: Prepared, log: RunLog, custom_spec: str | None) -> dict:
+    """The proof with no spec: of the model's layout where that is not slower than IREE's
+    default of the model as given, else of the model as given."""
+    config, target, layout = prepared.config, prepared.target, prepared.layout
+    proof = proved(layout, target, None, config, log, custom_spec)
+    if not layout.changed or (proof["speedup"] or 1.0) >= 1.0:
+        return proof
+    report.warn(
+        log,
+        f"WARNING: the model's layout alone is SLOWER than IREE's default "
+        f"({proof['speedup']:.2f}x): the model is kept as given",
+    )
+    kept = replace(layout, source=layout.original)
+    return proved(kept, target, None, config, log, custom_spec)
+
+
+def leave_out_least(problems: list[ModelProblem]) -> str | None:
+    """Drops the winner expected to save the least model time; its name (None: none left)."""
+    winners = [e for e in problems if e.result.best is not None]
+    if not winners:
+        return None
+    least = min(winners, key=lambda e: (e.result.baseline_ms - e.result.best_ms) * e.occurrences)
+    least.result.best, least.result.best_ms = None, None
+    return least.problem.name
+
+
+def check_applied(
+    model_path: str, target: Target, spec_path, problems: list[ModelProblem], log: RunLog
+) -> dict[str, bool]:
+    """Problem name -> every dispatch of its contraction carries the tuned configuration,
+    on a root of the form its candidates were timed on."""
+    if not spec_path:
+        return {}
+    configs = spec_coverage(
+        model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
+    )
+    applied = {}
+    for entry in problems:
+        best = entry.result.best if entry.result else None
+        if best is None or not has_config(target, entry.problem, best.point):
+            continue  # a custom kernel: not in the spec
+        expected = target.for_problem(entry.problem).lowering_config(entry.problem, best.point)
+        # By dispatch, not by the root's name: GPU codegen turns a named batch_matmul into
+        # a linalg.generic before it configures it.
+        dispatches = {site.entry_point for site in entry.contraction.sites}
+        mine = [c for c in configs if c.entry_point in dispatches]
+        timed = entry.result.timed_form
+        other = [form_of(c) for c in mine if timed and form_of(c) != timed]
+        if other:
+            log.write(f"{entry.problem.name}: timed on {timed}, the model configures {other[0]}")
+        ok = bool(mine) and not other and all(c.carries(expected) for c in mine)
+        applied[entry.problem.name] = ok
+    return applied
+
+
+def run_proof(
+    layout: ModelLayout,
+    target: Target,
+    spec_path: str | None,
+    config: RunConfig,
+    custom_spec: str | None = None,
+    work: str | None = None,
+):
+    """proof.prove with the run's target, device, seed and timing settings (its builds in
+    `work`, by default the run's model/proof folder): IREE's default of the model as given
+    against the tuned builds of its layout."""
+    report.proving(bool(spec_path or custom_spec))
+    return prove(
+        layout.source,
+        target.compile_flags(),
+        spec_path,
+        target.device,
+        seed=config.seed,
+        rounds=PROOF_ROUNDS,
+        spec_flag=target.tuning_spec_flag,
+        repetitions=config.repetitions,
+        min_time=config.min_time,
+        work_dir=work or os.path.join(config.work_dir, "model", "proof"),
+        custom_spec=custom_spec,
+        default_model=layout.original if layout.changed else None,
+        runtime_flags=runtime_flags(config),
+        runtime_choices=runtime_flag_choices(config),
+    )
+
+
+def proved(
+    layout: ModelLayout,
+    target: Target,
+    spec_path: str | None,
+    config: RunConfig,
+    log: RunLog,
+    custom_spec: str | None,
+) -> dict:
+    """The whole model with and without the spec: its lines, and the summary's numbers."""
+    proof = run_proof(layout, target, spec_path, config, custom_spec)
+    report.proof_lines(log, proof)
+    return {
+        "custom": asdict(proof.custom) if proof.custom else None,
+        "function": proof.function,
+        "default_ms": proof.default_ms,
+        "tuned_ms": proof.tuned_ms,
+        "default_cv": proof.default_cv,
+        "tuned_cv": proof.tuned_cv,
+        "speedup": proof.speedup,
+        "outputs_match": proof.outputs_match,
+        "max_error": proof.max_error,
+        "message": proof.message,
+        "default_only": proof.default_only,
+        "runtime_flags": proof.runtime_flags,
+        "runtime_choices": [asdict(c) for c in proof.runtime_choices],
+    }

@@ -1,0 +1,231 @@
+"""The prepare stage of a model run: the model as the target needs it (its types, its
+layout), the roots IREE forms that can be tuned here, and, inside the run's guard, IREE's
+own dispatches dumped as benchmarks to time each problem's candidates on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from iree.compiler import ir
+
+from autosched.config import RunConfig
+from autosched.drivers.campaign import ModelProblem, budget_for, skipped_summary
+from autosched.drivers.model_stages import report
+from autosched.drivers.model_stages.results import ModelDispatches, Prepared
+from autosched.errors import UserError
+from autosched.measure.module_io import source_entry_function
+from autosched.measure.worker import memory_problem
+from autosched.model.configured import DEFAULT_TIMEOUT, in_configured_form
+from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
+from autosched.model.input_types import model_input_flags
+from autosched.model.layouts import ModelLayout, choose_layout
+from autosched.model.lowering import (
+    ModelAnalysis,
+    analyze_model,
+    dispatch_calls,
+    lower_to_dispatches,
+    prepare_model,
+)
+from autosched.ops.convolution import STRIDED, ConvolutionProblem
+from autosched.ops.registry import kind_of
+from autosched.outputs.paths import RunPaths
+from autosched.outputs.spec import check_starter
+from autosched.targets import make_target
+from autosched.targets.base import Target
+from autosched.targets.cuda_custom_convolution import takes
+
+
+def prepare(config: RunConfig) -> Prepared:
+    """The model lowered and its problems found (said on stderr); a UserError when none
+    can be tuned. Nothing is measured yet."""
+    path = config.input_file
+    target = make_target(config)
+    target.check_search_space(config)
+    check_starter(config.starter_spec)  # before anything is compiled, dry runs too
+    paths = RunPaths.of(config)
+    work = os.path.join(config.work_dir, "model")
+    model_path = model_for_target(path, target, work)
+    flags, types_line, _ = typed_flags(target, model_path, work)
+    layout, analysis = laid_out(config, target, model_path, flags, work)
+    problems, skipped = model_problems(analysis, target)
+    if not problems:
+        reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
+        raise UserError(
+            f"{path}: no linalg.matmul, batch_matmul or other contraction in the "
+            f"{analysis.dispatches} dispatch(es) IREE forms can be tuned for {target.name}"
+            + (f" (not tuned: {reasons})" if reasons else "")
+        )
+    described = report.describe_analysis(path, analysis, problems, skipped)
+    report.model_found([types_line, layout.describe(), *described])
+    budget = config.budget or budget_for(config.mode, config.n_trial, problems)
+    return Prepared(config, target, paths, work, layout, flags, problems, skipped, budget)
+
+
+def with_dispatches(prepared: Prepared) -> Prepared:
+    """The problems with IREE's own dispatch to time them on (where the cfg times on the
+    dispatch), less those that cannot be searched without one; a UserError when none is
+    left."""
+    config = prepared.config
+    dispatches = ModelDispatches()
+    if config.time_on == "dispatch":
+        folder = os.path.join(prepared.work, "dispatches")
+        dispatches = attach_benchmarks(
+            prepared.problems, prepared.layout.source, prepared.flags, folder
+        )
+    problems = dispatch_only_roots(prepared.problems, prepared.skipped)
+    if not problems:
+        raise UserError(
+            f"{config.input_file}: no root of the model can be tuned (see the lines above)"
+        )
+    return replace(prepared, problems=problems, dispatches=dispatches)
+
+
+def model_for_target(path: str, target: Target, work_dir: str) -> str:
+    """The model as the target needs it: unchanged, or (sm_90, which iree-compile cannot
+    name) with the full device target attribute the kernels are tuned for set on it."""
+    attributes = target.module_attributes()
+    if not attributes:
+        return path
+    source = prepare_model(path, work_dir)
+    context = ir.Context()
+    try:
+        module = ir.Module.parseFile(source, context)
+    except ir.MLIRError as error:
+        raise UserError(f"{path}: does not parse: {error}".splitlines()[0]) from None
+    for name, text in attributes.items():
+        module.operation.attributes[name] = ir.Attribute.parse(text, context)
+    os.makedirs(work_dir, exist_ok=True)
+    targeted = os.path.join(work_dir, f"model.{target.arch}.mlirbc")
+    with open(targeted, "wb") as handle:
+        module.operation.write_bytecode(handle)
+    return targeted
+
+
+def typed_flags(target: Target, model_path: str, work: str) -> tuple[list[str], str, bool]:
+    """The target's compile flags with what the model's types need (f64 kept as f64), the
+    line that names the model's types, and whether a flag was needed."""
+    needed, line = model_input_flags(model_path, target.compile_flags(), work)
+    target.use_input_flags(needed)
+    return target.compile_flags(), line, bool(needed)
+
+
+def model_problems(analysis: ModelAnalysis, target: Target) -> tuple[list[ModelProblem], dict]:
+    """The roots this target can tune, and reason -> count for the rest."""
+    problems, not_matmul = [], []
+    skipped = {}
+    for root in analysis.roots:
+        problem = root.as_problem()
+        if problem is None:
+            not_matmul.append(root)
+            continue
+        reason = (
+            f"{problem.kind} on {target.name} (not tuned there yet)"
+            if not target.tunes(problem.kind)
+            else target.for_problem(problem).supports(problem) or memory_problem(problem)
+        )
+        if reason:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        problems.append(ModelProblem(problem, root))
+    counts = skipped_summary(analysis, not_matmul)
+    for reason, count in skipped.items():
+        counts[reason] = counts.get(reason, 0) + count
+    return problems, counts
+
+
+def laid_out(
+    config: RunConfig, target: Target, model_path: str, flags, work: str
+) -> tuple[ModelLayout, ModelAnalysis]:
+    """(layout, analysis): the model every build starts from, with the layout the target
+    needs (layouts.py; `layout = strided`: on any target; channels-last where the Triton
+    convolution kernels are searched) unless the cfg says `layout = none`, and its roots."""
+    analysis = in_configured_form(analyze_model(model_path, flags), model_path, flags)
+    strided = [
+        root
+        for root in analysis.roots
+        if isinstance(root, ConvolutionProblem) and root.form == STRIDED
+    ]
+    wanted = config.layout in ("strided", "channels_last") or (
+        config.layout == "auto" and target.slices_strided_convolutions
+    )
+    reductions = sum(root.occurrences for root in strided) if wanted else 0
+    convolutions = [root for root in analysis.roots if isinstance(root, ConvolutionProblem)]
+    channels_last = bool(convolutions) and (
+        config.layout == "channels_last"
+        or (config.layout == "auto" and triton_convolutions(config, target, convolutions))
+    )
+    layout = choose_layout(model_path, flags, work, reductions, channels_last)
+    if not layout.changed:
+        return layout, analysis
+    return layout, in_configured_form(analyze_model(layout.source, flags), layout.source, flags)
+
+
+def triton_convolutions(config: RunConfig, target: Target, convolutions: list) -> bool:
+    """Whether the run searches the Triton convolution kernels (sm_90 with Triton, unless the
+    cfg's `conv_kernel` list leaves them out) and they take every one of the model's
+    `convolutions`: they read channels-last images, so `layout = auto` turns the model
+    channels-last for them. IREE's own NHWC convolutions are slower than its NCHW ones on
+    the H200 (resnet50 with the kernels ran 1.03x torch.compile's time in the same call,
+    its best NCHW build 1.82x in another call), and IREE's conversion
+    leaves a depthwise one NCHW between transposes."""
+    if not target.tunes("convolution"):
+        return False
+    available = getattr(target.for_kind("convolution"), "triton_available", None)
+    allowed = "triton" in config.knob_space.get("conv_kernel", ["triton"])
+    searched = available is not None and available() is None and allowed
+    return searched and all(takes(problem) for problem in convolutions)
+
+
+def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> ModelDispatches:
+    """Each problem gets IREE's own dispatch of its first site to be timed on; returns every
+    dispatch's benchmark (for the whole model's table)."""
+    report.note("writing IREE's dispatches as benchmarks ...")
+    source = prepare_model(model_path, folder)  # an ONNX model is imported first
+    benchmarks = dump_dispatch_benchmarks(source, flags, folder)
+    flow = lower_to_dispatches(source, flags)
+    checks = dispatch_check_modules(flow, set(benchmarks), folder, source)
+    for entry_point, (check, inputs, outputs) in checks.items():
+        benchmarks[entry_point] = replace(
+            benchmarks[entry_point], check_source=check, check_inputs=inputs, check_outputs=outputs
+        )
+    whole_model = None
+    for entry in problems:
+        found = [benchmarks.get(site.entry_point) for site in entry.contraction.sites]
+        entry.benchmark = next((b for b in found if b is not None), None)
+        if entry.benchmark is None:
+            report.note(f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel")
+        elif kind_of(entry.problem).checks_model:
+            whole_model = whole_model or model_check(source, flags, folder, model_path)
+            entry.benchmark = replace(entry.benchmark, model_check=whole_model)
+            if not entry.benchmark.check_source:
+                entry.benchmark = entry.benchmark.on_whole_model()
+    return ModelDispatches(benchmarks, dispatch_calls(flow))
+
+
+def model_check(source: str, flags, folder: str, model_path: str) -> dict:
+    """A benchmark's check fields for checking answers on the whole model (`checks_model`):
+    the model's source, its entry function and the plain tensor types it takes."""
+    entry = source_entry_function(source, flags, None, folder, DEFAULT_TIMEOUT, model_path)
+    return {
+        "check_source": source,
+        "check_inputs": tuple((spec.shape, spec.element) for spec in entry.inputs),
+        "check_outputs": tuple((spec.shape, spec.element) for spec in entry.outputs),
+        "check_function": entry.name,
+        "checks_model": True,
+    }
+
+
+def dispatch_only_roots(problems: list[ModelProblem], skipped: dict[str, int]) -> list:
+    """The problems that can be searched: a kind with no kernel of its own (attention) is
+    timed and checked only on IREE's dispatch, so without one it is counted as not tuned."""
+    kept = []
+    for entry in problems:
+        bench = entry.benchmark
+        if kind_of(entry.problem).needs_dispatch and (bench is None or not bench.check_source):
+            reason = f"{entry.problem.kind} without a dispatch benchmark to time it on"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            report.note(f"  {entry.problem.name}: not tuned: {reason}")
+            continue
+        kept.append(entry)
+    return kept

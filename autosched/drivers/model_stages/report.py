@@ -1,0 +1,316 @@
+"""Everything a model run (and `autosched apply`) prints, and the report stage: the share
+table, every dispatch timed before and after, the summary JSON, the commands that build the
+tuned model and the budget line. The other stages print only through this module.
+
+Results go to stdout (and run.log where the run has one); progress notes and warnings to
+stderr, warnings in red."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import click
+
+from autosched.config import RunConfig
+from autosched.drivers.campaign import CampaignReport, write_summary
+from autosched.drivers.custom_route import custom_build_dispatches, custom_commands, custom_line
+from autosched.drivers.dispatch_table import (
+    DispatchRow,
+    dispatch_lines,
+    dispatch_summary,
+    outside_line,
+    plot_dispatches,
+    time_dispatches,
+)
+from autosched.drivers.model_stages.results import Decided, Prepared, Searched
+from autosched.model.configured import DispatchConfig
+from autosched.model.lowering import ModelAnalysis
+from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
+from autosched.outputs.report import RunLog, summary_rows, table
+from autosched.run.problem import ProblemResult
+from autosched.search.space import fitted_space
+from autosched.targets.base import Target
+
+
+def note(line: str) -> None:
+    """A progress note or a line about the model, on stderr."""
+    click.echo(line, err=True)
+
+
+def say(line: str) -> None:
+    """A result line, on stdout."""
+    click.echo(line)
+
+
+def logged(log: RunLog, line: str, gap: bool = False) -> None:
+    """A result line in run.log and on stdout (after an empty line with `gap`)."""
+    log.write(line)
+    click.echo("\n" + line if gap else line)
+
+
+def warn(log: RunLog, message: str) -> None:
+    """A warning in run.log and, in red, on stderr."""
+    log.write(message)
+    click.echo(click.style(message, fg="red", bold=True), err=True)
+
+
+# ----- prepare ------------------------------------------------------------------------
+
+
+def describe_analysis(path: str, analysis: ModelAnalysis, problems, skipped) -> list[str]:
+    lines = [f"{path}: {analysis.dispatches} dispatches; {len(problems)} problem(s) to tune"]
+    for entry in problems:
+        fused = sorted({op for s in entry.contraction.sites for op in s.fused_ops})
+        lines.append(
+            f"  {entry.problem.name}: runs {entry.occurrences}x"
+            + (f", fused with {', '.join(fused)}" if fused else "")
+        )
+    for reason, count in skipped.items():
+        lines.append(f"  not tuned: {count} {reason}")
+    return lines
+
+
+def model_found(lines: list[str]) -> None:
+    """The model's types, its layout and its problems (empty lines left out)."""
+    for line in filter(None, lines):
+        note(line)
+
+
+def space_line(problem, target: Target, config: RunConfig) -> str:
+    """`problem: N points, V valid` and, for an empty space, why (a dry run's view)."""
+    space, why = fitted_space(problem, target, config.knob_space)
+    line = f"  {problem.name}: {space.total} points, {len(space.points)} valid"
+    return line + (f"; {why.removeprefix(problem.name + ': ')}" if why else "")
+
+
+def dry_run(prepared: Prepared) -> None:
+    """Each problem's space and the budget; nothing is compiled."""
+    config = prepared.config
+    for entry in prepared.problems:
+        say(space_line(entry.problem, prepared.target, config))
+    say(f"budget: {prepared.budget} trials ({config.mode} mode); nothing compiled")
+
+
+# ----- search -------------------------------------------------------------------------
+
+
+def tuning_started(prepared: Prepared, time_budget_s: float | None) -> None:
+    config = prepared.config
+    note(
+        f"tuning {len(prepared.problems)} problem(s) on {prepared.target.describe()}: "
+        f"{prepared.budget} trials in all ({config.mode} mode, {config.tuner} tuner)"
+        + (f", at most {config.time_budget:g} min" if time_budget_s else "")
+    )
+
+
+def results_table(log: RunLog, results: list[ProblemResult]) -> None:
+    """The closing table of every problem's search."""
+    summary = summary_rows(results)
+    log.section("result")
+    logged(log, summary)
+
+
+# ----- decide -------------------------------------------------------------------------
+
+
+def runtime_line(proof) -> list[str]:
+    """Which runtime flags the proof chose and what the others gave (none without a
+    choice)."""
+    if len(proof.runtime_choices) < 2:
+        return []
+    named = [
+        f"`{c.flags or 'none'}` {f'{c.ms:.4g} ms' if c.ms is not None else 'did not run'}"
+        for c in proof.runtime_choices
+    ]
+    chosen = proof.runtime_flags or "none"
+    return [f"runtime flags: `{chosen}`, the fastest for this model ({'; '.join(named)})"]
+
+
+def model_line(proof) -> str:
+    """`model: A ms -> B ms (X×), outputs match (max error E)`, or the default's time alone."""
+    if proof.default_only:
+        return f"model: {proof.default_ms:.4g} ms (IREE default; nothing faster)"
+    tuned = f"{proof.tuned_ms:.4g} ms" if proof.tuned_ms else "no time"
+    speedup = f" ({proof.speedup:.2f}x)" if proof.speedup else ""
+    noise = proof.noise
+    if proof.speedup and noise is not None:
+        within = abs(proof.speedup - 1) <= noise
+        speedup = (
+            f" (no change: {proof.speedup:.2f}x within the rounds' noise of {noise:.1%})"
+            if within
+            else f" ({proof.speedup:.2f}x, rounds' noise {noise:.1%})"
+        )
+    if proof.outputs_match:
+        answer = f"outputs match (max error {proof.max_error or 0:.2g})"
+    else:
+        answer = f"OUTPUTS DIFFER: {proof.message}"
+    return f"model: {proof.default_ms:.4g} ms -> {tuned}{speedup}, {answer}"
+
+
+def proof_lines(log: RunLog, proof) -> None:
+    """The whole model's line, the custom kernels' and the runtime flags'."""
+    lines = [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]
+    for line in [*lines, *runtime_line(proof)]:
+        logged(log, line)
+
+
+def proving(with_spec: bool) -> None:
+    note(f"{'proving the spec on' if with_spec else 'timing'} the whole model ...")
+
+
+# ----- apply --------------------------------------------------------------------------
+
+
+def spec_coverage(configs: list[DispatchConfig]) -> None:
+    """Which contraction dispatches the spec configures (`autosched apply`)."""
+    changed = [c for c in configs if c.changed]
+    say(f"{len(changed)} of {len(configs)} contraction dispatch(es) configured by the spec")
+    for c in configs:
+        state = "spec" if c.changed else "IREE default"
+        say(f"  {c.entry_point}: {c.contraction} ({state})")
+
+
+def applied_proof(proof) -> None:
+    """`autosched apply`'s whole-model line (and the custom kernels')."""
+    say(model_line(proof))
+    if proof.custom:
+        say(custom_line(proof.custom))
+
+
+# ----- report -------------------------------------------------------------------------
+
+
+def share_table(rows: list[dict]) -> str:
+    """Each problem's share of the tuned contractions' time, before and after."""
+    headers = ["problem", "runs", "share before", "share after", "in spec", "applied in model"]
+    cells = [
+        [
+            row["problem"],
+            str(row["occurrences"]),
+            f"{row['share']:.1%}",
+            f"{row['share_after']:.1%}",
+            "yes" if row["in_spec"] else "no",
+            "yes" if row["applied_in_model"] else ("no" if row["in_spec"] else "-"),
+        ]
+        for row in rows
+    ]
+    return table(headers, cells)
+
+
+def whole_model_table(prepared: Prepared, log: RunLog, spec_path: str | None) -> list[DispatchRow]:
+    """Every dispatch of the model timed before and after the spec: a table in run.log and
+    on the screen; its rows (none where the cfg turns the table off)."""
+    config, dispatches = prepared.config, prepared.dispatches
+    if config.dispatch_table == "none" or not dispatches.benchmarks:
+        return []
+    note("timing every dispatch of the model, before and after ...")
+    tuned = {s.entry_point: e.problem.name for e in prepared.problems for s in e.contraction.sites}
+    rows = time_dispatches(
+        dispatches.benchmarks, dispatches.calls, prepared.target, spec_path, config, tuned
+    )
+    text = dispatch_lines(rows)
+    log.section("every dispatch")
+    logged(log, text, gap=True)
+    return rows
+
+
+def outside(log: RunLog, decided: Decided, rows, custom_rows) -> None:
+    """The line saying what the reported build's calls spend beside their dispatches."""
+    proof = decided.proof or {}
+    if custom_rows:
+        line = outside_line("custom", (proof.get("custom") or {}).get("ms"), custom_rows)
+    elif decided.spec_path:
+        line = outside_line("tuned", proof.get("tuned_ms"), rows or [])
+    else:
+        line = outside_line("default", proof.get("default_ms"), rows or [])
+    if line:
+        logged(log, line)
+
+
+def tuned_model_command(path: str, target: Target, spec_path: str | None) -> str:
+    """The command that builds the tuned model into the work folder's model.vmfb, as it can
+    be pasted (outputs/commands.py). Without a spec: a model's layout built with IREE's
+    defaults."""
+    out = os.path.join(target.config.work_dir, TUNED_VMFB)
+    return "tuned model: " + shell_line(tuned_model_steps(path, target, spec_path, out))
+
+
+def budget_line(log: RunLog, campaign: CampaignReport) -> None:
+    custom = f", and {campaign.custom_trials} of custom kernels" if campaign.custom_trials else ""
+    logged(
+        log,
+        f"budget: {campaign.trials} of {campaign.budget} trials used ({campaign.mode} mode)"
+        f"{custom}, search {campaign.search_s:.1f} s",
+    )
+
+
+def dispatch_tables(
+    prepared: Prepared, log: RunLog, decided: Decided
+) -> tuple[list[dict], list[dict]]:
+    """The whole model's dispatches before and after (and with the custom kernels, where
+    they won), with what the calls spend beside them and a picture; both tables' rows as
+    the summary holds them."""
+    config, layout = prepared.config, prepared.layout
+    rows = whole_model_table(prepared, log, decided.spec_path)
+    dispatches = dispatch_summary(rows)
+    if dispatches and layout.changed:
+        logged(
+            log,
+            "(every dispatch is of the model's layout: its 'before' is IREE's default for "
+            "the layout; IREE's default of the model as given is the model line's)",
+        )
+    custom_rows, custom_dispatches = None, []
+    if decided.custom_wins and config.dispatch_table != "none":
+        custom_rows = custom_build_dispatches(
+            config, prepared.target, log, layout.source, decided.custom_spec, decided.spec_path
+        )
+        custom_dispatches = dispatch_summary(custom_rows)
+    outside(log, decided, rows, custom_rows)
+    if rows:
+        picture = plot_dispatches(rows, prepared.paths.picture, custom=custom_rows)
+        say(f"picture: {picture}" if picture else "a picture of it: pip install '.[plots]'")
+    return dispatches, custom_dispatches
+
+
+def build_commands(prepared: Prepared, log: RunLog, decided: Decided) -> None:
+    """The commands that build the tuned model (with its custom kernels where they won),
+    or the warning that they did not."""
+    config, target, layout = prepared.config, prepared.target, prepared.layout
+    spec_path, custom_spec = decided.spec_path, decided.custom_spec
+    proved_layout = layout.changed and not (decided.proof or {}).get("default_only")
+    if spec_path or proved_layout:
+        built_from = layout.source if proved_layout else config.input_file
+        say(tuned_model_command(built_from, target, spec_path))
+    if not custom_spec:
+        return
+    if decided.custom_wins:
+        say(custom_commands(layout.source, target, spec_path, custom_spec, config.work_dir))
+    else:
+        warn(
+            log,
+            f"WARNING: the custom kernels of {custom_spec} did not make the model faster "
+            "with the same outputs (see the proof above): build it with the spec alone",
+        )
+
+
+def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
+    """The report stage: the tables, the summary JSON, the commands, the budget line; exit
+    1 when the tuned model's outputs differ from IREE's default (as `apply` does: never a
+    silent 0)."""
+    log, paths, proof = searched.log, prepared.paths, decided.proof
+    logged(log, share_table(decided.rows), gap=True)
+    dispatches, custom_dispatches = dispatch_tables(prepared, log, decided)
+    campaign = replace(
+        searched.campaign,
+        problems=decided.rows,
+        dispatches=dispatches,
+        custom_dispatches=custom_dispatches,
+    )
+    summary_path = write_summary(paths.summary, proof, campaign)
+    say(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
+    build_commands(prepared, log, decided)
+    budget_line(log, campaign)
+    if proof and not proof.get("default_only") and proof.get("outputs_match") is False:
+        log.write("exit 1: the tuned model's outputs differ from IREE's default")
+        raise SystemExit(1)
