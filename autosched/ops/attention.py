@@ -36,8 +36,76 @@ ATTENTION_TYPES = ("f32", "f16", "bf16")
 ACCUMULATOR = "f32"  # online_attention's output, max and sum (IREE's conversion)
 
 
+class AttentionCheck:
+    """How an attention problem is checked alone: its inputs, its float64 answer and its
+    tolerance (a mixin of AttentionProblem, apart from what the problem is)."""
+
+    def tolerance(self) -> float:
+        """The output is rounded to its type once (the sums stay in f32)."""
+        return TOLERANCE[self.out_type]
+
+    def check_operands(self) -> list[Operand] | None:
+        """q, k and v of the op form (checked alone); None at `flow` (on IREE's dispatch)."""
+        if self.form != "op":
+            return None
+        types = (self.query_type, self.key_type, self.value_type)
+        return [Operand(name, self.operand_shape(i), types[i]) for i, name in enumerate("qkv")]
+
+    def reference_bytes(self) -> int:
+        """q, k, v, the output twice and three score blocks of one outer batch entry, in
+        float64 (none at `flow`)."""
+        if self.form != "op":
+            return 0
+        shapes = [self.operand_shape(i) for i in range(3)] + [self.output_shape] * 2
+        scores = self.size("m") * self.size("k2") * math.prod(self.batch_sizes[1:])
+        return 8 * (sum(math.prod(shape) for shape in shapes) + 3 * scores)
+
+    def reference(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The op-form attention in float64 with numpy: softmax(scale * q.k + causal) . v, one
+        entry of the outermost batch loop at a time (the scores of all at once would not fit)."""
+        letters = [chr(ord("a") + i) for i in range(len(self.loops))]
+
+        def spec(loops) -> str:
+            return "".join(letters[i] for i in loops)
+
+        batch = self.positions("b")
+        m, k2 = self.positions("m")[0], self.positions("k2")[0]
+        scores = [i for i in range(len(self.loops)) if i in batch or i in (m, k2)]
+        q_loops, k_loops, v_loops, *_, out_loops = self.operand_loops
+        out = np.zeros(self.output_shape, dtype=np.float64)
+        outer = batch[0] if batch else None
+        entries = self.loop_sizes[outer] if batch else 1
+
+        def take(array, loops, index):
+            return array if outer not in loops else np.take(array, [index], axis=loops.index(outer))
+
+        for index in range(entries):
+            s = np.einsum(
+                f"{spec(q_loops)},{spec(k_loops)}->{spec(scores)}",
+                take(q, q_loops, index),
+                take(k, k_loops, index),
+            )
+            s *= self.scale
+            if self.causal:
+                hidden = np.triu(np.ones((self.size("m"), self.size("k2")), bool), 1)
+                shape = [1] * len(scores)
+                shape[scores.index(m)], shape[scores.index(k2)] = hidden.shape
+                s = np.where(hidden.reshape(shape), -np.inf, s)
+            s = np.exp(s - s.max(axis=scores.index(k2), keepdims=True))
+            s /= s.sum(axis=scores.index(k2), keepdims=True)
+            part = np.einsum(
+                f"{spec(scores)},{spec(v_loops)}->{spec(out_loops)}", s, take(v, v_loops, index)
+            )
+            if outer is None:
+                return part
+            slot = [slice(None)] * len(out_loops)
+            slot[out_loops.index(outer)] = slice(index, index + 1)
+            out[tuple(slot)] = part
+        return out
+
+
 @dataclass
-class AttentionProblem:
+class AttentionProblem(AttentionCheck):
     """One attention signature of the model's dispatches, with every dispatch that holds it."""
 
     kind: ClassVar[str] = "attention"
@@ -170,69 +238,6 @@ class AttentionProblem:
             causal=shape["causal"],
             output_type=shape["output_type"],
         )
-
-    def tolerance(self) -> float:
-        """The output is rounded to its type once (the sums stay in f32)."""
-        return TOLERANCE[self.out_type]
-
-    def check_operands(self) -> list[Operand] | None:
-        """q, k and v of the op form (checked alone); None at `flow` (on IREE's dispatch)."""
-        if self.form != "op":
-            return None
-        types = (self.query_type, self.key_type, self.value_type)
-        return [Operand(name, self.operand_shape(i), types[i]) for i, name in enumerate("qkv")]
-
-    def reference_bytes(self) -> int:
-        """q, k, v, the output twice and three score blocks of one outer batch entry, in
-        float64 (none at `flow`)."""
-        if self.form != "op":
-            return 0
-        shapes = [self.operand_shape(i) for i in range(3)] + [self.output_shape] * 2
-        scores = self.size("m") * self.size("k2") * math.prod(self.batch_sizes[1:])
-        return 8 * (sum(math.prod(shape) for shape in shapes) + 3 * scores)
-
-    def reference(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """The op-form attention in float64 with numpy: softmax(scale * q.k + causal) . v, one
-        entry of the outermost batch loop at a time (the scores of all at once would not fit)."""
-        letters = [chr(ord("a") + i) for i in range(len(self.loops))]
-
-        def spec(loops) -> str:
-            return "".join(letters[i] for i in loops)
-
-        batch = self.positions("b")
-        m, k2 = self.positions("m")[0], self.positions("k2")[0]
-        scores = [i for i in range(len(self.loops)) if i in batch or i in (m, k2)]
-        q_loops, k_loops, v_loops, *_, out_loops = self.operand_loops
-        out = np.zeros(self.output_shape, dtype=np.float64)
-        outer = batch[0] if batch else None
-        entries = self.loop_sizes[outer] if batch else 1
-
-        def take(array, loops, index):
-            return array if outer not in loops else np.take(array, [index], axis=loops.index(outer))
-
-        for index in range(entries):
-            s = np.einsum(
-                f"{spec(q_loops)},{spec(k_loops)}->{spec(scores)}",
-                take(q, q_loops, index),
-                take(k, k_loops, index),
-            )
-            s *= self.scale
-            if self.causal:
-                hidden = np.triu(np.ones((self.size("m"), self.size("k2")), bool), 1)
-                shape = [1] * len(scores)
-                shape[scores.index(m)], shape[scores.index(k2)] = hidden.shape
-                s = np.where(hidden.reshape(shape), -np.inf, s)
-            s = np.exp(s - s.max(axis=scores.index(k2), keepdims=True))
-            s /= s.sum(axis=scores.index(k2), keepdims=True)
-            part = np.einsum(
-                f"{spec(scores)},{spec(v_loops)}->{spec(out_loops)}", s, take(v, v_loops, index)
-            )
-            if outer is None:
-                return part
-            slot = [slice(None)] * len(out_loops)
-            slot[out_loops.index(outer)] = slice(index, index + 1)
-            out[tuple(slot)] = part
-        return out
 
     def csv_shape(self) -> dict:
         """The CSV's shape columns: M query rows, N value head dim, K key rows."""
