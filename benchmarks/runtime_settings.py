@@ -100,7 +100,7 @@ def main() -> None:
     from autosched.measure.benchmark_tool import time_module
     from autosched.measure.module_io import make_inputs, source_entry_function
     from autosched.model.configured import iree_compile, tuning_spec_flags
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 

@@ -676,7 +676,7 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
     target.check_device()
     check_temp_dir()  # as a run does: a full one would fail every build with a linker error
     if custom_spec:
-        from autosched.model.substitution import check_custom_spec
+        from autosched.rewrite.spec import check_custom_spec
 
         check_custom_spec(custom_spec)
     # Its own folder: a run (or another apply) in the same work_dir keeps its builds.

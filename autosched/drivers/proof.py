@@ -383,7 +383,7 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
 def _custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Build, int]:
     """The model with custom kernels in place of their contractions (a build that does not
     compile is one that does not run: the spec-only proof stands)."""
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
     build = _Build("custom", None)
     try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
+from autosched.outputs.records import problem_from_shape, problem_shape
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,6 @@ def stored_layout(problem: MatmulProblem) -> StoredLayout | None:
 def stored_problem(problem: MatmulProblem) -> MatmulProblem:
     """The same contraction with B read as stored (N x K): the kernel the absorbed form
     calls."""
-    from autosched.outputs.records import problem_from_shape, problem_shape
-
     shape = {**problem_shape(problem), "transpose_b": True}
     return dataclasses.replace(problem_from_shape(shape), acc_type=problem.acc_type)
 
