@@ -27,6 +27,7 @@ from autosched.ir_walk import defining_op, indexing_maps, walk_ops
 from autosched.ops.attention import AttentionProblem, read_attention
 from autosched.ops.base import ANY_OP, ANY_VALUE, DispatchSite
 from autosched.rewrite.attention_ops import ATTENTION
+from autosched.rewrite.builders import call, reshape, util_function
 from autosched.rewrite.common import COLLAPSE, EXPAND, read_fused_model, reassociation, single_user
 from autosched.rewrite.common import tensor_shape as _shape
 from autosched.targets.cuda_flash_attention import operand_tensor_types
@@ -317,19 +318,10 @@ def absorbed_function(
     sources = {s.operand: s.source_type for s in absorbed.inputs}
     out = absorbed.output.copy_type if absorbed.output else out
     arguments = [sources.get(i, inputs[i]) for i in range(3)]
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(arguments))
-    lines = [f"  util.func private @{name}({params}) -> {out} {{"]
-    values = []
-    for i, (given, kernel_type) in enumerate(zip(arguments, wanted, strict=True)):
-        if given == kernel_type:
-            values.append(f"%a{i}")
-            continue
-        lines.append(f"    %r{i} = flow.tensor.reshape %a{i} : {given} -> {kernel_type}")
-        values.append(f"%r{i}")
-    lines += [
-        f"    %o = util.call @{kernel}({', '.join(values)}) : ({', '.join(wanted)}) -> {result}",
-        f"    %out = flow.tensor.reshape %o : {result} -> {out}",
-        f"    util.return %out : {out}",
-        "  }",
-    ]
-    return "\n".join(lines) + "\n"
+
+    def body(args):
+        pairs = zip(args, wanted, strict=True)
+        values = [v if str(v.type) == spelled else reshape(v, spelled) for v, spelled in pairs]
+        return reshape(call(kernel, values, result), out)
+
+    return util_function(name, arguments, out, body) + "\n"

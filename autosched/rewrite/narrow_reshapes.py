@@ -24,6 +24,7 @@ from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, walk_ops
 from autosched.model.lowering import lower_to_phase
+from autosched.rewrite.builders import call, reshape, util_function
 from autosched.rewrite.common import RESHAPES, REWRITE_PHASE, is_truncf
 
 MAX_RESHAPES = 2  # collapse the unit batch, then split heads: what torch's exports hold
@@ -97,14 +98,6 @@ def reshaped_function(
 ) -> str:
     """`name(args) -> reshaped`: calls `callee` (which returns `result`) and reshapes its
     result, elements in the same order (no copy)."""
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(arguments))
-    values = ", ".join(f"%a{i}" for i in range(len(arguments)))
-    return "\n".join(
-        [
-            f"  util.func private @{name}({params}) -> {reshaped} {{",
-            f"    %c = util.call @{callee}({values}) : ({', '.join(arguments)}) -> {result}",
-            f"    %r = flow.tensor.reshape %c : {result} -> {reshaped}",
-            f"    util.return %r : {reshaped}",
-            "  }",
-        ]
+    return util_function(
+        name, arguments, reshaped, lambda args: reshape(call(callee, args, result), reshaped)
     )

@@ -19,6 +19,7 @@ from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.outputs.records import problem_from_shape, problem_shape
+from autosched.rewrite.builders import call, collapse, expand, util_function
 
 
 @dataclass(frozen=True)
@@ -94,24 +95,13 @@ def wrapper_function(
     lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     stored = tensor_type(layout.shape, element)
     out = result or tensor_type(problem.acc_shape, out_type)
-    params = "".join(f", %e{i}: {t}" for i, t in enumerate(extras))
-    lines = [f"  util.func private @{name}(%a: {lhs}, %w: {stored}{params}) -> {out} {{"]
-    weight = "%w"
-    if problem.batch == 1:  # N x 1 x K is 1 x N x K in memory
-        n, k = problem.n, problem.k
-        flat, batched = tensor_type([n, k], element), tensor_type([1, n, k], element)
-        lines += [
-            f"    %flat = tensor.collapse_shape %w [[0, 1], [2]] : {stored} into {flat}",
-            f"    %b = tensor.expand_shape %flat [[0, 1], [2]] output_shape [1, {n}, {k}]"
-            f" : {flat} into {batched}",
-        ]
-        weight = "%b"
-    kernel_rhs = tensor_type(stored_problem(problem).rhs_shape, element)
-    values = "".join(f", %e{i}" for i in range(len(extras)))
-    types = ", ".join([lhs, kernel_rhs, *extras])
-    lines += [
-        f"    %c = util.call @{kernel}(%a, {weight}{values}) : ({types}) -> {out}",
-        f"    util.return %c : {out}",
-        "  }",
-    ]
-    return "\n".join(lines) + "\n"
+
+    def body(args):
+        weight = args[1]
+        if problem.batch == 1:  # N x 1 x K is 1 x N x K in memory
+            n, k = problem.n, problem.k
+            flat = collapse(weight, [[0, 1], [2]], tensor_type([n, k], element))
+            weight = expand(flat, [[0, 1], [2]], tensor_type([1, n, k], element))
+        return call(kernel, [args[0], weight, *args[2:]], out)
+
+    return util_function(name, [lhs, stored, *extras], out, body) + "\n"
