@@ -9,7 +9,6 @@ reshapes, reading a stored weight), then the op alone.
 
 from __future__ import annotations
 
-from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.rewrite.matchers import (
     attention_matcher,
     contraction_matcher,
@@ -20,51 +19,8 @@ from autosched.rewrite.matchers import (
     padded_handles,
 )
 from autosched.rewrite.replacements import FUNCTION_PREFIX, Substitute
+from autosched.rewrite.sequences import Arm, caller_sequence
 from autosched.rewrite.stored_weights import StoredLayout
-
-
-def caller_sequence(
-    name: str,
-    function: str,
-    params: list[str],
-    sources: list[tuple[str, str]],
-    callees: tuple[str, ...] = (),
-) -> str:
-    """Calls `function` in place of the matched op's result (`params`: the matcher's handles,
-    the first the op replaced) on the operands `sources` names (handle, operand positions):
-    a contraction's A and B, an attention's q, k, v, or A and the stored weight. `callees`:
-    functions `function` calls, imported first."""
-    signature = ", ".join(f"{p}: {ANY_OP} {{transform.readonly}}" for p in params)
-    lines = [
-        f"  transform.named_sequence @{name}({signature}) {{",
-        f"    %module = transform.util.get_nearest_symbol_table {params[0]}"
-        f" : ({ANY_OP}) -> {ANY_OP}",
-        *(
-            f"    %callee{i} = transform.util.import_symbol @{callee} into %module "
-            f"if undefined : ({ANY_OP}) -> {ANY_OP}"
-            for i, callee in enumerate(callees)
-        ),
-        f"    %func = transform.util.import_symbol @{function} into %module "
-        f"if undefined : ({ANY_OP}) -> {ANY_OP}",
-    ]
-    names = ["%ins"] if len(sources) == 1 else [f"%in{i}" for i in range(len(sources))]
-    for value, (handle, positions) in zip(names, sources, strict=True):
-        lines.append(
-            f"    {value} = transform.get_operand {handle}[{positions}] : ({ANY_OP}) -> {ANY_VALUE}"
-        )
-    if len(sources) > 1:
-        lines.append(f"    %ins = transform.merge_handles {', '.join(names)} : {ANY_VALUE}")
-    return "\n".join(
-        [
-            *lines,
-            f"    %outs = transform.get_result {params[0]}[all] : ({ANY_OP}) -> {ANY_VALUE}",
-            f"    transform.util.cast_and_call %func(%ins) -> %outs before {params[0]} {{",
-            "      transform.type_conversion.tensor.cast_shape_dynamic_dims",
-            f"    }} : ({ANY_OP}, {ANY_VALUE}, {ANY_VALUE}, {ANY_OP}) -> {ANY_OP}",
-            "    transform.yield",
-            "  }",
-        ]
-    )
 
 
 def _operands(problem) -> str:
@@ -72,7 +28,7 @@ def _operands(problem) -> str:
     return "0, 1, 2" if problem.kind == "attention" else "0, 1"
 
 
-def _epilogue_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
+def _epilogue_arms(i: int, w: Substitute) -> list[tuple[Arm, str, str]]:
     """(arm, matcher, caller) of each epilogue of a winner: the epilogue op replaced by the
     kernel that computes it, on the contraction's A (image) and B (filter; a stored weight
     where B is its transpose, that arm first) and the epilogue's other inputs."""
@@ -95,7 +51,7 @@ def _epilogue_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
             )  # fmt: skip
             arms.append(
                 (
-                    f"@match_epilogue{stored}_{i}_{j} -> @call_epilogue{stored}_{i}_{j}",
+                    (f"match_epilogue{stored}_{i}_{j}", f"call_epilogue{stored}_{i}_{j}"),
                     epilogue_matcher(i, j, w.problem, epilogue, layout),
                     caller,
                 )
@@ -103,7 +59,7 @@ def _epilogue_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
     return arms
 
 
-def _narrow_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
+def _narrow_arms(i: int, w: Substitute) -> list[tuple[Arm, str, str]]:
     """(arm, matcher, caller) of each narrow form of a winner, the reshaped and stored-weight
     ones first: the truncf read through each reshape chain, then read directly; in each,
     B as a stored weight's transpose before B as it is."""
@@ -130,7 +86,7 @@ def _narrow_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
                 callees = (f"{prefix}_ns_kernel", function) if chain else (f"{prefix}_ns_kernel",)
             arms.append(
                 (
-                    f"@match_{name} -> @call_{name}",
+                    (f"match_{name}", f"call_{name}"),
                     narrow_matcher(i, w.problem, narrow_type, layout, chain),
                     caller_sequence(f"call_{name}", function + suffix, params, sources, callees),
                 )
@@ -140,7 +96,7 @@ def _narrow_arms(i: int, w: Substitute) -> list[tuple[str, str, str]]:
 
 def winner_arms(
     i: int, w: Substitute
-) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
+) -> tuple[list[Arm], list[Arm], list[Arm], list[str], list[str]]:
     """(epilogue arms, narrow arms, plain arms, matchers, callers) of one winner, most
     specific first: a stored weight's transpose absorbed before the contraction alone."""
     prefix = f"{FUNCTION_PREFIX}{i}"
@@ -155,7 +111,7 @@ def winner_arms(
         matchers.append(matcher)
         callers.append(caller)
     if stored is not None:
-        plain_arms.append(f"@match_stored_{i} -> @call_stored_{i}")
+        plain_arms.append((f"match_stored_{i}", f"call_stored_{i}"))
         matchers.append(contraction_matcher(i, w.problem, stored))
         callers.append(
             caller_sequence(
@@ -173,7 +129,7 @@ def winner_arms(
         # One that writes the result's copy is rooted there, so it is matched in the first
         # pass, before the attention alone is.
         arms = epilogue_arms if absorbed.output else plain_arms
-        arms.append(f"@match_absorbed_{i}_{j} -> @call_absorbed_{i}_{j}")
+        arms.append((f"match_absorbed_{i}_{j}", f"call_absorbed_{i}_{j}"))
         matchers.append(attention_matcher(i, w.problem, (j, absorbed)))
         callers.append(
             caller_sequence(
@@ -182,7 +138,7 @@ def winner_arms(
                 (f"{prefix}_absorbed{j}_kernel",),
             )
         )  # fmt: skip
-    plain_arms.append(f"@match_custom_{i} -> @call_custom_{i}")
+    plain_arms.append((f"match_custom_{i}", f"call_custom_{i}"))
     matchers.append(contraction_matcher(i, w.problem))
     # A convolution's function puts its operands channels-last and calls its kernel.
     callees = (f"{prefix}_kernel",) if w.problem.kind == "convolution" else ()

@@ -31,7 +31,6 @@ from iree.compiler import ir
 
 from autosched.errors import UserError
 from autosched.ir_walk import children, symbol
-from autosched.ops.base import ANY_OP
 from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.rewrite.arms import winner_arms
@@ -45,20 +44,7 @@ from autosched.rewrite.replacements import (
     build_substitute,
     substitutable,
 )
-
-
-def _fused_first() -> list[str]:
-    """IREE's elementwise fusion, as dispatch creation runs it first: a convolution's op
-    form (and its epilogue) are read from the fused model (rewrite/convolution_ops.py)."""
-    return [
-        f'    %fusing = transform.structured.match ops{{["util.func"]}} in %module '
-        f": ({ANY_OP}) -> {ANY_OP}",
-        f"    transform.foreach %fusing : {ANY_OP} {{",
-        f"      ^bb0(%f: {ANY_OP}):",
-        f'        %fused = transform.apply_registered_pass "{ELEMENTWISE_FUSION}" to %f '
-        f": ({ANY_OP}) -> {ANY_OP}",
-        "    }",
-    ]
+from autosched.rewrite.sequences import main_sequence
 
 
 def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
@@ -75,30 +61,13 @@ def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
         matchers += matched
         callers += called
     # Each pass walks the ops in order: a truncf comes before the epilogue that reads it,
-    # so the epilogues are matched in a pass of their own, first.
-    passes = [", ".join(epilogue_arms), ", ".join(narrow_arms), ", ".join(plain_arms)]
-    main = [f"  transform.named_sequence @__transform_main(%module: {ANY_OP}) {{"]
+    # so the epilogues are matched in a pass of their own, first; the narrow pass must see
+    # the contractions unreplaced.
+    passes = [epilogue_arms, narrow_arms, plain_arms]
     # Epilogues, pads and absorbed copies are read from the fused model: the spec fuses too.
-    if any(w.problem.kind == "convolution" or w.epilogues or w.absorbed for w in winners):
-        main += _fused_first()
-    # The narrow pass must see the contractions unreplaced; each pass matches the functions
-    # afresh (a pass's matching invalidates the handles it walked).
-    for index, arms in enumerate(filter(None, passes)):
-        main += [
-            f'    %funcs{index} = transform.structured.match ops{{["func.func", "util.func"]}} '
-            f"in %module : ({ANY_OP}) -> {ANY_OP}",
-            f"    transform.foreach %funcs{index} : {ANY_OP} {{",
-            f"      ^bb1(%f: {ANY_OP}):",
-            f"        transform.foreach_match in %f {arms} : ({ANY_OP}) -> ({ANY_OP})",
-            "    }",
-        ]
-    main += [
-        f"    transform.apply_dce to %module : {ANY_OP}",
-        f'    transform.apply_registered_pass "inline" to %module : ({ANY_OP}) -> {ANY_OP}',
-        "    transform.yield",
-        "  }",
-    ]
-    body = "\n".join([*functions, *matchers, *callers, "\n".join(main)])
+    fuses = any(w.problem.kind == "convolution" or w.epilogues or w.absorbed for w in winners)
+    main = main_sequence(passes, ELEMENTWISE_FUSION if fuses else None)
+    body = "\n".join([*functions, *matchers, *callers, main])
     return f"module attributes {{transform.with_named_sequence}} {{\n{body}\n}}\n"
 
 
