@@ -25,9 +25,9 @@ from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, indexing_maps, walk_ops
 from autosched.ops.attention import AttentionProblem, read_attention
-from autosched.ops.base import ANY_OP, ANY_VALUE, DispatchSite
+from autosched.ops.base import ANY_OP, DispatchSite
 from autosched.rewrite.attention_ops import ATTENTION
-from autosched.rewrite.builders import call, reshape, util_function
+from autosched.rewrite.builders import call, copy_dag, reshape, util_function
 from autosched.rewrite.common import COLLAPSE, EXPAND, read_fused_model, reassociation, single_user
 from autosched.rewrite.common import tensor_shape as _shape
 from autosched.targets.cuda_flash_attention import operand_tensor_types
@@ -252,20 +252,7 @@ def winners_absorbed(
 def _copy_dag(source: CopySource, handle: str, names: str) -> list[str]:
     """Transform lines that match `handle` as the copy `source` names: its input and output
     types, its input map, a body that only yields (the values bound to `names`)."""
-    dims = ", ".join(f"d{i}" for i in range(source.rank))
-    parallel = ", ".join(['"parallel"'] * source.rank)
-    element = source.element
-    return [
-        f"    {names} = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
-        f"    ^bb0(%in: {source.source_type}, %out: {source.copy_type}):",
-        f"      %r = linalg.generic {{indexing_maps = [{source.input_map}, "
-        f"affine_map<({dims}) -> ({dims})>], iterator_types = [{parallel}]}} "
-        f"ins(%in : {source.source_type}) outs(%out : {source.copy_type}) {{",
-        f"      ^bb1(%a: {element}, %b: {element}):",
-        f"        linalg.yield %a : {element}",
-        f"      }} -> {source.copy_type}",
-        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
-    ]
+    return copy_dag(names, handle, source.source_type, source.copy_type, source.input_map)
 
 
 def output_matcher_lines(absorbed: AbsorbedAttention) -> list[str]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from iree.compiler import ir
-from iree.compiler.dialects import flow, tensor, util
+from iree.compiler.dialects import arith, flow, func, linalg, tensor, util
 
+ANY_OP, ANY_VALUE = "!transform.any_op", "!transform.any_value"
 Body = Callable[[list[ir.Value]], ir.Value]  # a function's arguments -> the value it returns
 
 
@@ -60,3 +61,62 @@ def _groups(groups: list[list[int]]) -> ir.ArrayAttr:
     return ir.ArrayAttr.get(
         [ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in group]) for group in groups]
     )
+
+
+def copy_dag(names: str, handle: str, source: str, result: str, input_map: str) -> list[str]:
+    """Transform lines that match `handle` as a linalg.generic that only copies its one
+    input (of type `source`, read through `input_map`) into `result`, bound to `names`."""
+    return dag_lines(names, handle, _one_input_generic(source, result, input_map, False))
+
+
+def truncf_dag(names: str, handle: str, source: str, result: str) -> list[str]:
+    """Transform lines that match `handle` as an elementwise linalg.generic that only
+    rounds its one input (of type `source`) to `result`'s element type, bound to `names`."""
+    rank = ir.RankedTensorType(ir.Type.parse(source, ir.Context())).rank
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    identity = f"affine_map<({dims}) -> ({dims})>"
+    return dag_lines(names, handle, _one_input_generic(source, result, identity, True))
+
+
+def dag_lines(names: str, handle: str, region: str) -> list[str]:
+    """`transform.iree.match.cast_compatible_dag_from_root` of `handle` with the pattern
+    `region` (its block's arguments, then the op)."""
+    return [
+        f"    {names} = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
+        *(f"    {line}" for line in region.splitlines()),
+        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+    ]
+
+
+def _one_input_generic(source: str, result: str, input_map: str, rounds: bool) -> str:
+    """A DAG pattern's region: `^bb0` over a generic's input and init, then the generic
+    (all loops parallel, its input read through `input_map`, its init as it is) whose body
+    yields its input element, rounded to the result's element type where `rounds`."""
+    with ir.Context(), ir.Location.unknown():
+        types = [ir.Type.parse(source), ir.Type.parse(result)]
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            alone = func.FuncOp("alone", (types, types[1:]))
+            block = alone.add_entry_block()
+        rank = ir.RankedTensorType(types[1]).rank
+        identity = ir.AffineMap.get_identity(rank)
+        maps = ir.ArrayAttr.get([ir.Attribute.parse(input_map), ir.AffineMapAttr.get(identity)])
+        with ir.InsertionPoint(block):
+            generic = linalg.GenericOp(
+                [types[1]],
+                [block.arguments[0]],
+                [block.arguments[1]],
+                maps,
+                [linalg.IteratorType.parallel] * rank,
+            )
+            func.ReturnOp([generic.result])
+        elements = [ir.ShapedType(t).element_type for t in types]
+        body = generic.regions[0].blocks.append(*elements)
+        with ir.InsertionPoint(body):
+            value = body.arguments[0]
+            if rounds:
+                value = arith.TruncFOp(elements[1], value).result
+            linalg.YieldOp([value])
+        text = generic.operation.get_asm(use_local_scope=True, assume_verified=True)
+    arguments = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(types))
+    return f"^bb0({arguments}):\n{text.strip()}"

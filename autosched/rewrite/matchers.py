@@ -21,6 +21,7 @@ from autosched.rewrite.attention_sources import (
     copy_matcher_lines,
     output_matcher_lines,
 )
+from autosched.rewrite.builders import dag_lines, truncf_dag
 from autosched.rewrite.conv_padding import PAD, padded_extents
 from autosched.rewrite.narrow_reshapes import ReshapeChain, chain_matcher_lines
 from autosched.rewrite.replacements import NARROW_FROM
@@ -169,11 +170,8 @@ def _truncf_of_contraction(
     """Transform lines that match `handle` as a truncf to `narrow` of one of the problem's
     zero-filled contractions, bound to `%mm` (see `narrow_matcher`)."""
     rank = len(chain[1].shape) if chain else len(problem.output_shape)
-    dims = ", ".join(f"d{i}" for i in range(rank))
-    identity = f"affine_map<({dims}) -> ({dims})>"
     shape = list(chain[1].shape) if chain else ["?"] * rank
     wide, thin = tensor_type(shape, NARROW_FROM), tensor_type(shape, narrow)
-    parallel = ", ".join(['"parallel"'] * rank)
     if chain is None:
         producer = [
             f"    %mm = transform.get_producer_of_operand {handle}[0] : ({ANY_OP}) -> {ANY_OP}"
@@ -181,15 +179,7 @@ def _truncf_of_contraction(
     else:  # the DAG's static types pin the truncf's shape
         producer = chain_matcher_lines(handle, chain[1], ANY_OP)
     return [
-        f"    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
-        f"    ^bb0(%in: {wide}, %out: {thin}):",
-        f"      %r = linalg.generic {{indexing_maps = [{identity}, {identity}], "
-        f"iterator_types = [{parallel}]}} ins(%in : {wide}) outs(%out : {thin}) {{",
-        f"      ^bb1(%a: {NARROW_FROM}, %b: {narrow}):",
-        f"        %c = arith.truncf %a : {NARROW_FROM} to {narrow}",
-        f"        linalg.yield %c : {narrow}",
-        f"      }} -> {thin}",
-        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+        *truncf_dag("%ins, %outs", handle, wide, thin),
         *producer,
         match_contraction(problem, "%mm").rstrip("\n"),
         # The truncf is the contraction's only user: else its f32 result is still needed.
@@ -303,8 +293,4 @@ def _exact_epilogue(epilogue: Epilogue) -> list[str]:
     body captures nothing (`Epilogue.dag`); none otherwise."""
     if not epilogue.dag:
         return []
-    return [
-        "    %dag_ins, %dag_outs = transform.iree.match.cast_compatible_dag_from_root %op {",
-        *(f"    {line}" for line in epilogue.dag.splitlines()),
-        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
-    ]
+    return dag_lines("%dag_ins, %dag_outs", "%op", epilogue.dag)

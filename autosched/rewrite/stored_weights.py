@@ -15,11 +15,11 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autosched.ops.base import ANY_OP, ANY_VALUE
+from autosched.ops.base import ANY_OP
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.outputs.records import problem_from_shape, problem_shape
-from autosched.rewrite.builders import call, collapse, expand, util_function
+from autosched.rewrite.builders import call, collapse, copy_dag, expand, util_function
 
 
 @dataclass(frozen=True)
@@ -65,17 +65,9 @@ def transpose_matcher(handle: str, problem: MatmulProblem, layout: StoredLayout)
     element = problem.rhs_type
     stored = tensor_type(layout.shape, element)
     made = tensor_type(problem.rhs_shape, element)
-    parallel = ", ".join(['"parallel"'] * layout.rank)
     return [
         f"    %t = transform.get_producer_of_operand {handle}[1] : ({ANY_OP}) -> {ANY_OP}",
-        "    %stored, %made = transform.iree.match.cast_compatible_dag_from_root %t {",
-        f"    ^bb0(%in: {stored}, %out: {made}):",
-        f"      %r = linalg.generic {{indexing_maps = [{layout.map()}, {layout.identity()}], "
-        f"iterator_types = [{parallel}]}} ins(%in : {stored}) outs(%out : {made}) {{",
-        f"      ^bb1(%a: {element}, %b: {element}):",
-        f"        linalg.yield %a : {element}",
-        f"      }} -> {made}",
-        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+        *copy_dag("%stored, %made", "%t", stored, made, layout.map()),
     ]
 
 
