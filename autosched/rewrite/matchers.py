@@ -51,19 +51,18 @@ def contraction_matcher(
     name = f"match_stored_{index}" if layout else f"match_custom_{index}"
     transposed = transpose_matcher("%op", problem, layout) if layout else []
     yielded = ["%op", "%t"] if layout else ["%op", *padded_handles(problem)]
-    return "\n".join(
+    return _sequence(
+        name,
+        "%op",
         [
-            f"  transform.named_sequence @{name}"
-            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({', '.join([ANY_OP] * len(yielded))}) {{",
             match_contraction(problem).rstrip("\n"),
             # The family starts from zero: the accumulator must come from a linalg.fill.
             f"    %init = transform.get_producer_of_operand %op[2] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
             *transposed,
             *_image_matcher(problem, "%op"),
-            f"    transform.yield {', '.join(yielded)} : {', '.join([ANY_OP] * len(yielded))}",
-            "  }",
-        ]
+        ],
+        yielded,
     )
 
 
@@ -78,15 +77,13 @@ def _image_matcher(problem, handle: str) -> list[str]:
     if problem.padding:
         operand = tensor_type(padded_extents(problem), problem.lhs_type)
     lines = [
-        f"    %conv_image = transform.get_operand {handle}[0] : ({ANY_OP}) -> {ANY_VALUE}",
-        f"    transform.iree.match.cast_compatible_type %conv_image = {operand} : {ANY_VALUE}",
+        *_typed_operand("%conv_image", handle, 0, operand),
     ]
     if problem.padding:
         lines += [
             f"    %pad = transform.get_producer_of_operand {handle}[0] : ({ANY_OP}) -> {ANY_OP}",
             f'    transform.match.operation_name %pad ["{PAD}"] : {ANY_OP}',
-            f"    %pad_in = transform.get_operand %pad[0] : ({ANY_OP}) -> {ANY_VALUE}",
-            f"    transform.iree.match.cast_compatible_type %pad_in = {image} : {ANY_VALUE}",
+            *_typed_operand("%pad_in", "%pad", 0, image),
         ]
     return lines
 
@@ -109,23 +106,15 @@ def attention_matcher(
     yielded = ["%op", *(f"%copy{s.operand}" for s in form.inputs)] if form else ["%op"]
     root = "%root" if form and form.output else "%op"
     yielded = ["%root", *yielded] if root == "%root" else yielded
-    handles = ", ".join([ANY_OP] * len(yielded))
     name = f"match_absorbed_{index}_{absorbed[0]}" if absorbed else f"match_custom_{index}"
     lines = [
-        f"  transform.named_sequence @{name}"
-        f"(%{root[1:]}: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
         *(output_matcher_lines(form) if root == "%root" else []),
         f'    transform.match.operation_name %op ["{flash.ATTENTION_OP}"] : {ANY_OP}',
     ]
     for position, tensor in typed:
-        lines += [
-            f"    %operand{position} = transform.get_operand %op[{position}]"
-            f" : ({ANY_OP}) -> {ANY_VALUE}",
-            f"    transform.iree.match.cast_compatible_type %operand{position} = {tensor}"
-            f" : {ANY_VALUE}",
-        ]
+        lines += _typed_operand(f"%operand{position}", "%op", position, tensor)
     lines += copy_matcher_lines(form) if form else []
-    return "\n".join([*lines, f"    transform.yield {', '.join(yielded)} : {handles}", "  }"])
+    return _sequence(name, root, lines, yielded)
 
 
 def narrow_name(index: int, layout: StoredLayout | None, chain: int | None) -> str:
@@ -148,16 +137,8 @@ def narrow_matcher(
     and has its shape."""
     name = "match_" + narrow_name(index, layout, chain[0] if chain else None)
     yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm", *padded_handles(problem)]
-    handles = ", ".join([ANY_OP] * len(yielded))
-    return "\n".join(
-        [
-            f"  transform.named_sequence @{name}"
-            f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
-            *_truncf_of_contraction("%op", problem, narrow, layout, chain),
-            f"    transform.yield {', '.join(yielded)} : {handles}",
-            "  }",
-        ]
-    )
+    lines = _truncf_of_contraction("%op", problem, narrow, layout, chain)
+    return _sequence(name, "%op", lines, yielded)
 
 
 def _truncf_of_contraction(
@@ -212,12 +193,9 @@ def epilogue_matcher(
     constant (`_exact_epilogue`); else a transform matcher cannot follow it, and
     rewrite/epilogues.py writes arms only for types that tell the model's epilogues apart."""
     yielded = ["%op", "%tr", "%mm", *(["%t"] if layout else padded_handles(problem))]
-    handles = ", ".join([ANY_OP] * len(yielded))
     param = "!transform.param<i64>"
     stored = "_stored" if layout else ""
     lines = [
-        f"  transform.named_sequence @match_epilogue{stored}_{index}_{j}"
-        f"(%op: {ANY_OP} {{transform.readonly}}) -> ({handles}) {{",
         f'    transform.match.operation_name %op ["linalg.generic"] : {ANY_OP}',
         *_exact_epilogue(epilogue),
         f"    transform.match.structured %op : {ANY_OP} {{",
@@ -229,28 +207,18 @@ def epilogue_matcher(
         "    }",
     ]
     for position, operand in enumerate(epilogue.inputs):
-        lines += [
-            f"    %ep{position} = transform.get_operand %op[{position}]"
-            f" : ({ANY_OP}) -> {ANY_VALUE}",
-            f"    transform.iree.match.cast_compatible_type %ep{position} = {operand.type}"
-            f" : {ANY_VALUE}",
-        ]
+        lines += _typed_operand(f"%ep{position}", "%op", position, operand.type)
         if operand.kind == ROTATED:
             lines += _rotation_matcher(position)
     chain = (0, ReshapeChain(epilogue.reshapes, epilogue.acc_shape)) if epilogue.reshapes else None
     lines += [
-        f"    %ep_out = transform.get_operand %op[{len(epilogue.inputs)}]"
-        f" : ({ANY_OP}) -> {ANY_VALUE}",
-        f"    transform.iree.match.cast_compatible_type %ep_out = {epilogue.out_type}"
-        f" : {ANY_VALUE}",
+        *_typed_operand("%ep_out", "%op", len(epilogue.inputs), epilogue.out_type),
         f"    %tr = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
         f" : ({ANY_OP}) -> {ANY_OP}",
         *([] if epilogue.period > 1 else _only_user("%tr")),
         *_truncf_of_contraction("%tr", problem, epilogue.narrow, layout, chain),
-        f"    transform.yield {', '.join(yielded)} : {handles}",
-        "  }",
     ]
-    return "\n".join(lines)
+    return _sequence(f"match_epilogue{stored}_{index}_{j}", "%op", lines, yielded)
 
 
 def _only_user(handle: str) -> list[str]:
@@ -294,3 +262,26 @@ def _exact_epilogue(epilogue: Epilogue) -> list[str]:
     if not epilogue.dag:
         return []
     return dag_lines("%dag_ins, %dag_outs", "%op", epilogue.dag)
+
+
+def _sequence(name: str, root: str, lines: list[str], yielded: list[str]) -> str:
+    """A matcher `@name(root)` of the transform lines `lines` that yields `yielded`."""
+    handles = ", ".join([ANY_OP] * len(yielded))
+    return "\n".join(
+        [
+            f"  transform.named_sequence @{name}({root}: {ANY_OP} {{transform.readonly}})"
+            f" -> ({handles}) {{",
+            *lines,
+            f"    transform.yield {', '.join(yielded)} : {handles}",
+            "  }",
+        ]
+    )
+
+
+def _typed_operand(value: str, handle: str, position: int, spelled: str) -> list[str]:
+    """Transform lines that bind `handle`'s operand at `position` to `value` and match it
+    as of the type `spelled` (or one cast-compatible with it)."""
+    return [
+        f"    {value} = transform.get_operand {handle}[{position}] : ({ANY_OP}) -> {ANY_VALUE}",
+        f"    transform.iree.match.cast_compatible_type {value} = {spelled} : {ANY_VALUE}",
+    ]
