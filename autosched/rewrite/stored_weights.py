@@ -34,10 +34,6 @@ class StoredLayout:
         dims = ", ".join(f"d{i}" for i in range(self.rank))
         return f"affine_map<({dims}) -> ({self.results})>"
 
-    def identity(self) -> str:
-        dims = ", ".join(f"d{i}" for i in range(self.rank))
-        return f"affine_map<({dims}) -> ({dims})>"
-
 
 def stored_layout(problem: MatmulProblem) -> StoredLayout | None:
     """The stored form of B a transpose may make it from (N x K; for batch 1 as torch
