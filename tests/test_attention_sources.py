@@ -12,8 +12,8 @@ from iree.compiler import ir
 
 from autosched.config import RunConfig
 from autosched.ir_walk import walk_ops
-from autosched.model.attention_ops import model_attentions
-from autosched.model.attention_sources import winners_absorbed
+from autosched.rewrite.attention_ops import model_attentions
+from autosched.rewrite.attention_sources import winners_absorbed
 from autosched.targets import make_target
 from autosched.targets.cuda_attention import FLASH
 from autosched.targets.cuda_flash_attention import operand_strides
@@ -101,7 +101,8 @@ def test_the_rewritten_layer_has_no_copy_of_k_or_v(llama_absorbed):
     dead and removed, and the layer builds for sm_90."""
     pytest.importorskip("triton")
     from autosched.compile import CompileJob, compile_one
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model, write_substitution
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.spec import write_substitution
 
     op, absorbed, folder = llama_absorbed
     counts = {}
@@ -133,7 +134,7 @@ def test_the_layer_with_k_and_v_read_before_their_copies_gives_the_default_build
     from click.testing import CliRunner
 
     from autosched.cli import cli
-    from autosched.model.substitution import write_substitution
+    from autosched.rewrite.spec import write_substitution
 
     op, absorbed, _ = llama_absorbed
     spec = str(tmp_path / "custom.mlir")
@@ -188,10 +189,10 @@ def llama_every_kernel(llama_absorbed):
     from test_matmul_epilogues import POINT
 
     from autosched.drivers.model_stages.prepare import model_for_target
-    from autosched.model.epilogues import winners_epilogues
     from autosched.model.lowering import analyze_model
-    from autosched.model.narrow_reshapes import model_reshape_chains
-    from autosched.model.substitution import write_substitution
+    from autosched.rewrite.epilogues import winners_epilogues
+    from autosched.rewrite.narrow_reshapes import model_reshape_chains
+    from autosched.rewrite.spec import write_substitution
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
@@ -214,7 +215,7 @@ def test_with_every_kernel_only_rmsnorm_is_left_to_iree(llama_every_kernel, tmp_
     o_proj's seq x heads x dim, q and k with their RoPE, and of IREE's element-wise work only
     the two RMSNorms (4 generics each) left; the layer builds for sm_90."""
     from autosched.compile import CompileJob, compile_one
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
     spec, model = llama_every_kernel
     out = str(tmp_path / "every.mlir")

@@ -17,12 +17,13 @@ from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
-from autosched.model.convolution_ops import model_convolutions, paired
-from autosched.model.epilogues import unambiguous, winners_epilogues
-from autosched.model.substitution import RESUME_FLAG, rewrite_model, write_substitution
 from autosched.ops.convolution import POINTWISE, nchw_problem
 from autosched.ops.convolution_kind import op_module_text
 from autosched.outputs.records import problem_from_shape, problem_shape
+from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+from autosched.rewrite.convolution_ops import model_convolutions, paired
+from autosched.rewrite.epilogues import unambiguous, winners_epilogues
+from autosched.rewrite.spec import write_substitution
 from autosched.search.space import build_space
 from autosched.targets import make_target
 
@@ -104,7 +105,7 @@ def test_the_kernel_reads_channels_last_tiles_with_asynchronous_copies(tmp_path)
 def _starting_points_spec(model: str, target, ops, folder) -> str:
     """A custom spec that replaces each op form (with its epilogues, and the zero padding
     before it) of `model` by the family's first starting point; returns its path."""
-    from autosched.model.conv_padding import winners_paddings
+    from autosched.rewrite.conv_padding import winners_paddings
 
     view = target.for_kind("convolution")
     winners = [(op, view.starting_points(op)[0]) for op in ops]
@@ -215,7 +216,7 @@ PADDED_SHAPES = [(16, 64, 56, 64, 3, 1), (16, 128, 28, 128, 3, 2)]
 
 def _padded(shape):
     """(the op form of a torch Conv2d, the same reading its image before the pad)."""
-    from autosched.model.conv_padding import padded_form
+    from autosched.rewrite.conv_padding import padded_form
 
     problem = nchw_problem(*shape)
     pad = shape[4] // 2
@@ -560,8 +561,8 @@ def test_each_epilogues_statements_compute_what_iree_computes(resnet18_channels_
     the tiles the kernel loads, against the same generic built alone by IREE for the CPU:
     the translation of its body (casts, the batch norm, the residual add, ReLU's compare and
     select, the captured zero) keeps its answers."""
-    from autosched.model.convolution_ops import FUSED_MODEL, op_convolution
     from autosched.ops.convolution_kind import ConvolutionKind
+    from autosched.rewrite.common import FUSED_MODEL, op_convolution
 
     *_, folder = resnet18_channels_last
     kind = ConvolutionKind()
@@ -581,7 +582,7 @@ def epilogues_against_iree(fused: str, problem_of, element, close, spread: float
     [-spread, spread] of the numpy type `element` gives for its type: `close(got, expected)`
     for each; returns how many were checked."""
     from autosched.ir_walk import walk_ops
-    from autosched.model.epilogues import after_contraction, epilogue_of
+    from autosched.rewrite.epilogues import after_contraction, epilogue_of
 
     module = ir.Module.parseFile(fused, ir.Context())
     checked = set()

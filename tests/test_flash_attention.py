@@ -19,11 +19,12 @@ from autosched.cli import cli
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.measure.worker import Verifier, make_problem_data, verify_module
-from autosched.model.attention_ops import model_attentions, op_attentions, paired
 from autosched.model.lowering import analyze_model
-from autosched.model.substitution import rewrite_model, write_substitution
 from autosched.ops.attention import AttentionProblem, op_module_text
 from autosched.outputs.records import problem_from_shape, problem_shape
+from autosched.rewrite.apply import rewrite_model
+from autosched.rewrite.attention_ops import model_attentions, op_attentions, paired
+from autosched.rewrite.spec import write_substitution
 from autosched.search.space import build_space
 from autosched.targets import make_target
 from autosched.targets.cuda_attention import FLASH, IREE

@@ -24,8 +24,8 @@ def read_epilogues(model_path: str, folder) -> tuple:
     """(target, the model lowered for sm_90, its matmul problems, their epilogues, folder):
     what a run reads from a model before it writes its custom kernels' spec."""
     from autosched.drivers.model_stages.prepare import model_for_target
-    from autosched.model.epilogues import winners_epilogues
     from autosched.model.lowering import analyze_model
+    from autosched.rewrite.epilogues import winners_epilogues
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
@@ -40,8 +40,8 @@ def read_epilogues(model_path: str, folder) -> tuple:
 def triton_spec(read: tuple, path: str, point: dict, epilogues) -> str:
     """Every matmul problem of a model (`read_epilogues`) as one Triton point, with the
     model's reshape chains (and `epilogues`): the spec's path."""
-    from autosched.model.narrow_reshapes import model_reshape_chains
-    from autosched.model.substitution import write_substitution
+    from autosched.rewrite.narrow_reshapes import model_reshape_chains
+    from autosched.rewrite.spec import write_substitution
 
     target, model, problems, _, folder = read
     chains = model_reshape_chains(model, target.compile_flags(), str(folder / "narrow"))
@@ -89,9 +89,9 @@ def test_the_rewritten_layer_keeps_each_epilogue_in_its_kernel(llama_epilogues):
     still builds for sm_90. Without them, the same kernels leave those ops to IREE."""
     from test_triton_kernels import _iree_compile
 
-    from autosched.model.convolution_ops import ELEMENTWISE_FUSION
     from autosched.model.lowering import run_passes
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.common import ELEMENTWISE_FUSION
 
     target, model, *_, folder = llama_epilogues
     flags = target.compile_flags()
@@ -122,8 +122,8 @@ def test_each_matmul_epilogues_statements_compute_what_iree_computes(llama_epilo
     import ml_dtypes
     from test_conv_kernels import epilogues_against_iree
 
-    from autosched.model.convolution_ops import FUSED_MODEL
-    from autosched.model.epilogues import _is_problems_op
+    from autosched.rewrite.common import FUSED_MODEL
+    from autosched.rewrite.common import is_problems_op as _is_problems_op
 
     *_, problems, _, folder = llama_epilogues
 
@@ -169,7 +169,7 @@ def test_warp_specialized_kernels_keep_the_layers_epilogues(llama_epilogues):
     layer builds for sm_90."""
     from test_triton_kernels import _iree_compile
 
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
     target, model, *_, folder = llama_epilogues
     spec = triton_spec(

@@ -88,8 +88,9 @@ def test_each_permuted_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(be
     from test_conv_kernels import _alone, _numpy_statements, _run
 
     from autosched.ir_walk import walk_ops
-    from autosched.model.convolution_ops import FUSED_MODEL
-    from autosched.model.epilogues import _is_problems_op, after_contraction, epilogue_of
+    from autosched.rewrite.common import FUSED_MODEL
+    from autosched.rewrite.common import is_problems_op as _is_problems_op
+    from autosched.rewrite.epilogues import after_contraction, epilogue_of
 
     *_, problems, _, folder = bert
     module = ir.Module.parseFile(str(folder / "fused" / FUSED_MODEL), ir.Context())
@@ -125,9 +126,9 @@ def test_the_rewritten_layer_has_no_head_moving_dispatch_left(bert):
     the three bias-and-transpose generics are gone, and the layer builds for sm_90."""
     from test_triton_kernels import _iree_compile
 
-    from autosched.model.convolution_ops import ELEMENTWISE_FUSION
     from autosched.model.lowering import run_passes
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.common import ELEMENTWISE_FUSION
 
     target, model, problems, epilogues, folder = bert
     flags = target.compile_flags()
@@ -175,7 +176,7 @@ def test_heads_moves_of_the_same_types_are_told_apart_by_their_maps(tmp_path):
     the kernel that stores tokens before the head dim and v the one that stores them last."""
     from test_matmul_epilogues import read_epilogues, triton_spec
 
-    from autosched.model.substitution import rewrite_model
+    from autosched.rewrite.apply import rewrite_model
 
     read = read_epilogues(BERT_F16.replace(".mlirbc", "_seq32.mlirbc"), tmp_path)
     target, model, _, epilogues, _ = read

@@ -15,8 +15,8 @@ from iree import compiler
 from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
-from autosched.model.rotary import rotates_half
 from autosched.ops.epilogue import ACC, INDEXED, ROTATED, PermutedStore
+from autosched.rewrite.rotary import rotates_half
 
 ROTATION = """
 func.func @f(%x: tensor<2x3x2x4xf32>) -> tensor<2x3x2x4xf32> {
@@ -195,8 +195,9 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
     import ml_dtypes
     from test_conv_kernels import NumpyPointer, _run, numpy_tl, tile
 
-    from autosched.model.convolution_ops import FUSED_MODEL
-    from autosched.model.epilogues import _is_problems_op, after_contraction, epilogue_of
+    from autosched.rewrite.common import FUSED_MODEL
+    from autosched.rewrite.common import is_problems_op as _is_problems_op
+    from autosched.rewrite.epilogues import after_contraction, epilogue_of
     from autosched.targets import cuda_custom as kernels
 
     *_, problems, _, folder = llama
@@ -256,7 +257,7 @@ def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
     from test_matmul_epilogues import triton_spec
     from test_triton_kernels import _iree_compile
 
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
     target, model, _, epilogues, _ = llama
     found = {}

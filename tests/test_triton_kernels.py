@@ -454,7 +454,8 @@ def test_custom_winners_replace_their_ops_before_dispatches_form(tmp_path):
     """The preprocessing spec puts the kernel in place of the zero-filled matmul it was
     tuned for; a matmul of the same types that accumulates into an input keeps IREE's
     code (the family starts from zero)."""
-    from autosched.model.substitution import SPEC_FLAG, write_substitution
+    from autosched.rewrite.apply import SPEC_FLAG
+    from autosched.rewrite.spec import write_substitution
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
@@ -518,12 +519,8 @@ def test_a_models_contraction_is_replaced_where_its_dispatch_form_is_known(tmp_p
     to an sm_90 module with the kernel as a custom dispatch."""
     from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
-    from autosched.model.substitution import (
-        RESUME_FLAG,
-        SPEC_FLAG,
-        rewrite_model,
-        write_substitution,
-    )
+    from autosched.rewrite.apply import RESUME_FLAG, SPEC_FLAG, rewrite_model
+    from autosched.rewrite.spec import write_substitution
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
@@ -574,7 +571,7 @@ def test_custom_kernels_keep_the_model_in_one_command_buffer(tmp_path):
     assert "stream.cmd.copy" not in text
     # ...recorded once at load and replayed with each call's buffers, as a model without
     # custom dispatches is (their bindings are indirect).
-    from autosched.model.substitution import RESUME_FLAG
+    from autosched.rewrite.apply import RESUME_FLAG
 
     flags = make_target(RunConfig(target="cuda", arch="sm_90")).compile_flags()
     hal = _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=hal")
@@ -587,7 +584,7 @@ def _model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str,
     lowered for sm_90, the spec)."""
     from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
-    from autosched.model.substitution import write_substitution
+    from autosched.rewrite.spec import write_substitution
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
@@ -605,7 +602,7 @@ def _model_with_custom_spec(folder, text: str = LINEAR_MODEL) -> tuple[str, str,
 def _rewritten_to_stream(folder, text: str, replaced: int) -> tuple[str, str]:
     """The model rewritten with its custom spec (`replaced` contractions, checked), and the
     stream IR iree-compile makes of it: (rewritten module path, stream text)."""
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
     _, model, spec = _model_with_custom_spec(folder, text)
     flags = make_target(RunConfig(target="cuda", arch="sm_90")).compile_flags()
@@ -761,8 +758,8 @@ def _llama_with_narrow_spec(folder, reshapes: bool) -> tuple[str, str]:
     chains or without: (the model, the spec)."""
     from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
-    from autosched.model.narrow_reshapes import ReshapeChain, model_reshape_chains
-    from autosched.model.substitution import write_substitution
+    from autosched.rewrite.narrow_reshapes import ReshapeChain, model_reshape_chains
+    from autosched.rewrite.spec import write_substitution
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
 
@@ -796,8 +793,8 @@ def test_a_truncf_behind_reshapes_goes_into_the_narrow_kernel(tmp_path, reshapes
     kernel's result is left for IREE to run (0.48 ms of a Llama-3-8B layer on the H200);
     without them both kernels write f32 and IREE truncates it, as before."""
     from autosched.model.lowering import walk_ops
-    from autosched.model.narrow_reshapes import truncf_chains
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.narrow_reshapes import truncf_chains
 
     model, spec = _llama_with_narrow_spec(tmp_path, reshapes)
     flags = make_target(RunConfig(target="cuda", arch="sm_90")).compile_flags()

@@ -26,6 +26,8 @@ from autosched.model.configured import tuning_spec_flags
 from autosched.model.lowering import prepare_model
 from autosched.outputs.commands import TUNED_VMFB
 from autosched.outputs.paths import RunPaths
+from autosched.rewrite.spec import check_custom_spec
+from autosched.targets import make_target
 
 
 @dataclass
@@ -61,12 +63,8 @@ def compile_tuned(config: RunConfig, spec: str | None, custom: str | None, out: 
     """Builds `config.input_file` for the target with the spec and custom kernels into `out`
     (a CompiledModel): the model as the run tuned it (its target attributes, its types'
     flags, its layout), compiled as the proof compiles its tuned build."""
-    from autosched.targets import make_target
-
     target = make_target(config)
     if custom:
-        from autosched.model.substitution import check_custom_spec
-
         check_custom_spec(custom)
     work = os.path.join(config.work_dir, "compile", str(os.getpid()))
     try:

@@ -1,7 +1,7 @@
 """The custom-kernel route of a model run: the custom family's points searched on their bare
 kernels after the campaign, the winners that beat IREE's best dispatch written as a
 substitution spec, and the lines that report the route (the family itself lives under the
-CUDA target, `targets/cuda_custom.py`; the rewrite in `model/substitution.py`)."""
+CUDA target, `targets/cuda_custom.py`; the rewrite in `rewrite/`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from functools import partial
 import click
 
 from autosched.drivers.campaign import ModelProblem
-from autosched.model.substitution import narrowed, substitutable, write_substitution
 from autosched.outputs.commands import TUNED_VMFB, shell_line
+from autosched.rewrite.apply import RESUME_FLAG, rewrite_commands
+from autosched.rewrite.conv_padding import winners_paddings
+from autosched.rewrite.replacements import narrowed, substitutable
+from autosched.rewrite.spec import write_substitution
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning
 from autosched.search.space import build_space
@@ -111,7 +114,7 @@ def searched_kind(tuning: Tuning, problems: list[ModelProblem], route: OpFormRou
 def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
     """Flow attention name -> its op form, for each attention the flash family can replace
     (the model lowered once more, to where the rewrite applies); why not, in run.log."""
-    from autosched.model.attention_ops import ambiguous, model_attentions, paired
+    from autosched.rewrite.attention_ops import ambiguous, model_attentions, paired
 
     target, log = tuning.target, tuning.log
     attentions = searched_kind(tuning, problems, FLASH_ROUTE)
@@ -138,7 +141,7 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
     implicit-GEMM family can replace (each op form once); why not, in run.log. A matmul
     dispatch that is a convolution IREE collapsed (a channels-last pointwise one) maps to
     its op form, or to None where that form is not searched for it."""
-    from autosched.model.convolution_ops import model_convolutions, paired
+    from autosched.rewrite.convolution_ops import model_convolutions, paired
 
     target, log = tuning.target, tuning.log
     convolutions = searched_kind(tuning, problems, CONVOLUTION_ROUTE)
@@ -213,7 +216,7 @@ def _chains(model: tuple[str, str] | None, winners: list, target, log) -> dict |
     in the model (model/narrow_reshapes.py); None without any."""
     if model is None or not any(narrowed_matmul(p) for p, _ in winners):
         return None
-    from autosched.model.narrow_reshapes import model_reshape_chains
+    from autosched.rewrite.narrow_reshapes import model_reshape_chains
 
     return model_reshape_chains(model[0], target.compile_flags(), os.path.join(model[1], "narrow"))
 
@@ -236,7 +239,7 @@ def _read_fused(model: tuple[str, str] | None, problems: list, reader, target, l
 def _epilogues(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The element-wise ops after the convolution and narrow matmul winners that their
     kernels compute (model/epilogues.py), by `problem_key`; None without any."""
-    from autosched.model.epilogues import winners_epilogues
+    from autosched.rewrite.epilogues import winners_epilogues
 
     fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
     epilogues = _read_fused(model, fusing, winners_epilogues, target, log, "epilogues")
@@ -249,7 +252,7 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
     """The attention winners' forms over their copied operands' sources (GQA's repeat, V's
     transpose and the result's transpose absorbed: model/attention_sources.py), by name;
     None without any."""
-    from autosched.model.attention_sources import winners_absorbed
+    from autosched.rewrite.attention_sources import winners_absorbed
 
     attentions = [p for p, _ in winners if p.kind == "attention"]
     found = _read_fused(model, attentions, winners_absorbed, target, log, "attention operands")
@@ -264,9 +267,7 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
 
 def _paddings(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The convolution winners' zero paddings their kernels apply themselves, reading each
-    image before its pad (model/conv_padding.py), by `key()`; None without any."""
-    from autosched.model.conv_padding import winners_paddings
-
+    image before its pad (rewrite/conv_padding.py), by `key()`; None without any."""
     convolutions = [p for p, _ in winners if p.kind == "convolution"]
     found = _read_fused(model, convolutions, winners_paddings, target, log, "paddings")
     if found is not None:
@@ -313,7 +314,7 @@ def custom_build_dispatches(config, target, log, model_path: str, custom_spec: s
     from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
     from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
     from autosched.model.lowering import dispatch_calls, lower_to_dispatches
-    from autosched.model.substitution import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
     click.echo("timing every dispatch of the model with its custom kernels ...", err=True)
     folder = os.path.join(config.work_dir, "model", "custom_dispatches")
@@ -351,8 +352,6 @@ def route_of(row: dict, substituted: bool) -> str:
 def custom_commands(model_path, target, spec_path, custom_spec, work_dir) -> str:
     """The exact commands that build the model with its custom kernels into the work
     folder's model.vmfb, quoted to be pasted."""
-    from autosched.model.substitution import RESUME_FLAG, rewrite_commands
-
     flags = target.compile_flags()
     out = os.path.join(work_dir, "model", "model.custom.mlir")
     steps = [command for _, command in rewrite_commands(model_path, custom_spec, flags, out)]

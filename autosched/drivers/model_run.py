@@ -25,7 +25,7 @@ from autosched.drivers.model_stages.prepare import (
 )
 from autosched.drivers.model_stages.search import search
 from autosched.model.configured import spec_coverage
-from autosched.model.substitution import check_custom_spec
+from autosched.rewrite.spec import check_custom_spec
 from autosched.run.problem import Progress
 from autosched.targets import make_target
 

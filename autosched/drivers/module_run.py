@@ -116,7 +116,8 @@ def export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple[
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
     custom = [(problem, point) for problem, _, point in best if not target.in_spec(point)]
     if custom or os.path.exists(paths.custom_spec):
-        from autosched.model.substitution import SPEC_FLAG, write_substitution
+        from autosched.rewrite.apply import SPEC_FLAG
+        from autosched.rewrite.spec import write_substitution
 
         for why in write_substitution(paths.custom_spec, custom, target):
             click.echo(f"warning: a custom-kernel winner stays out of every spec: {why}", err=True)

@@ -28,7 +28,7 @@ from autosched.measure.module_io import (
 )
 from autosched.model.configured import DEFAULT_TIMEOUT, iree_compile, tuning_spec_flags
 from autosched.model.lowering import prepare_model
-from autosched.model.substitution import RESUME_FLAG, rewrite_model
+from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 from autosched.targets.base import Target
 
 

@@ -1,1 +1,1 @@
-"""Models: lowering with IREE, dispatches and their roots, IREE's dispatch benchmarks, rewrites."""
+"""Models: lowering with IREE, dispatches and their roots, IREE's dispatch benchmarks."""

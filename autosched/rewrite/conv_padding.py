@@ -20,6 +20,7 @@ from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
 from autosched.ops.convolution import ConvolutionProblem
+from autosched.rewrite.common import is_problems_op, read_fused_model
 from autosched.targets.cuda_custom_convolution import image_order
 
 PAD = "tensor.pad"
@@ -68,9 +69,7 @@ def padded_extents(problem: ConvolutionProblem) -> list[int]:
 def model_padding(module: ir.Module, problem: ConvolutionProblem) -> Padding | None:
     """The problem's padding where every one of its convolutions in the module reads a zero
     pad of the same amounts, on rows and columns only; else None."""
-    from autosched.model.epilogues import _is_problems_op
-
-    found = {image_padding(op) for op in walk_ops(module.operation) if _is_problems_op(op, problem)}
+    found = {image_padding(op) for op in walk_ops(module.operation) if is_problems_op(op, problem)}
     if len(found) != 1 or None in found:
         return None
     (padding,) = found
@@ -84,9 +83,7 @@ def winners_paddings(
     model_path: str, compile_flags, work_dir: str, problems: list[ConvolutionProblem]
 ) -> dict[str, Padding]:
     """Each convolution problem's padding (by its `key()`) in the model as the substitution
-    spec sees it (convolution_ops.fused_model), where it has one."""
-    from autosched.model.convolution_ops import fused_model
-
-    module = ir.Module.parseFile(fused_model(model_path, compile_flags, work_dir), ir.Context())
+    spec sees it (common.fused_model), where it has one."""
+    module = read_fused_model(model_path, compile_flags, work_dir)
     found = {problem.key(): model_padding(module, problem) for problem in problems}
     return {key: padding for key, padding in found.items() if padding is not None}

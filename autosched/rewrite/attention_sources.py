@@ -25,11 +25,14 @@ from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, indexing_maps, walk_ops
 from autosched.ops.attention import AttentionProblem, read_attention
-from autosched.ops.base import ANY_OP, ANY_VALUE, DispatchSite
+from autosched.ops.base import ANY_OP, DispatchSite
+from autosched.rewrite.attention_ops import ATTENTION
+from autosched.rewrite.builders import call, copy_dag, reshape, util_function
+from autosched.rewrite.common import COLLAPSE, EXPAND, read_fused_model, reassociation, single_user
+from autosched.rewrite.common import tensor_shape as _shape
+from autosched.targets.cuda_flash_attention import operand_tensor_types
 
 ABSORBED = (0, 1, 2)  # Q, K and V
-COLLAPSE = "tensor.collapse_shape"
-EXPAND = "tensor.expand_shape"
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,6 @@ def _copy(op: ir.Operation | None) -> list[int] | None:
     return None if None in dims or len(set(dims)) != len(dims) else dims
 
 
-def _reassociation(op: ir.Operation) -> list[list[int]]:
-    groups = ir.ArrayAttr(op.attributes["reassociation"])
-    return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in groups]
-
-
 def _copied(op: ir.Operation, operand: int):
     """(copy op, the copy's output dim each of its input dims reads, the copy's output dims
     grouped per operand dim, collapsed) of an operand made by a copy (through one
@@ -91,7 +89,7 @@ def _copied(op: ir.Operation, operand: int):
     value, groups, collapsed = op.operands[operand], None, False
     producer = defining_op(value)
     if producer is not None and producer.name == COLLAPSE:
-        groups, collapsed = _reassociation(producer), True
+        groups, collapsed = reassociation(producer), True
         producer = defining_op(producer.operands[0])
     dims = _copy(producer)
     if dims is None:
@@ -104,20 +102,15 @@ def _output_copy(op: ir.Operation):
     """(copy op, its dims, the copy's input dims grouped per output dim, expanded) of the
     attention's result when its only user is a transposing copy (through one
     expand_shape), or None."""
-    user, groups, expanded = _single_user(op.results[0]), None, False
+    user, groups, expanded = single_user(op.results[0]), None, False
     if user is not None and user.name == EXPAND:
-        groups, expanded = _reassociation(user), True
-        user = _single_user(user.results[0])
+        groups, expanded = reassociation(user), True
+        user = single_user(user.results[0])
     dims = _copy(user)
     rank = len(ir.RankedTensorType(op.results[0].type).shape)
     if dims is None or sorted(dims) != list(range(len(dims))):  # a transpose: no broadcast
         return None
     return user, dims, groups or [[d] for d in range(rank)], expanded
-
-
-def _single_user(value: ir.Value) -> ir.Operation | None:
-    users = [use.owner for use in value.uses]
-    return users[0] if len(users) == 1 else None
 
 
 def _splits(problem: AttentionProblem, copies: dict) -> dict[int, list[int]] | None:
@@ -205,10 +198,6 @@ def absorbed_attention(
     return AbsorbedAttention(absorbed, tuple(sources))
 
 
-def _shape(value: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
-
-
 def _source(operand: int, copy: ir.Operation, reshaped: bool) -> CopySource:
     source_type, copy_type = (str(v.type) for v in copy.operands)
     return CopySource(
@@ -226,8 +215,6 @@ def model_absorbed(module: ir.Module, problem: AttentionProblem) -> list[Absorbe
     """The problem's absorbed forms in the module, the one that writes its result's
     transposed layout first, each where every one of its attention ops has it (the spec
     matches the copies by type and map)."""
-    from autosched.model.attention_ops import ATTENTION
-
     ops = [
         op
         for op in walk_ops(module.operation)
@@ -256,10 +243,8 @@ def winners_absorbed(
     model_path: str, compile_flags, work_dir: str, problems: list[AttentionProblem]
 ) -> dict[str, list[AbsorbedAttention]]:
     """Each attention problem's absorbed forms (by name) in the model as the substitution
-    spec sees it (model/convolution_ops.fused_model), where it has any."""
-    from autosched.model.convolution_ops import fused_model
-
-    module = ir.Module.parseFile(fused_model(model_path, compile_flags, work_dir), ir.Context())
+    spec sees it (rewrite/common.fused_model), where it has any."""
+    module = read_fused_model(model_path, compile_flags, work_dir)
     found = {problem.name: model_absorbed(module, problem) for problem in problems}
     return {name: forms for name, forms in found.items() if forms}
 
@@ -267,20 +252,7 @@ def winners_absorbed(
 def _copy_dag(source: CopySource, handle: str, names: str) -> list[str]:
     """Transform lines that match `handle` as the copy `source` names: its input and output
     types, its input map, a body that only yields (the values bound to `names`)."""
-    dims = ", ".join(f"d{i}" for i in range(source.rank))
-    parallel = ", ".join(['"parallel"'] * source.rank)
-    element = source.element
-    return [
-        f"    {names} = transform.iree.match.cast_compatible_dag_from_root {handle} {{",
-        f"    ^bb0(%in: {source.source_type}, %out: {source.copy_type}):",
-        f"      %r = linalg.generic {{indexing_maps = [{source.input_map}, "
-        f"affine_map<({dims}) -> ({dims})>], iterator_types = [{parallel}]}} "
-        f"ins(%in : {source.source_type}) outs(%out : {source.copy_type}) {{",
-        f"      ^bb1(%a: {element}, %b: {element}):",
-        f"        linalg.yield %a : {element}",
-        f"      }} -> {source.copy_type}",
-        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
-    ]
+    return copy_dag(names, handle, source.source_type, source.copy_type, source.input_map)
 
 
 def output_matcher_lines(absorbed: AbsorbedAttention) -> list[str]:
@@ -328,26 +300,15 @@ def absorbed_function(
     absorbed: the others read as the split shape (a reshape, no copy), the kernel called on
     them, and its output reshaped back to the op's (or to the output copy's, in whose
     layout the kernel wrote it)."""
-    from autosched.targets.cuda_flash_attention import operand_tensor_types
-
     inputs, out = operand_tensor_types(original)
     wanted, result = operand_tensor_types(absorbed.problem)
     sources = {s.operand: s.source_type for s in absorbed.inputs}
     out = absorbed.output.copy_type if absorbed.output else out
     arguments = [sources.get(i, inputs[i]) for i in range(3)]
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(arguments))
-    lines = [f"  util.func private @{name}({params}) -> {out} {{"]
-    values = []
-    for i, (given, kernel_type) in enumerate(zip(arguments, wanted, strict=True)):
-        if given == kernel_type:
-            values.append(f"%a{i}")
-            continue
-        lines.append(f"    %r{i} = flow.tensor.reshape %a{i} : {given} -> {kernel_type}")
-        values.append(f"%r{i}")
-    lines += [
-        f"    %o = util.call @{kernel}({', '.join(values)}) : ({', '.join(wanted)}) -> {result}",
-        f"    %out = flow.tensor.reshape %o : {result} -> {out}",
-        f"    util.return %out : {out}",
-        "  }",
-    ]
-    return "\n".join(lines) + "\n"
+
+    def body(args):
+        pairs = zip(args, wanted, strict=True)
+        values = [v if str(v.type) == spelled else reshape(v, spelled) for v, spelled in pairs]
+        return reshape(call(kernel, values, result), out)
+
+    return util_function(name, arguments, out, body) + "\n"

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, walk_ops
+from autosched.model.lowering import lower_to_phase
+from autosched.rewrite.builders import call, reshape, util_function
+from autosched.rewrite.common import RESHAPES, REWRITE_PHASE, is_truncf
 
-RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
 MAX_RESHAPES = 2  # collapse the unit batch, then split heads: what torch's exports hold
 
 
@@ -37,19 +39,11 @@ class ReshapeChain:
     shape: tuple[int, ...]
 
 
-def _truncf_only(op: ir.Operation) -> bool:
-    """A linalg.generic of one input whose body is a `truncf` and its yield."""
-    if op.name != "linalg.generic" or len(op.operands) != 2:
-        return False
-    body = [o.name for o in op.regions[0].blocks[0].operations]
-    return body == ["arith.truncf", "linalg.yield"]
-
-
 def truncf_chains(module: ir.Module):
     """(producer, chain) for each truncf-only generic that reads an op's result through 1 to
     MAX_RESHAPES reshapes."""
     for op in walk_ops(module.operation):
-        if not _truncf_only(op):
+        if not is_truncf(op):
             continue
         shape = tuple(ir.RankedTensorType(op.results[0].type).shape)
         producer, length = defining_op(op.operands[0]), 0
@@ -73,10 +67,7 @@ def model_reshape_chains(
     model_path: str, flags: Sequence[str], work_dir: str
 ) -> dict[str, set[ReshapeChain]]:
     """`reshape_chains` of the model lowered to global optimization, where the substitution
-    rewrites it (substitution.REWRITE_PHASE)."""
-    from autosched.model.lowering import lower_to_phase
-    from autosched.model.substitution import REWRITE_PHASE  # it imports this module
-
+    rewrites it (REWRITE_PHASE)."""
     os.makedirs(work_dir, exist_ok=True)
     path = os.path.join(work_dir, "narrow_reshapes.global.mlir")
     lower_to_phase(model_path, flags, REWRITE_PHASE, path, work_dir)
@@ -107,14 +98,6 @@ def reshaped_function(
 ) -> str:
     """`name(args) -> reshaped`: calls `callee` (which returns `result`) and reshapes its
     result, elements in the same order (no copy)."""
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(arguments))
-    values = ", ".join(f"%a{i}" for i in range(len(arguments)))
-    return "\n".join(
-        [
-            f"  util.func private @{name}({params}) -> {reshaped} {{",
-            f"    %c = util.call @{callee}({values}) : ({', '.join(arguments)}) -> {result}",
-            f"    %r = flow.tensor.reshape %c : {result} -> {reshaped}",
-            f"    util.return %r : {reshaped}",
-            "  }",
-        ]
+    return util_function(
+        name, arguments, reshaped, lambda args: reshape(call(callee, args, result), reshaped)
     )

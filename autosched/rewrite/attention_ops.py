@@ -19,12 +19,15 @@ import os
 from dataclasses import replace
 
 import numpy as np
+from iree import compiler, runtime
 from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
 from autosched.model.lowering import lower_to_phase, source_location
 from autosched.ops.attention import AttentionProblem, read_attention
 from autosched.ops.base import DispatchSite
+from autosched.rewrite.common import REWRITE_PHASE
+from autosched.targets.cuda_flash_attention import operand_tensor_types
 
 ATTENTION = "iree_linalg_ext.attention"
 MASK_OPERAND = 4
@@ -34,15 +37,12 @@ HIDDEN = float(np.finfo(np.float16).min)
 FLOAT_MASKS = ("f16", "bf16", "f32")
 
 
-OP_PHASE = "global-optimization"  # the phase the custom route's rewrite applies its spec at
-
-
 def model_attentions(model_path: str, compile_flags, work_dir: str) -> list[AttentionProblem]:
-    """The model's attention ops at OP_PHASE, as `op_attentions` reads them."""
+    """The model's attention ops at REWRITE_PHASE, as `op_attentions` reads them."""
     os.makedirs(work_dir, exist_ok=True)
-    saved = os.path.join(work_dir, f"model.{OP_PHASE}.mlir")
+    saved = os.path.join(work_dir, f"model.{REWRITE_PHASE}.mlir")
     return op_attentions(
-        lower_to_phase(model_path, compile_flags, OP_PHASE, saved, work_dir), work_dir
+        lower_to_phase(model_path, compile_flags, REWRITE_PHASE, saved, work_dir), work_dir
     )
 
 
@@ -55,8 +55,6 @@ def paired(flow: AttentionProblem, ops: list[AttentionProblem]) -> AttentionProb
 def ambiguous(op: AttentionProblem, ops: list[AttentionProblem]) -> str | None:
     """Why a spec that matches `op` by its operand types could replace another attention of
     the model too (same types, another layout, mask or scale), or None."""
-    from autosched.targets.cuda_flash_attention import operand_tensor_types
-
     types = (operand_tensor_types(op), op.mask_type, op.operand_shape(3) if op.mask_type else 0)
     for other in ops:
         if other is op:
@@ -179,8 +177,6 @@ class _Lines:
 
 def evaluate_mask(text: str, work_dir: str) -> np.ndarray:
     """The mask's values: the module compiled for the CPU and run once."""
-    from iree import compiler, runtime
-
     os.makedirs(work_dir, exist_ok=True)
     vmfb = compiler.compile_str(
         text, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=generic"]

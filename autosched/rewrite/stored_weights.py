@@ -15,9 +15,11 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autosched.ops.base import ANY_OP, ANY_VALUE
+from autosched.ops.base import ANY_OP
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
+from autosched.outputs.records import problem_from_shape, problem_shape
+from autosched.rewrite.builders import call, collapse, copy_dag, expand, util_function
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,6 @@ class StoredLayout:
     def map(self) -> str:
         dims = ", ".join(f"d{i}" for i in range(self.rank))
         return f"affine_map<({dims}) -> ({self.results})>"
-
-    def identity(self) -> str:
-        dims = ", ".join(f"d{i}" for i in range(self.rank))
-        return f"affine_map<({dims}) -> ({dims})>"
 
 
 def stored_layout(problem: MatmulProblem) -> StoredLayout | None:
@@ -53,8 +51,6 @@ def stored_layout(problem: MatmulProblem) -> StoredLayout | None:
 def stored_problem(problem: MatmulProblem) -> MatmulProblem:
     """The same contraction with B read as stored (N x K): the kernel the absorbed form
     calls."""
-    from autosched.outputs.records import problem_from_shape, problem_shape
-
     shape = {**problem_shape(problem), "transpose_b": True}
     return dataclasses.replace(problem_from_shape(shape), acc_type=problem.acc_type)
 
@@ -65,17 +61,9 @@ def transpose_matcher(handle: str, problem: MatmulProblem, layout: StoredLayout)
     element = problem.rhs_type
     stored = tensor_type(layout.shape, element)
     made = tensor_type(problem.rhs_shape, element)
-    parallel = ", ".join(['"parallel"'] * layout.rank)
     return [
         f"    %t = transform.get_producer_of_operand {handle}[1] : ({ANY_OP}) -> {ANY_OP}",
-        "    %stored, %made = transform.iree.match.cast_compatible_dag_from_root %t {",
-        f"    ^bb0(%in: {stored}, %out: {made}):",
-        f"      %r = linalg.generic {{indexing_maps = [{layout.map()}, {layout.identity()}], "
-        f"iterator_types = [{parallel}]}} ins(%in : {stored}) outs(%out : {made}) {{",
-        f"      ^bb1(%a: {element}, %b: {element}):",
-        f"        linalg.yield %a : {element}",
-        f"      }} -> {made}",
-        f"    }} : ({ANY_OP}) -> ({ANY_VALUE}, {ANY_VALUE})",
+        *copy_dag("%stored, %made", "%t", stored, made, layout.map()),
     ]
 
 
@@ -95,24 +83,13 @@ def wrapper_function(
     lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     stored = tensor_type(layout.shape, element)
     out = result or tensor_type(problem.acc_shape, out_type)
-    params = "".join(f", %e{i}: {t}" for i, t in enumerate(extras))
-    lines = [f"  util.func private @{name}(%a: {lhs}, %w: {stored}{params}) -> {out} {{"]
-    weight = "%w"
-    if problem.batch == 1:  # N x 1 x K is 1 x N x K in memory
-        n, k = problem.n, problem.k
-        flat, batched = tensor_type([n, k], element), tensor_type([1, n, k], element)
-        lines += [
-            f"    %flat = tensor.collapse_shape %w [[0, 1], [2]] : {stored} into {flat}",
-            f"    %b = tensor.expand_shape %flat [[0, 1], [2]] output_shape [1, {n}, {k}]"
-            f" : {flat} into {batched}",
-        ]
-        weight = "%b"
-    kernel_rhs = tensor_type(stored_problem(problem).rhs_shape, element)
-    values = "".join(f", %e{i}" for i in range(len(extras)))
-    types = ", ".join([lhs, kernel_rhs, *extras])
-    lines += [
-        f"    %c = util.call @{kernel}(%a, {weight}{values}) : ({types}) -> {out}",
-        f"    util.return %c : {out}",
-        "  }",
-    ]
-    return "\n".join(lines) + "\n"
+
+    def body(args):
+        weight = args[1]
+        if problem.batch == 1:  # N x 1 x K is 1 x N x K in memory
+            n, k = problem.n, problem.k
+            flat = collapse(weight, [[0, 1], [2]], tensor_type([n, k], element))
+            weight = expand(flat, [[0, 1], [2]], tensor_type([1, n, k], element))
+        return call(kernel, [args[0], weight, *args[2:]], out)
+
+    return util_function(name, [lhs, stored, *extras], out, body) + "\n"

@@ -22,21 +22,14 @@ import numpy as np
 from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, indexing_maps
-
-COLLAPSE, EXPAND = "tensor.collapse_shape", "tensor.expand_shape"
-
-
-def _shape(value: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
+from autosched.rewrite.common import COLLAPSE, EXPAND, reassociation
+from autosched.rewrite.common import tensor_shape as _shape
 
 
 def _splits_last_in_halves(reshape: ir.Operation, split: ir.Value) -> bool:
     """Whether the reshape merges only the last two dims of its `split` side, the first of
     them 2: the head dim in two halves."""
-    groups = [
-        [ir.IntegerAttr(i).value for i in ir.ArrayAttr(group)]
-        for group in ir.ArrayAttr(reshape.attributes["reassociation"])
-    ]
+    groups = reassociation(reshape)
     rank = len(_shape(split))
     expected = [[i] for i in range(rank - 2)] + [[rank - 2, rank - 1]]
     return groups == expected and _shape(split)[-2] == 2

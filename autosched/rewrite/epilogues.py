@@ -1,6 +1,6 @@
 """A contraction's epilogue, kept in its Triton kernel (issues 25 and 24).
 
-After IREE's elementwise fusion (model/convolution_ops.py) a torch convolution at global
+After IREE's elementwise fusion (rewrite/convolution_ops.py) a torch convolution at global
 optimization is three ops: the convolution into f32, a `truncf` to the model's type, and
 one elementwise `linalg.generic` that reads it: the folded batch norm's scale and shift,
 the residual add, ReLU. IREE fuses all three into one dispatch; a kernel that replaced the
@@ -16,7 +16,7 @@ gate), each body op (arith's float ops, `select`, `math.rsqrt`, `math.erf` ...) 
 statement, a constant it captures a literal. The generic may also move the dims of the
 matmul's result (BERT's bias add that puts the heads before the tokens): the kernel then
 stores each element where the generic would (`PermutedStore`). Llama's RoPE reads the rounded
-result twice, as it is and rotated by half in each head (model/rotary.py), with cos and sin
+result twice, as it is and rotated by half in each head (rewrite/rotary.py), with cos and sin
 indexed by token and head dim: the kernel rotates its tile and reads those at their offsets.
 
 A transform matcher cannot compare a body that captures constants, so such an epilogue is
@@ -30,15 +30,10 @@ from __future__ import annotations
 import math
 
 from iree.compiler import ir
+from iree.compiler.dialects import func
 
 from autosched.ir_walk import indexing_maps, walk_ops
-from autosched.model.convolution_ops import op_convolution
-from autosched.model.narrow_reshapes import MAX_RESHAPES, RESHAPES
-from autosched.model.rotary import rotation_move, rotation_period
-from autosched.ops.base import DispatchSite
-from autosched.ops.contraction import Contraction, recognise_contraction
 from autosched.ops.convolution import ConvolutionProblem
-from autosched.ops.convolution_kind import ConvolutionKind
 from autosched.ops.epilogue import (
     ACC,
     CHANNEL,
@@ -51,6 +46,17 @@ from autosched.ops.epilogue import (
     PermutedStore,
 )
 from autosched.ops.matmul import MatmulProblem
+from autosched.rewrite.common import (
+    RESHAPES,
+    is_problems_op,
+    is_truncf,
+    problem_key,
+    read_fused_model,
+    single_user,
+)
+from autosched.rewrite.common import element_type as _element
+from autosched.rewrite.narrow_reshapes import MAX_RESHAPES
+from autosched.rewrite.rotary import rotation_move, rotation_period
 
 BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/"}
 CALLS = {
@@ -81,27 +87,6 @@ PREDICATES = {
     12: "(~({a} > {b}))",
     13: "({a} != {b})",
 }
-
-
-def _element(value_type: ir.Type) -> str:
-    """A tensor's element type, or a scalar's type, as MLIR spells it."""
-    try:
-        return str(ir.ShapedType(value_type).element_type)
-    except ValueError:
-        return str(value_type)
-
-
-def _single_user(value: ir.Value) -> ir.Operation | None:
-    users = [use.owner for use in value.uses]
-    return users[0] if len(users) == 1 else None
-
-
-def _is_truncf(op: ir.Operation | None) -> bool:
-    """A generic that only rounds its one input to a narrower float."""
-    if op is None or op.name != "linalg.generic" or len(op.operands) != 2:
-        return False
-    body = [o.operation.name for o in op.regions[0].blocks[0].operations]
-    return body == ["arith.truncf", "linalg.yield"]
 
 
 def _literal(op: ir.Operation) -> str | None:
@@ -153,8 +138,6 @@ def _dag(op: ir.Operation) -> str:
     """The generic as the region of a transform DAG matcher (`^bb0` over its operands, then
     the op, body and maps included), which matches it exactly; "" when its body captures a
     value from outside, which such a matcher cannot follow."""
-    from iree.compiler.dialects import func
-
     if _captures(op):
         return ""
     types = [value.type for value in op.operands]
@@ -208,13 +191,13 @@ def after_contraction(op: ir.Operation) -> tuple[ir.Operation, ir.Operation, int
     MAX_RESHAPES reshapes, each its only user: `reshapes` of them), whose only user is a
     generic of one result; or why not."""
     value, reshapes = op.results[0], 0
-    user = _single_user(value)
+    user = single_user(value)
     while user is not None and user.name in RESHAPES and reshapes < MAX_RESHAPES:
         value, reshapes = user.results[0], reshapes + 1
-        user = _single_user(value)
-    if not _is_truncf(user):
+        user = single_user(value)
+    if not is_truncf(user):
         return "its result is not only rounded to a narrower type"
-    generic = _single_user(user.results[0]) or _rotating_user(user.results[0])
+    generic = single_user(user.results[0]) or _rotating_user(user.results[0])
     if generic is None or generic.name != "linalg.generic" or len(generic.results) != 1:
         return "its rounded result has not one elementwise user"
     return user, generic, reshapes
@@ -222,7 +205,7 @@ def after_contraction(op: ir.Operation) -> tuple[ir.Operation, ir.Operation, int
 
 def _rotating_user(rounded: ir.Value) -> ir.Operation | None:
     """Of a rounded result's two users, the generic that also reads it through the other
-    (RoPE: `q * cos + rotate_half(q) * sin`, model/rotary.py); None otherwise."""
+    (RoPE: `q * cos + rotate_half(q) * sin`, rewrite/rotary.py); None otherwise."""
     users = [use.owner.operation for use in rounded.uses]
     if len(users) != 2:
         return None
@@ -295,7 +278,7 @@ def _plain(operand: ir.Value, kind: str) -> EpilogueInput:
 def _rotated(
     operand: ir.Value, truncf: ir.Operation, acc_map: ir.AffineMap, shape: tuple
 ) -> EpilogueInput | None:
-    """The rounded result rotated by half in each head (model/rotary.py), where the head dim
+    """The rounded result rotated by half in each head (rewrite/rotary.py), where the head dim
     is the rounded result's last (so a head is that many columns of the kernel's tile)."""
     period = rotation_period(operand, truncf.results[0], acc_map)
     last = ir.AffineDimExpr.get(acc_map.n_dims - 1, context=acc_map.context)
@@ -392,29 +375,13 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
     )
 
 
-def _is_problems_op(op: ir.Operation, problem) -> bool:
-    """Whether `op` is one of the problem's contractions, as the spec's matcher sees them:
-    a convolution's op form, or a matmul's maps, sizes and types."""
-    if not op.name.startswith("linalg"):
-        return False
-    if isinstance(problem, ConvolutionProblem):
-        same = op_convolution(op, ConvolutionKind())
-        return same is not None and same.key() == problem.key()
-    found = recognise_contraction(op, DispatchSite("", "", 1, (), ""))
-    same = found.as_matmul_problem() if isinstance(found, Contraction) else None
-    fields = ("indexing_maps", "m", "n", "k", "batch", "lhs_type", "rhs_type", "acc_type")
-    return same is not None and all(
-        getattr(same, name) == getattr(problem, name) for name in fields
-    )
-
-
 def model_epilogues(module: ir.Module, problem) -> list[Epilogue]:
     """The epilogues after the problem's contractions in the module (fused, as
-    model/convolution_ops.py reads it), each once, and only those the spec can tell apart
+    rewrite/convolution_ops.py reads it), each once, and only those the spec can tell apart
     by their types (`unambiguous`)."""
     found, unread = [], set()
     for op in walk_ops(module.operation):
-        if not _is_problems_op(op, problem):
+        if not is_problems_op(op, problem):
             continue
         after = after_contraction(op)
         if isinstance(after, str):  # nothing after it to keep in its kernel
@@ -452,13 +419,5 @@ def winners_epilogues(
     """Each problem's epilogues (a convolution's or a matmul's, by `problem_key`) in the model
     as the op forms were read (work_dir's FUSED_MODEL, lowered and fused when it is not
     there)."""
-    from autosched.model.convolution_ops import fused_model
-
-    module = ir.Module.parseFile(fused_model(model_path, compile_flags, work_dir), ir.Context())
+    module = read_fused_model(model_path, compile_flags, work_dir)
     return {problem_key(problem): model_epilogues(module, problem) for problem in problems}
-
-
-def problem_key(problem: ConvolutionProblem | MatmulProblem) -> object:
-    """How `winners_epilogues` names a problem: a convolution by its op form's key (two may
-    share a name), a matmul by its name."""
-    return problem.key() if isinstance(problem, ConvolutionProblem) else problem.name

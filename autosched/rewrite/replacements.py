@@ -1,0 +1,195 @@
+"""The replacement of each custom winner: the kernels its arms call, compiled (issue 12).
+
+A winner replaces its op, and where the model lets it, more around the op: the `truncf`
+after an f32 accumulator (its narrow twin), a stored weight's transpose, the reshapes before
+the `truncf`, an epilogue, an attention's copied operands. Each form is its own kernel,
+built here from the winner's point; the matchers, functions and arms that put them in the
+model are written from the `Substitute` this module returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from autosched.ops.epilogue import Epilogue
+from autosched.ops.matmul import MatmulProblem
+from autosched.ops.matmul_kernel import tensor_type
+from autosched.rewrite.attention_sources import AbsorbedAttention
+from autosched.rewrite.common import problem_key
+from autosched.rewrite.conv_padding import padded_form
+from autosched.rewrite.narrow_reshapes import ReshapeChain
+from autosched.rewrite.stored_weights import StoredLayout, stored_layout, stored_problem
+from autosched.targets import cuda_custom_convolution as igemm
+from autosched.targets import cuda_flash_attention as flash
+from autosched.targets.cuda_attention import flash_params
+from autosched.targets.cuda_convolution import triton_params
+from autosched.targets.cuda_custom import (
+    MIN_DOT,
+    KernelBinary,
+    KernelParams,
+    compile_ptx,
+    unsupported,
+)
+
+NARROW_FROM = "f32"  # an accumulator type whose truncf consumer the kernel can take over
+FUNCTION_PREFIX = "autosched_custom_"  # the spec's util.funcs: {prefix}{winner}[_form]
+
+
+@dataclass(frozen=True)
+class Substitute:
+    """One winner as the spec uses it: its kernel, and the kernel that stores the narrow
+    type for the contraction-then-truncf form (None where the output is already narrow)."""
+
+    problem: MatmulProblem
+    params: KernelParams
+    binary: KernelBinary
+    narrow: tuple[MatmulProblem, KernelBinary] | None = None
+    # B made by transposing a stored weight (rewrite/stored_weights.py): the layout, the
+    # kernel that reads the weight as stored, and its narrow twin.
+    stored: tuple[StoredLayout, MatmulProblem, KernelBinary, KernelBinary | None] | None = None
+    # Reshapes between the contraction and its truncf in the model (narrow_reshapes.py).
+    chains: tuple[ReshapeChain, ...] = ()
+    # Epilogues in the model (rewrite/epilogues.py), each with its kernel, and for a matmul
+    # whose B is a stored weight's transpose the kernel that reads the weight as stored.
+    epilogues: tuple[tuple[Epilogue, KernelBinary, KernelBinary | None], ...] = ()
+    # An attention written over its copied operands' sources (attention_sources.py), each
+    # form with its kernel.
+    absorbed: tuple[tuple[AbsorbedAttention, KernelBinary], ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelForms:
+    """What the run read from the model for the spec (see `spec.write_substitution`)."""
+
+    chains: dict
+    epilogues: dict
+    absorbed: dict
+    paddings: dict
+
+
+def narrow_params(params):
+    """The narrow kernel's point: shares of K add up in C, so one that writes f16 or bf16
+    runs its K whole (a convolution's kernel never splits K)."""
+    if isinstance(params, KernelParams):
+        return dataclasses.replace(params, split_k=1)
+    return params
+
+
+def narrowed(problem: MatmulProblem) -> MatmulProblem | None:
+    """The problem with its output in its input type, when its f32 output may be followed
+    by a truncf to that type; None otherwise."""
+    why = igemm.unsupported if problem.kind == "convolution" else unsupported
+    if problem.acc_type != NARROW_FROM or why(problem):
+        return None
+    narrow = dataclasses.replace(problem, acc_type=problem.lhs_type, sites=[])
+    return None if why(narrow) else narrow
+
+
+def substitutable(problem: MatmulProblem) -> str | None:
+    """Why a custom winner for this problem cannot be substituted, or None."""
+    if problem.kind == "attention":
+        return flash.unsupported(problem)
+    if problem.kind == "convolution":
+        return igemm.unsupported(problem)
+    return unsupported(problem)
+
+
+def _attention_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+    """A flash winner's kernel, and one for each of its forms over copied operands."""
+    params = flash_params(point)
+    binary = flash.compile_kernel(
+        problem, params, arch, os.path.join(folder, f"{problem.name}.ptx")
+    )
+    usable = [f for f in forms.absorbed.get(problem.name, []) if not flash.unsupported(f.problem)]
+    absorbed = tuple(
+        (form, flash.compile_kernel(
+            form.problem, params, arch, os.path.join(folder, f"{problem.name}.absorbed{j}.ptx")
+        ))
+        for j, form in enumerate(usable)
+    )  # fmt: skip
+    return Substitute(problem, params, binary, absorbed=absorbed)
+
+
+def _convolution_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+    """A convolution winner's kernel (reading the image before its zero pad where the model
+    has one), its narrow twin, and its epilogues' kernels."""
+    params = triton_params(point)
+    found = forms.epilogues.get(problem_key(problem), [])
+    padding = forms.paddings.get(problem.key())
+    if padding and problem.size("c") >= params.block_k:  # not the few-channel stem
+        problem = padded_form(problem, padding)
+    ptx = os.path.join(folder, f"{problem.name}.ptx")
+    binary = igemm.compile_kernel(problem, params, arch, ptx)
+    narrow = narrowed(problem)
+    if narrow is not None:
+        ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
+        narrow = (narrow, igemm.compile_kernel(narrow, params, arch, ptx))
+    fused = tuple(
+        (e, igemm.compile_kernel(
+            problem, params, arch, os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e
+        ), None)
+        for j, e in enumerate(found)
+    )  # fmt: skip
+    return Substitute(problem, params, binary, narrow, epilogues=fused)
+
+
+def _matmul_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+    """A matmul winner's kernel, its narrow twin (reaching the truncf through the model's
+    reshapes), the kernels reading a stored weight, and its epilogues' kernels."""
+    params = KernelParams.from_point(point)
+    binary = compile_ptx(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
+    narrow = narrowed(problem)
+    if narrow is not None:
+        ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
+        narrow = (narrow, compile_ptx(narrow, narrow_params(params), arch, ptx))
+    stored = _stored_kernels(problem, params, narrow, arch, folder)
+    wide = tensor_type(problem.acc_shape, problem.acc_type)
+    reshaped = tuple(sorted(forms.chains.get(wide, ()))) if narrow else ()
+    found = forms.epilogues.get(problem_key(problem), []) if narrow else []
+    fused = _matmul_epilogue_kernels(problem, params, narrow, stored, found, arch, folder)
+    return Substitute(problem, params, binary, narrow, stored, reshaped, fused)
+
+
+def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, arch, folder: str):
+    """(epilogue, its kernel, the kernel reading B as a stored weight or None) of each of a
+    matmul winner's epilogues: its narrow kernel with the epilogue in it. One that rotates
+    heads (RoPE) computes two half blocks, each at least a dot wide: with the winner's
+    blocks narrower than that, IREE keeps it."""
+    kernels = []
+    for j, epilogue in enumerate(epilogues):
+        if epilogue.period > 1 and params.block_n < 2 * MIN_DOT:
+            continue
+        ptx = os.path.join(folder, f"{problem.name}.epilogue{j}.ptx")
+        binary = compile_ptx(narrow[0], narrow_params(params), arch, ptx, epilogue)
+        stored_binary = None
+        if stored is not None and stored[3] is not None:
+            narrow_stored = dataclasses.replace(stored[1], acc_type=epilogue.narrow)
+            ptx = os.path.join(folder, f"{problem.name}.stored.epilogue{j}.ptx")
+            stored_binary = compile_ptx(narrow_stored, narrow_params(params), arch, ptx, epilogue)
+        kernels.append((epilogue, binary, stored_binary))
+    return tuple(kernels)
+
+
+def _stored_kernels(problem, params, narrow, arch: str, folder: str):
+    """The kernels that read B as a stored weight (N x K), for the absorbed-transpose arms;
+    None where B has no such form."""
+    layout = stored_layout(problem)
+    if layout is None:
+        return None
+    stored = stored_problem(problem)
+    ptx = os.path.join(folder, f"{problem.name}.stored.ptx")
+    binary = compile_ptx(stored, params, arch, ptx)
+    narrow_binary = None
+    if narrow is not None:
+        ptx = os.path.join(folder, f"{problem.name}.stored.to_{narrow[0].acc_type}.ptx")
+        narrow_stored = dataclasses.replace(stored, acc_type=narrow[0].acc_type)
+        narrow_binary = compile_ptx(narrow_stored, narrow_params(params), arch, ptx)
+    return layout, stored, binary, narrow_binary
+
+
+def build_substitute(problem, point, forms: ModelForms, arch: str, folder: str) -> Substitute:
+    """A substitutable winner's kernels (their PTX in `folder`), for its kind."""
+    build = {"attention": _attention_substitute, "convolution": _convolution_substitute}
+    return build.get(problem.kind, _matmul_substitute)(problem, point, forms, arch, folder)
