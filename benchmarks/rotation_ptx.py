@@ -21,6 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from autosched.kernels import triton as compile_helpers  # noqa: E402
+from autosched.kernels.matmul_triton import source as matmul_source  # noqa: E402
 from autosched.ops.epilogue import (  # noqa: E402
     ACC,
     INDEXED,
@@ -29,7 +31,6 @@ from autosched.ops.epilogue import (  # noqa: E402
     EpilogueInput,
     PermutedStore,
 )
-from autosched.targets import cuda_custom  # noqa: E402
 
 M, N, K, HEAD = 2048, 4096, 4096, 128
 BLOCKS = [(128, 256, 64, 8, 3), (128, 256, 64, 4, 3), (64, 256, 32, 4, 4), (128, 128, 64, 4, 3)]
@@ -60,9 +61,9 @@ def counts(epilogue: Epilogue, block: tuple[int, ...], paired: bool) -> dict[str
     from triton.compiler import ASTSource
 
     bm, bn, bk, warps, stages = block
-    source = cuda_custom.kernel_source(epilogue, 0 if paired else bn)
+    source = matmul_source.kernel_source(epilogue, 0 if paired else bn)
     function = "rotated_matmul" if paired else "matmul"
-    kernel = cuda_custom.kernel_from_source(source, function)
+    kernel = compile_helpers.kernel_from_source(source, function)
     constants = {"M": M, "N": N, "K": K, "sab": M * K, "sam": K, "sak": 1, "sbb": K * N}
     constants |= {"sbk": 1, "sbn": K, "scb": M * N, "scm": N, "scn": 1, "BM": bm, "BN": bn}
     constants |= {"BK": bk, "G": 8, "EVEN": True, "SPLIT": 1, "K_PART": K, "locks": None}

@@ -203,13 +203,15 @@ def triton_convolutions(config: RunConfig, target, convolutions: list) -> bool:
     the H200 (resnet50 with the kernels ran 1.03x torch.compile's time in the same call,
     its best NCHW build 1.82x in another call), and IREE's conversion
     leaves a depthwise one NCHW between transposes."""
-    from autosched.targets.cuda_custom_convolution import takes
+    from autosched.kernels.igemm_conv.kernel import takes
+    from autosched.kernels.registry import family
 
     if not target.tunes("convolution"):
         return False
-    available = getattr(target.for_kind("convolution"), "triton_available", None)
-    allowed = "triton" in config.knob_space.get("conv_kernel", ["triton"])
-    searched = available is not None and available() is None and allowed
+    igemm = family("igemm_conv")
+    knob, choice = igemm.selector
+    allowed = choice in config.knob_space.get(knob, [choice])
+    searched = igemm.unavailable(target.for_kind("convolution")) is None and allowed
     return searched and all(takes(problem) for problem in convolutions)
 
 

@@ -55,7 +55,7 @@ def paired(flow: AttentionProblem, ops: list[AttentionProblem]) -> AttentionProb
 def ambiguous(op: AttentionProblem, ops: list[AttentionProblem]) -> str | None:
     """Why a spec that matches `op` by its operand types could replace another attention of
     the model too (same types, another layout, mask or scale), or None."""
-    from autosched.targets.cuda_flash_attention import operand_tensor_types
+    from autosched.kernels.flash_attention.kernel import operand_tensor_types
 
     types = (operand_tensor_types(op), op.mask_type, op.operand_shape(3) if op.mask_type else 0)
     for other in ops:

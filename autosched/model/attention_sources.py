@@ -328,7 +328,7 @@ def absorbed_function(
     absorbed: the others read as the split shape (a reshape, no copy), the kernel called on
     them, and its output reshaped back to the op's (or to the output copy's, in whose
     layout the kernel wrote it)."""
-    from autosched.targets.cuda_flash_attention import operand_tensor_types
+    from autosched.kernels.flash_attention.kernel import operand_tensor_types
 
     inputs, out = operand_tensor_types(original)
     wanted, result = operand_tensor_types(absorbed.problem)

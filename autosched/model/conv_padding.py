@@ -19,8 +19,8 @@ from dataclasses import replace
 from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
+from autosched.kernels.igemm_conv.kernel import image_order
 from autosched.ops.convolution import ConvolutionProblem
-from autosched.targets.cuda_custom_convolution import image_order
 
 PAD = "tensor.pad"
 Padding = tuple[tuple[int, int], ...]  # each image dim's (low, high)

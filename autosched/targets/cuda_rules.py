@@ -63,7 +63,7 @@ def is_mma(point: Point) -> bool:
 
 def iree_shared_memory(problem: MatmulProblem, point: Point) -> int:
     """Bytes of shared memory IREE allocates for a point of its pipelines (0 without
-    promotion; a custom point's is `cuda_custom.CustomKernels.shared_memory`).
+    promotion; a custom point's is its kernel family's `shared_memory`).
 
     Measured on iree-compile 3.13 (`workgroup_local_memory` of the executable): one tile of
     A and one of B, each row padded by 8 bytes against bank conflicts. prefetch_num_stages
