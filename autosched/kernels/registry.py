@@ -31,11 +31,17 @@ def families_for(kind: str) -> list:
     return [f for f in all_families() if f.kind == kind]
 
 
-def family_of(point_or_name):
-    """The family of a point (None for a point of IREE's own pipelines), or by name."""
+def family_of(point_or_name, kind: str | None = None):
+    """The family of a point (None for a point of IREE's own pipelines), or by name. With
+    `kind`, a partial point that names none of the kind's selector knobs (only a family's
+    own knobs, as a hand-written winner may) is the kind's first family's."""
     if isinstance(point_or_name, str):
         return family(point_or_name)
-    return next((f for f in all_families() if f.selects(point_or_name)), None)
+    point = point_or_name
+    found = next((f for f in all_families() if f.selects(point)), None)
+    if found is None and kind is not None:
+        found = next((f for f in families_for(kind) if f.selector[0] not in point), None)
+    return found
 
 
 def family_knobs(kind: str) -> tuple:

@@ -752,7 +752,7 @@ def write_substitution(
     build = {"attention": _attention_substitute, "convolution": _convolution_substitute}
     kept, refused = [], []
     for problem, point in winners:
-        family = family_of(point)
+        family = family_of(point, problem.kind)
         why = "not a kernel family's point" if family is None else family.unsupported(problem)
         if why:
             refused.append(f"{problem.name}: {why}")
