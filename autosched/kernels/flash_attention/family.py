@@ -4,9 +4,8 @@ replaces the op before dispatches are formed)."""
 
 from __future__ import annotations
 
-from autosched.kernels.base import Absorbs, KernelBinary, KernelFamily
+from autosched.kernels.base import Absorbs, KernelFamily
 from autosched.kernels.flash_attention import kernel
-from autosched.ops.epilogue import Epilogue
 from autosched.targets.base import Constraint, Family, KnobSpec, Point
 
 FLASH = "flash"  # the attention target's `kernel` knob for this family
@@ -29,6 +28,9 @@ class FlashAttention(KernelFamily):
     # Copies before q, k and v: the kernel reads their sources (model/attention_sources.py).
     absorbs = Absorbs(copied_operands=True)
     params_type = kernel.FlashParams
+    # Its compile and its `hal.dispatch.extern` function (kernel.py).
+    compile = staticmethod(kernel.compile_kernel)
+    extern_function = staticmethod(kernel.extern_function)
 
     def unsupported(self, problem) -> str | None:
         return kernel.unsupported(problem)
@@ -79,22 +81,3 @@ class FlashAttention(KernelFamily):
     def params(self, point: Point) -> kernel.FlashParams:
         """Query rows, key rows, warps, stages."""
         return kernel.FlashParams(*(point[k] for k in POINT_KNOBS))
-
-    def compile(
-        self, problem, params, arch: str, path: str, epilogue: Epilogue | None = None
-    ) -> KernelBinary:
-        assert epilogue is None, "flash kernels take no epilogue"
-        return kernel.compile_kernel(problem, params, arch, path)
-
-    def extern_function(
-        self,
-        problem,
-        params,
-        binary: KernelBinary,
-        executable_target: str,
-        name: str,
-        kind: str = "func.func",
-        epilogue: Epilogue | None = None,
-    ) -> str:
-        assert epilogue is None, "flash kernels take no epilogue"
-        return kernel.extern_function(problem, params, binary, executable_target, name, kind)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import math
 
-from autosched.kernels.base import Absorbs, KernelBinary, KernelFamily
+from autosched.kernels.base import Absorbs, KernelFamily
 from autosched.kernels.igemm_conv import kernel
 from autosched.kernels.triton import ELEMENT_BYTES
-from autosched.ops.epilogue import Epilogue
 from autosched.targets.base import Constraint, Family, KnobSpec, Point
 
 TRITON = "triton"  # the convolution target's `conv_kernel` knob for this family
@@ -51,6 +50,9 @@ class IgemmConvolution(KernelFamily):
     # operands in the op's layout (its function puts them channels-last).
     absorbs = Absorbs(narrow_output=True, epilogues=True, padding=True, layouts=True)
     params_type = kernel.ConvParams
+    # Its compile and its `hal.dispatch.extern` function (kernel.py).
+    compile = staticmethod(kernel.compile_kernel)
+    extern_function = staticmethod(kernel.extern_function)
 
     def unavailable(self, target) -> str | None:
         if target.arch not in self.archs:
@@ -116,22 +118,3 @@ class IgemmConvolution(KernelFamily):
             "shared_memory_fraction": self.shared_memory(problem, point, target)
             / target.shared_memory_bytes,
         }
-
-    def compile(
-        self, problem, params, arch: str, path: str, epilogue: Epilogue | None = None
-    ) -> KernelBinary:
-        return kernel.compile_kernel(problem, params, arch, path, epilogue)
-
-    def extern_function(
-        self,
-        problem,
-        params,
-        binary: KernelBinary,
-        executable_target: str,
-        name: str,
-        kind: str = "func.func",
-        epilogue: Epilogue | None = None,
-    ) -> str:
-        return kernel.extern_function(
-            problem, params, binary, executable_target, name, kind, epilogue
-        )

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from autosched.kernels.base import Absorbs, KernelBinary, KernelFamily
+from autosched.kernels.base import Absorbs, KernelFamily
 from autosched.kernels.matmul_triton import kernel, space
-from autosched.ops.epilogue import Epilogue
 from autosched.targets.base import Family, Point
 
 
@@ -20,6 +19,9 @@ class MatmulTriton(KernelFamily):
     knobs = space.CUSTOM_KNOB_SPECS
     absorbs = Absorbs(narrow_output=True, epilogues=True, stored_weights=True, reshapes=True)
     params_type = kernel.KernelParams
+    # Its compile and its `hal.dispatch.extern` function (kernel.py).
+    compile = staticmethod(kernel.compile_ptx)
+    extern_function = staticmethod(kernel.extern_function)
 
     def unsupported(self, problem) -> str | None:
         return kernel.unsupported(problem)
@@ -50,25 +52,6 @@ class MatmulTriton(KernelFamily):
 
     def shared_memory(self, problem, point: Point, target) -> int:
         return space.shared_memory(problem, point)
-
-    def compile(
-        self, problem, params, arch: str, path: str, epilogue: Epilogue | None = None
-    ) -> KernelBinary:
-        return kernel.compile_ptx(problem, params, arch, path, epilogue)
-
-    def extern_function(
-        self,
-        problem,
-        params,
-        binary: KernelBinary,
-        executable_target: str,
-        name: str,
-        kind: str = "func.func",
-        epilogue: Epilogue | None = None,
-    ) -> str:
-        return kernel.extern_function(
-            problem, params, binary, executable_target, name, kind, epilogue
-        )
 
     def narrow_params(self, params):
         """Shares of K add up in C, so a kernel that writes f16 or bf16 runs K whole."""
