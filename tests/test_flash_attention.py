@@ -18,6 +18,7 @@ from conftest import MODEL_CFG
 from autosched.cli import cli
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.kernels.flash_attention.family import FLASH
 from autosched.kernels.flash_attention.kernel import FlashParams, compile_kernel, unsupported
 from autosched.measure.worker import Verifier, make_problem_data, verify_module
 from autosched.model.attention_ops import model_attentions, op_attentions, paired
@@ -27,7 +28,7 @@ from autosched.ops.attention import AttentionProblem, op_module_text, reference
 from autosched.outputs.records import problem_from_shape, problem_shape
 from autosched.search.space import build_space
 from autosched.targets import make_target
-from autosched.targets.cuda_attention import FLASH, IREE
+from autosched.targets.cuda_attention import IREE
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 SM90 = make_target(RunConfig(target="cuda", arch="sm_90"))

@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 
 from autosched.kernels.base import WARP
-from autosched.kernels.registry import family_knobs
+from autosched.kernels.registry import families_for, family_knobs
 from autosched.ops.attention import AttentionProblem
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, by_role, powers_of_two
 from autosched.targets.cuda import CudaTarget
 from autosched.targets.cuda_rules import ELEMENT_BYTES, MMA_FOR_TYPES, MMA_M
 
-IREE, FLASH = "iree", "flash"  # the `kernel` knob: IREE's VectorDistribute, or Triton's
+IREE = "iree"  # the `kernel` knob: IREE's VectorDistribute, or a kernel family's (kernels/)
 # IREE's knobs, the `kernel` knob that picks a kernel family (kernels/), then the families'.
 ATTENTION_KNOBS = (
     KnobSpec("q_tile", "query rows per workgroup (attention)"),
@@ -31,7 +31,7 @@ ATTENTION_KNOBS = (
         "kernel",
         "attention: IREE's VectorDistribute (iree) or the Triton flash-attention family on "
         "sm_90 (flash), which replaces the op before dispatches are formed",
-        choices=(IREE, FLASH),
+        choices=(IREE, *(f.selector[1] for f in families_for("attention"))),
     ),
     *family_knobs("attention"),
 )

@@ -26,14 +26,14 @@ from __future__ import annotations
 import math
 
 from autosched.kernels.base import WARP
-from autosched.kernels.registry import family_knobs
+from autosched.kernels.registry import families_for, family_knobs
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
 from autosched.targets import cuda_simt_convolution as simt
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
 from autosched.targets.cuda import CudaTarget
 from autosched.targets.cuda_rules import ELEMENT_BYTES, MMA_FOR_TYPES, mma_k
 
-IREE, TRITON = "iree", "triton"  # the `conv_kernel` knob
+IREE = "iree"  # the `conv_kernel` knob: IREE's, or a kernel family's (kernels/)
 CONVOLUTION_KNOBS = (
     KnobSpec("n_tile", "images per workgroup (convolution)"),
     KnobSpec("oh_tile", "output rows per workgroup (convolution)"),
@@ -50,7 +50,7 @@ CONVOLUTION_KNOBS = (
         "conv_kernel",
         "convolution: IREE's TileAndFuse (iree) or the Triton implicit-GEMM family on sm_90 "
         "(triton), which replaces the op before dispatches are formed",
-        choices=(IREE, TRITON),
+        choices=(IREE, *(f.selector[1] for f in families_for("convolution"))),
     ),
     *family_knobs("convolution"),  # the kernel families' own (kernels/)
 )
