@@ -80,10 +80,6 @@ SKINNY_STARTING = (
 )
 
 
-def is_custom(point: Point) -> bool:
-    return point["pipeline"] == CUSTOM
-
-
 def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
     """Block M and N of the custom family: 64-256, and for skinny problems (M up to
     SKINNY_ROWS) 16-64 rows and 32-256 columns. Why: at 16x4096x4096 f16 the
