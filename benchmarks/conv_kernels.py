@@ -1,4 +1,4 @@
-"""The implicit-GEMM convolution family (`targets/cuda_custom_convolution.py`) on resnet50's
+"""The implicit-GEMM convolution family (`kernels/igemm_conv/`) on resnet50's
 convolutions, launched by Triton, against cuDNN through torch (NCHW and channels-last) on
 the same GPU in the same call (issue 25).
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from autosched.kernels.igemm_conv import kernel as family
 from autosched.ops.convolution import nchw_problem
-from autosched.targets import cuda_custom_convolution as family
 
 # resnet50 (torchvision, batch 16, 224x224): (channels, image size, filters, window,
 # stride) of each distinct convolution, strided 1x1s as IREE's layout leaves them

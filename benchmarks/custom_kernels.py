@@ -24,12 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autosched.compile import CompileJob, compile_one  # noqa: E402
 from autosched.config import RunConfig  # noqa: E402
-from autosched.measure.benchmark_tool import time_module  # noqa: E402
-from autosched.measure.worker import Verifier, make_problem_data  # noqa: E402
-from autosched.ops.matmul_kernel import KERNEL_FUNCTION, kernel_variant, write_text  # noqa: E402
-from autosched.outputs.records import problem_from_shape  # noqa: E402
-from autosched.targets import make_target  # noqa: E402
-from autosched.targets.cuda_custom import (  # noqa: E402
+from autosched.kernels.matmul_triton.kernel import (  # noqa: E402
     KernelParams,
     _kernel,
     _strides,
@@ -37,6 +32,11 @@ from autosched.targets.cuda_custom import (  # noqa: E402
     extern_module,
     grid,
 )
+from autosched.measure.benchmark_tool import time_module  # noqa: E402
+from autosched.measure.worker import Verifier, make_problem_data  # noqa: E402
+from autosched.ops.matmul_kernel import KERNEL_FUNCTION, kernel_variant, write_text  # noqa: E402
+from autosched.outputs.records import problem_from_shape  # noqa: E402
+from autosched.targets import make_target  # noqa: E402
 
 GRID = {
     "block_m": [128, 256],

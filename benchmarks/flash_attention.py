@@ -1,4 +1,4 @@
-"""The flash-attention kernel family (targets/cuda_flash_attention.py) on the local NVIDIA GPU,
+"""The flash-attention kernel family (kernels/flash_attention/) on the local NVIDIA GPU,
 launched by Triton, against torch's SDPA on the same shapes; writes a markdown table.
 
     python3 benchmarks/flash_attention.py --out DIR [--shape llama3_8b]
@@ -25,14 +25,14 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from custom_kernels import graph_ms  # noqa: E402
 
-from autosched.ops.attention import AttentionProblem  # noqa: E402
-from autosched.targets.cuda_flash_attention import (  # noqa: E402
+from autosched.kernels.flash_attention.kernel import (  # noqa: E402
     FlashParams,
     _constants,
     _kernel,
     grid,
     params_unsupported,
 )
+from autosched.ops.attention import AttentionProblem  # noqa: E402
 
 SHAPES = {
     # (heads, kv heads, seq, head dim, V transposed)

@@ -12,11 +12,11 @@ from iree.compiler import ir
 
 from autosched.config import RunConfig
 from autosched.ir_walk import walk_ops
+from autosched.kernels.flash_attention.family import FLASH
+from autosched.kernels.flash_attention.kernel import operand_strides
 from autosched.rewrite.attention_ops import model_attentions
 from autosched.rewrite.attention_sources import winners_absorbed
 from autosched.targets import make_target
-from autosched.targets.cuda_attention import FLASH
-from autosched.targets.cuda_flash_attention import operand_strides
 
 LLAMA_BF16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_llama_layer_bf16.mlirbc")
 SM90 = make_target(RunConfig(target="cuda", arch="sm_90"))

@@ -90,7 +90,7 @@ def test_triton_points_are_only_in_an_op_forms_space_on_sm_90():
 
 def test_the_kernel_reads_channels_last_tiles_with_asynchronous_copies(tmp_path):
     pytest.importorskip("triton")
-    from autosched.targets import cuda_custom_convolution as family
+    from autosched.kernels.igemm_conv import kernel as family
 
     problem = nchw_problem(16, 256, 14, 256, 3, 1)
     params = family.ConvParams(64, 128, 64, 4, 3)
@@ -202,7 +202,7 @@ def test_each_dispatch_convolution_pairs_with_its_op_form(resnet18_rewritten):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_kernels_give_numpys_answer_on_the_gpu(shape, tmp_path):
-    from autosched.targets import cuda_custom_convolution as family
+    from autosched.kernels.igemm_conv import kernel as family
 
     target = make_target(RunConfig(target="cuda", arch="sm_90"))
     problem = nchw_problem(*shape)
@@ -228,7 +228,7 @@ def test_a_kernel_that_pads_the_image_itself_still_pipelines_its_loads(shape, tm
     """The taps outside the unpadded image are masked loads: Triton still copies the tiles
     asynchronously (its masked cp.async fills zeros) and runs wgmma."""
     pytest.importorskip("triton")
-    from autosched.targets import cuda_custom_convolution as family
+    from autosched.kernels.igemm_conv import kernel as family
 
     _, padded = _padded(shape)
     constants = family._constants(padded, family.ConvParams(64, 64, 32, 4, 3))
@@ -244,8 +244,8 @@ def test_a_kernel_that_pads_the_image_itself_still_pipelines_its_loads(shape, tm
 @pytest.mark.parametrize("shape", PADDED_SHAPES)
 def test_a_kernel_that_pads_the_image_itself_gives_numpys_answer(shape, tmp_path):
     """Fed the image before its pad, the kernel gives numpy's convolution of the padded one."""
-    from autosched.targets import cuda_custom_convolution as family
-    from autosched.targets.cuda_custom import extern_module_text
+    from autosched.kernels.extern import extern_module_text
+    from autosched.kernels.igemm_conv import kernel as family
 
     target = make_target(RunConfig(target="cuda", arch="sm_90"))
     problem, padded = _padded(shape)
@@ -266,8 +266,8 @@ def test_a_kernel_that_pads_the_image_itself_gives_numpys_answer(shape, tmp_path
 
 def _kernel_and_numpy(problem, params, target, tmp_path):
     """(the Triton point's output through IREE on the GPU, numpy's) on seeded operands."""
-    from autosched.targets import cuda_custom_convolution as family
-    from autosched.targets.cuda_custom import extern_module_text
+    from autosched.kernels.extern import extern_module_text
+    from autosched.kernels.igemm_conv import kernel as family
 
     image, kernel = _operands(problem)
     expected = problem.reference(image.astype(np.float64), kernel.astype(np.float64))
@@ -344,7 +344,7 @@ def test_in_the_channels_last_layout_the_kernels_take_every_operand_as_it_is(
     """IREE's conversion and transpose propagation leave each convolution an NHWC image and
     a filter the kernel reads as stored where a channel dim is contiguous (pointwise ones):
     the kernel's function transposes no image and no pointwise filter on each call."""
-    from autosched.targets import cuda_custom_convolution as family
+    from autosched.kernels.igemm_conv import kernel as family
 
     _, layout, ops, _ = resnet18_channels_last
     assert layout.channels_last and "NHWC" in layout.describe()
@@ -361,7 +361,7 @@ def test_in_the_channels_last_layout_the_kernels_take_every_operand_as_it_is(
 def test_the_kernels_give_numpys_answer_on_channels_last_op_forms(resnet18_channels_last, tmp_path):
     """A window and a pointwise op form of the channels-last resnet18 (the pointwise one
     reads its F x C filter as stored) against numpy through IREE on the GPU."""
-    from autosched.targets import cuda_custom_convolution as family
+    from autosched.kernels.igemm_conv import kernel as family
 
     target, _, ops, _ = resnet18_channels_last
     chosen = [next(op for op in ops if op.form == form) for form in ("window", POINTWISE)]
@@ -378,8 +378,8 @@ def test_each_convolution_of_resnet18_keeps_its_epilogue_in_its_kernel(
     add) is one generic: read as Triton statements (per-channel parameters, the residual in
     the output's layout), and compiled into the kernel (PTX, no GPU)."""
     pytest.importorskip("triton")
+    from autosched.kernels.igemm_conv import kernel as family
     from autosched.ops.epilogue import CHANNEL, FULL
-    from autosched.targets import cuda_custom_convolution as family
 
     target, layout, ops, folder = resnet18_channels_last
     found = winners_epilogues(layout.source, target.compile_flags(), str(folder), ops)

@@ -18,6 +18,8 @@ from conftest import MODEL_CFG
 from autosched.cli import cli
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.kernels.flash_attention.family import FLASH
+from autosched.kernels.flash_attention.kernel import FlashParams, compile_kernel, unsupported
 from autosched.measure.worker import Verifier, make_problem_data, verify_module
 from autosched.model.lowering import analyze_model
 from autosched.ops.attention import AttentionProblem, op_module_text
@@ -27,8 +29,7 @@ from autosched.rewrite.attention_ops import model_attentions, op_attentions, pai
 from autosched.rewrite.spec import write_substitution
 from autosched.search.space import build_space
 from autosched.targets import make_target
-from autosched.targets.cuda_attention import FLASH, IREE
-from autosched.targets.cuda_flash_attention import FlashParams, compile_kernel, unsupported
+from autosched.targets.cuda_attention import IREE
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 SM90 = make_target(RunConfig(target="cuda", arch="sm_90"))

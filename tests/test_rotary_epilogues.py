@@ -145,7 +145,7 @@ def test_a_rotated_kernel_s_blocks_write_every_column_once(block_n, half):
     block holding part of a head (BN < 2 * HALF) or several."""
     from test_conv_kernels import numpy_tl
 
-    from autosched.targets.cuda_custom import ROTATED_COLUMNS
+    from autosched.kernels.matmul_triton.source import ROTATED_COLUMNS
 
     n = 4 * max(block_n, 2 * half)  # whole blocks and heads
     columns = []
@@ -195,10 +195,11 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
     import ml_dtypes
     from test_conv_kernels import NumpyPointer, _run, numpy_tl, tile
 
+    from autosched.kernels.matmul_triton import source as kernels
+    from autosched.kernels.templates import epilogue_values
     from autosched.rewrite.common import FUSED_MODEL
     from autosched.rewrite.common import is_problems_op as _is_problems_op
     from autosched.rewrite.epilogues import after_contraction, epilogue_of
-    from autosched.targets import cuda_custom as kernels
 
     *_, problems, _, folder = llama
     module = ir.Module.parseFile(str(folder / "fused" / FUSED_MODEL), ir.Context())
@@ -229,14 +230,14 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
         names["c"] = stored = _Stored(m * n, names)
         result = rounded.reshape(m, n)
         offsets = epilogue.store.offsets("rm[:, None]", "rn[None, :]")
+        values = epilogue_values(epilogue, kernels.TILE_NAMES)
         if paired:
             exec("\n".join(kernels.ROTATED_COLUMNS), names)
             names["acc"] = tile(result[:, names["pairs"]])  # the main loop's tile of B's columns
-            lines = "\n".join(kernels.rotated_halves(offsets))
+            source = "\n".join(kernels.rotated_halves(offsets, values))
         else:
             names["acc"] = tile(result)
-            lines = kernels.matmul_store_tile(epilogue, n)
-        source = kernels.with_epilogue(lines, epilogue, ("rn", "N", "offsets", "inside"))
+            source = kernels.store_tile(epilogue, n, kernels.plain_store(), values)
         exec(textwrap.dedent(source), names)  # the kernel's own lines, as Python
         written = stored.written
         assert not np.isnan(written).any()  # every element written

@@ -90,9 +90,9 @@ def test_the_targets_known_good_points_are_found_in_the_space(write_module):
     """CUDA's starting points: Triton's tuned list for the custom family first, each matching
     one custom point, then IREE's mma configurations; none where the space lacks them (an
     f32 problem has no mma points)."""
+    from autosched.kernels.matmul_triton.space import CUSTOM_STARTING, SKINNY_STARTING
     from autosched.search.space import matching_points
     from autosched.targets.cuda import IREE_MMA_STARTING, CudaTarget
-    from autosched.targets.cuda_custom import CUSTOM_STARTING, SKINNY_STARTING
     from autosched.targets.host import Machine
 
     problem = analyze_file(write_module(matmul_function("f", 4096, 4096, 4096, "f16"))).problems[0]

@@ -15,11 +15,7 @@ from iree.compiler import ir
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.errors import UserError
-from autosched.measure.worker import Verifier, make_problem_data
-from autosched.ops.matmul_kernel import KERNEL_FUNCTION
-from autosched.outputs.records import problem_from_shape
-from autosched.targets import make_target
-from autosched.targets.cuda_custom import (
+from autosched.kernels.matmul_triton.kernel import (
     KernelParams,
     compile_ptx,
     extern_module,
@@ -27,6 +23,10 @@ from autosched.targets.cuda_custom import (
     split_unsupported,
     unsupported,
 )
+from autosched.measure.worker import Verifier, make_problem_data
+from autosched.ops.matmul_kernel import KERNEL_FUNCTION
+from autosched.outputs.records import problem_from_shape
+from autosched.targets import make_target
 
 pytest.importorskip("triton")
 
@@ -230,7 +230,9 @@ def test_the_ptx_compiler_runs_in_its_own_process(tmp_path):
         [
             sys.executable,
             "-m",
-            "autosched.targets.cuda_custom_compile",
+            "autosched.kernels.compile",
+            "--family",
+            "autosched.kernels.matmul_triton.family:MatmulTriton",
             "--shape",
             json.dumps(shape),
             "--params",

@@ -1,7 +1,7 @@
 """The custom-kernel route of a model run: the custom family's points searched on their bare
 kernels after the campaign, the winners that beat IREE's best dispatch written as a
-substitution spec, and the lines that report the route (the family itself lives under the
-CUDA target, `targets/cuda_custom.py`; the rewrite in `rewrite/`)."""
+substitution spec, and the lines that report the route (the kernel families live in
+`kernels/`; the rewrite in `rewrite/`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from functools import partial
 import click
 
 from autosched.drivers.campaign import ModelProblem
+from autosched.kernels.registry import family
 from autosched.outputs.commands import TUNED_VMFB, shell_line
 from autosched.rewrite.apply import RESUME_FLAG, rewrite_commands
 from autosched.rewrite.conv_padding import winners_paddings
@@ -84,14 +85,14 @@ class OpFormRoute:
     label: str  # what run.log calls it
     knob: str  # the cfg knob whose list may leave it out
     choice: str  # the family's value of that knob
-    available: str  # the kind's target method that says why the family cannot run here
+    family: str  # the kernel family's name (kernels/registry.py)
 
 
 FLASH_ROUTE = OpFormRoute(
-    "attention", "flash-attention kernels", "kernel", "flash", "flash_available"
+    "attention", "flash-attention kernels", "kernel", "flash", "flash_attention"
 )
 CONVOLUTION_ROUTE = OpFormRoute(
-    "convolution", "Triton convolution kernels", "conv_kernel", "triton", "triton_available"
+    "convolution", "Triton convolution kernels", "conv_kernel", "triton", "igemm_conv"
 )
 
 
@@ -102,7 +103,9 @@ def searched_kind(tuning: Tuning, problems: list[ModelProblem], route: OpFormRou
     if not found or not tuning.target.tunes(route.kind):
         return []
     view = tuning.target.for_kind(route.kind)
-    why = getattr(view, route.available, lambda: f"no {route.label} on this target")()
+    families = getattr(view, "kernel_families", list)()
+    chosen = next((f for f in families if f.name == route.family), None)
+    why = f"no {route.label} on this target" if chosen is None else chosen.unavailable(view)
     if route.choice not in tuning.config.knob_space.get(route.knob, [route.choice]):
         why = f"the cfg's `{route.knob}` list leaves them out"
     if why:
@@ -126,7 +129,8 @@ def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -
     forms = {}
     for flow in attentions:
         op = paired(flow, ops)
-        why = "no attention op at its location" if op is None else view.flash_unavailable(op)
+        kernels = family(FLASH_ROUTE.family)
+        why = "no attention op at its location" if op is None else kernels.why_not(view, op)
         why = why or ambiguous(op, ops)
         if why:
             log.write(f"{flow.name}: no flash-attention kernel: {why}")
@@ -162,7 +166,8 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
         op = paired(flow, ops)
         if op is None and flow.kind == "matmul":
             continue
-        why = "no convolution op at its location" if op is None else view.triton_unavailable(op)
+        kernels = family(CONVOLUTION_ROUTE.family)
+        why = "no convolution op at its location" if op is None else kernels.why_not(view, op)
         if why is None and op.key() in taken:
             why = "its op form is searched for another dispatch"
         if why:

@@ -1,6 +1,6 @@
 """An elementwise epilogue of a custom kernel, as the kernel computes it (issues 25 and 24):
-read from a model by model/epilogues.py, written into the Triton convolution kernel by
-targets/cuda_custom_convolution.py and into the matmul kernel by targets/cuda_custom.py."""
+read from a model by rewrite/epilogues.py, written into the Triton convolution kernel by
+kernels/igemm_conv/ and into the matmul kernel by kernels/matmul_triton/."""
 
 from __future__ import annotations
 

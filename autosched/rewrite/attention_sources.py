@@ -24,13 +24,13 @@ from dataclasses import dataclass, replace
 from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, indexing_maps, walk_ops
+from autosched.kernels.flash_attention.kernel import operand_tensor_types
 from autosched.ops.attention import AttentionProblem, read_attention
 from autosched.ops.base import ANY_OP, DispatchSite
 from autosched.rewrite.attention_ops import ATTENTION
 from autosched.rewrite.builders import call, copy_dag, reshape, util_function
 from autosched.rewrite.common import COLLAPSE, EXPAND, read_fused_model, reassociation, single_user
 from autosched.rewrite.common import tensor_shape as _shape
-from autosched.targets.cuda_flash_attention import operand_tensor_types
 
 ABSORBED = (0, 1, 2)  # Q, K and V
 

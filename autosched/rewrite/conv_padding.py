@@ -19,9 +19,9 @@ from dataclasses import replace
 from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
+from autosched.kernels.igemm_conv.kernel import image_order
 from autosched.ops.convolution import ConvolutionProblem
 from autosched.rewrite.common import is_problems_op, read_fused_model
-from autosched.targets.cuda_custom_convolution import image_order
 
 PAD = "tensor.pad"
 Padding = tuple[tuple[int, int], ...]  # each image dim's (low, high)

@@ -14,20 +14,15 @@ import dataclasses
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.rewrite.attention_sources import absorbed_function
 from autosched.rewrite.narrow_reshapes import reshaped_function
-from autosched.rewrite.replacements import FUNCTION_PREFIX, Substitute, narrow_params
+from autosched.rewrite.replacements import FUNCTION_PREFIX, Substitute
 from autosched.rewrite.stored_weights import wrapper_function
-from autosched.targets import cuda_custom_convolution as igemm
-from autosched.targets import cuda_flash_attention as flash
-from autosched.targets.cuda_custom import extern_function
 
 
 def winner_functions(i: int, w: Substitute, executable_target: str) -> list[str]:
     """The util.funcs a winner's arms call: its kernel, its narrow twin, and for a stored
     weight the kernels that read it as stored with their wrappers."""
     name = f"{FUNCTION_PREFIX}{i}"
-    extern = {"attention": flash.extern_function, "convolution": igemm.extern_function}.get(
-        w.problem.kind, extern_function
-    )
+    extern = w.family.extern_function
 
     def kernel(problem, params, binary, called):
         return extern(problem, params, binary, executable_target, called, "util.func")
@@ -42,7 +37,7 @@ def winner_functions(i: int, w: Substitute, executable_target: str) -> list[str]
         ]
     if w.narrow is not None:
         narrow, binary = w.narrow
-        functions.append(kernel(narrow, narrow_params(w.params), binary, f"{name}_narrow"))
+        functions.append(kernel(narrow, w.family.narrow_params(w.params), binary, f"{name}_narrow"))
     if w.stored is not None:
         layout, problem, binary, narrow_binary = w.stored
         functions += [
@@ -54,7 +49,12 @@ def winner_functions(i: int, w: Substitute, executable_target: str) -> list[str]
         if narrow_binary is not None:
             narrow_problem = dataclasses.replace(problem, acc_type=w.narrow[0].acc_type)
             functions += [
-                kernel(narrow_problem, narrow_params(w.params), narrow_binary, f"{name}_ns_kernel"),
+                kernel(
+                    narrow_problem,
+                    w.family.narrow_params(w.params),
+                    narrow_binary,
+                    f"{name}_ns_kernel",
+                ),
                 wrapper_function(
                     f"{name}_narrow_stored",
                     f"{name}_ns_kernel",
@@ -75,15 +75,15 @@ def _epilogue_functions(name: str, w: Substitute, executable_target: str) -> lis
         called = f"{name}_e{j}"
         if w.problem.kind == "convolution":
             functions.append(
-                igemm.extern_function(
+                w.family.extern_function(
                     w.problem, w.params, binary, executable_target, called, "util.func",
                     epilogue,
                 )
             )  # fmt: skip
             continue
-        params = narrow_params(w.params)
+        params = w.family.narrow_params(w.params)
         functions.append(
-            extern_function(
+            w.family.extern_function(
                 w.narrow[0], params, binary, executable_target, called, "util.func", epilogue
             )
         )
@@ -93,7 +93,7 @@ def _epilogue_functions(name: str, w: Substitute, executable_target: str) -> lis
         narrow_problem = dataclasses.replace(problem, acc_type=epilogue.narrow)
         extras = [operand.type for _, operand in epilogue.extras]
         functions += [
-            extern_function(
+            w.family.extern_function(
                 narrow_problem, params, stored_binary, executable_target,
                 f"{called}_stored_kernel", "util.func", epilogue,
             ),

@@ -11,6 +11,8 @@ convolution's pad; an attention's copies), and yields the handles its caller
 
 from __future__ import annotations
 
+from autosched.kernels.flash_attention import kernel as flash
+from autosched.kernels.igemm_conv import kernel as igemm
 from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.epilogue import ROTATED, Epilogue
 from autosched.ops.matmul import MatmulProblem
@@ -26,8 +28,6 @@ from autosched.rewrite.conv_padding import PAD, padded_extents
 from autosched.rewrite.narrow_reshapes import ReshapeChain, chain_matcher_lines
 from autosched.rewrite.replacements import NARROW_FROM
 from autosched.rewrite.stored_weights import StoredLayout, transpose_matcher
-from autosched.targets import cuda_custom_convolution as igemm
-from autosched.targets import cuda_flash_attention as flash
 
 
 def padded_handles(problem) -> list[str]:

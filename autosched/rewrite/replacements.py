@@ -13,6 +13,9 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
+from autosched.kernels.base import KernelBinary, KernelFamily
+from autosched.kernels.matmul_triton.kernel import MIN_DOT
+from autosched.kernels.registry import families_for
 from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
@@ -21,17 +24,6 @@ from autosched.rewrite.common import problem_key
 from autosched.rewrite.conv_padding import padded_form
 from autosched.rewrite.narrow_reshapes import ReshapeChain
 from autosched.rewrite.stored_weights import StoredLayout, stored_layout, stored_problem
-from autosched.targets import cuda_custom_convolution as igemm
-from autosched.targets import cuda_flash_attention as flash
-from autosched.targets.cuda_attention import flash_params
-from autosched.targets.cuda_convolution import triton_params
-from autosched.targets.cuda_custom import (
-    MIN_DOT,
-    KernelBinary,
-    KernelParams,
-    compile_ptx,
-    unsupported,
-)
 
 NARROW_FROM = "f32"  # an accumulator type whose truncf consumer the kernel can take over
 FUNCTION_PREFIX = "autosched_custom_"  # the spec's util.funcs: {prefix}{winner}[_form]
@@ -43,7 +35,7 @@ class Substitute:
     type for the contraction-then-truncf form (None where the output is already narrow)."""
 
     problem: MatmulProblem
-    params: KernelParams
+    params: object  # the family's kernel parameters
     binary: KernelBinary
     narrow: tuple[MatmulProblem, KernelBinary] | None = None
     # B made by transposing a stored weight (rewrite/stored_weights.py): the layout, the
@@ -57,6 +49,7 @@ class Substitute:
     # An attention written over its copied operands' sources (attention_sources.py), each
     # form with its kernel.
     absorbed: tuple[tuple[AbsorbedAttention, KernelBinary], ...] = ()
+    family: KernelFamily | None = None  # the kernel family (kernels/) its kernels are of
 
 
 @dataclass(frozen=True)
@@ -69,90 +62,85 @@ class ModelForms:
     paddings: dict
 
 
-def narrow_params(params):
-    """The narrow kernel's point: shares of K add up in C, so one that writes f16 or bf16
-    runs its K whole (a convolution's kernel never splits K)."""
-    if isinstance(params, KernelParams):
-        return dataclasses.replace(params, split_k=1)
-    return params
-
-
 def narrowed(problem: MatmulProblem) -> MatmulProblem | None:
     """The problem with its output in its input type, when its f32 output may be followed
-    by a truncf to that type; None otherwise."""
-    why = igemm.unsupported if problem.kind == "convolution" else unsupported
-    if problem.acc_type != NARROW_FROM or why(problem):
+    by a truncf to that type (and a family of its kind absorbs that truncf); else None."""
+    family = next((f for f in families_for(problem.kind) if f.absorbs.narrow_output), None)
+    if family is None or problem.acc_type != NARROW_FROM or family.unsupported(problem):
         return None
     narrow = dataclasses.replace(problem, acc_type=problem.lhs_type, sites=[])
-    return None if why(narrow) else narrow
+    return None if family.unsupported(narrow) else narrow
 
 
 def substitutable(problem: MatmulProblem) -> str | None:
-    """Why a custom winner for this problem cannot be substituted, or None."""
-    if problem.kind == "attention":
-        return flash.unsupported(problem)
-    if problem.kind == "convolution":
-        return igemm.unsupported(problem)
-    return unsupported(problem)
+    """Why no kernel family of the problem's kind can replace it, or None."""
+    reasons = [f.unsupported(problem) for f in families_for(problem.kind)]
+    if None in reasons:
+        return None
+    return reasons[0] if reasons else f"no kernel family for {problem.kind} ops"
 
 
-def _attention_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+def _attention_substitute(family, problem, point, forms: ModelForms, arch: str, folder: str):
     """A flash winner's kernel, and one for each of its forms over copied operands."""
-    params = flash_params(point)
-    binary = flash.compile_kernel(
-        problem, params, arch, os.path.join(folder, f"{problem.name}.ptx")
-    )
-    usable = [f for f in forms.absorbed.get(problem.name, []) if not flash.unsupported(f.problem)]
+    params = family.params(point)
+    binary = family.compile(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
+    found = forms.absorbed.get(problem.name, []) if family.absorbs.copied_operands else []
+    usable = [f for f in found if not family.unsupported(f.problem)]
     absorbed = tuple(
-        (form, flash.compile_kernel(
+        (form, family.compile(
             form.problem, params, arch, os.path.join(folder, f"{problem.name}.absorbed{j}.ptx")
         ))
         for j, form in enumerate(usable)
     )  # fmt: skip
-    return Substitute(problem, params, binary, absorbed=absorbed)
+    return Substitute(problem, params, binary, absorbed=absorbed, family=family)
 
 
-def _convolution_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+def _convolution_substitute(family, problem, point, forms: ModelForms, arch: str, folder: str):
     """A convolution winner's kernel (reading the image before its zero pad where the model
-    has one), its narrow twin, and its epilogues' kernels."""
-    params = triton_params(point)
-    found = forms.epilogues.get(problem_key(problem), [])
-    padding = forms.paddings.get(problem.key())
+    has one), its narrow twin, and its epilogues' kernels (what its family absorbs)."""
+    params = family.params(point)
+    absorbs = family.absorbs
+    found = forms.epilogues.get(problem_key(problem), []) if absorbs.epilogues else []
+    padding = forms.paddings.get(problem.key()) if absorbs.padding else None
     if padding and problem.size("c") >= params.block_k:  # not the few-channel stem
         problem = padded_form(problem, padding)
     ptx = os.path.join(folder, f"{problem.name}.ptx")
-    binary = igemm.compile_kernel(problem, params, arch, ptx)
-    narrow = narrowed(problem)
+    binary = family.compile(problem, params, arch, ptx)
+    narrow = narrowed(problem) if absorbs.narrow_output else None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
-        narrow = (narrow, igemm.compile_kernel(narrow, params, arch, ptx))
+        narrow = (narrow, family.compile(narrow, params, arch, ptx))
     fused = tuple(
-        (e, igemm.compile_kernel(
+        (e, family.compile(
             problem, params, arch, os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e
         ), None)
         for j, e in enumerate(found)
     )  # fmt: skip
-    return Substitute(problem, params, binary, narrow, epilogues=fused)
+    return Substitute(problem, params, binary, narrow, epilogues=fused, family=family)
 
 
-def _matmul_substitute(problem, point, forms: ModelForms, arch: str, folder: str):
+def _matmul_substitute(family, problem, point, forms: ModelForms, arch: str, folder: str):
     """A matmul winner's kernel, its narrow twin (reaching the truncf through the model's
-    reshapes), the kernels reading a stored weight, and its epilogues' kernels."""
-    params = KernelParams.from_point(point)
-    binary = compile_ptx(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
-    narrow = narrowed(problem)
+    reshapes), the kernels reading a stored weight, and its epilogues' kernels (what its
+    family absorbs)."""
+    params = family.params(point)
+    absorbs = family.absorbs
+    binary = family.compile(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
+    narrow = narrowed(problem) if absorbs.narrow_output else None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
-        narrow = (narrow, compile_ptx(narrow, narrow_params(params), arch, ptx))
-    stored = _stored_kernels(problem, params, narrow, arch, folder)
+        narrow = (narrow, family.compile(narrow, family.narrow_params(params), arch, ptx))
+    stored = None
+    if absorbs.stored_weights:
+        stored = _stored_kernels(family, problem, params, narrow, arch, folder)
     wide = tensor_type(problem.acc_shape, problem.acc_type)
-    reshaped = tuple(sorted(forms.chains.get(wide, ()))) if narrow else ()
-    found = forms.epilogues.get(problem_key(problem), []) if narrow else []
-    fused = _matmul_epilogue_kernels(problem, params, narrow, stored, found, arch, folder)
-    return Substitute(problem, params, binary, narrow, stored, reshaped, fused)
+    reshaped = tuple(sorted(forms.chains.get(wide, ()))) if narrow and absorbs.reshapes else ()
+    found = forms.epilogues.get(problem_key(problem), []) if narrow and absorbs.epilogues else []
+    fused = _matmul_epilogue_kernels(family, problem, params, narrow, stored, found, arch, folder)
+    return Substitute(problem, params, binary, narrow, stored, reshaped, fused, family=family)
 
 
-def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, arch, folder: str):
+def _matmul_epilogue_kernels(family, problem, params, narrow, stored, epilogues, arch, folder: str):
     """(epilogue, its kernel, the kernel reading B as a stored weight or None) of each of a
     matmul winner's epilogues: its narrow kernel with the epilogue in it. One that rotates
     heads (RoPE) computes two half blocks, each at least a dot wide: with the winner's
@@ -162,17 +150,19 @@ def _matmul_epilogue_kernels(problem, params, narrow, stored, epilogues, arch, f
         if epilogue.period > 1 and params.block_n < 2 * MIN_DOT:
             continue
         ptx = os.path.join(folder, f"{problem.name}.epilogue{j}.ptx")
-        binary = compile_ptx(narrow[0], narrow_params(params), arch, ptx, epilogue)
+        binary = family.compile(narrow[0], family.narrow_params(params), arch, ptx, epilogue)
         stored_binary = None
         if stored is not None and stored[3] is not None:
             narrow_stored = dataclasses.replace(stored[1], acc_type=epilogue.narrow)
             ptx = os.path.join(folder, f"{problem.name}.stored.epilogue{j}.ptx")
-            stored_binary = compile_ptx(narrow_stored, narrow_params(params), arch, ptx, epilogue)
+            stored_binary = family.compile(
+                narrow_stored, family.narrow_params(params), arch, ptx, epilogue
+            )
         kernels.append((epilogue, binary, stored_binary))
     return tuple(kernels)
 
 
-def _stored_kernels(problem, params, narrow, arch: str, folder: str):
+def _stored_kernels(family, problem, params, narrow, arch: str, folder: str):
     """The kernels that read B as a stored weight (N x K), for the absorbed-transpose arms;
     None where B has no such form."""
     layout = stored_layout(problem)
@@ -180,16 +170,18 @@ def _stored_kernels(problem, params, narrow, arch: str, folder: str):
         return None
     stored = stored_problem(problem)
     ptx = os.path.join(folder, f"{problem.name}.stored.ptx")
-    binary = compile_ptx(stored, params, arch, ptx)
+    binary = family.compile(stored, params, arch, ptx)
     narrow_binary = None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.stored.to_{narrow[0].acc_type}.ptx")
         narrow_stored = dataclasses.replace(stored, acc_type=narrow[0].acc_type)
-        narrow_binary = compile_ptx(narrow_stored, narrow_params(params), arch, ptx)
+        narrow_binary = family.compile(narrow_stored, family.narrow_params(params), arch, ptx)
     return layout, stored, binary, narrow_binary
 
 
-def build_substitute(problem, point, forms: ModelForms, arch: str, folder: str) -> Substitute:
+def build_substitute(
+    family: KernelFamily, problem, point, forms: ModelForms, arch: str, folder: str
+) -> Substitute:
     """A substitutable winner's kernels (their PTX in `folder`), for its kind."""
     build = {"attention": _attention_substitute, "convolution": _convolution_substitute}
-    return build.get(problem.kind, _matmul_substitute)(problem, point, forms, arch, folder)
+    return build.get(problem.kind, _matmul_substitute)(family, problem, point, forms, arch, folder)

@@ -31,6 +31,7 @@ from iree.compiler import ir
 
 from autosched.errors import UserError
 from autosched.ir_walk import children, symbol
+from autosched.kernels.registry import family_of
 from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.rewrite.arms import winner_arms
@@ -42,7 +43,6 @@ from autosched.rewrite.replacements import (
     ModelForms,
     Substitute,
     build_substitute,
-    substitutable,
 )
 from autosched.rewrite.sequences import main_sequence
 
@@ -94,11 +94,12 @@ def write_substitution(
     forms = ModelForms(chains or {}, epilogues or {}, absorbed or {}, paddings or {})
     kept, refused = [], []
     for problem, point in winners:
-        why = substitutable(problem)
+        family = family_of(point, problem.kind)
+        why = "not a kernel family's point" if family is None else family.unsupported(problem)
         if why:
             refused.append(f"{problem.name}: {why}")
             continue
-        kept.append(build_substitute(problem, point, forms, target.arch, folder))
+        kept.append(build_substitute(family, problem, point, forms, target.arch, folder))
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))

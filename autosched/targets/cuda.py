@@ -15,53 +15,35 @@ from dataclasses import dataclass
 
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
+from autosched.kernels.base import WARP
+from autosched.kernels.registry import all_families, families_for, family_knobs
 from autosched.measure.contract import runtime_flags_text
 from autosched.ops.matmul import MatmulProblem
-from autosched.targets.base import (
-    Constraint,
-    Family,
-    KnobSpec,
-    Point,
-    Target,
-    powers_of_two,
-    problem_candidates,
-)
-from autosched.targets.cuda_custom import (
-    CUSTOM,
-    CUSTOM_ARCHS,
-    CUSTOM_KNOB_SPECS,
-    CUSTOM_KNOBS,
-    WARP,
-    CustomKernels,
-    is_custom,
+from autosched.targets.base import Constraint, Family, KnobSpec, Point, Target
+from autosched.targets.cuda_rules import (
+    DERIVE,
+    ELEMENT_BYTES,
+    MMA_FOR_TYPES,
+    MMA_KINDS,
+    MMA_M,
+    MMA_N,
+    NONE,
+    iree_rules,
+    iree_shared_memory,
+    is_mma,
+    mma_k,
+    padded_tile_candidates,
+    padding,
 )
 from autosched.targets.host import Machine
 
-NONE = "none"  # mma_kind for SIMT code (no tensor cores)
-DERIVE = 0  # sentinel: a knob that is derived from the others, or unused by this point's kind
-MMA_M, MMA_N = 16, 8  # every NV_MMA_SYNC intrinsic offered here is 16x8 (x16, or x32 for fp8)
 FALLBACK_ARCH = "sm_80"
 
-# Tensor-core intrinsic per (lhs/rhs element type, accumulator type).
-MMA_FOR_TYPES = {
-    ("f16", "f32"): "NV_MMA_SYNC_F32_16x8x16_F16",
-    ("f16", "f16"): "NV_MMA_SYNC_F16_16x8x16_F16",
-    ("bf16", "f32"): "NV_MMA_SYNC_F32_16x8x16_BF16",
-    # fp8 (sm_89 and later): 32 reduction elements per step. At 4096^3 on an H200 IREE's
-    # default ran 0.668 ms and a VectorDistribute point 0.532 ms (DESIGN.md).
-    ("f8E4M3FN", "f32"): "NV_MMA_SYNC_F32_16x8x32_F8E4M3FN",
-    ("f8E5M2", "f32"): "NV_MMA_SYNC_F32_16x8x32_F8E5M2",
-}
-MMA_KINDS = tuple(MMA_FOR_TYPES.values())
 
-
-def mma_k(kind: str) -> int:
-    """Reduction elements one mma step covers: 32 for the fp8 intrinsics, else 16."""
-    return 32 if "_16x8x32_" in kind else 16
-
-
-# A custom point is a Triton kernel run as an IREE custom dispatch (cuda_custom.py).
-PIPELINES = ("TileAndFuse", "VectorDistribute", CUSTOM)
+# IREE's pipelines; then each matmul kernel family's value of `pipeline` (kernels/: a point
+# of a Triton kernel run as an IREE custom dispatch, `Custom`).
+IREE_PIPELINES = ("TileAndFuse", "VectorDistribute")
+PIPELINES = (*IREE_PIPELINES, *(f.selector[1] for f in families_for("matmul")))
 
 # IREE configurations measured first for problems on the mma intrinsics (pipeline, tile M, N,
 # K, subgroups along M and N): the winners of the H200 suite's f16 problems across sessions,
@@ -76,29 +58,12 @@ IREE_MMA_STARTING = (
     ("VectorDistribute", 16, 32, 128, 1, 1),
 )
 
-ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}
-SHARED_ROW_PAD = 8  # bytes IREE adds to each row of a promoted tile
-
-# Past these, a warp's accumulators (4 f32 registers per 16x8 mma tile) or a thread's
-# accumulators spill out of the 255 registers a thread may hold: slow and slow to compile.
-MAX_MMA_TILES_PER_WARP = 32
-MAX_THREAD_TILE = 64
 # A call of 256 dispatches of a 5 us kernel (128^3 to 1024^3 f16 on the H200) is 1.3 ms, so
 # the 0.3 ms each call costs adds about 1.2 us to every dispatch. At 4096 a call that IREE's
 # default and the candidates both pay less of moved the f16 suite's speedups by 0.1-0.2x
 # either way (geomean 2.44-2.45x, as at 256), and tripled the small problems' compile time
 # (0.46 s a candidate instead of 0.3): h200_custom_f16.md, session 9.
 MAX_DISPATCH_REPEAT = 256
-# The knobs the derived workgroup size reads.
-WORKGROUP_SIZE_KNOBS = (
-    "mma_kind",
-    "tile_m",
-    "tile_n",
-    "subgroup_m",
-    "subgroup_n",
-    "thread_m",
-    "thread_n",
-)
 
 
 @dataclass(frozen=True)
@@ -159,228 +124,6 @@ def _list(values: list[int]) -> str:
     return "[" + ", ".join(str(v) for v in values) + "]"
 
 
-def _divides(part: int, whole: int) -> bool:
-    return part > 0 and whole % part == 0
-
-
-def _is_mma(point: Point) -> bool:
-    return point["mma_kind"] != NONE
-
-
-def iree_shared_memory(problem: MatmulProblem, point: Point) -> int:
-    """Bytes of shared memory IREE allocates for a point of its pipelines (0 without
-    promotion; a custom point's is `cuda_custom.CustomKernels.shared_memory`).
-
-    Measured on iree-compile 3.13 (`workgroup_local_memory` of the executable): one tile of
-    A and one of B, each row padded by 8 bytes against bank conflicts. prefetch_num_stages
-    does not multiply it (the prefetch goes through registers).
-    """
-    element = ELEMENT_BYTES[problem.lhs_type]
-    if not point["promote_operands"]:
-        return 0
-    tm, tn, tk = point["tile_m"], point["tile_n"], point["tile_k"]
-    a_rows, a_row = (tk, tm) if problem.transpose_a else (tm, tk)
-    b_rows, b_row = (tn, tk) if problem.transpose_b else (tk, tn)
-    pad = SHARED_ROW_PAD
-    return a_rows * (a_row * element + pad) + b_rows * (b_row * element + pad)
-
-
-# ---- the rules of IREE's pipelines (CudaTarget.constraints, in this order) -------------------
-
-
-def _threads(target: CudaTarget, point: Point) -> int:
-    return math.prod(target.workgroup_size(point))
-
-
-def _kind_rules(target: CudaTarget, problem: MatmulProblem) -> list[Constraint]:
-    """The pipeline and the intrinsic a point may use."""
-    types = (problem.lhs_type, problem.acc_type)
-
-    def kind_ok(p: MatmulProblem, x: Point) -> bool:
-        kind = x["mma_kind"]
-        return kind == NONE or (
-            p.lhs_type == p.rhs_type
-            and MMA_FOR_TYPES.get(types) == kind
-            and kind in target.mma_intrinsics
-        )
-
-    return [
-        Constraint(
-            "VectorDistribute needs tensor cores (an mma_kind)",
-            ("pipeline", "mma_kind"),
-            lambda p, x: x["pipeline"] == "TileAndFuse" or _is_mma(x),
-        ),
-        Constraint("mma_kind does not fit the element types or arch", ("mma_kind",), kind_ok),
-    ]
-
-
-def pads(point: Point) -> bool:
-    """Whether a point may leave a tile that does not divide its dimension to padding:
-    TileAndFuse on tensor cores pads each operand tile up to the workgroup's (IREE's own
-    default does so for a 1000-wide classifier); SIMT and VectorDistribute points cannot."""
-    return point["pipeline"] == "TileAndFuse" and _is_mma(point)
-
-
-def padding(problem: MatmulProblem, point: Point) -> list[int] | None:
-    """The padded tile (m, n, k in elements) where a tile overhangs its dimension, else None
-    (an aligned point's config stays exactly as before)."""
-    tiles = [point["tile_m"], point["tile_n"], point["tile_k"]]
-    dims = [problem.m, problem.n, problem.k]
-    if not pads(point) or all(_divides(t, d) for t, d in zip(tiles, dims, strict=True)):
-        return None
-    return tiles
-
-
-def _divides_rule(knob: str, dim: str) -> Constraint:
-    """`knob` divides the problem's dimension `dim` (m, n or k), unless the point pads."""
-    return Constraint(
-        f"{knob} does not divide {dim.upper()} (only TileAndFuse on tensor cores pads)",
-        (knob, "pipeline", "mma_kind"),
-        lambda p, x: pads(x) or _divides(x[knob], getattr(p, dim)),
-    )
-
-
-def _padded_tile_candidates(dim: int, low: int, high: int, unit: int) -> list[int]:
-    """A dimension's tile candidates, with the smallest power of two of at least `unit`
-    that covers a dimension the tensor-core tile does not divide (2 rows take a 16-row
-    tile, padded)."""
-    values = set(problem_candidates(dim, low, high))
-    if dim % unit:
-        cover = max(unit, 2 ** math.ceil(math.log2(dim)))
-        values.update(powers_of_two(unit, min(cover, high)))
-    if not values and dim <= high:  # 24 columns (mobilenet's squeeze-excite FCs): one tile
-        values.add(dim)
-    return sorted(values)
-
-
-def _mma_tile_fits(p: MatmulProblem, x: Point) -> bool:
-    return not _is_mma(x) or (
-        x["tile_m"] % MMA_M == 0
-        and x["tile_n"] % MMA_N == 0
-        and x["tile_k"] % mma_k(x["mma_kind"]) == 0
-    )
-
-
-def _tile_rules() -> list[Constraint]:
-    """The workgroup tile divides the problem, and the mma tile divides the workgroup's."""
-    return [
-        _divides_rule("tile_m", "m"),
-        _divides_rule("tile_n", "n"),
-        _divides_rule("tile_k", "k"),
-        Constraint(
-            "mma tile does not divide the workgroup tile",
-            ("mma_kind", "tile_m", "tile_n", "tile_k"),
-            _mma_tile_fits,
-        ),
-    ]
-
-
-def _sentinel_rule(knob: str, used_by_mma: bool) -> Constraint:
-    """A knob of one kind of point (tensor-core or SIMT) is 0 on the other kind."""
-    kind = "tensor-core" if used_by_mma else "SIMT"
-    return Constraint(
-        f"{knob} is only for {kind} points (0 otherwise)",
-        ("mma_kind", knob),
-        lambda p, x: (x[knob] > 0) == (_is_mma(x) == used_by_mma),
-    )
-
-
-def _warp_tile_fits(p: MatmulProblem, x: Point) -> bool:
-    return not _is_mma(x) or (
-        x["tile_m"] % (MMA_M * x["subgroup_m"]) == 0
-        and x["tile_n"] % (MMA_N * x["subgroup_n"]) == 0
-    )
-
-
-def _warp_rules() -> list[Constraint]:
-    """Tensor-core points: how warps of mma tiles split the workgroup tile."""
-    return [
-        _sentinel_rule("subgroup_m", True),
-        _sentinel_rule("subgroup_n", True),
-        Constraint(
-            "warp tile does not divide the workgroup tile",
-            ("mma_kind", "tile_m", "tile_n", "subgroup_m", "subgroup_n"),
-            _warp_tile_fits,
-        ),
-        Constraint(
-            f"warp tile over {MAX_MMA_TILES_PER_WARP} mma tiles (register spills)",
-            ("mma_kind", "subgroup_m", "subgroup_n"),
-            lambda p, x: (
-                not _is_mma(x) or x["subgroup_m"] * x["subgroup_n"] <= MAX_MMA_TILES_PER_WARP
-            ),
-        ),
-    ]
-
-
-def _thread_rules() -> list[Constraint]:
-    """SIMT points: how per-thread tiles split the workgroup tile."""
-    return [
-        _sentinel_rule("thread_m", False),
-        _sentinel_rule("thread_n", False),
-        Constraint(
-            "thread tile does not divide the workgroup tile",
-            ("mma_kind", "tile_m", "tile_n", "thread_m", "thread_n"),
-            lambda p, x: (
-                _is_mma(x)
-                or (x["tile_m"] % x["thread_m"] == 0 and x["tile_n"] % x["thread_n"] == 0)
-            ),
-        ),
-        Constraint(
-            f"thread tile over {MAX_THREAD_TILE} elements (register spills)",
-            ("mma_kind", "thread_m", "thread_n"),
-            lambda p, x: _is_mma(x) or x["thread_m"] * x["thread_n"] <= MAX_THREAD_TILE,
-        ),
-    ]
-
-
-def _block_dim_rule(target: CudaTarget, axis: int, knob: str) -> Constraint:
-    """block_dim_* is 0 (derive) or the derived workgroup size along its axis."""
-    return Constraint(
-        f"{knob} differs from the derived workgroup size",
-        (*WORKGROUP_SIZE_KNOBS, knob),
-        lambda p, x: x[knob] in (DERIVE, target.workgroup_size(x)[axis]),
-    )
-
-
-def _workgroup_rules(target: CudaTarget) -> list[Constraint]:
-    """The derived workgroup size: within the GPU's limits, and what block_dim_* say."""
-    return [
-        Constraint(
-            f"over {target.max_threads} threads per workgroup",
-            WORKGROUP_SIZE_KNOBS,
-            lambda p, x: _threads(target, x) <= target.max_threads,
-        ),
-        Constraint(
-            "fewer than 32 threads per workgroup",
-            WORKGROUP_SIZE_KNOBS,
-            lambda p, x: _threads(target, x) >= WARP,
-        ),
-        _block_dim_rule(target, 0, "block_dim_x"),
-        _block_dim_rule(target, 1, "block_dim_y"),
-        Constraint(
-            "block_dim_z must be 1 (or 0 to derive)",
-            ("block_dim_z",),
-            lambda p, x: x["block_dim_z"] in (DERIVE, 1),
-        ),
-    ]
-
-
-def _memory_rules(target: CudaTarget) -> list[Constraint]:
-    """Operand promotion, and the shared memory it takes within the arch's limit."""
-    return [
-        Constraint(
-            "promote_operands is 0 or 1",
-            ("promote_operands",),
-            lambda p, x: x["promote_operands"] in (0, 1),
-        ),
-        Constraint(
-            f"shared memory over the {target.arch} limit",
-            ("tile_m", "tile_n", "tile_k", "promote_operands"),
-            lambda p, x: iree_shared_memory(p, x) <= target.shared_memory_bytes,
-        ),
-    ]
-
-
 class CudaTarget(Target):
     name = "cuda"
     default_device = "cuda"
@@ -393,6 +136,7 @@ class CudaTarget(Target):
     # As IREE forms them, they take plain thread tiles only (resnet50's: 0.7-1.9 ms each,
     # tuned, on the H200); as pointwise convolutions over a slice, the tensor cores.
     slices_strided_convolutions = True
+    root_kind = "matmul"  # the kind whose kernel families this view searches
     kind_targets = {
         "attention": ("autosched.targets.cuda_attention", "CudaAttentionTarget"),
         "convolution": ("autosched.targets.cuda_convolution", "CudaConvolutionTarget"),
@@ -426,7 +170,7 @@ class CudaTarget(Target):
         KnobSpec(
             "promote_operands", "1: stage A and B tiles in shared memory, 0: do not", minimum=0
         ),
-        *CUSTOM_KNOB_SPECS,  # the custom family's own (cuda_custom.py)
+        *family_knobs("matmul"),  # the kernel families' own (kernels/)
     )
 
     def __init__(self, config: RunConfig, machine: Machine | None = None):
@@ -449,27 +193,14 @@ class CudaTarget(Target):
         self.shared_memory_bytes = info.shared_memory_bytes
         self.sm_count = info.sm_count
         self.mma_intrinsics = info.mma
-        self.custom = CustomKernels(
-            self.arch, self.machine.triton, self.shared_memory_bytes, ELEMENT_BYTES, info.sm_count
-        )
 
     def describe(self) -> str:
         assembled = f", kernels assembled by {self.ptxas}" if self.ptxas else ""
-        custom = ""
-        if self.arch in CUSTOM_ARCHS and self.machine.triton:
-            listed = self.config.knob_space.get("pipeline")
-            custom = (
-                ", custom Triton matmul kernels searched too (a cfg's `pipeline` list without "
-                "Custom leaves them out)"
-                if listed is None or CUSTOM in listed
-                else ", custom matmul kernels left out by the cfg's `pipeline` list"
-            )
-            kernels = self.config.knob_space.get("kernel")
-            custom += (
-                ", flash-attention kernels too (`kernel = [iree]` leaves them out)"
-                if kernels is None or "flash" in kernels
-                else ", flash-attention kernels left out by the cfg's `kernel` list"
-            )
+        custom = "".join(
+            family.describe(self.config.knob_space)
+            for family in all_families()
+            if family.unavailable(self) is None
+        )
         flags = runtime_flags_text(self.config)
         timed = f"; runtime flags: {flags}" if flags else ""
         if self.config.runtime_flags.strip() == "auto":
@@ -527,18 +258,20 @@ class CudaTarget(Target):
             # at 4096^3 and 4096x11008 against IREE's 0.25): searched unless a cfg's
             # `pipeline` list leaves it out.
             iree = ["TileAndFuse", "VectorDistribute"] if mma else ["TileAndFuse"]
-            return iree + ([CUSTOM] if self.custom.unavailable(problem) is None else [])
+            return iree + [
+                f.selector[1] for f in self.kernel_families() if f.why_not(self, problem) is None
+            ]
         if knob == "mma_kind":
             return [default]
         # Tiles under 32 only where the dimension itself is that small; with tensor cores,
         # one that covers a dimension the intrinsic does not divide.
         step = mma_k(default) if mma else 1
         if knob == "tile_m":
-            return _padded_tile_candidates(problem.m, min(32, problem.m), 256, MMA_M if mma else 1)
+            return padded_tile_candidates(problem.m, min(32, problem.m), 256, MMA_M if mma else 1)
         if knob == "tile_n":
-            return _padded_tile_candidates(problem.n, min(32, problem.n), 256, MMA_N if mma else 1)
+            return padded_tile_candidates(problem.n, min(32, problem.n), 256, MMA_N if mma else 1)
         if knob == "tile_k":
-            return _padded_tile_candidates(problem.k, 8 if simt else 16, 128 if mma else 64, step)
+            return padded_tile_candidates(problem.k, 8 if simt else 16, 128 if mma else 64, step)
         if knob in ("subgroup_m", "subgroup_n"):
             return ([DERIVE] if simt else []) + (powers_of_two_up_to(8) if mma else [])
         if knob in ("thread_m", "thread_n"):
@@ -552,41 +285,47 @@ class CudaTarget(Target):
         if knob == "promote_operands":
             # Unpromoted operands were 9x slower at 4096^3 f32 on the H200: opt-in only.
             return [1]
-        if knob in CUSTOM_KNOBS:
+        if knob in {k.name for k in family_knobs(self.root_kind)}:
             return [DERIVE]
         raise KeyError(knob)
 
     def families(self, problem: MatmulProblem, lists: dict[str, list[Knob]]) -> list[Family]:
-        """IREE's pipelines, and (when `pipeline` lists Custom) the custom kernel family."""
+        """IREE's pipelines, and each kernel family (kernels/) that `pipeline` lists and
+        that can run the problem here."""
         pipelines = lists.get("pipeline") or self.candidates("pipeline", problem)
+        families = self.kernel_families()
         iree = Family(
             "iree",
             self.constraints(problem),
             fixed={
-                "pipeline": [p for p in pipelines if p != CUSTOM],
-                **{knob: [DERIVE] for knob in CUSTOM_KNOBS},
+                "pipeline": [p for p in pipelines if p in IREE_PIPELINES],
+                **{knob.name: [DERIVE] for knob in family_knobs(self.root_kind)},
             },
         )
-        if CUSTOM not in pipelines or self.custom.unavailable(problem):
-            return [iree]
         neutral = ("subgroup_m", "subgroup_n", "thread_m", "thread_n")
         neutral += ("block_dim_x", "block_dim_y", "block_dim_z")
         pinned = {"mma_kind": [NONE], "promote_operands": [1], **{k: [DERIVE] for k in neutral}}
-        return [iree, self.custom.family(problem, pinned)]
+        return [iree] + [
+            family.space(problem, self, pinned)
+            for family in families
+            if family.selector[1] in pipelines and family.why_not(self, problem) is None
+        ]
 
     def starting_points(self, problem: MatmulProblem) -> list[Point]:
-        """The custom family's known-good points (cuda_custom.CUSTOM_STARTING, and
+        """The kernel families' known-good points (the matmul family's CUSTOM_STARTING, and
         SKINNY_STARTING for few rows), then IREE's on the mma intrinsics
         (IREE_MMA_STARTING), where the problem's space has them."""
         knobs = ("pipeline", "tile_m", "tile_n", "tile_k", "subgroup_m", "subgroup_n")
         iree = [dict(zip(knobs, values, strict=True)) for values in IREE_MMA_STARTING]
-        return self.custom.starting_points(problem) + iree
+        families = [p for f in self.kernel_families() for p in f.starting_points(problem, self)]
+        return families + iree
 
     def workgroup_size(self, point: Point) -> list[int]:
         """The workgroup_size IREE needs for a point's tiles."""
-        if is_custom(point):
-            return self.custom.workgroup_size(point)
-        if _is_mma(point):
+        family = self.kernel_family(point)
+        if family is not None:
+            return family.workgroup_size(point)
+        if is_mma(point):
             warps = (point["tile_m"] // (MMA_M * point["subgroup_m"])) * (
                 point["tile_n"] // (MMA_N * point["subgroup_n"])
             )
@@ -594,16 +333,17 @@ class CudaTarget(Target):
         return [point["tile_n"] // point["thread_n"], point["tile_m"] // point["thread_m"], 1]
 
     def constraints(self, problem: MatmulProblem) -> list[Constraint]:
-        """The rules of IREE's pipelines, in this order (a point is rejected for the first
-        rule it fails); the custom family's are its own (cuda_custom.CustomKernels)."""
-        return [
-            *_kind_rules(self, problem),
-            *_tile_rules(),
-            *_warp_rules(),
-            *_thread_rules(),
-            *_workgroup_rules(self),
-            *_memory_rules(self),
-        ]
+        """The rules of IREE's pipelines (cuda_rules.py); the kernel families' are their
+        own (kernels/)."""
+        return iree_rules(self, problem)
+
+    def kernel_families(self) -> list:
+        """The custom kernel families of this view's kind (kernels/registry.py)."""
+        return families_for(self.root_kind)
+
+    def kernel_family(self, point: Point):
+        """The kernel family a point is of, or None for a point of IREE's pipelines."""
+        return next((f for f in self.kernel_families() if f.selects(point)), None)
 
     # ---- attribute text -----------------------------------------------------------------
 
@@ -612,7 +352,7 @@ class CudaTarget(Target):
         zeros = [0] * len(lead)
         entries: list[str] = []  # keys in alphabetical order, as IREE prints them
         vector_distribute = point["pipeline"] == "VectorDistribute"
-        if _is_mma(point):
+        if is_mma(point):
             if not vector_distribute or not problem.zero_init:
                 # IREE sets convert_acc_gemm on every TileAndFuse mma matmul; an accumulating
                 # matmul needs it.
@@ -631,7 +371,7 @@ class CudaTarget(Target):
             counts = _list([*lead, warps_m, warps_n, 1])
             order = _list(list(range(len(lead) + 3)))
             entries.append(f"subgroup_basis = [{counts}, {order}]")
-        elif _is_mma(point):
+        elif is_mma(point):
             # Reduction in mma K steps; subgroup = 16x8 mma tiles per warp.
             steps = point["tile_k"] // mma_k(point["mma_kind"])
             entries.append(f"reduction = {_list([*zeros, 0, 0, steps])}")
@@ -660,11 +400,12 @@ class CudaTarget(Target):
         )
 
     def in_spec(self, point: Point) -> bool:
-        return not is_custom(point)
+        return self.kernel_family(point) is None
 
     def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
         """Custom kernels: Triton compiles the point to PTX and writes its extern module."""
-        return self.custom.source_command(problem, point, source) if is_custom(point) else []
+        family = self.kernel_family(point)
+        return [] if family is None else family.source_command(problem, point, source, self.arch)
 
     def compile_flags(self) -> list[str]:
         flags = ["--iree-hal-target-device=cuda"]
@@ -706,11 +447,12 @@ class CudaTarget(Target):
     # ---- names and features -------------------------------------------------------------
 
     def config_name(self, point: Point) -> str:
-        if is_custom(point):
-            return self.custom.config_name(point)
+        family = self.kernel_family(point)
+        if family is not None:
+            return family.config_name(point)
         tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
         prefix = {"TileAndFuse": "tf", "VectorDistribute": "vd"}[point["pipeline"]]
-        if _is_mma(point):
+        if is_mma(point):
             shape = "_16x8x32_" if mma_k(point["mma_kind"]) == 32 else "_16x8x16_"
             kind = point["mma_kind"].removeprefix("NV_MMA_SYNC_").split(shape)
             inner = f"sg{point['subgroup_m']}x{point['subgroup_n']}_{kind[0]}{kind[1]}".lower()
@@ -726,14 +468,19 @@ class CudaTarget(Target):
         workgroups = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * max(problem.batch, 1)
         workgroups *= split
         waves = workgroups / self.sm_count
-        custom = is_custom(point)
-        shared = (self.custom.shared_memory if custom else iree_shared_memory)(problem, point)
+        family = self.kernel_family(point)
+        custom = family is not None
+        shared = (
+            family.shared_memory(problem, point, self)
+            if custom
+            else iree_shared_memory(problem, point)
+        )
         element = ELEMENT_BYTES[problem.lhs_type]
         per_thread = tm * tn / threads  # accumulator elements each thread holds
         numeric = [k.name for k in self.knobs if not k.choices]
         return {
             **{f"log2_{k}": math.log2(max(int(point[k]), 1)) for k in numeric},
-            "is_mma": float(_is_mma(point)),
+            "is_mma": float(is_mma(point)),
             "is_custom": float(custom),
             # log2 of the knob cannot tell 0 from 1: a loader warp feeding the MMA warps
             "is_specialized": float(point.get("specialized", 0) > 0),

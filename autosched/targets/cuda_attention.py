@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import math
 
+from autosched.kernels.base import WARP
+from autosched.kernels.registry import families_for, family_knobs
 from autosched.ops.attention import AttentionProblem
-from autosched.targets import cuda_flash_attention as flash
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, by_role, powers_of_two
-from autosched.targets.cuda import ELEMENT_BYTES, MMA_FOR_TYPES, MMA_M, CudaTarget
-from autosched.targets.cuda_custom import CUSTOM_ARCHS, WARP
+from autosched.targets.cuda import CudaTarget
+from autosched.targets.cuda_rules import ELEMENT_BYTES, MMA_FOR_TYPES, MMA_M
 
-IREE, FLASH = "iree", "flash"  # the `kernel` knob: IREE's VectorDistribute, or Triton's
+IREE = "iree"  # the `kernel` knob: IREE's VectorDistribute, or a kernel family's (kernels/)
+# IREE's knobs, the `kernel` knob that picks a kernel family (kernels/), then the families'.
 ATTENTION_KNOBS = (
     KnobSpec("q_tile", "query rows per workgroup (attention)"),
     KnobSpec("kv_tile", "key rows per online-softmax step (attention)"),
@@ -29,15 +31,10 @@ ATTENTION_KNOBS = (
         "kernel",
         "attention: IREE's VectorDistribute (iree) or the Triton flash-attention family on "
         "sm_90 (flash), which replaces the op before dispatches are formed",
-        choices=(IREE, FLASH),
+        choices=(IREE, *(f.selector[1] for f in families_for("attention"))),
     ),
-    KnobSpec("kv_stages", "flash kernels: key blocks in flight (0 for IREE's)", minimum=0),
+    *family_knobs("attention"),
 )
-# The flash family's first points on sm_90 (block M, block N, warps, stages): the best four
-# of its grid on the H200 for the Llama-3-8B layer's causal attention, 0.096-0.108 ms against
-# SDPA's 0.082 (benchmarks/results/h200_flash/flash_attention.md); 64x64, 4 warps, 3 stages
-# was also the best for BERT-base's (0.020 ms, SDPA 0.021).
-FLASH_STARTING = ((64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 128, 4, 2))
 MMA_K = 16  # every 16-bit NV_MMA_SYNC intrinsic reduces 16 elements per step
 # Measured on the H200 (Llama-3 layer, benchmarks/results/h200_models/
 # llama3_bf16_attention_session12.md): over 32 query rows per warp compiled in up to 82 s and
@@ -60,14 +57,8 @@ def shared_memory(problem: AttentionProblem, point: Point) -> int:
     return element * (point["q_tile"] * k1 + point["kv_tile"] * (k1 + n))
 
 
-def flash_params(point: Point) -> flash.FlashParams:
-    """A flash point's kernel parameters (query rows, key rows, warps, stages)."""
-    return flash.FlashParams(
-        point["q_tile"], point["kv_tile"], point["q_warps"], point["kv_stages"]
-    )
-
-
 class CudaAttentionTarget(CudaTarget):
+    root_kind = "attention"
     knobs = ATTENTION_KNOBS
 
     def supports(self, problem: AttentionProblem) -> str | None:
@@ -83,72 +74,30 @@ class CudaAttentionTarget(CudaTarget):
         estimate_s = problem.flops / 100e12
         return int(min(200, max(1, math.ceil(0.05 / estimate_s))))
 
-    def flash_unavailable(self, problem: AttentionProblem) -> str | None:
-        """Why the flash family is not searched for this problem, or None: it replaces the
-        op before dispatches are formed, so only the op form of an attention has it."""
-        if problem.form != "op":
-            return "flash kernels replace the op form of an attention"
-        return self.flash_available() or flash.unsupported(problem)
-
-    def flash_available(self) -> str | None:
-        """Why this target cannot run the flash family at all, or None."""
-        if self.arch not in CUSTOM_ARCHS:
-            return f"flash kernels are written for {', '.join(CUSTOM_ARCHS)}, not {self.arch}"
-        if not self.machine.triton:
-            return "flash kernels need Triton: pip install '.[triton]'"
-        return None
-
     def families(self, problem: AttentionProblem, lists) -> list[Family]:
-        """IREE's pipeline, and the flash family where it can run (see flash_unavailable)."""
-        iree = Family(IREE, self.constraints(problem), fixed={"kernel": [IREE], "kv_stages": [0]})
-        kernels = lists.get("kernel") or [IREE, FLASH]
-        if FLASH not in kernels or self.flash_unavailable(problem):
-            return [iree]
-        flash_family = Family(
-            FLASH,
-            self.flash_constraints(problem),
-            fixed={"kernel": [FLASH]},
-            candidates={
-                "q_tile": [64, 128],
-                "kv_tile": [32, 64, 128],
-                "q_warps": [4, 8],
-                "kv_stages": [2, 3],
-            },
+        """IREE's pipeline, and each kernel family (kernels/; the flash family) where it can
+        run: one that replaces the op before dispatches are formed has only the op form of
+        an attention."""
+        own = [knob.name for knob in family_knobs(self.root_kind)]
+        iree = Family(
+            IREE, self.constraints(problem), fixed={"kernel": [IREE], **{k: [0] for k in own}}
         )
-        return [iree, flash_family] if IREE in kernels else [flash_family]
-
-    def flash_constraints(self, problem: AttentionProblem) -> list[Constraint]:
-        return [
-            Constraint(
-                "flash kernels: under a causal mask kv_tile divides q_tile",
-                ("q_tile", "kv_tile", "q_warps", "kv_stages"),
-                lambda p, x: flash.params_unsupported(p, flash_params(x)) is None,
-            ),
-            Constraint(
-                "flash kernels: 4 or 8 warps, 1 to 4 stages",
-                ("q_warps", "kv_stages"),
-                lambda p, x: x["q_warps"] in (4, 8) and 1 <= x["kv_stages"] <= 4,
-            ),
+        kernels = lists.get("kernel") or [IREE, *(f.selector[1] for f in self.kernel_families())]
+        found = [
+            family.space(problem, self, {})
+            for family in self.kernel_families()
+            if family.selector[1] in kernels and family.why_not(self, problem) is None
         ]
-
-    def in_spec(self, point: Point) -> bool:
-        return point.get("kernel", IREE) == IREE
-
-    def source_command(self, problem: AttentionProblem, point: Point, source: str) -> list[str]:
-        """Flash kernels: Triton compiles the point and writes its extern module."""
-        if self.in_spec(point):
-            return []
-        return flash.source_command(problem, flash_params(point), self.arch, source)
+        if not found:
+            return [iree]
+        return [iree, *found] if IREE in kernels else found
 
     def starting_points(self, problem: AttentionProblem) -> list[Point]:
-        """The flash family's (FLASH_STARTING) where it runs; IREE's sm_80 default for the
-        small layer, the best of the Llama-3 layer's first batch on the H200 (0.63 ms
-        against IREE's sm_90 default's 1.56 ms)."""
-        knobs = ("q_tile", "kv_tile", "q_warps", "kv_stages")
-        flash_points = [
-            {"kernel": FLASH, **dict(zip(knobs, values, strict=True))} for values in FLASH_STARTING
-        ]
-        return flash_points + [{"kernel": IREE, "q_tile": 64, "kv_tile": 64, "q_warps": 4}]
+        """The kernel families' (the flash family's FLASH_STARTING) where they run; IREE's
+        sm_80 default for the small layer, the best of the Llama-3 layer's first batch on
+        the H200 (0.63 ms against IREE's sm_90 default's 1.56 ms)."""
+        families = [p for f in self.kernel_families() for p in f.starting_points(problem, self)]
+        return families + [{"kernel": IREE, "q_tile": 64, "kv_tile": 64, "q_warps": 4}]
 
     def candidates(self, knob: str, problem: AttentionProblem) -> list[int]:
         if knob == "q_tile":
@@ -158,7 +107,7 @@ class CudaAttentionTarget(CudaTarget):
         if knob == "q_warps":
             return [1, 2, 4, 8]
         if knob == "kernel":
-            return [IREE, FLASH]
+            return [IREE, *(f.selector[1] for f in self.kernel_families())]
         raise KeyError(knob)
 
     def constraints(self, problem: AttentionProblem) -> list[Constraint]:
@@ -227,8 +176,9 @@ class CudaAttentionTarget(CudaTarget):
         return f"{{pv_attrs = {attrs([1], 'k1')}, qk_attrs = {attrs([0, 1], 'n')}}}"
 
     def config_name(self, point: Point) -> str:
-        if not self.in_spec(point):
-            return flash_params(point).name
+        family = self.kernel_family(point)
+        if family is not None:
+            return family.config_name(point)
         return f"q{point['q_tile']}_kv{point['kv_tile']}_w{point['q_warps']}"
 
     def features(self, problem: AttentionProblem, point: Point) -> dict[str, float]:

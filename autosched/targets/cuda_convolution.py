@@ -25,27 +25,15 @@ from __future__ import annotations
 
 import math
 
+from autosched.kernels.base import WARP
+from autosched.kernels.registry import families_for, family_knobs
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
-from autosched.targets import cuda_custom_convolution as igemm
 from autosched.targets import cuda_simt_convolution as simt
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
-from autosched.targets.cuda import ELEMENT_BYTES, MMA_FOR_TYPES, CudaTarget, mma_k
-from autosched.targets.cuda_custom import CUSTOM_ARCHS, WARP
+from autosched.targets.cuda import CudaTarget
+from autosched.targets.cuda_rules import ELEMENT_BYTES, MMA_FOR_TYPES, mma_k
 
-IREE, TRITON = "iree", "triton"  # the `conv_kernel` knob
-# The Triton family's first points (pixels, output channels, input channels per step,
-# warps, stages): the best of benchmarks/conv_kernels.py's six on resnet50's 23 convolutions
-# on the H200 (benchmarks/results/h200_conv/conv_kernels_session18.md), most often first
-# (9, 7, 5, 1 and 1 of them); a 32-channel step for images of a few channels (the stem's 3).
-TRITON_STARTING = (
-    (64, 64, 64, 4, 4),
-    (64, 128, 64, 4, 3),
-    (128, 128, 64, 8, 3),
-    (128, 64, 64, 4, 3),
-    (128, 256, 64, 8, 3),
-    (64, 64, 32, 4, 4),
-)
-
+IREE = "iree"  # the `conv_kernel` knob: IREE's, or a kernel family's (kernels/)
 CONVOLUTION_KNOBS = (
     KnobSpec("n_tile", "images per workgroup (convolution)"),
     KnobSpec("oh_tile", "output rows per workgroup (convolution)"),
@@ -62,22 +50,13 @@ CONVOLUTION_KNOBS = (
         "conv_kernel",
         "convolution: IREE's TileAndFuse (iree) or the Triton implicit-GEMM family on sm_90 "
         "(triton), which replaces the op before dispatches are formed",
-        choices=(IREE, TRITON),
+        choices=(IREE, *(f.selector[1] for f in families_for("convolution"))),
     ),
-    *(
-        KnobSpec(name, f"Triton convolution kernels: {what} (0 for IREE's)", minimum=0)
-        for name, what in (
-            ("block_pixels", "output pixels per workgroup"),
-            ("block_filters", "output channels per workgroup"),
-            ("block_channels", "input channels per step"),
-            ("kernel_warps", "warps per workgroup"),
-            ("kernel_stages", "steps in flight"),
-        )
-    ),
+    *family_knobs("convolution"),  # the kernel families' own (kernels/)
 )
-TRITON_KNOBS = ("block_pixels", "block_filters", "block_channels", "kernel_warps", "kernel_stages")
 # IREE's knobs, in order: the starting tables' columns.
-IREE_KNOBS = tuple(k.name for k in CONVOLUTION_KNOBS[: -len(TRITON_KNOBS) - 1])
+_NAMES = [k.name for k in CONVOLUTION_KNOBS]
+IREE_KNOBS = tuple(_NAMES[: _NAMES.index("conv_kernel")])
 TILE_KNOB = {"n": "n_tile", "oh": "oh_tile", "ow": "ow_tile", "f": "f_tile"}
 WARP_KNOB = {"n": "sg_n", "oh": "sg_oh", "ow": "sg_ow", "f": "sg_f"}
 MMA_ROWS, MMA_COLUMNS = 16, 8
@@ -162,23 +141,12 @@ def shared_memory(problem: ConvolutionProblem, point: Point) -> int:
     return STAGES * element * point["k_tile"] * (pixels + point["f_tile"])
 
 
-def triton_params(point: Point) -> igemm.ConvParams:
-    """A Triton point's kernel parameters."""
-    return igemm.ConvParams(*(point[k] for k in TRITON_KNOBS))
-
-
-def triton_shared_memory(problem: ConvolutionProblem, point: Point) -> int:
-    """Bytes of the image and filter blocks Triton stages, once per step in flight."""
-    element = ELEMENT_BYTES[problem.lhs_type]
-    blocks = (point["block_pixels"] + point["block_filters"]) * point["block_channels"]
-    return blocks * element * point["kernel_stages"]
-
-
 def _shares_divide(problem: ConvolutionProblem, x: Point) -> bool:
     return all(x[TILE_KNOB[r]] % (x[WARP_KNOB[r]] * mma_extent(problem, r)) == 0 for r in TILE_KNOB)
 
 
 class CudaConvolutionTarget(CudaTarget):
+    root_kind = "convolution"
     knobs = CONVOLUTION_KNOBS
 
     def supports(self, problem: ConvolutionProblem) -> str | None:
@@ -198,10 +166,17 @@ class CudaConvolutionTarget(CudaTarget):
 
     def families(self, problem: ConvolutionProblem, lists) -> list[Family]:
         """The mma configurations, or plain thread tiles (strided 1x1 and depthwise); for
-        the op form of a convolution (the custom route's), the Triton family alone."""
+        the op form of a convolution (the custom route's), the kernel families (kernels/;
+        the Triton implicit-GEMM family) alone, IREE's knobs pinned."""
+        own = [knob.name for knob in family_knobs(self.root_kind)]
         if problem.op_form:
-            return [self.triton_family(problem)] if self.triton_unavailable(problem) is None else []
-        neutral = {"conv_kernel": [IREE]} | {k: [0] for k in TRITON_KNOBS}
+            pinned = {k: [0 if k in simt.THREAD_KNOBS else 1] for k in IREE_KNOBS}
+            return [
+                family.space(problem, self, pinned)
+                for family in self.kernel_families()
+                if family.why_not(self, problem) is None
+            ]
+        neutral = {"conv_kernel": [IREE]} | {k: [0] for k in own}
         if uses_simt(problem):
             rules = simt.constraints(problem, self.shared_memory_bytes)
             fixed = {k: [1] for k in MMA_SHARES} | ({"k_tile": [1]} if problem.depthwise else {})
@@ -209,58 +184,14 @@ class CudaConvolutionTarget(CudaTarget):
         fixed = {k: [0] for k in simt.THREAD_KNOBS}
         return [Family("mma", self.constraints(problem), fixed=fixed | neutral)]
 
-    def triton_unavailable(self, problem: ConvolutionProblem) -> str | None:
-        """Why the Triton family is not searched for this convolution, or None: it replaces
-        the op before dispatches are formed, so only a convolution's op form has it."""
-        if not problem.op_form:
-            return "Triton convolution kernels replace the op form of a convolution"
-        return self.triton_available() or igemm.unsupported(problem)
-
-    def triton_available(self) -> str | None:
-        """Why this target cannot run the Triton family at all, or None."""
-        if self.arch not in CUSTOM_ARCHS:
-            return f"Triton convolution kernels are written for {', '.join(CUSTOM_ARCHS)}"
-        if not self.machine.triton:
-            return "Triton convolution kernels need Triton: pip install '.[triton]'"
-        return None
-
-    def triton_family(self, problem: ConvolutionProblem) -> Family:
-        """Blocks of pixels, output channels and input channels; IREE's knobs pinned."""
-        pinned = {k: [0 if k in simt.THREAD_KNOBS else 1] for k in IREE_KNOBS}
-        return Family(
-            TRITON,
-            [
-                Constraint(
-                    "Triton convolution kernels: 4 or 8 warps, 2 to 5 stages",
-                    ("kernel_warps", "kernel_stages"),
-                    lambda p, x: x["kernel_warps"] in (4, 8) and 2 <= x["kernel_stages"] <= 5,
-                ),
-                Constraint(
-                    f"shared memory over the {self.arch} limit",
-                    ("block_pixels", "block_filters", "block_channels", "kernel_stages"),
-                    lambda p, x: triton_shared_memory(p, x) <= self.shared_memory_bytes,
-                ),
-            ],
-            fixed=pinned | {"conv_kernel": [TRITON]},
-            candidates={
-                "block_pixels": [64, 128, 256],
-                "block_filters": [64, 128, 256],
-                "block_channels": [32, 64],
-                "kernel_warps": [4, 8],
-                "kernel_stages": [3, 4],
-            },
-        )
-
     def starting_points(self, problem: ConvolutionProblem) -> list[Point]:
         """IREE's own defaults for resnet50 (IREE_STARTING, POINTWISE_STARTING; the strided,
         depthwise and grouped forms': cuda_simt_convolution's), each tile cut to the
         problem's candidates and each warp's share to its tile (small images have no
-        64-column tile). The op form's: TRITON_STARTING."""
+        64-column tile). The op form's: the kernel families' (the Triton family's
+        TRITON_STARTING)."""
         if problem.op_form:
-            return [
-                {"conv_kernel": TRITON, **dict(zip(TRITON_KNOBS, values, strict=True))}
-                for values in TRITON_STARTING
-            ]
+            return [p for f in self.kernel_families() for p in f.starting_points(problem, self)]
         points: list[Point] = []
         for values in _starting_table(problem):
             point = dict(zip(IREE_KNOBS, values, strict=True))
@@ -299,9 +230,10 @@ class CudaConvolutionTarget(CudaTarget):
         if knob in simt.THREAD_KNOBS:
             return [1, 2, 4, 8]
         if knob == "conv_kernel":
-            return [IREE, TRITON]
-        if knob in TRITON_KNOBS:
-            return self.triton_family(problem).candidates[knob]
+            return [IREE, *(f.selector[1] for f in self.kernel_families())]
+        for family in self.kernel_families():
+            if knob in {k.name for k in family.knobs}:
+                return family.space(problem, self, {}).candidates[knob]
         raise KeyError(knob)
 
     def constraints(self, problem: ConvolutionProblem) -> list[Constraint]:
@@ -362,18 +294,10 @@ class CudaConvolutionTarget(CudaTarget):
             f"translation_info = {translation}>"
         )
 
-    def in_spec(self, point: Point) -> bool:
-        return point.get("conv_kernel", IREE) == IREE
-
-    def source_command(self, problem, point: Point, source: str) -> list[str]:
-        """Triton points: Triton compiles the point and writes its extern module."""
-        if self.in_spec(point):
-            return []
-        return igemm.source_command(problem, triton_params(point), self.arch, source)
-
     def config_name(self, point: Point) -> str:
-        if not self.in_spec(point):
-            return triton_params(point).name
+        family = self.kernel_family(point)
+        if family is not None:
+            return family.config_name(point)
         if point.get("thread_f"):
             return simt.config_name(point)
         tile = "x".join(str(point[k]) for k in ("n_tile", "oh_tile", "ow_tile", "f_tile"))
@@ -385,16 +309,9 @@ class CudaConvolutionTarget(CudaTarget):
         memory, and the tile's reuse (multiply-adds per element loaded)."""
         numeric = [k.name for k in CONVOLUTION_KNOBS if not k.choices]
         knobs = {f"log2_{k}": math.log2(max(point.get(k, 0), 1)) for k in numeric}
-        if not self.in_spec(point):
-            blocks = igemm.grid(problem, triton_params(point))
-            workgroups = blocks[0] * blocks[1]
-            return {
-                **knobs,
-                "log2_workgroups": math.log2(workgroups),
-                "waves": workgroups / self.sm_count,
-                "shared_memory_fraction": triton_shared_memory(problem, point)
-                / self.shared_memory_bytes,
-            }
+        family = self.kernel_family(point)
+        if family is not None:
+            return {**knobs, **family.features(problem, point, self)}
         if uses_simt(problem):
             sizes = tile_knobs(problem)
             return {**knobs, **simt.features(problem, point, sizes, self.sm_count)}

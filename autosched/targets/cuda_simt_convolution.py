@@ -25,7 +25,7 @@ import math
 
 from autosched.ops.convolution import ConvolutionProblem
 from autosched.targets.base import Constraint, Point
-from autosched.targets.cuda import ELEMENT_BYTES
+from autosched.targets.cuda_rules import ELEMENT_BYTES
 
 # Points measured first, in CONVOLUTION_KNOBS' order (the mma warp shares pinned to 1):
 # strided, 256 threads of 8 outputs each; depthwise, IREE's defaults and two with more

@@ -14,6 +14,8 @@ from autosched.drivers.campaign import ModelProblem, budget_for, skipped_summary
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import ModelDispatches, Prepared
 from autosched.errors import UserError
+from autosched.kernels.igemm_conv.kernel import takes
+from autosched.kernels.registry import family
 from autosched.measure.module_io import source_entry_function
 from autosched.measure.worker import memory_problem
 from autosched.model.configured import DEFAULT_TIMEOUT, in_configured_form
@@ -33,7 +35,6 @@ from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import check_starter
 from autosched.targets import make_target
 from autosched.targets.base import Target
-from autosched.targets.cuda_custom_convolution import takes
 
 
 def prepare(config: RunConfig) -> Prepared:
@@ -171,9 +172,10 @@ def triton_convolutions(config: RunConfig, target: Target, convolutions: list) -
     leaves a depthwise one NCHW between transposes."""
     if not target.tunes("convolution"):
         return False
-    available = getattr(target.for_kind("convolution"), "triton_available", None)
-    allowed = "triton" in config.knob_space.get("conv_kernel", ["triton"])
-    searched = available is not None and available() is None and allowed
+    igemm = family("igemm_conv")
+    knob, choice = igemm.selector
+    allowed = choice in config.knob_space.get(knob, [choice])
+    searched = igemm.unavailable(target.for_kind("convolution")) is None and allowed
     return searched and all(takes(problem) for problem in convolutions)
 
 

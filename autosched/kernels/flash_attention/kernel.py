@@ -10,26 +10,23 @@ loop K and V do not index has stride 0 there), and a causal mask applied in the 
 that blocks above the diagonal are never read and no mask tensor is needed.
 
 A point is block_m (query rows per workgroup), block_n (key rows per step), warps and
-stages. Like the matmul family (`cuda_custom.py`) it is compiled by Triton to a cubin and
-wrapped as a `hal.dispatch.extern`.
+stages. Like the matmul family (kernels/matmul_triton/) it is compiled by Triton to a cubin
+and wrapped as a `hal.dispatch.extern` (family.py: the family behind the contract). Its
+source is Python code here, not a template file: it has no part that varies by point or
+epilogue (every point's differences are Triton constexprs).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from autosched.errors import UserError
+from autosched.kernels.base import KernelBinary
+from autosched.kernels.extern import dispatch_extern_function
+from autosched.kernels.triton import TRITON_TYPES, import_triton, triton_binary
 from autosched.ops.attention import AttentionProblem
 from autosched.ops.matmul_kernel import tensor_type
-from autosched.targets.cuda_custom import (
-    TRITON_TYPES,
-    KernelBinary,
-    compile_command,
-    dispatch_extern_function,
-    import_triton,
-    triton_binary,
-)
 
 ATTENTION_OP = "iree_linalg_ext.attention"  # the op form the family replaces
 INPUT_TYPES = ("f16", "bf16")
@@ -283,8 +280,3 @@ def extern_function(
     inputs, out = operand_tensor_types(problem)
     workgroups = grid(problem, params)
     return dispatch_extern_function(name, kind, inputs, out, binary, executable_target, workgroups)
-
-
-def source_command(problem: AttentionProblem, params: FlashParams, arch: str, source: str):
-    """The command that compiles a point and writes its extern module to `source`."""
-    return compile_command(problem, asdict(params), arch, source)

@@ -17,27 +17,22 @@ no padding), the pixel block is one contiguous run of memory, loaded with vector
 
 A point is block_m (pixels), block_n (output channels), block_k (input channels per step),
 warps and stages. Like the matmul and flash-attention families it is compiled by Triton to
-a cubin and wrapped as a `hal.dispatch.extern`.
+a cubin and wrapped as a `hal.dispatch.extern` (family.py: the family behind the contract).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from autosched.errors import UserError
+from autosched.kernels.base import KernelBinary
+from autosched.kernels.extern import dispatch_extern_function
+from autosched.kernels.templates import epilogue_values, render
+from autosched.kernels.triton import TRITON_TYPES, kernel_from_source, triton_binary
 from autosched.ops.convolution import ConvolutionProblem, image_dims
 from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul_kernel import tensor_type
-from autosched.targets.cuda_custom import (
-    TRITON_TYPES,
-    KernelBinary,
-    compile_command,
-    dispatch_extern_function,
-    kernel_from_source,
-    triton_binary,
-    with_epilogue,
-)
 
 INPUT_TYPES = ("f16", "bf16")
 OUTPUT_TYPES = ("f32", "f16", "bf16")
@@ -212,84 +207,11 @@ def _padding_constants(problem: ConvolutionProblem) -> dict:
     }
 
 
-# The kernel as Python source: Triton compiles a function from its file, and an epilogue
-# (model/epilogues.py) is written into it as statements. `$params` are the epilogue's extra
-# pointers, `$epilogue` its statements (`out = acc` without one).
-KERNEL_SOURCE = """import triton
-import triton.language as tl
-
-
-@triton.jit
-def conv(
-    x, w, $params o,
-    OH: tl.constexpr, OW: tl.constexpr, F: tl.constexpr, C: tl.constexpr,
-    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-    DH: tl.constexpr, DW: tl.constexpr,
-    sxn: tl.constexpr, sxc: tl.constexpr, sxh: tl.constexpr, sxw: tl.constexpr,
-    swf: tl.constexpr, swc: tl.constexpr, swh: tl.constexpr, sww: tl.constexpr,
-    son: tl.constexpr, sof: tl.constexpr, soh: tl.constexpr, sow: tl.constexpr,
-    FLAT_X: tl.constexpr, FLAT_O: tl.constexpr, P: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    EVEN_P: tl.constexpr, EVEN_F: tl.constexpr, EVEN_C: tl.constexpr,
-    PADDED: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, IH: tl.constexpr,
-    IW: tl.constexpr,
-):
-    # Output-channel blocks vary fastest: the programs that read one image tile run
-    # together, so it is read from L2 after the first.
-    f_blocks: tl.constexpr = (F + BN - 1) // BN
-    pid = tl.program_id(0)
-    image = tl.program_id(1).to(tl.int64)
-    p = (pid // f_blocks) * BM + tl.arange(0, BM)
-    f = (pid % f_blocks) * BN + tl.arange(0, BN)
-    if FLAT_X:
-        x_pixel = p * sxw
-    else:
-        x_pixel = (p // OW) * (SH * sxh) + (p % OW) * (SW * sxw)
-    x_base = x + image * sxn + x_pixel
-    c_blocks: tl.constexpr = (C + BK - 1) // BK
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
-    for step in range(KH * KW * c_blocks):
-        tap = step // c_blocks
-        kh = tap // KW
-        kw = tap % KW
-        c = (step % c_blocks) * BK + tl.arange(0, BK)
-        a_ptrs = x_base[:, None] + (kh * DH * sxh + kw * DW * sxw) + c[None, :] * sxc
-        b_ptrs = w + f[None, :] * swf + c[:, None] * swc + (kh * swh + kw * sww)
-        a_mask = (p[:, None] < P) & (c[None, :] < C)
-        b_mask = (f[None, :] < F) & (c[:, None] < C)
-        if PADDED:  # the image unpadded: a tap outside it reads the zero padding
-            ih = (p // OW) * SH + kh * DH - PH
-            iw = (p % OW) * SW + kw * DW - PW
-            seen = (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
-            a_ptrs = a_ptrs - (PH * sxh + PW * sxw)
-            a = tl.load(a_ptrs, mask=a_mask & seen[:, None], other=0.0)
-        elif EVEN_P and EVEN_C:
-            a = tl.load(a_ptrs)
-        else:
-            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        if EVEN_F and EVEN_C:
-            b = tl.load(b_ptrs)
-        else:
-            b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-        acc = tl.dot(a, b, acc)
-    if FLAT_O:
-        o_pixel = p * sow
-    else:
-        o_pixel = (p // OW) * soh + (p % OW) * sow
-    o_offsets = image * son + o_pixel[:, None] + f[None, :] * sof
-    o_mask = (p[:, None] < P) & (f[None, :] < F)
-$epilogue
-    out = out.to(o.dtype.element_ty)
-    if EVEN_P and EVEN_F:
-        tl.store(o + o_offsets, out)
-    else:
-        tl.store(o + o_offsets, out, mask=o_mask)
-"""
-
-
 def kernel_source(epilogue: Epilogue | None = None) -> str:
-    """The kernel's source, with the epilogue's loads and statements after the main loop."""
-    return with_epilogue(KERNEL_SOURCE, epilogue, ("f", "F", "o_offsets", "o_mask"))
+    """The kernel's source (`conv.py.tmpl`: Triton compiles a function from its file), with
+    the epilogue's pointers and its loads and statements after the main loop."""
+    values = epilogue_values(epilogue, ("f", "F", "o_offsets", "o_mask"))
+    return render(__package__, "conv.py.tmpl", **values)
 
 
 def _kernel(epilogue: Epilogue | None = None):
@@ -390,8 +312,3 @@ def extern_function(
         "  }",
     ]
     return kernel + "\n".join(lines) + "\n"
-
-
-def source_command(problem: ConvolutionProblem, params: ConvParams, arch: str, source: str):
-    """The command that compiles a point and writes its extern module to `source`."""
-    return compile_command(problem, asdict(params), arch, source)
