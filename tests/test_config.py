@@ -7,6 +7,7 @@ import pytest
 from autosched.config import RunConfig, load_config, parse_knob_list, with_overrides
 from autosched.errors import UserError
 from autosched.targets import make_target
+from autosched.targets.base import check_search_space
 
 
 def write_cfg(tmp_path, text: str) -> str:
@@ -40,7 +41,7 @@ def test_shipped_cfg_files_load_and_fit_their_target():
     assert len(paths) >= 2
     for path in paths:
         config = load_config(path)
-        make_target(config).check_search_space(config)
+        check_search_space(make_target(config), config)
 
 
 @pytest.mark.parametrize(
@@ -69,13 +70,13 @@ def test_errors_name_file_section_key_and_value(tmp_path, text, expected):
 def test_unknown_knob_for_target(tmp_path):
     config = load_config(write_cfg(tmp_path, "[SearchSpace]\nwarp_tile = [1]\n"))
     with pytest.raises(UserError, match="unknown key 'warp_tile' for target cpu"):
-        make_target(config).check_search_space(config)
+        check_search_space(make_target(config), config)
 
 
 def test_knob_value_of_wrong_kind(tmp_path):
     config = load_config(write_cfg(tmp_path, "[SearchSpace]\ntile_m = [big]\n"))
     with pytest.raises(UserError, match="'big' is not an integer from 1 to"):
-        make_target(config).check_search_space(config)
+        check_search_space(make_target(config), config)
 
 
 def test_missing_config_file(tmp_path):
@@ -105,11 +106,11 @@ def test_target_sections_switch_with_the_target(tmp_path):
     )
     cpu = load_config(path)
     assert cpu.knob_space == {"tile_m": [64], "vec_m": [4, 8]}
-    make_target(cpu).check_search_space(cpu)
+    check_search_space(make_target(cpu), cpu)
     cuda = with_overrides(cpu, target="cuda", arch="sm_80")
     assert cuda.knob_space == {"tile_m": [128], "thread_m": [4]}  # the target's section wins
     assert cuda.knob_section("thread_m") == "SearchSpace.cuda"
-    make_target(cuda).check_search_space(cuda)
+    check_search_space(make_target(cuda), cuda)
 
 
 def test_knob_of_the_wrong_target_section_names_it(tmp_path):
@@ -120,7 +121,7 @@ def test_knob_of_the_wrong_target_section_names_it(tmp_path):
     with pytest.raises(
         UserError, match=r"\[SearchSpace.cuda\] unknown key 'vec_m' for target cuda"
     ):
-        make_target(config).check_search_space(config)
+        check_search_space(make_target(config), config)
 
 
 def test_unknown_target_section(tmp_path):

@@ -12,10 +12,20 @@ from functools import partial
 import click
 
 from autosched.drivers.campaign import ModelProblem
+from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
 from autosched.kernels.registry import family
+from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
+from autosched.model.lowering import dispatch_calls, lower_to_dispatches
 from autosched.outputs.commands import TUNED_VMFB, shell_line
-from autosched.rewrite.apply import RESUME_FLAG, rewrite_commands
+from autosched.rewrite.apply import RESUME_FLAG, rewrite_commands, rewrite_model
+from autosched.rewrite.attention_ops import ambiguous, model_attentions
+from autosched.rewrite.attention_ops import paired as paired_attention
+from autosched.rewrite.attention_sources import winners_absorbed
 from autosched.rewrite.conv_padding import winners_paddings
+from autosched.rewrite.convolution_ops import model_convolutions
+from autosched.rewrite.convolution_ops import paired as paired_convolution
+from autosched.rewrite.epilogues import winners_epilogues
+from autosched.rewrite.narrow_reshapes import model_reshape_chains
 from autosched.rewrite.replacements import narrowed, substitutable
 from autosched.rewrite.spec import write_substitution
 from autosched.run.problem import Progress
@@ -117,8 +127,6 @@ def searched_kind(tuning: Tuning, problems: list[ModelProblem], route: OpFormRou
 def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
     """Flow attention name -> its op form, for each attention the flash family can replace
     (the model lowered once more, to where the rewrite applies); why not, in run.log."""
-    from autosched.rewrite.attention_ops import ambiguous, model_attentions, paired
-
     target, log = tuning.target, tuning.log
     attentions = searched_kind(tuning, problems, FLASH_ROUTE)
     if not attentions:
@@ -128,7 +136,7 @@ def flash_forms(tuning: Tuning, problems: list[ModelProblem], model_path: str) -
     ops = model_attentions(model_path, target.compile_flags(), folder)
     forms = {}
     for flow in attentions:
-        op = paired(flow, ops)
+        op = paired_attention(flow, ops)
         kernels = family(FLASH_ROUTE.family)
         why = "no attention op at its location" if op is None else kernels.why_not(view, op)
         why = why or ambiguous(op, ops)
@@ -145,8 +153,6 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
     implicit-GEMM family can replace (each op form once); why not, in run.log. A matmul
     dispatch that is a convolution IREE collapsed (a channels-last pointwise one) maps to
     its op form, or to None where that form is not searched for it."""
-    from autosched.rewrite.convolution_ops import model_convolutions, paired
-
     target, log = tuning.target, tuning.log
     convolutions = searched_kind(tuning, problems, CONVOLUTION_ROUTE)
     if not convolutions:
@@ -163,7 +169,7 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
     collapsed = [e.problem for e in problems if e.problem.kind == "matmul"]
     forms, taken = {}, set()
     for flow in [*convolutions, *collapsed]:
-        op = paired(flow, ops)
+        op = paired_convolution(flow, ops)
         if op is None and flow.kind == "matmul":
             continue
         kernels = family(CONVOLUTION_ROUTE.family)
@@ -221,7 +227,6 @@ def _chains(model: tuple[str, str] | None, winners: list, target, log) -> dict |
     in the model (model/narrow_reshapes.py); None without any."""
     if model is None or not any(narrowed_matmul(p) for p, _ in winners):
         return None
-    from autosched.rewrite.narrow_reshapes import model_reshape_chains
 
     return model_reshape_chains(model[0], target.compile_flags(), os.path.join(model[1], "narrow"))
 
@@ -244,8 +249,6 @@ def _read_fused(model: tuple[str, str] | None, problems: list, reader, target, l
 def _epilogues(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The element-wise ops after the convolution and narrow matmul winners that their
     kernels compute (model/epilogues.py), by `problem_key`; None without any."""
-    from autosched.rewrite.epilogues import winners_epilogues
-
     fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
     epilogues = _read_fused(model, fusing, winners_epilogues, target, log, "epilogues")
     if epilogues is not None:
@@ -257,8 +260,6 @@ def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict
     """The attention winners' forms over their copied operands' sources (GQA's repeat, V's
     transpose and the result's transpose absorbed: model/attention_sources.py), by name;
     None without any."""
-    from autosched.rewrite.attention_sources import winners_absorbed
-
     attentions = [p for p, _ in winners if p.kind == "attention"]
     found = _read_fused(model, attentions, winners_absorbed, target, log, "attention operands")
     for name, forms in (found or {}).items():
@@ -316,11 +317,6 @@ def custom_build_dispatches(config, target, log, model_path: str, custom_spec: s
     """Every dispatch of the model as built with its custom kernels (and the spec for the
     rest), timed on IREE's own dispatch benchmarks: where the time goes after the custom
     route. A table in run.log (`log`) and on the screen; its rows."""
-    from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
-    from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
-    from autosched.model.lowering import dispatch_calls, lower_to_dispatches
-    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
-
     click.echo("timing every dispatch of the model with its custom kernels ...", err=True)
     folder = os.path.join(config.work_dir, "model", "custom_dispatches")
     os.makedirs(folder, exist_ok=True)

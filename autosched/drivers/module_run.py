@@ -14,12 +14,17 @@ from autosched.drivers.guard import exit_interrupted, guarded_run
 from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
 from autosched.ops.matmul import Analysis, analyze_file
+from autosched.ops.matmul_kernel import tuned_input_module, variant_path, write_text
+from autosched.ops.registry import kind_of
 from autosched.outputs.commands import shell_line, tuned_model_steps
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.report import no_winner_line, summary_rows
-from autosched.outputs.spec import check_starter
+from autosched.outputs.spec import check_starter, write_spec
 from autosched.run.problem import ProblemResult, Progress
-from autosched.run.tuning import Tuning
+from autosched.run.tuning import Tuning, space_tuner
+from autosched.search.space import build_space
+from autosched.targets import make_target
+from autosched.targets.base import check_search_space
 
 
 def run_module(config: RunConfig, input_file: str | None, resume: bool, dry_run: bool, progress):
@@ -53,14 +58,12 @@ def log_analysis(tuning: Tuning, config: RunConfig, analysis: Analysis) -> None:
 
 
 def prepare(config: RunConfig, input_file: str | None):
-    from autosched.targets import make_target
-
     path = input_file or config.input_file
     if not path:
         raise UserError("no input file: give FILE.mlir or set [Env] input_file in the cfg")
     config = with_overrides(config, input_file=path)
     target = make_target(config)
-    target.check_search_space(config)
+    check_search_space(target, config)
     analysis = analyze_file(path)
     for problem in list(analysis.problems):
         reason = target.supports(problem) or memory_problem(problem)
@@ -74,11 +77,6 @@ def prepare(config: RunConfig, input_file: str | None):
 
 def dry_run_report(config: RunConfig, target, analysis: Analysis) -> None:
     """Analysis, spaces and variant files, with no compiler run."""
-    from autosched.ops.matmul_kernel import variant_path, write_text
-    from autosched.ops.registry import kind_of
-    from autosched.run.tuning import space_tuner
-    from autosched.search.space import build_space
-
     for problem in analysis.problems:
         space = build_space(problem, target, config.knob_space)
         tuner = space_tuner(config, target, space)
@@ -110,9 +108,6 @@ def export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple[
     """The input module with the winners attached, the same winners as a tuning spec, and
     custom-kernel winners (which no lowering configuration can carry) as a preprocessing
     spec that substitutes their kernels."""
-    from autosched.ops.matmul_kernel import tuned_input_module, write_text
-    from autosched.outputs.spec import write_spec
-
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
     custom = [(problem, point) for problem, _, point in best if not target.in_spec(point)]
     if custom or os.path.exists(paths.custom_spec):

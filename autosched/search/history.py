@@ -21,7 +21,7 @@ from autosched.ops.registry import BASE_KIND
 from autosched.outputs.records import Trial, problem_from_shape
 from autosched.search.landscape import Landscape
 from autosched.search.tuners import History
-from autosched.targets.base import Target
+from autosched.targets.base import Target, recorded_point
 
 MAX_PROBLEMS = 8  # the newest problems a history holds
 MIN_POINTS = 4  # successful points a problem needs to teach a ranking
@@ -57,7 +57,7 @@ def database_history(
         rows, scores = [], []
         for trial in points.values():
             try:
-                features = target.features(other, target.recorded_point(trial.point))
+                features = target.features(other, recorded_point(target, trial.point))
                 rows.append([float(features[c]) for c in columns])
             except (KeyError, TypeError, ValueError, ZeroDivisionError):
                 continue  # a point today's target cannot describe

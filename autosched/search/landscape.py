@@ -25,6 +25,7 @@ from autosched.errors import UserError
 from autosched.outputs.records import problem_from_shape
 from autosched.search.space import matching_points
 from autosched.targets import make_target
+from autosched.targets.base import recorded_point
 from autosched.targets.cuda import MMA_FOR_TYPES, NONE
 
 # Numeric knob columns of the landscape CSV, in feature order.
@@ -237,7 +238,7 @@ def _target_features(record: dict) -> dict[str, float] | None:
     try:
         problem = problem_from_shape(shape)
         target = _target_for(record["target"], record.get("arch") or "")
-        return target.features(problem, target.recorded_point(point))
+        return target.features(problem, recorded_point(target, point))
     except (KeyError, TypeError, ValueError, ZeroDivisionError, click.ClickException):
         return None
 

@@ -169,29 +169,6 @@ class Target(KindViews, ABC):
     def knob_names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.knobs)
 
-    def check_search_space(self, config: RunConfig) -> None:
-        """Every knob the cfg sets must be a knob of this target, with values of its type."""
-        knobs = self.all_knobs()
-        for key, values in config.knob_space.items():
-            spec = next((k for k in knobs if k.name == key), None)
-            section = f"{config.source}: [{config.knob_section(key)}]"
-            where = f"{section} {key} = {values}"
-            if spec is None:
-                raise UserError(
-                    f"{section} unknown key {key!r} for target {self.name} "
-                    f"(knobs: {', '.join(k.name for k in knobs)}; a section [SearchSpace.<target>] "
-                    "holds knobs used only with that target)"
-                )
-            for value in values:
-                if spec.choices and value not in spec.choices:
-                    raise UserError(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
-                if not spec.choices and (
-                    not isinstance(value, int) or not spec.minimum <= value <= MAX_KNOB
-                ):
-                    raise UserError(
-                        f"{where}: {value!r} is not an integer from {spec.minimum} to {MAX_KNOB}"
-                    )
-
     def check_device(self) -> None:  # noqa: B027 - most targets need no check
         """Raises UserError when this machine cannot run the target's code."""
 
@@ -202,11 +179,6 @@ class Target(KindViews, ABC):
     def supports(self, problem: Problem) -> str | None:
         """None when the target can tune this problem, else the reason it cannot."""
         return None
-
-    def recorded_point(self, point: Point) -> Point:
-        """A point as an older record wrote it, with the integer knobs added since at their
-        neutral value, 0 (so today's features can describe it)."""
-        return {**{k.name: 0 for k in self.knobs if not k.choices}, **point}
 
     def starting_points(self, problem: Problem) -> list[Point]:
         """Points known to be good on this target, measured before the tuner's own picks.
@@ -268,3 +240,33 @@ class Target(KindViews, ABC):
 
     def describe(self) -> str:
         return f"{self.name} (device {self.device})"
+
+
+def check_search_space(target: Target, config: RunConfig) -> None:
+    """Every knob the cfg sets must be a knob of this target, with values of its type."""
+    knobs = target.all_knobs()
+    for key, values in config.knob_space.items():
+        spec = next((k for k in knobs if k.name == key), None)
+        section = f"{config.source}: [{config.knob_section(key)}]"
+        where = f"{section} {key} = {values}"
+        if spec is None:
+            raise UserError(
+                f"{section} unknown key {key!r} for target {target.name} "
+                f"(knobs: {', '.join(k.name for k in knobs)}; a section [SearchSpace.<target>] "
+                "holds knobs used only with that target)"
+            )
+        for value in values:
+            if spec.choices and value not in spec.choices:
+                raise UserError(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
+            if not spec.choices and (
+                not isinstance(value, int) or not spec.minimum <= value <= MAX_KNOB
+            ):
+                raise UserError(
+                    f"{where}: {value!r} is not an integer from {spec.minimum} to {MAX_KNOB}"
+                )
+
+
+def recorded_point(target: Target, point: Point) -> Point:
+    """A point as an older record wrote it, with the integer knobs added since at their
+    neutral value, 0 (so today's features can describe it)."""
+    return {**{k.name: 0 for k in target.knobs if not k.choices}, **point}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from autosched.config import Knob, RunConfig
 from autosched.errors import UserError
 from autosched.kernels.base import WARP
-from autosched.kernels.registry import all_families, families_for, family_knobs
+from autosched.kernels.registry import all_families, families_for, family_knobs, family_of
 from autosched.measure.contract import runtime_flags_text
 from autosched.ops.matmul import MatmulProblem
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, Target
@@ -322,7 +322,7 @@ class CudaTarget(Target):
 
     def workgroup_size(self, point: Point) -> list[int]:
         """The workgroup_size IREE needs for a point's tiles."""
-        family = self.kernel_family(point)
+        family = family_of(point)
         if family is not None:
             return family.workgroup_size(point)
         if is_mma(point):
@@ -340,10 +340,6 @@ class CudaTarget(Target):
     def kernel_families(self) -> list:
         """The custom kernel families of this view's kind (kernels/registry.py)."""
         return families_for(self.root_kind)
-
-    def kernel_family(self, point: Point):
-        """The kernel family a point is of, or None for a point of IREE's pipelines."""
-        return next((f for f in self.kernel_families() if f.selects(point)), None)
 
     # ---- attribute text -----------------------------------------------------------------
 
@@ -400,11 +396,11 @@ class CudaTarget(Target):
         )
 
     def in_spec(self, point: Point) -> bool:
-        return self.kernel_family(point) is None
+        return family_of(point) is None
 
     def source_command(self, problem: MatmulProblem, point: Point, source: str) -> list[str]:
         """Custom kernels: Triton compiles the point to PTX and writes its extern module."""
-        family = self.kernel_family(point)
+        family = family_of(point)
         return [] if family is None else family.source_command(problem, point, source, self.arch)
 
     def compile_flags(self) -> list[str]:
@@ -447,7 +443,7 @@ class CudaTarget(Target):
     # ---- names and features -------------------------------------------------------------
 
     def config_name(self, point: Point) -> str:
-        family = self.kernel_family(point)
+        family = family_of(point)
         if family is not None:
             return family.config_name(point)
         tiles = f"wg{point['tile_m']}x{point['tile_n']}x{point['tile_k']}"
@@ -468,7 +464,7 @@ class CudaTarget(Target):
         workgroups = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * max(problem.batch, 1)
         workgroups *= split
         waves = workgroups / self.sm_count
-        family = self.kernel_family(point)
+        family = family_of(point)
         custom = family is not None
         shared = (
             family.shared_memory(problem, point, self)

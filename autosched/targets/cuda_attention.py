@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from autosched.kernels.base import WARP
-from autosched.kernels.registry import families_for, family_knobs
+from autosched.kernels.registry import families_for, family_knobs, family_of
 from autosched.ops.attention import AttentionProblem
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, by_role, powers_of_two
 from autosched.targets.cuda import CudaTarget
@@ -176,7 +176,7 @@ class CudaAttentionTarget(CudaTarget):
         return f"{{pv_attrs = {attrs([1], 'k1')}, qk_attrs = {attrs([0, 1], 'n')}}}"
 
     def config_name(self, point: Point) -> str:
-        family = self.kernel_family(point)
+        family = family_of(point)
         if family is not None:
             return family.config_name(point)
         return f"q{point['q_tile']}_kv{point['kv_tile']}_w{point['q_warps']}"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from autosched.kernels.base import WARP
-from autosched.kernels.registry import families_for, family_knobs
+from autosched.kernels.registry import families_for, family_knobs, family_of
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
 from autosched.targets import cuda_simt_convolution as simt
 from autosched.targets.base import Constraint, Family, KnobSpec, Point, powers_of_two
@@ -295,7 +295,7 @@ class CudaConvolutionTarget(CudaTarget):
         )
 
     def config_name(self, point: Point) -> str:
-        family = self.kernel_family(point)
+        family = family_of(point)
         if family is not None:
             return family.config_name(point)
         if point.get("thread_f"):
@@ -309,7 +309,7 @@ class CudaConvolutionTarget(CudaTarget):
         memory, and the tile's reuse (multiply-adds per element loaded)."""
         numeric = [k.name for k in CONVOLUTION_KNOBS if not k.choices]
         knobs = {f"log2_{k}": math.log2(max(point.get(k, 0), 1)) for k in numeric}
-        family = self.kernel_family(point)
+        family = family_of(point)
         if family is not None:
             return {**knobs, **family.features(problem, point, self)}
         if uses_simt(problem):

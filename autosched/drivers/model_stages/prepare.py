@@ -34,7 +34,7 @@ from autosched.ops.registry import kind_of
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import check_starter
 from autosched.targets import make_target
-from autosched.targets.base import Target
+from autosched.targets.base import Target, check_search_space
 
 
 def prepare(config: RunConfig) -> Prepared:
@@ -42,7 +42,7 @@ def prepare(config: RunConfig) -> Prepared:
     can be tuned. Nothing is measured yet."""
     path = config.input_file
     target = make_target(config)
-    target.check_search_space(config)
+    check_search_space(target, config)
     check_starter(config.starter_spec)  # before anything is compiled, dry runs too
     paths = RunPaths.of(config)
     work = os.path.join(config.work_dir, "model")
