@@ -167,7 +167,8 @@ def test_without_its_registry_line_the_family_is_not_searched(tmp_path):
 def test_a_registered_family_replaces_a_models_matmul(tmp_path, toy_registered):
     """The toy's winner goes into the custom spec, and the model rewritten at global
     optimization runs its kernel as a `hal.dispatch.extern` in the matmul's place."""
-    from autosched.model.substitution import rewrite_model, write_substitution
+    from autosched.rewrite.apply import rewrite_model
+    from autosched.rewrite.spec import write_substitution
 
     target, problem = _target(tmp_path), _problem()
     point = {"pipeline": TOY, "tile_m": 64, "tile_n": 64, "warps": 4}

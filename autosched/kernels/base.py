@@ -47,7 +47,7 @@ class KernelBinary:
 
 @dataclass(frozen=True)
 class Absorbs:
-    """What a family's kernel takes over around its op in a model (model/substitution.py
+    """What a family's kernel takes over around its op in a model (the rewrite
     asks before it builds the extra kernels for each)."""
 
     narrow_output: bool = False  # the truncf of an f32 result: the kernel stores the narrow type
