@@ -478,7 +478,8 @@ def main() -> None:
                 )
             )
         code, wall, _ = run_autosched(folder, model_path, options.budget, options.time_budget)
-        summary_path = os.path.join(folder, "generated", "results.summary.json")
+        # each model runs in its own work folder, generated/<model stem>/
+        summary_path = os.path.join(folder, "generated", name, "results.summary.json")
         summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
         rows.append((name, shape, eager, compiled, code, wall, summary, sdpa))
         print(f"{name}: exit {code}, {wall:.0f} s", flush=True)

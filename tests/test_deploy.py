@@ -19,7 +19,7 @@ from test_apply import LLAMA_POINTS, MODELS, write_spec
 from autosched.cli import cli
 from autosched.config import RunConfig
 from autosched.drivers.custom_route import custom_commands
-from autosched.drivers.model_run import tuned_model_command
+from autosched.drivers.model_stages.report import tuned_model_command
 from autosched.drivers.proof import compile_model
 from autosched.ops.matmul import analyze_file
 from autosched.outputs.spec import tuning_spec
