@@ -400,3 +400,24 @@ def test_a_model_the_proof_cannot_run_is_refused_before_the_search(folder, text,
     (folder / "model.mlir").write_text(text)
     assert_one_error(invoke("run", "model.mlir", "--budget", "2"), expected)
     assert not (folder / "generated" / "model" / "tuning.jsonl").exists()
+
+
+def test_simulate_skips_a_record_whose_shape_is_not_an_object_naming_the_line(folder):
+    """Issue 50: `"shape": [1]` ended in an internal AttributeError; `run` skips the line."""
+    shape = {"op": "linalg.matmul", "m": 32, "n": 32, "k": 32, "batch": 0}
+    shape |= {"lhs_type": "f32", "rhs_type": "f32", "acc_type": "f32", "zero_init": True}
+    shape |= {"transpose_a": False, "transpose_b": False}
+    common = {"problem": "p", "target": "cpu", "arch": "", "status": "ok", "baseline": False}
+    lines = [
+        common | {"shape": shape, "point": {"tile_m": 16}, "config": "a", "gflops": 3.0},
+        common | {"shape": shape, "point": {"tile_m": 32}, "config": "b", "gflops": 4.0},
+        common | {"shape": [1], "point": {"tile_m": 8}, "config": "c", "gflops": 5.0},
+    ]
+    (folder / "x.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    result = CliRunner().invoke(cli, ["simulate", "x.jsonl", "--seeds", "1", "--tuner", "grid"])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 0, result.output
+    assert "warning: x.jsonl:3: line skipped (shape is not an object)" in result.stderr
+    assert "internal error" not in result.output
+    table = result.stdout.splitlines()
+    assert table[2].split()[:2] == ["p", "2"], result.stdout  # the two good points only
