@@ -421,3 +421,26 @@ def test_simulate_skips_a_record_whose_shape_is_not_an_object_naming_the_line(fo
     assert "internal error" not in result.output
     table = result.stdout.splitlines()
     assert table[2].split()[:2] == ["p", "2"], result.stdout  # the two good points only
+
+
+def test_a_model_input_too_large_to_make_is_one_error_before_any_work(folder):
+    """Issue 50: a 100000x100000 input beside a small matmul ended, after the tuning, in an
+    internal MemoryError; now one `Error:` naming the input, its shape and size, exit 2."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def tensor(name: str, shape: list[int]):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["out"]),
+        helper.make_node("ReduceMax", ["big"], ["peak"]),
+    ]
+    inputs = [tensor("a", [16, 32]), tensor("b", [32, 24]), tensor("big", [200000, 200000])]
+    outputs = [tensor("out", [16, 24]), tensor("peak", [1, 1])]
+    graph = helper.make_graph(nodes, "big_input", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(folder / "big.onnx"))
+    result = invoke("run", "big.onnx", "--budget", "2")
+    assert_one_error(result, "big.onnx: input 2 is 200000x200000xf32, 149.0 GiB: more than")
+    assert not (folder / "generated/big/tuning.jsonl").exists()

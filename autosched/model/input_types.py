@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from autosched.measure.module_io import source_entry_function
+from autosched.measure.module_io import check_input_sizes, source_entry_function
 from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
 
 KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
@@ -19,12 +19,13 @@ KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
 
 def model_input_flags(model_path: str, flags: list[str], work: str) -> tuple[list[str], str]:
     """(the flags the model's types need, a line naming its types) from its entry function
-    as IREE reads it with every type kept."""
+    as IREE reads it with every type kept; a UserError when an input is too large to make."""
     os.makedirs(work, exist_ok=True)
     source = prepare_model(model_path, work)
     entry = source_entry_function(
         source, [*flags, KEEP_F64], None, work, LOWERING_TIMEOUT, model_path
     )
+    check_input_sizes(entry, model_path)
     inputs = sorted({spec.element for spec in entry.inputs})
     outputs = sorted({spec.element for spec in entry.outputs})
     line = f"{model_path}: takes {', '.join(inputs) or 'nothing'}, returns {', '.join(outputs)}"
