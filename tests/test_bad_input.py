@@ -444,3 +444,17 @@ def test_a_model_input_too_large_to_make_is_one_error_before_any_work(folder):
     result = invoke("run", "big.onnx", "--budget", "2")
     assert_one_error(result, "big.onnx: input 2 is 200000x200000xf32, 149.0 GiB: more than")
     assert not (folder / "generated/big/tuning.jsonl").exists()
+
+
+def test_a_bare_f64_matmul_is_tuned_in_f64(folder):
+    """Issue 50: IREE demoted the module's f64 to f32 while its inputs were made in f64, so
+    every measurement, IREE's default included, failed and the run said "nothing beat IREE's
+    default"; now the module is compiled with f64 kept and measures."""
+    (folder / "mm64.mlir").write_text(matmul_function("mm", 32, 32, 32, "f64", "f64"))
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
+    result = invoke("run", "mm64.mlir")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open(folder / "generated/mm64/tuning.jsonl")]
+    assert records and all(r["status"] == "ok" for r in records), [r["message"] for r in records]
+    assert all("--iree-input-demote-f64-to-f32=false" in r["flags"] for r in records)
+    assert "matmul_32x32x32_f64_f64_f64" in result.output
