@@ -136,7 +136,14 @@ def cli() -> None:
     type=click.Choice(EXECUTORS),
     help="local: this host's cores and devices (default); ray: a Ray cluster",
 )
-@click.option("--ray-address", help="the Ray cluster for --executor ray (default: auto)")
+@click.option(
+    "--ray-address",
+    help="the Ray cluster for --executor ray: local (a private one of this host, on the "
+    "loopback alone), HOST:PORT (a cluster you started), or auto (the default: Ray's lookup, "
+    "RAY_ADDRESS, else the cluster `ray start` last started here). A Ray cluster runs any "
+    "code from anyone who reaches its ports, with no authentication unless Ray's token is "
+    "on: keep it on a private network, with Ray's own token authentication and TLS (README)",
+)
 @click.option(
     "--parallel-problems",
     type=int,

@@ -458,3 +458,11 @@ def test_a_bare_f64_matmul_is_tuned_in_f64(folder):
     assert records and all(r["status"] == "ok" for r in records), [r["message"] for r in records]
     assert all("--iree-input-demote-f64-to-f32=false" in r["flags"] for r in records)
     assert "matmul_32x32x32_f64_f64_f64" in result.output
+
+
+def test_run_help_says_what_a_ray_cluster_exposes():
+    """Issue 50: a Ray cluster is a remote shell to whoever reaches its ports; `--help` says
+    so and names the choices of cluster."""
+    text = " ".join(invoke("run", "--help").output.split())
+    assert "A Ray cluster runs any code from anyone who reaches its ports" in text
+    assert "local (a private one of this host, on the loopback alone)" in text

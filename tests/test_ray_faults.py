@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import shutil
 import signal
@@ -381,3 +382,61 @@ def test_a_nodes_temporary_folder_that_fills_ends_the_run(
     assert "No space left on device" in last and "Traceback" not in output, output[-3000:]
     assert all(r["status"] == "ok" for r in _records(folder)), _records(folder)
     _assert_once_each(folder)
+
+
+# Joins a `local` cluster as a run does, then prints its line, its nodes' addresses and the
+# address of every socket that the driver and the cluster's processes (its children) listen on.
+LOOPBACK_PROBE = """
+import json, os
+import ray
+from autosched.measure.ray import describe_cluster, join_cluster
+
+join_cluster(ray, "local")
+print(describe_cluster(ray, "local"))
+children = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        continue
+    children.setdefault(parent, []).append(int(pid))
+tree, todo = [], [os.getpid()]
+while todo:
+    tree.append(todo.pop())
+    todo += children.get(tree[-1], [])
+sockets = set()
+for pid in tree:
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        continue
+    sockets |= {link[8:-1] for link in links if link.startswith("socket:[")}
+listening = []
+for table in ("tcp", "tcp6"):
+    with open(f"/proc/net/{table}") as handle:
+        for row in handle.read().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in sockets:  # LISTEN, ours
+                listening.append(fields[1].rsplit(":", 1)[0])
+print(json.dumps({"nodes": [n["NodeManagerAddress"] for n in ray.nodes()], "listening": listening}))
+ray.shutdown()
+"""
+LOOPBACK_HEX = ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
+
+
+def test_a_local_cluster_listens_on_the_loopback_alone():
+    """Issue 50: `--ray-address local` started Ray's servers on every interface (a Ray cluster
+    runs any code sent to its ports). Its node address is now 127.0.0.1, every socket of it
+    listens there, and the run's line says which cluster it joined."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOOPBACK_PROBE], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line, found = done.stdout.strip().splitlines()[-2:]
+    assert line.startswith("ray: joined a private cluster of this host at 127.0.0.1:"), line
+    assert "1 node(s) (127.0.0.1)" in line, line
+    found = json.loads(found)
+    assert found["nodes"] == ["127.0.0.1"]
+    assert found["listening"], "no listening socket found: the probe is broken"
+    assert all(address in LOOPBACK_HEX for address in found["listening"]), found["listening"]
