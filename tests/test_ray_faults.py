@@ -440,3 +440,42 @@ def test_a_local_cluster_listens_on_the_loopback_alone():
     assert found["nodes"] == ["127.0.0.1"]
     assert found["listening"], "no listening socket found: the probe is broken"
     assert all(address in LOOPBACK_HEX for address in found["listening"]), found["listening"]
+
+
+@pytest.mark.slow  # about 15 s a case
+@pytest.mark.parametrize("after", [0.0, 2.0])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_a_local_cluster_starts_ends_the_run_and_the_cluster(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth, signum, after
+):
+    """Issue 50: a signal while `ray.init` started the run's private cluster met Ray's own
+    handlers (exit 15, or an abort with Python's fatal-error dump) or was lost, and the
+    cluster's agents outlived the run. Now: the signal's line and code, no traceback, and
+    nothing of the cluster left running."""
+    temp = tmp_path_factory.mktemp("s")  # short: Ray's socket paths have a length limit
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    folder = _project(tmp_path / "signal")
+    run = _autosched(folder, "--executor", "ray", "--ray-address", "local", wait=False)
+    family: dict[int, bytes] = {}
+    try:
+        _wait_for(lambda: _pids(f"gcs_server.*{temp}"), run, timeout=120)  # Ray is starting
+        deadline = time.monotonic() + after
+        while time.monotonic() < deadline or not family:
+            family.update(_family(run.pid))
+            time.sleep(0.05)
+        run.send_signal(signum)
+        while run.poll() is None:  # the cluster's processes, as they come and go
+            family.update(_family(run.pid))
+            time.sleep(0.05)
+        output, _ = run.communicate(timeout=120)
+    finally:
+        run.kill() if run.poll() is None else None
+    time.sleep(3)  # what the run's shutdown stopped has exited
+    left = [pid for pid, line in family.items() if line and _command_line(pid) == line]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert run.returncode == 128 + signum, output[-3000:]
+    assert "Traceback" not in output and "Fatal Python error" not in output, output[-3000:]
+    name = "interrupted" if signum == signal.SIGINT else "SIGTERM"
+    assert output.strip().splitlines()[-1].startswith(f"{name}: "), output[-3000:]
+    assert left == [], [family[pid] for pid in left]

@@ -163,13 +163,30 @@ def one_host_only(ray) -> Iterator[None]:
         ray_constants.ENABLE_RAY_CLUSTER = saved[1]
 
 
+@contextmanager
+def no_ray_sigterm_handler(ray) -> Iterator[None]:
+    """While `ray.init` runs: Ray sets no SIGTERM handler of its own (its first ends the
+    process with status 15, the next with 1, a half-started cluster left behind)."""
+    from ray._private import utils
+
+    saved = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = saved
+
+
 def join_cluster(ray, address: str) -> None:
     """`ray.init`, keeping the run's own signal handlers (Ray's would end a SIGTERM with
-    status 15 and a C++ stack dump, the records' clean-up cut short). `local` (Ray's own
-    word) starts a cluster of this host alone, on the loopback, with no dashboard."""
+    status 15 and a C++ stack dump, the records' clean-up cut short). A signal while Ray
+    starts waits for its end (an exception raised inside Ray's start aborted the process),
+    then shuts the cluster down: nothing of it is left running. `local` (Ray's own word)
+    starts a cluster of this host alone, on the loopback, with no dashboard."""
     options = {"logging_level": "ERROR", "log_to_driver": False}
     try:
-        with interrupts.kept_handlers():
+        # critical() outermost: its interrupt is raised once the run's handlers are back.
+        with interrupts.critical(), interrupts.kept_handlers(), no_ray_sigterm_handler(ray):
             if address == "local":
                 with one_host_only(ray):
                     ray.init(
@@ -181,11 +198,15 @@ def join_cluster(ray, address: str) -> None:
             else:
                 ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as error:
+        ray.shutdown()
         raise UserError(
             f"--executor ray: cannot join the Ray cluster at {address} "
             f"({str(error).splitlines()[0]}); start one with `ray start --head`, or "
             "use --ray-address local for a cluster of this host alone"
         ) from None
+    except BaseException:  # an interrupt: the cluster's processes go with the run
+        ray.shutdown()
+        raise
 
 
 def describe_cluster(ray, address: str, joined: bool = True) -> str:
@@ -336,6 +357,16 @@ class RayExecutor:
             _check_reachable(config.ray_address)
             join_cluster(ray, config.ray_address)
             self.started_ray = True
+        self.benches: list[RemoteBench] = []
+        try:
+            self._start_actors(config)
+        except BaseException:  # an interrupt, or no actor: nothing of the run left running
+            self.close()
+            raise
+
+    def _start_actors(self, config) -> None:
+        """The line that names the cluster, then one measuring actor per slot."""
+        ray = self.ray
         joined = describe_cluster(ray, config.ray_address, self.started_ray)
         click.echo(joined, err=True)
         self.events.append(joined)
@@ -345,10 +376,9 @@ class RayExecutor:
         self.remote_compile = ray.remote(num_cpus=1, max_retries=3)(_compile)
         self.actor_class = ray.remote(MeasuringActor)
         self.slots = self._device_slots()
-        self.benches = [
-            RemoteBench(ray, self._start(slot), f"ray:{slot}#{index}", self._revive)
-            for index, slot in enumerate(self.slots)
-        ]
+        for index, slot in enumerate(self.slots):
+            bench = RemoteBench(ray, self._start(slot), f"ray:{slot}#{index}", self._revive)
+            self.benches.append(bench)
 
     def _device_slots(self) -> list[str]:
         """One measuring actor per GPU of the cluster (CUDA), or per listed CPU device
