@@ -296,9 +296,7 @@ EARLY_DELAYS += [pytest.param(2.0, marks=pytest.mark.slow)]
 
 @pytest.mark.parametrize("delay", EARLY_DELAYS)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_while_the_command_starts_ends_it_with_its_line_and_code(
-    tmp_path, signum, delay
-):
+def test_a_signal_while_the_command_starts_ends_it_with_its_line_and_code(tmp_path, signum, delay):
     """Issue 50: Ctrl-C in the first seconds (IREE importing, the starter spec read) ended
     in a KeyboardInterrupt traceback (-2) or an abort, SIGTERM in -15. From the command's
     first instruction (its SIGTERM handler in place, seen in /proc) the signal ends it with
@@ -980,9 +978,10 @@ retime_top = 1
 @pytest.mark.slow  # two model runs, about a minute
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 50 item 6, diagnosed (the fix lies in run/tuning.py and drivers/model_run.py): "
-    "each problem resumes up to the whole budget (campaign passes resume_at_most=budget), so "
-    "the campaign's count exceeds the budget, and the CSV holds only the resumed records",
+    reason="issue 50 item 6, diagnosed, not fixed (run/tuning.py `resumable`, the model run's "
+    "progress total and budget line): each problem resumes up to the whole budget "
+    "(run_campaign passes resume_at_most=budget), so the count exceeds the budget, and the "
+    "CSV holds only the resumed records",
 )
 def test_a_smaller_budget_on_the_same_folder_agrees_with_the_database(tmp_path, monkeypatch):
     """`--budget 8`, then `--budget 2` in the same folder: the second run said "budget: 4 of

@@ -59,7 +59,6 @@ class TensorSpec:
         """The type as iree-run-module's --input takes it: 2x3xf32 (a scalar tensor: f32)."""
         return "x".join([*(str(d) for d in self.shape), self.element])
 
-
     @property
     def bytes(self) -> int:
         """The tensor's size in memory (i1 and other sub-byte types take a byte)."""
