@@ -955,26 +955,6 @@ def test_a_sigterm_that_waits_on_a_record_still_ends_as_sigterm():
     assert signal_name(stopped.value) == "SIGTERM"
 
 
-SMALL_BUDGET_CFG = """
-[Env]
-target = cpu
-jobs = 2
-[SearchSpace]
-tile_m = [8, 16]
-tile_n = [8, 12, 24]
-vec_m = [4]
-vec_n = [4]
-vec_k = [1]
-[SearchStrategy]
-tuner = grid
-batch_size = 2
-[Benchmark]
-repetitions = 1
-min_time = 0.005
-retime_top = 1
-"""
-
-
 @pytest.mark.slow  # two model runs, about a minute
 @pytest.mark.xfail(
     strict=True,
@@ -996,7 +976,9 @@ def test_a_smaller_budget_on_the_same_folder_agrees_with_the_database(tmp_path, 
 
     models = os.path.join(os.path.dirname(__file__), "data", "models")
     shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path)
-    (tmp_path / "auto-scheduler.cfg").write_text(SMALL_BUDGET_CFG)
+    (tmp_path / "auto-scheduler.cfg").write_text(
+        CFG.format(compile_timeout=60, run_timeout=30, env="", n_trial=4)
+    )
     monkeypatch.chdir(tmp_path)
     first = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "8"])
     assert first.exit_code == 0, first.output
