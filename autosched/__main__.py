@@ -1,8 +1,19 @@
-# SIGTERM is handled before the command's imports, which take a second or more.
-from autosched.interrupts import outside_runs
+"""`python -m autosched` and the installed `autosched` command.
 
-outside_runs()
+The signal handlers come first, before the command line's imports (IREE, numpy: a second
+or more), so that Ctrl-C or SIGTERM at any moment ends the command with its line and code.
+"""
 
-from autosched.cli import main  # noqa: E402
+from autosched.interrupts import starting_up
 
-main()
+
+def main() -> None:
+    starting_up()
+    # The command line is imported only now, behind the handlers: that is the point.
+    from autosched.cli import main as command_line
+
+    command_line()
+
+
+if __name__ == "__main__":
+    main()

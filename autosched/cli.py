@@ -136,7 +136,14 @@ def cli() -> None:
     type=click.Choice(EXECUTORS),
     help="local: this host's cores and devices (default); ray: a Ray cluster",
 )
-@click.option("--ray-address", help="the Ray cluster for --executor ray (default: auto)")
+@click.option(
+    "--ray-address",
+    help="the Ray cluster for --executor ray: local (a private one of this host, on the "
+    "loopback alone), HOST:PORT (a cluster you started), or auto (the default: Ray's lookup, "
+    "RAY_ADDRESS, else the cluster `ray start` last started here). A Ray cluster runs any "
+    "code from anyone who reaches its ports, with no authentication unless Ray's token is "
+    "on: keep it on a private network, with Ray's own token authentication and TLS (README)",
+)
 @click.option(
     "--parallel-problems",
     type=int,
@@ -239,8 +246,8 @@ def main() -> None:
     (faulthandler), so that it can be traced. An interrupted command leaves without the
     interpreter's teardown: its records, CSV and lock are done with by then, and CI once saw
     the teardown turn a Ctrl-C's 130 into an abort (-6)."""
+    interrupts.starting_up()  # first: `python -m autosched` set them already, a script not
     faulthandler.enable()
-    interrupts.outside_runs()
     try:
         _run_command()
     except SystemExit as done:
@@ -261,7 +268,7 @@ def _run_command() -> None:
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except (click.Abort, KeyboardInterrupt) as interrupt:
-        click.echo(signal_name(interrupt), err=True)
+        click.echo(f"{signal_name(interrupt)}: stopped; every record made so far is kept", err=True)
         sys.exit(interrupts.exit_code_of(interrupt))
     except OSError as error:
         click.echo(f"Error: {error}", err=True)

@@ -400,3 +400,69 @@ def test_a_model_the_proof_cannot_run_is_refused_before_the_search(folder, text,
     (folder / "model.mlir").write_text(text)
     assert_one_error(invoke("run", "model.mlir", "--budget", "2"), expected)
     assert not (folder / "generated" / "model" / "tuning.jsonl").exists()
+
+
+def test_simulate_skips_a_record_whose_shape_is_not_an_object_naming_the_line(folder):
+    """Issue 50: `"shape": [1]` ended in an internal AttributeError; `run` skips the line."""
+    shape = {"op": "linalg.matmul", "m": 32, "n": 32, "k": 32, "batch": 0}
+    shape |= {"lhs_type": "f32", "rhs_type": "f32", "acc_type": "f32", "zero_init": True}
+    shape |= {"transpose_a": False, "transpose_b": False}
+    common = {"problem": "p", "target": "cpu", "arch": "", "status": "ok", "baseline": False}
+    lines = [
+        common | {"shape": shape, "point": {"tile_m": 16}, "config": "a", "gflops": 3.0},
+        common | {"shape": shape, "point": {"tile_m": 32}, "config": "b", "gflops": 4.0},
+        common | {"shape": [1], "point": {"tile_m": 8}, "config": "c", "gflops": 5.0},
+    ]
+    (folder / "x.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    result = CliRunner().invoke(cli, ["simulate", "x.jsonl", "--seeds", "1", "--tuner", "grid"])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 0, result.output
+    assert "warning: x.jsonl:3: line skipped (shape is not an object)" in result.stderr
+    assert "internal error" not in result.output
+    table = result.stdout.splitlines()
+    assert table[2].split()[:2] == ["p", "2"], result.stdout  # the two good points only
+
+
+def test_a_model_input_too_large_to_make_is_one_error_before_any_work(folder):
+    """Issue 50: a 100000x100000 input beside a small matmul ended, after the tuning, in an
+    internal MemoryError; now one `Error:` naming the input, its shape and size, exit 2."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def tensor(name: str, shape: list[int]):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["out"]),
+        helper.make_node("ReduceMax", ["big"], ["peak"]),
+    ]
+    inputs = [tensor("a", [16, 32]), tensor("b", [32, 24]), tensor("big", [200000, 200000])]
+    outputs = [tensor("out", [16, 24]), tensor("peak", [1, 1])]
+    graph = helper.make_graph(nodes, "big_input", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(folder / "big.onnx"))
+    result = invoke("run", "big.onnx", "--budget", "2")
+    assert_one_error(result, "big.onnx: input 2 is 200000x200000xf32, 149.0 GiB: more than")
+    assert not (folder / "generated/big/tuning.jsonl").exists()
+
+
+def test_a_bare_f64_matmul_is_tuned_in_f64(folder):
+    """Issue 50: IREE demoted the module's f64 to f32 while its inputs were made in f64, so
+    every measurement, IREE's default included, failed and the run said "nothing beat IREE's
+    default"; now the module is compiled with f64 kept and measures."""
+    (folder / "mm64.mlir").write_text(matmul_function("mm", 32, 32, 32, "f64", "f64"))
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
+    result = invoke("run", "mm64.mlir")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open(folder / "generated/mm64/tuning.jsonl")]
+    assert records and all(r["status"] == "ok" for r in records), [r["message"] for r in records]
+    assert all("--iree-input-demote-f64-to-f32=false" in r["flags"] for r in records)
+    assert "matmul_32x32x32_f64_f64_f64" in result.output
+
+
+def test_run_help_says_what_a_ray_cluster_exposes():
+    """Issue 50: a Ray cluster is a remote shell to whoever reaches its ports; `--help` says
+    so and names the choices of cluster."""
+    text = " ".join(invoke("run", "--help").output.split())
+    assert "A Ray cluster runs any code from anyone who reaches its ports" in text
+    assert "local (a private one of this host, on the loopback alone)" in text

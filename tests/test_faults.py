@@ -244,14 +244,17 @@ def test_signal_during_a_hung_compile_stops_at_once_and_kills_the_children(tunin
 
 
 @pytest.mark.parametrize(
-    "when, exit_code",
-    [("outside_runs", 128 + signal.SIGTERM), ("shutting_down", 0)],
-)
-def test_sigterm_outside_a_run_ends_the_command_quietly(when, exit_code):
-    """Before a run starts, SIGTERM ends the command with 143; once its last record and line
-    are written (the interpreter shutting down, which puts the default handler back), it is
-    ignored and the exit code stands. Never death by the signal (-15), and no traceback: CI
-    once caught the random-moment test below in that last window."""
+    "when, exit_code, line",
+    [
+        ("starting_up", 128 + signal.SIGTERM, "\nSIGTERM: stopped before any measurement; nothing to keep\n"),
+        ("shutting_down", 0, ""),
+    ],
+)  # fmt: skip
+def test_sigterm_outside_a_run_ends_the_command_with_its_code(when, exit_code, line):
+    """Before a run starts, SIGTERM ends the command with 143 and its line; once its last
+    record and line are written (the interpreter shutting down, which puts the default
+    handler back), it is ignored and the exit code stands. Never death by the signal (-15),
+    and no traceback: CI once caught the random-moment test below in that last window."""
     code = (
         "import os, signal, sys, time\n"
         "from autosched import interrupts\n"
@@ -262,7 +265,64 @@ def test_sigterm_outside_a_run_ends_the_command_quietly(when, exit_code):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == exit_code, done.stderr
-    assert done.stdout == "started\n" and done.stderr == ""
+    assert done.stdout == "started\n" and done.stderr == line
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler of its own for SIGTERM (/proc's SigCgt mask): the
+    command's first instruction has run."""
+    with open(f"/proc/{pid}/status") as handle:
+        caught = next(line for line in handle if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def _session_leftovers(session: int) -> list[int]:
+    """Live processes of the session (the run's own children share it)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[4]) == session and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+EARLY_DELAYS = [0.0, 0.1, 0.3, 0.6, pytest.param(1.0, marks=pytest.mark.slow)]
+EARLY_DELAYS += [pytest.param(2.0, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("delay", EARLY_DELAYS)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_command_starts_ends_it_with_its_line_and_code(tmp_path, signum, delay):
+    """Issue 50: Ctrl-C in the first seconds (IREE importing, the starter spec read) ended
+    in a KeyboardInterrupt traceback (-2) or an abort, SIGTERM in -15. From the command's
+    first instruction (its SIGTERM handler in place, seen in /proc) the signal ends it with
+    one line, 130 or 143, nothing left running."""
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "matmul.mlir")
+    command = [sys.executable, "-m", "autosched", "run", os.path.abspath(example)]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not _catches_sigterm(process.pid):
+        assert process.poll() is None and time.monotonic() < deadline, "the command never began"
+        time.sleep(0.002)
+    time.sleep(delay)
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)  # as a terminal sends Ctrl-C
+    else:
+        process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum, stderr
+    assert_clean_stderr(stderr)
+    name = "interrupted" if signum == signal.SIGINT else "SIGTERM"
+    assert stderr.strip().splitlines()[-1].startswith(f"{name}: "), stderr
+    time.sleep(0.2)  # a killed child's exit
+    assert _session_leftovers(process.pid) == []
 
 
 @pytest.mark.slow
@@ -893,3 +953,45 @@ def test_a_sigterm_that_waits_on_a_record_still_ends_as_sigterm():
         processes.reset()
     assert interrupts.exit_code_of(stopped.value) == 143
     assert signal_name(stopped.value) == "SIGTERM"
+
+
+@pytest.mark.slow  # two model runs, about a minute
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 50 item 6, diagnosed, not fixed (run/tuning.py `resumable`, the model run's "
+    "progress total and budget line): each problem resumes up to the whole budget "
+    "(run_campaign passes resume_at_most=budget), so the count exceeds the budget, and the "
+    "CSV holds only the resumed records",
+)
+def test_a_smaller_budget_on_the_same_folder_agrees_with_the_database(tmp_path, monkeypatch):
+    """`--budget 8`, then `--budget 2` in the same folder: the second run said "budget: 4 of
+    2 trials used" and "6/4 measured", and rewrote the CSV with 6 rows while the database
+    held 10. The budget line, the progress and the CSV must agree with the database."""
+    import re
+    import shutil
+
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    models = os.path.join(os.path.dirname(__file__), "data", "models")
+    shutil.copy(os.path.join(models, "gemm_matmul_transpose.onnx"), tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(
+        CFG.format(compile_timeout=60, run_timeout=30, env="", n_trial=4)
+    )
+    monkeypatch.chdir(tmp_path)
+    first = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "8"])
+    assert first.exit_code == 0, first.output
+    second = CliRunner().invoke(cli, ["run", "gemm_matmul_transpose.onnx", "--budget", "2"])
+    assert second.exit_code == 0, second.output
+    folder = tmp_path / "generated" / "gemm_matmul_transpose"
+    records = [json.loads(line) for line in (folder / "tuning.jsonl").read_text().splitlines()]
+    with open(folder / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted((r["problem"], r["config"]) for r in rows) == sorted(
+        (r["problem"], r["config"]) for r in records
+    ), "the CSV does not hold the database's records"
+    for done, total in re.findall(r"(\d+)/(\d+) measured", second.output):
+        assert int(done) <= int(total), second.output
+    used, budget = map(int, re.search(r"budget: (\d+) of (\d+) trials", second.output).groups())
+    assert used <= budget, second.output

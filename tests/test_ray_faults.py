@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import shutil
 import signal
@@ -381,3 +382,100 @@ def test_a_nodes_temporary_folder_that_fills_ends_the_run(
     assert "No space left on device" in last and "Traceback" not in output, output[-3000:]
     assert all(r["status"] == "ok" for r in _records(folder)), _records(folder)
     _assert_once_each(folder)
+
+
+# Joins a `local` cluster as a run does, then prints its line, its nodes' addresses and the
+# address of every socket that the driver and the cluster's processes (its children) listen on.
+LOOPBACK_PROBE = """
+import json, os
+import ray
+from autosched.measure.ray import describe_cluster, join_cluster
+
+join_cluster(ray, "local")
+print(describe_cluster(ray, "local"))
+children = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        continue
+    children.setdefault(parent, []).append(int(pid))
+tree, todo = [], [os.getpid()]
+while todo:
+    tree.append(todo.pop())
+    todo += children.get(tree[-1], [])
+sockets = set()
+for pid in tree:
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        continue
+    sockets |= {link[8:-1] for link in links if link.startswith("socket:[")}
+listening = []
+for table in ("tcp", "tcp6"):
+    with open(f"/proc/net/{table}") as handle:
+        for row in handle.read().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in sockets:  # LISTEN, ours
+                listening.append(fields[1].rsplit(":", 1)[0])
+print(json.dumps({"nodes": [n["NodeManagerAddress"] for n in ray.nodes()], "listening": listening}))
+ray.shutdown()
+"""
+LOOPBACK_HEX = ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
+
+
+def test_a_local_cluster_listens_on_the_loopback_alone():
+    """Issue 50: `--ray-address local` started Ray's servers on every interface (a Ray cluster
+    runs any code sent to its ports). Its node address is now 127.0.0.1, every socket of it
+    listens there, and the run's line says which cluster it joined."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOOPBACK_PROBE], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line, found = done.stdout.strip().splitlines()[-2:]
+    assert line.startswith("ray: joined a private cluster of this host at 127.0.0.1:"), line
+    assert "1 node(s) (127.0.0.1)" in line, line
+    found = json.loads(found)
+    assert found["nodes"] == ["127.0.0.1"]
+    assert found["listening"], "no listening socket found: the probe is broken"
+    assert all(address in LOOPBACK_HEX for address in found["listening"]), found["listening"]
+
+
+@pytest.mark.slow  # about 15 s a case
+@pytest.mark.parametrize("after", [0.0, 2.0])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_a_local_cluster_starts_ends_the_run_and_the_cluster(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth, signum, after
+):
+    """Issue 50: a signal while `ray.init` started the run's private cluster met Ray's own
+    handlers (exit 15, or an abort with Python's fatal-error dump) or was lost, and the
+    cluster's agents outlived the run. Now: the signal's line and code, no traceback, and
+    nothing of the cluster left running."""
+    temp = tmp_path_factory.mktemp("s")  # short: Ray's socket paths have a length limit
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    folder = _project(tmp_path / "signal")
+    run = _autosched(folder, "--executor", "ray", "--ray-address", "local", wait=False)
+    family: dict[int, bytes] = {}
+    try:
+        _wait_for(lambda: _pids(f"gcs_server.*{temp}"), run, timeout=120)  # Ray is starting
+        deadline = time.monotonic() + after
+        while time.monotonic() < deadline or not family:
+            family.update(_family(run.pid))
+            time.sleep(0.05)
+        run.send_signal(signum)
+        while run.poll() is None:  # the cluster's processes, as they come and go
+            family.update(_family(run.pid))
+            time.sleep(0.05)
+        output, _ = run.communicate(timeout=120)
+    finally:
+        run.kill() if run.poll() is None else None
+    time.sleep(3)  # what the run's shutdown stopped has exited
+    left = [pid for pid, line in family.items() if line and _command_line(pid) == line]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert run.returncode == 128 + signum, output[-3000:]
+    assert "Traceback" not in output and "Fatal Python error" not in output, output[-3000:]
+    name = "interrupted" if signum == signal.SIGINT else "SIGTERM"
+    assert output.strip().splitlines()[-1].startswith(f"{name}: "), output[-3000:]
+    assert left == [], [family[pid] for pid in left]

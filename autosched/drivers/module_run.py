@@ -13,6 +13,7 @@ from autosched.config import RunConfig, with_overrides
 from autosched.drivers.guard import exit_interrupted, guarded_run
 from autosched.errors import UserError
 from autosched.measure.worker import memory_problem
+from autosched.model.input_types import problem_input_flags
 from autosched.ops.matmul import Analysis, analyze_file
 from autosched.ops.matmul_kernel import tuned_input_module, variant_path, write_text
 from autosched.ops.registry import kind_of
@@ -72,6 +73,7 @@ def prepare(config: RunConfig, input_file: str | None):
             click.echo(f"skipping {problem.name}: {reason}", err=True)
     if not analysis.problems:
         raise UserError(f"{path}: no matmul in the module can be tuned for target {target.name}")
+    target.use_input_flags(problem_input_flags(analysis.problems))
     return config, target, analysis
 
 

@@ -15,7 +15,9 @@ That compile stops after input conversion and takes about 0.1 s.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +38,11 @@ from autosched.model.lowering import prepare_model
 from autosched.ops.base import TOLERANCE
 
 INTEGER_HIGH = 8  # integer inputs are drawn from [0, 8): valid as small indices and counts
+# One input may take at most this share of the machine's memory: it is drawn in float64 (8
+# bytes an element, twice over while scaled) before it is converted and written, and
+# iree-run-module then holds it again beside the model's own buffers.
+INPUT_MEMORY_SHARE = 16
+GIB = 1 << 30
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,6 +58,11 @@ class TensorSpec:
     def text(self) -> str:
         """The type as iree-run-module's --input takes it: 2x3xf32 (a scalar tensor: f32)."""
         return "x".join([*(str(d) for d in self.shape), self.element])
+
+    @property
+    def bytes(self) -> int:
+        """The tensor's size in memory (i1 and other sub-byte types take a byte)."""
+        return math.prod(self.shape) * _element_bytes(self.element)
 
 
 @dataclass(frozen=True)
@@ -211,6 +223,32 @@ def _scale(spec: TensorSpec) -> float:
     return 1.0 / max(1.0, float(max(spec.shape, default=1))) ** 0.5
 
 
+def _element_bytes(element: str) -> int:
+    """Bytes of one element: the width in the type's name (f16, bf16, i1, f8E4M3FN, ...)
+    rounded up to a byte; 4 when the name has none."""
+    bits = re.search(r"\d+", element)
+    return max(8, int(bits.group())) // 8 if bits else 4
+
+
+def physical_memory() -> int:
+    """The machine's memory in bytes."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_input_sizes(entry: EntryFunction, where: str) -> None:
+    """A UserError naming the first input too large to make here (see INPUT_MEMORY_SHARE),
+    before any work: numpy's MemoryError would come only after the tuning."""
+    memory = physical_memory()
+    limit = memory // INPUT_MEMORY_SHARE
+    for index, spec in enumerate(entry.inputs):
+        if spec.bytes > limit:
+            raise UserError(
+                f"{where}: input {index} is {spec.text}, {spec.bytes / GIB:.1f} GiB: more than "
+                f"1/{INPUT_MEMORY_SHARE} of this machine's {memory / GIB:.1f} GiB of memory "
+                "(the limit on one input, which is made here as random numbers)"
+            )
+
+
 def make_inputs(entry: EntryFunction, directory: str, seed: int = 0) -> list[str]:
     """Seeded random inputs written under `directory`; returns their --input flag values.
 
@@ -221,6 +259,7 @@ def make_inputs(entry: EntryFunction, directory: str, seed: int = 0) -> list[str
     f16/f32/f64 and integers go to `.npy` (`@file.npy`); bf16 goes to raw `.bin` with its type
     (`2x3xbf16=@file.bin`), since numpy has no bf16. Paths are absolute.
     """
+    check_input_sizes(entry, entry.name)
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)

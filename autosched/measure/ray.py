@@ -11,6 +11,11 @@ the run ends with one error line, every measurement so far kept.
 
 Modules and inputs travel by path: every node must see the run's work folder at the same
 path (one host, or a shared file system). Each actor checks that when it starts.
+
+Which cluster: `local` starts a private one of this host, bound to the loopback alone (a
+Ray cluster runs whatever code reaches its ports); `HOST:PORT` joins that one; `auto` is
+Ray's own lookup (RAY_ADDRESS, else the cluster `ray start` last started on this host).
+The run's first lines name the cluster it joined, its nodes and GPUs.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+import click
 import numpy as np
 
 from autosched import interrupts
@@ -127,6 +134,99 @@ def _check_reachable(address: str) -> None:
             "); start one with `ray start --head`, or use --ray-address local for a cluster "
             "of this host alone"
         ) from None
+
+
+LOOPBACK = "127.0.0.1"
+# Ray's switch for a cluster of one host (its default on macOS and Windows): read when ray is
+# imported, and by the processes the cluster starts.
+ONE_HOST_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextmanager
+def one_host_only(ray) -> Iterator[None]:
+    """While a `local` cluster starts: its node address stays the loopback, so every one of
+    its servers (GCS, raylet, object manager, agents) listens on 127.0.0.1 alone. Without the
+    switch Ray turns `_node_ip_address="127.0.0.1"` into the host's network address, for
+    other nodes to join, and its servers listen on every interface."""
+    from ray._private import ray_constants
+
+    saved = os.environ.get(ONE_HOST_SWITCH), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[ONE_HOST_SWITCH] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False  # ray may have been imported before
+    try:
+        yield
+    finally:
+        if saved[0] is None:
+            os.environ.pop(ONE_HOST_SWITCH, None)
+        else:
+            os.environ[ONE_HOST_SWITCH] = saved[0]
+        ray_constants.ENABLE_RAY_CLUSTER = saved[1]
+
+
+@contextmanager
+def no_ray_sigterm_handler(ray) -> Iterator[None]:
+    """While `ray.init` runs: Ray sets no SIGTERM handler of its own (its first ends the
+    process with status 15, the next with 1, a half-started cluster left behind)."""
+    from ray._private import utils
+
+    saved = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = saved
+
+
+def join_cluster(ray, address: str) -> None:
+    """`ray.init`, keeping the run's own signal handlers (Ray's would end a SIGTERM with
+    status 15 and a C++ stack dump, the records' clean-up cut short). A signal while Ray
+    starts waits for its end (an exception raised inside Ray's start aborted the process),
+    then shuts the cluster down: nothing of it is left running. `local` (Ray's own word)
+    starts a cluster of this host alone, on the loopback, with no dashboard."""
+    options = {"logging_level": "ERROR", "log_to_driver": False}
+    try:
+        # critical() outermost: its interrupt is raised once the run's handlers are back.
+        with interrupts.critical(), interrupts.kept_handlers(), no_ray_sigterm_handler(ray):
+            if address == "local":
+                with one_host_only(ray):
+                    ray.init(
+                        address="local",
+                        _node_ip_address=LOOPBACK,
+                        include_dashboard=False,
+                        **options,
+                    )
+            else:
+                ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        ray.shutdown()
+        raise UserError(
+            f"--executor ray: cannot join the Ray cluster at {address} "
+            f"({str(error).splitlines()[0]}); start one with `ray start --head`, or "
+            "use --ray-address local for a cluster of this host alone"
+        ) from None
+    except BaseException:  # an interrupt: the cluster's processes go with the run
+        ray.shutdown()
+        raise
+
+
+def describe_cluster(ray, address: str, joined: bool = True) -> str:
+    """The line that says which cluster the run joined (`joined`: by `join_cluster`, not
+    before the run): its address, nodes and GPUs."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    hosts = sorted({str(n.get("NodeManagerAddress")) for n in nodes})
+    resources = ray.cluster_resources()
+    gcs = ray.get_runtime_context().gcs_address
+    if not joined:
+        what = f"the cluster this process was connected to, at {gcs}"
+    elif address == "local":
+        what = f"a private cluster of this host at {gcs}, on the loopback alone"
+    else:
+        what = f"the cluster at {gcs} (--ray-address {address})"
+    shown = ", ".join(hosts[:4]) + (f" and {len(hosts) - 4} more" if len(hosts) > 4 else "")
+    return (
+        f"ray: joined {what}: {len(nodes)} node(s) ({shown}), "
+        f"{int(resources.get('GPU', 0))} GPU(s), {int(resources.get('CPU', 0))} CPU(s)"
+    )
 
 
 class MeasuringActor:
@@ -255,31 +355,30 @@ class RayExecutor:
         self.lock = threading.Lock()
         if not ray.is_initialized():
             _check_reachable(config.ray_address)
-            self._join(config.ray_address)
+            join_cluster(ray, config.ray_address)
             self.started_ray = True
+        self.benches: list[RemoteBench] = []
+        try:
+            self._start_actors(config)
+        except BaseException:  # an interrupt, or no actor: nothing of the run left running
+            self.close()
+            raise
+
+    def _start_actors(self, config) -> None:
+        """The line that names the cluster, then one measuring actor per slot."""
+        ray = self.ray
+        joined = describe_cluster(ray, config.ray_address, self.started_ray)
+        click.echo(joined, err=True)
+        self.events.append(joined)
         self.work_dir = os.path.abspath(config.work_dir)
         os.makedirs(self.work_dir, exist_ok=True)
         self.compile_timeout = config.compile_timeout
         self.remote_compile = ray.remote(num_cpus=1, max_retries=3)(_compile)
         self.actor_class = ray.remote(MeasuringActor)
         self.slots = self._device_slots()
-        self.benches = [
-            RemoteBench(ray, self._start(slot), f"ray:{slot}#{index}", self._revive)
-            for index, slot in enumerate(self.slots)
-        ]
-
-    def _join(self, address: str) -> None:
-        """`ray.init`, keeping the run's own signal handlers (Ray's would end a SIGTERM with
-        status 15 and a C++ stack dump, the records' clean-up cut short)."""
-        try:  # "local" (Ray's own word) starts a cluster of this host alone
-            with interrupts.kept_handlers():
-                self.ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as error:
-            raise UserError(
-                f"--executor ray: cannot join the Ray cluster at {address} "
-                f"({str(error).splitlines()[0]}); start one with `ray start --head`, or "
-                "use --ray-address local for a cluster of this host alone"
-            ) from None
+        for index, slot in enumerate(self.slots):
+            bench = RemoteBench(ray, self._start(slot), f"ray:{slot}#{index}", self._revive)
+            self.benches.append(bench)
 
     def _device_slots(self) -> list[str]:
         """One measuring actor per GPU of the cluster (CUDA), or per listed CPU device

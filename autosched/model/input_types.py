@@ -10,24 +10,38 @@ demotion; its answers then match ONNX's to about 1e-15.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
-from autosched.measure.module_io import source_entry_function
+from autosched.measure.module_io import check_input_sizes, source_entry_function
 from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
+from autosched.ops.base import Problem
 
 KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
 
 
 def model_input_flags(model_path: str, flags: list[str], work: str) -> tuple[list[str], str]:
     """(the flags the model's types need, a line naming its types) from its entry function
-    as IREE reads it with every type kept."""
+    as IREE reads it with every type kept; a UserError when an input is too large to make."""
     os.makedirs(work, exist_ok=True)
     source = prepare_model(model_path, work)
     entry = source_entry_function(
         source, [*flags, KEEP_F64], None, work, LOWERING_TIMEOUT, model_path
     )
+    check_input_sizes(entry, model_path)
     inputs = sorted({spec.element for spec in entry.inputs})
     outputs = sorted({spec.element for spec in entry.outputs})
     line = f"{model_path}: takes {', '.join(inputs) or 'nothing'}, returns {', '.join(outputs)}"
     if "f64" in inputs + outputs:
         return [KEEP_F64], line + f"; compiled with {KEEP_F64} (IREE demotes f64 by default)"
     return [], line
+
+
+def problem_input_flags(problems: Iterable[Problem]) -> list[str]:
+    """The flags a module of bare ops needs for its problems' element types: an f64 problem
+    is compiled with f64 kept, as its inputs are made (demoted, every measurement of it,
+    IREE's default included, failed on an f32/f64 input mismatch)."""
+    for problem in problems:
+        operands = problem.check_operands() or []
+        if "f64" in {operand.element for operand in operands} | {problem.out_type}:
+            return [KEEP_F64]
+    return []

@@ -266,15 +266,43 @@ def _record_score(record: dict) -> float:
     return float(gflops)
 
 
+WARNED_LINES = 3  # malformed lines named one by one; the rest are counted
+
+
+def _malformed(record: dict) -> str:
+    """Why a record's fields cannot be read as this tool writes them ("" when they can)."""
+    for key in ("shape", "point"):
+        if key in record and record[key] is not None and not isinstance(record[key], dict):
+            return f"{key} is not an object"
+    return ""
+
+
+def _warn_malformed(path: str, malformed: list[tuple[int, str]]) -> None:
+    """One warning per skipped line (file:line: reason), the first few, then a count."""
+    for number, reason in malformed[:WARNED_LINES]:
+        click.echo(f"warning: {path}:{number}: line skipped ({reason})", err=True)
+    if len(malformed) > WARNED_LINES:
+        click.echo(
+            f"warning: {path}: {len(malformed) - WARNED_LINES} more malformed line(s) skipped",
+            err=True,
+        )
+
+
 def _from_jsonl(text: str, path: str) -> list[Landscape]:
-    """One landscape per (problem, target, arch); lines that do not parse are skipped."""
+    """One landscape per (problem, target, arch); lines that do not parse are skipped, and
+    records whose fields have the wrong type are skipped with a warning naming the line."""
     groups: dict[tuple, dict] = {}
-    for line in text.splitlines():
+    malformed: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a run killed mid-write leaves a partial last line
         if not isinstance(record, dict) or not isinstance(record.get("problem"), str):
+            continue
+        reason = _malformed(record)
+        if reason:
+            malformed.append((number, reason))
             continue
         key = (record["problem"], str(record.get("target", "")), str(record.get("arch", "")))
         group = groups.setdefault(key, {"points": {}, "baseline": math.nan, "record": record})
@@ -284,8 +312,6 @@ def _from_jsonl(text: str, path: str) -> list[Landscape]:
                 group["baseline"] = score
             continue
         point = record.get("point") or {}
-        if not isinstance(point, dict):
-            continue  # not a record this tool wrote
         name = str(record.get("config") or json.dumps(point, sort_keys=True))
         previous = group["points"].get(name)
         score = _record_score(record)
@@ -294,6 +320,7 @@ def _from_jsonl(text: str, path: str) -> list[Landscape]:
             features = _record_features(record)
             group["points"][name] = (features, score, _describe_point(point, name), point)
 
+    _warn_malformed(path, malformed)
     problem_counts: dict[str, int] = {}
     for problem, _, _ in groups:
         problem_counts[problem] = problem_counts.get(problem, 0) + 1
