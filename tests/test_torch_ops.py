@@ -16,8 +16,11 @@ from conftest import MODEL_CFG
 from iree import compiler
 
 from autosched.cli import cli
+from autosched.config import RunConfig
 from autosched.errors import UserError
-from autosched.model.lowering import prepare_model
+from autosched.model.lowering import analyze_model, prepare_model
+from autosched.outputs.spec import tuning_spec
+from autosched.targets.cpu import CpuTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 CPU_BACKENDS = ["llvm-cpu"]
@@ -151,6 +154,10 @@ def test_a_model_with_nothing_to_rewrite_is_taken_as_it_is(tmp_path):
     assert not os.listdir(tmp_path)
 
 
+LM_HEAD = "batch_matmul_1x16x256x64_f32_f32_f32"  # N = vocab: the model's widest matmul
+LM_HEAD_POINT = {"tile_m": 16, "tile_n": 32, "vec_m": 8, "vec_n": 16, "vec_k": 4}
+
+
 @pytest.mark.slow  # about 2 minutes on two cores: a whole run with a budget of 6
 def test_a_transformers_causal_lm_is_tuned_end_to_end(tmp_path, monkeypatch):
     """transformers 5.17's LlamaForCausalLM (torch.diff in its mask code, `&` of masks):
@@ -164,10 +171,21 @@ def test_a_transformers_causal_lm_is_tuned_end_to_end(tmp_path, monkeypatch):
     work = tmp_path / "generated" / "hf_tiny_causal_lm_f32"
     report = json.loads((work / "results.summary.json").read_text())
     problems = {p["problem"] for p in report["problems"]}
-    assert "batch_matmul_1x16x256x64_f32_f32_f32" in problems  # the lm head
+    assert LM_HEAD in problems
     assert "batch_matmul_1x16x128x64_f32_f32_f32" in problems  # the MLP's gate and up
     assert report["trials"] == 6 and report["budget"] == 6
-    assert "model: " in result.output and "outputs match" in result.output
+    assert "\nmodel: " in result.output  # the whole model timed (a winner, or the default)
     ids = np.load(work / "model" / "proof" / "inputs" / "input0.npy")
     assert ids.dtype == np.int64 and ids.shape == (1, 16)
     assert ids.min() >= 0 and ids.max() < 256  # the vocabulary
+
+    # A spec on the lm head (the noise of two cores may leave the run no winner): the
+    # rewritten model with it answers as IREE's default build does.
+    target = CpuTarget(RunConfig())
+    analysis = analyze_model("hf_tiny_causal_lm_f32.mlirbc", target.compile_flags())
+    head = next(p for p in analysis.matmul_problems() if p.name == LM_HEAD)
+    (tmp_path / "head.mlir").write_text(tuning_spec([(head, target, LM_HEAD_POINT)]))
+    args = ["apply", "hf_tiny_causal_lm_f32.mlirbc", "--spec", "head.mlir"]
+    applied = CliRunner().invoke(cli, args)
+    assert applied.exit_code == 0, applied.output
+    assert f"{LM_HEAD} (spec)" in applied.output and "outputs match" in applied.output
