@@ -21,6 +21,7 @@ its spelling, as IREE's own FX importer (`iree.compiler.extras.fx_importer`) bui
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +38,10 @@ PROBE_TIMEOUT = 120.0
 NOT_LEGALIZED = "failed to legalize operation 'torch.operator'"
 # Operators IREE's input conversion lowers itself: an imported ONNX model is all of them.
 LOWERED_PREFIXES = ("onnx.",)
+WAY_OUT = (
+    "export the model with a decomposition for it (torch.export's run_decompositions),"
+    " or open an issue"
+)
 
 
 @dataclass
@@ -141,7 +146,7 @@ def slice_dim(tensor: ir.Value, dim: int, start: int, end: int | None) -> ir.Val
 # The rewrites: op name -> a function that returns the op's replacement value
 
 
-def rewrite_diff(op: ir.Operation) -> ir.Value | None:
+def rewrite_diff(op: ir.Operation) -> ir.Value:
     """torch.diff(x, n, dim, prepend, append): prepend and append are joined to x along dim
     once, then each of the n steps takes slice [1:] minus slice [:-1] (for bool tensors
     `!=`, as torch takes the exclusive or)."""
@@ -149,7 +154,7 @@ def rewrite_diff(op: ir.Operation) -> ir.Value | None:
     n, dim = constant_int(order), constant_int(axis)
     if n is None or dim is None:
         raise UnloweredOp(
-            "torch.aten.diff", op.location, "has an order or dim that is not a constant"
+            "torch.aten.diff", op.location, "has an order or dim that is not a constant: " + WAY_OUT
         )
     if n < 1:
         raise UnloweredOp("torch.aten.diff", op.location, f"has order {n}: torch wants n >= 1")
@@ -195,7 +200,10 @@ def rewrite_torch_ops(module: ir.Module) -> int:
     rewritten = 0
     for op in [op for op in walk_ops(module.operation) if torch_name(op) in REWRITES]:
         with op.location, ir.InsertionPoint(op):
-            replacement = REWRITES[torch_name(op)](op)
+            try:
+                replacement = REWRITES[torch_name(op)](op)
+            except ValueError as error:  # an operand the rewrite cannot type (unranked)
+                raise UnloweredOp(torch_name(op), op.location, f"{error}: {WAY_OUT}") from None
         if replacement is not None:
             op.results[0].replace_all_uses_with(replacement)
             op.erase()
@@ -256,9 +264,8 @@ def check_lowered(path: str, leftovers: list[ir.Operation]) -> None:
     raise UnloweredOp(
         operator_name(named[0]),
         named[0].location,
-        "has no lowering in IREE 3.13 and no rewrite in autosched (autosched/model/torch_ops.py):"
-        " export the model with a decomposition for it (torch.export's run_decompositions),"
-        " or open an issue",
+        "has no lowering in IREE 3.13 and no rewrite in autosched (autosched/model/torch_ops.py): "
+        + WAY_OUT,
     )
 
 
@@ -273,7 +280,9 @@ def rewrite_model(path: str, work_dir: str) -> str:
     os.makedirs(work_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(path))[0]
     out = os.path.join(work_dir, stem + ".rewritten.mlirbc")
-    with open(out, "wb") as file:
+    partial = f"{out}.{os.getpid()}.{threading.get_ident()}"  # two stages may prepare at once
+    with open(partial, "wb") as file:
         module.operation.write_bytecode(file)
+    os.replace(partial, out)
     check_lowered(out, unrewritten_operators(module))  # what the rewrites left
     return out
