@@ -30,6 +30,7 @@ from autosched import processes
 from autosched.compile import compiler_path, first_error_line, opt_path
 from autosched.errors import UserError, require_file
 from autosched.ir_walk import children, symbol, walk_ops
+from autosched.model.torch_ops import UnloweredOp, rewrite_model
 from autosched.ops.base import DispatchSite, SkippedRoot
 from autosched.ops.contraction import Contraction, producer
 from autosched.ops.matmul import MatmulProblem
@@ -165,7 +166,9 @@ def prepare_model(model_path: str, work_dir: str) -> str:
     """A file iree-compile takes for the model: the model itself, or its ONNX import.
 
     `.onnx` is imported with IREE's ONNX importer (`import_onnx`) into `work_dir`;
-    `.mlir` and `.mlirbc` are returned as they are. Every failure is a one-line UserError.
+    `.mlir` and `.mlirbc` are returned as they are, or with the torch ops IREE does not lower
+    rewritten (`torch_ops.rewrite_model`) into `work_dir`. Every failure is a one-line
+    UserError.
     """
     require_file(model_path)
     stem, suffix = os.path.splitext(os.path.basename(model_path))
@@ -176,7 +179,12 @@ def prepare_model(model_path: str, work_dir: str) -> str:
             f"not {suffix or 'no suffix'}"
         )
     if suffix != ".onnx":
-        return model_path
+        try:
+            return rewrite_model(model_path, work_dir)
+        except UnloweredOp as op:
+            raise UserError(
+                f"{model_path}: {op.name} ({source_location(op.location)}) {op.why}"
+            ) from None
     os.makedirs(work_dir, exist_ok=True)
     imported = os.path.join(work_dir, stem + ".mlirbc")
     import_onnx(model_path, imported)
