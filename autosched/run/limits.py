@@ -55,7 +55,11 @@ def candidate_limit(baseline: Trial | None, repeat: int, settings: MeasureSettin
     `run_timeout`) when the default did not run or the limit would not be shorter."""
     if baseline is None or not baseline.ok or not baseline.median_ms:
         return None
-    limit = run_limit(baseline.median_ms, repeat, settings, baseline.verify_s)
+    # The check's own steps where the worker ran it: its `verify_s` also holds the worker's
+    # start (importing IREE, opening the device), which a candidate's limit never waits for.
+    phases = baseline.verify_phases
+    check_s = sum(phases.values()) if phases else baseline.verify_s
+    limit = run_limit(baseline.median_ms, repeat, settings, check_s)
     return limit if limit < settings.run_timeout else None
 
 

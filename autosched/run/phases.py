@@ -119,9 +119,11 @@ def time_lines(clock: PhaseClock, trials: list[Trial]) -> list[str]:
     """The run's closing block: each phase's seconds and the per-candidate split."""
     phases = clock.summary()
     lines = [f"where the time went ({phases.pop('total'):.1f} s in all):"]
-    width = max((len(PHASES[name]) for name in phases), default=0)
+    nested = "search_iree" in phases or "search_custom" in phases  # a model run's
+    labels = {name: PHASES[name] if nested else PHASES[name].strip() for name in phases}
+    width = max(map(len, labels.values()), default=0)
     for name, seconds in phases.items():
-        inside = " (inside the searches)" if name in INSIDE_SEARCH else ""
-        lines.append(f"  {PHASES[name]:<{width}} {seconds:8.1f} s{inside}")
+        inside = " (inside the searches)" if nested and name in INSIDE_SEARCH else ""
+        lines.append(f"  {labels[name]:<{width}} {seconds:8.1f} s{inside}")
     lines.append(f"  {split_line(trials)}")
     return lines
