@@ -42,7 +42,7 @@ def test_the_limit_is_twenty_times_the_defaults_work_with_a_floor_and_a_ceiling(
     assert run_limit(0.01, 1, quick, floor_s=0.5) == 0.5
     assert run_limit(5000.0, 1, SETTINGS) == 60.0  # never above run_timeout
     # A check that took the default 0.4 s (a whole model's) lets a candidate's take 8 s.
-    assert run_limit(0.01, 1, quick, default_check_s=0.4) == pytest.approx(8.0)
+    assert run_limit(0.01, 1, quick, default_step_s=0.4) == pytest.approx(8.0)
 
 
 def trial(config: str, status: str = "ok", verification: str = "correct", **fields) -> Trial:
@@ -69,6 +69,9 @@ def test_a_problems_limit_comes_from_its_defaults_record():
     # A check in the worker counts its own steps, not the worker's start-up before them.
     started = trial("iree_default", median_ms=0.1, verify_s=5.0, verify_phases={"run": 0.4})
     assert candidate_limit(started, 1, SETTINGS) == pytest.approx(8.0)
+    # A timing through iree-benchmark-module that took the default 0.5 s: 10 s.
+    tool = trial("iree_default", median_ms=0.1, verify_s=0.05, timing_s=0.5)
+    assert candidate_limit(tool, 1, SETTINGS) == pytest.approx(10.0)
 
 
 MAPS = "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, affine_map<(m, n, k) -> (m, n)>]"

@@ -36,17 +36,18 @@ def run_limit(
     default_ms: float,
     dispatches_per_call: int,
     settings: MeasureSettings,
-    default_check_s: float | None = None,
+    default_step_s: float | None = None,
     factor: float = LIMIT_FACTOR,
     floor_s: float = LIMIT_FLOOR_S,
 ) -> float:
     """Seconds a candidate's check or timing may run: max(floor, factor x the default's time
-    per call x the calls the timing makes), or factor x the default's own check where that
-    is longer (a check loads the module and compares the answer), never above the cfg's
-    `run_timeout`. `default_ms` is per dispatch, as records hold it."""
+    per call x the calls the timing makes), never above the cfg's `run_timeout`. Where the
+    default's own check or timing took longer (`default_step_s`: a check loads the module
+    and compares the answer, iree-benchmark-module starts a process), factor x that.
+    `default_ms` is per dispatch, as records hold it."""
     call_s = default_ms * dispatches_per_call / 1e3
     work_s = call_s * timed_calls(call_s, settings.repetitions, settings.min_time)
-    work_s = max(work_s, default_check_s or 0.0)
+    work_s = max(work_s, default_step_s or 0.0)
     return min(settings.run_timeout, max(floor_s, factor * work_s))
 
 
@@ -59,7 +60,8 @@ def candidate_limit(baseline: Trial | None, repeat: int, settings: MeasureSettin
     # start (importing IREE, opening the device), which a candidate's limit never waits for.
     phases = baseline.verify_phases
     check_s = sum(phases.values()) if phases else baseline.verify_s
-    limit = run_limit(baseline.median_ms, repeat, settings, check_s)
+    step_s = max(check_s or 0.0, baseline.timing_s or 0.0)
+    limit = run_limit(baseline.median_ms, repeat, settings, step_s)
     return limit if limit < settings.run_timeout else None
 
 
