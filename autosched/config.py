@@ -77,8 +77,8 @@ class RunConfig:
     # is IREE's caching allocator: measure/contract.py TARGET_RUNTIME_FLAGS)
     runtime_flags: str = "auto"
     # models: every dispatch timed before and after the spec, as a table (and a picture with
-    # matplotlib), or none
-    dispatch_table: str = "all"
+    # matplotlib), or none; auto: none in fast mode (minutes count there), all otherwise
+    dispatch_table: str = "auto"
     # [SearchSpace]: knob name -> candidate values, as the user wrote them
     search_space: dict[str, list[Knob]] = field(default_factory=dict)
     # [SearchSpace.<target>]: the same, used only when that target runs
@@ -114,6 +114,13 @@ class RunConfig:
         if knob in self.target_search_spaces.get(self.target, {}):
             return f"{SEARCH_SPACE}.{self.target}"
         return SEARCH_SPACE
+
+    @property
+    def times_dispatches(self) -> bool:
+        """Whether a model run times every dispatch for its tables (`dispatch_table`)."""
+        if self.dispatch_table == "auto":
+            return self.mode != "fast"
+        return self.dispatch_table == "all"
 
 
 def work_folder(input_file: str) -> str:
@@ -173,7 +180,7 @@ TIMERS = ("auto", "tool", "worker")
 EXECUTORS = ("local", "ray")
 STARTING_POINTS = ("target", "none")
 HISTORIES = ("database", "none")
-DISPATCH_TABLES = ("all", "none")
+DISPATCH_TABLES = ("auto", "all", "none")
 LAYOUTS = ("auto", "strided", "channels_last", "none")
 _CHOICES = {
     "target": TARGETS,

@@ -136,6 +136,8 @@ class CampaignReport:
     trials: int
     mode: str
     search_s: float
+    phases_s: dict[str, float] = field(default_factory=dict)  # run/phases.py: wall s by phase
+    candidates_s: dict[str, dict] = field(default_factory=dict)  # compile/check/time split
     problems: list[dict] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     custom_trials: int = 0  # custom kernels searched on their bare kernels after the campaign

@@ -21,6 +21,7 @@ from autosched.outputs.commands import shell_line, tuned_model_steps
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.report import no_winner_line, summary_rows
 from autosched.outputs.spec import check_starter, write_spec
+from autosched.run.phases import time_lines
 from autosched.run.problem import ProblemResult, Progress
 from autosched.run.tuning import Tuning, space_tuner
 from autosched.search.space import build_space
@@ -155,6 +156,9 @@ def tune_module(
     tuning.log.write(f"search time: {time.perf_counter() - start:.1f} s")
     tuning.log.write(f"tuned module: {best_path}; tuning spec: {spec_path}")
     click.echo(summary)
+    for line in time_lines(tuning.clock, tuning.measured):
+        tuning.log.write(line)
+        click.echo(line)
     click.echo(f"\nCSV: {config.output_file}  log: {config.log_file}  tuned module: {best_path}")
     if spec_path:
         steps = tuned_model_steps("MODEL.mlir", target, spec_path, "MODEL.vmfb")

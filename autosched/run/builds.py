@@ -177,6 +177,8 @@ class CandidateBuilds:
             self._check_applied(search, candidate, builds)
         if any(result.status != "ok" for result in builds.values()):
             return None
+        if search.limit_s is not None and candidate.point is not None:
+            settings = replace(settings, run_timeout=search.limit_s)
         return MeasureTask(
             problem=search.problem,
             check_module=builds[CHECK].job.output,

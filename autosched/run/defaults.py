@@ -9,6 +9,7 @@ from autosched.measure.benchmark_tool import Timing
 from autosched.measure.contract import Executor, MeasureSettings
 from autosched.outputs.report import RunLog
 from autosched.run.builds import CandidateBuilds
+from autosched.run.limits import LIMIT_FACTOR, candidate_limit
 from autosched.run.problem import BASELINE, ProblemSearch
 
 
@@ -29,6 +30,13 @@ class DefaultTimings:
         primary = self.executor.primary.device
         search.device_default_ms[primary] = search.reference_ms[primary] = baseline.median_ms
         search.result.default_ms = [baseline.median_ms]
+        search.limit_s = candidate_limit(baseline, search.repeat, self.settings)
+        if search.limit_s is not None:
+            self.log.write(
+                f"a candidate's check or timing stops after {search.limit_s:.3g} s "
+                f"({LIMIT_FACTOR:g}x the default's time; run_timeout "
+                f"{self.settings.run_timeout:g} s)"
+            )
         if len(self.executor.devices) == 1:
             return
         for device, timing in self._elsewhere(search).items():

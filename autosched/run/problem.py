@@ -95,6 +95,9 @@ class ProblemSearch:
     device_default_ms: dict[str, float] = field(default_factory=dict)  # each bench's default
     # Each bench's latest timing of the default: candidates are scored against it.
     reference_ms: dict[str, float] = field(default_factory=dict)
+    # Seconds a candidate's check or timing may take (limits.candidate_limit), from the
+    # default's record; None: the cfg's run_timeout.
+    limit_s: float | None = None
 
     @property
     def trials(self) -> list[Trial]:

@@ -13,6 +13,7 @@ from autosched.measure.contract import TIMED, Candidate, Measurement
 from autosched.ops.base import Problem
 from autosched.outputs.records import Trial, TuningDatabase, problem_shape
 from autosched.outputs.report import CsvReport, RunLog
+from autosched.run.limits import OVER_LIMIT
 from autosched.run.problem import ProblemSearch, Progress
 from autosched.search.history import database_history
 from autosched.search.space import SearchSpace
@@ -81,6 +82,8 @@ def make_trial(
     trial.verify_phases = dict(outcome.verify_phases)
     trial.verification, trial.max_error = outcome.verification, outcome.max_error
     trial.status, trial.message = outcome.status, outcome.message
+    if outcome.status == "timeout" and search.limit_s is not None and not trial.baseline:
+        trial.message = f"{OVER_LIMIT} ({outcome.message})"  # stopped by its own limit
     if outcome.status != "ok":
         return trial
     timing = outcome.timing
@@ -93,6 +96,15 @@ def make_trial(
     scale = primary_default / own_default if own_default and primary_default else 1.0
     trial.reference_ms = own_default
     trial.gflops = search.problem.flops / (timing.median_ms * scale * 1e6)
+    return trial
+
+
+def not_tried_trial(
+    search: ProblemSearch, candidate: Candidate, target: Target, version: str, why: str
+) -> Trial:
+    """The record of a candidate that is not built (`limits.TimedOut`): a timeout, with why."""
+    trial = _built(search, candidate, {}, target, version)
+    trial.status, trial.compile_status, trial.compile_s, trial.message = "timeout", "", None, why
     return trial
 
 

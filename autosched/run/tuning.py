@@ -34,9 +34,11 @@ from autosched.run.builds import CandidateBuilds
 from autosched.run.checks import AnswerChecks
 from autosched.run.concurrency import concurrently, log_executor_events
 from autosched.run.defaults import DefaultTimings
+from autosched.run.limits import TimedOut, not_tried
+from autosched.run.phases import PhaseClock
 from autosched.run.problem import BASELINE, ProblemResult, ProblemSearch, Progress
 from autosched.run.retiming import Retiming, time_on
-from autosched.run.trials import TrialBook, describe, make_trial
+from autosched.run.trials import TrialBook, describe, make_trial, not_tried_trial
 from autosched.search.loop import SearchState
 from autosched.search.loop import search as run_search
 from autosched.search.loop import step as search_step
@@ -60,10 +62,15 @@ class Tuning:
         target: Target,
         resume: bool = True,
         executor: Executor | None = None,
+        clock: PhaseClock | None = None,
     ):
         """`executor` measures the candidates (see measure/contract.py); by default the one
-        the cfg asks for: this host's devices, or a Ray cluster."""
+        the cfg asks for: this host's devices, or a Ray cluster. `clock` counts the time of
+        the defaults and the re-timing (a model run's stages pass theirs)."""
         self.config, self.target, self.resume = config, target, resume
+        self.clock = clock or PhaseClock()
+        self.measured: list[Trial] = []  # every candidate this run measured, the defaults too
+        self.timed_out = TimedOut()  # configurations not built again for their family
         self.jobs = config.jobs or os.cpu_count() or 1
         self.log = RunLog(config.log_file)
         self.version = iree_version()
@@ -129,16 +136,42 @@ class Tuning:
                     raise processes.Stopped()
                 with critical():  # an interrupt waits until the database and the CSV agree
                     self.book.record(search, trial, progress)
+                self.measured.append(trial)
+            self.timed_out.remember(search.problem, trial)
             trials.append(trial)
 
         candidates = [self.builds.candidate(search, name, point) for name, point in entries]
+        candidates = self._not_timed_out(search, candidates, trials, progress)
         settings = self.settings
-        self.executor.run(
-            candidates, lambda cand, built: self.builds.task(search, cand, built, settings), done
-        )
+        if candidates:
+            self.executor.run(
+                candidates,
+                lambda cand, built: self.builds.task(search, cand, built, settings),
+                done,
+            )
         log_executor_events(self.executor, self.log, self.lock)
         order = {name: i for i, (name, _) in enumerate(entries)}
         return sorted(trials, key=lambda t: order[t.config])
+
+    def _not_timed_out(
+        self, search: ProblemSearch, candidates: list, trials: list[Trial], progress: Progress
+    ) -> list:
+        """The candidates to build: a configuration that timed out on another problem of
+        this one's family in this run is recorded as not tried (in run.log and the CSV,
+        not the database) and left out."""
+        kept = []
+        for candidate in candidates:
+            earlier = self.timed_out.earlier(search.problem, candidate.name)
+            if earlier is None or candidate.point is None:
+                kept.append(candidate)
+                continue
+            why = not_tried(earlier)
+            trial = not_tried_trial(search, candidate, self.target, self.version, why)
+            with self.lock:
+                self.log.write(f"{search.problem.name}: {candidate.name} {why}")
+                self.book.record(search, trial, progress, new=False)
+            trials.append(trial)
+        return kept
 
     # ----- one problem ---------------------------------------------------------------
 
@@ -163,23 +196,11 @@ class Tuning:
             progress.start(problem, min(config.n_trial, len(space.points)) + 1)
         search = new_search(config, self.target, self.context, problem, space, benchmark)
         log.section(f"problem {problem.name}")
-        if benchmark:
-            log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
-            self.checks.choose(search)
-            self.checks.prepare(search)
-            if search.result.stopped:  # no answer of it can be checked: not even timed
-                self.book.warn(search.result.stopped, progress)
-                return search
-        log_problem(log, search)
-        earlier = self.book.earlier(search, progress) if self.resume else []
-        baseline = next((t for t in earlier if t.baseline and t.ok), None)
-        if baseline is None:
-            (baseline,) = self.measure(search, [(BASELINE, None)], progress)
-        else:
-            self.book.record(search, baseline, progress, new=False)
-        search.result.baseline = baseline
-        log.write(f"IREE default: {describe(baseline)}")
-        self.defaults.first(search)
+        with self.clock.phase("defaults"):
+            earlier = self._start_default(search, progress)
+        if earlier is None:
+            return search
+        baseline = search.result.baseline
         if not baseline.ok:
             log.write("the default configuration failed: speedups are not available")
         if space.note:
@@ -198,6 +219,30 @@ class Tuning:
         elif verdict is not None:
             self._stop_not_applied(search, progress, verdict.message)
         return search
+
+    def _start_default(self, search: ProblemSearch, progress: Progress) -> list[Trial] | None:
+        """The default's check on its dispatch, then its measurement (or its record) and its
+        time on every bench; the problem's earlier records, or None when no answer of it
+        can be checked."""
+        log, benchmark = self.log, search.benchmark
+        if benchmark:
+            log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
+            self.checks.choose(search)
+            self.checks.prepare(search)
+            if search.result.stopped:  # no answer of it can be checked: not even timed
+                self.book.warn(search.result.stopped, progress)
+                return None
+        log_problem(log, search)
+        earlier = self.book.earlier(search, progress) if self.resume else []
+        baseline = next((t for t in earlier if t.baseline and t.ok), None)
+        if baseline is None:
+            (baseline,) = self.measure(search, [(BASELINE, None)], progress)
+        else:
+            self.book.record(search, baseline, progress, new=False)
+        search.result.baseline = baseline
+        log.write(f"IREE default: {describe(baseline)}")
+        self.defaults.first(search)
+        return earlier
 
     def _stop_not_applied(self, search: ProblemSearch, progress: Progress, why: str) -> None:
         """Ends a search whose configurations do not reach the root, with a loud warning
@@ -222,7 +267,8 @@ class Tuning:
 
         def measure(batch: list[int]) -> list[float | None]:
             if search.trials:  # each batch after the first is scored against a fresh default
-                self.defaults.again(search)
+                with self.clock.phase("defaults"):
+                    self.defaults.again(search)
             trials = self.measure(search, [(names[i], points[i]) for i in batch], progress)
             by_name = {t.config: t for t in trials}
             measured = [by_name[names[i]] for i in batch]
@@ -248,7 +294,8 @@ class Tuning:
         self, searches: list[ProblemSearch], progress: Progress | None = None
     ) -> list[ProblemResult]:
         """Re-times every search's finalists once all searches have ended (`Retiming`)."""
-        return self.retiming.finish_all(searches, self.parallel, progress)
+        with self.clock.phase("retiming"):
+            return self.retiming.finish_all(searches, self.parallel, progress)
 
     def tune_problem(
         self,
@@ -259,7 +306,8 @@ class Tuning:
     ) -> ProblemResult:
         """One problem to the end: searched, re-timed, its winner named."""
         search = self.search_problem(problem, progress, own_bar, custom_only)
-        return self.retiming.finish_problem(search)
+        with self.clock.phase("retiming"):
+            return self.retiming.finish_problem(search)
 
     def search_problem(
         self,

@@ -74,7 +74,8 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
     while True:
         best = [(e.problem, target, e.result.best.point) for e in problems if e.result.best]
         spec_path = write_spec(prepared.paths.spec, best, starter)
-        applied = check_applied(layout.source, target, spec_path, problems, log)
+        with prepared.clock.phase("spec_check"):
+            applied = check_applied(layout.source, target, spec_path, problems, log)
         for name in [name for name, ok in applied.items() if not ok]:
             report.warn(
                 log, f"WARNING: the spec's configuration for {name} is NOT applied in the model"
@@ -82,7 +83,8 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
         if not spec_path and not custom_spec:
             report.say(no_winner_line([e.result for e in problems]))
         if spec_path:
-            proof = proved(layout, target, spec_path, config, log, custom_spec)
+            with prepared.clock.phase("proof"):
+                proof = proved(layout, target, spec_path, config, log, custom_spec)
         else:
             proof = proved_without_spec(prepared, log, custom_spec)
         if not spec_path or (proof["speedup"] or 1.0) >= 1.0:
@@ -104,7 +106,8 @@ def proved_without_spec(prepared: Prepared, log: RunLog, custom_spec: str | None
     """The proof with no spec: of the model's layout where that is not slower than IREE's
     default of the model as given, else of the model as given."""
     config, target, layout = prepared.config, prepared.target, prepared.layout
-    proof = proved(layout, target, None, config, log, custom_spec)
+    with prepared.clock.phase("proof"):
+        proof = proved(layout, target, None, config, log, custom_spec)
     if not layout.changed or (proof["speedup"] or 1.0) >= 1.0:
         return proof
     report.warn(
@@ -113,7 +116,8 @@ def proved_without_spec(prepared: Prepared, log: RunLog, custom_spec: str | None
         f"({proof['speedup']:.2f}x): the model is kept as given",
     )
     kept = replace(layout, source=layout.original)
-    return proved(kept, target, None, config, log, custom_spec)
+    with prepared.clock.phase("proof"):
+        return proved(kept, target, None, config, log, custom_spec)
 
 
 def leave_out_least(problems: list[ModelProblem]) -> str | None:

@@ -33,6 +33,7 @@ from autosched.ops.convolution import STRIDED, ConvolutionProblem
 from autosched.ops.registry import kind_of
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.spec import check_starter
+from autosched.run.phases import PhaseClock
 from autosched.targets import make_target
 from autosched.targets.base import Target, check_search_space
 
@@ -40,15 +41,16 @@ from autosched.targets.base import Target, check_search_space
 def prepare(config: RunConfig) -> Prepared:
     """The model lowered and its problems found (said on stderr); a UserError when none
     can be tuned. Nothing is measured yet."""
-    path = config.input_file
+    path, clock = config.input_file, PhaseClock()
     target = make_target(config)
     check_search_space(target, config)
     check_starter(config.starter_spec)  # before anything is compiled, dry runs too
     paths = RunPaths.of(config)
     work = os.path.join(config.work_dir, "model")
-    model_path = model_for_target(path, target, work)
-    flags, types_line, _ = typed_flags(target, model_path, work)
-    layout, analysis = laid_out(config, target, model_path, flags, work)
+    with clock.phase("lowering"):
+        model_path = model_for_target(path, target, work)
+        flags, types_line, _ = typed_flags(target, model_path, work)
+        layout, analysis = laid_out(config, target, model_path, flags, work)
     problems, skipped = model_problems(analysis, target)
     if not problems:
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
@@ -60,7 +62,9 @@ def prepare(config: RunConfig) -> Prepared:
     described = report.describe_analysis(path, analysis, problems, skipped)
     report.model_found([types_line, layout.describe(), *described])
     budget = config.budget or budget_for(config.mode, config.n_trial, problems)
-    return Prepared(config, target, paths, work, layout, flags, problems, skipped, budget)
+    return Prepared(
+        config, target, paths, work, layout, flags, problems, skipped, budget, clock=clock
+    )
 
 
 def with_dispatches(prepared: Prepared) -> Prepared:
@@ -71,9 +75,10 @@ def with_dispatches(prepared: Prepared) -> Prepared:
     dispatches = ModelDispatches()
     if config.time_on == "dispatch":
         folder = os.path.join(prepared.work, "dispatches")
-        dispatches = attach_benchmarks(
-            prepared.problems, prepared.layout.source, prepared.flags, folder
-        )
+        with prepared.clock.phase("dispatch_dump"):
+            dispatches = attach_benchmarks(
+                prepared.problems, prepared.layout.source, prepared.flags, folder
+            )
     problems = dispatch_only_roots(prepared.problems, prepared.skipped)
     if not problems:
         raise UserError(

@@ -28,6 +28,7 @@ from autosched.model.configured import DispatchConfig
 from autosched.model.lowering import ModelAnalysis
 from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
 from autosched.outputs.report import RunLog, summary_rows, table
+from autosched.run.phases import candidate_split, time_lines
 from autosched.run.problem import ProblemResult
 from autosched.search.space import fitted_space
 from autosched.targets.base import Target
@@ -202,7 +203,7 @@ def whole_model_table(prepared: Prepared, log: RunLog, spec_path: str | None) ->
     """Every dispatch of the model timed before and after the spec: a table in run.log and
     on the screen; its rows (none where the cfg turns the table off)."""
     config, dispatches = prepared.config, prepared.dispatches
-    if config.dispatch_table == "none" or not dispatches.benchmarks:
+    if not config.times_dispatches or not dispatches.benchmarks:
         return []
     note("timing every dispatch of the model, before and after ...")
     tuned = {s.entry_point: e.problem.name for e in prepared.problems for s in e.contraction.sites}
@@ -261,7 +262,7 @@ def dispatch_tables(
             "the layout; IREE's default of the model as given is the model line's)",
         )
     custom_rows, custom_dispatches = None, []
-    if decided.custom_wins and config.dispatch_table != "none":
+    if decided.custom_wins and config.times_dispatches:
         custom_rows = custom_build_dispatches(
             config, prepared.target, log, layout.source, decided.custom_spec, decided.spec_path
         )
@@ -300,17 +301,22 @@ def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
     silent 0)."""
     log, paths, proof = searched.log, prepared.paths, decided.proof
     logged(log, share_table(decided.rows), gap=True)
-    dispatches, custom_dispatches = dispatch_tables(prepared, log, decided)
+    with prepared.clock.phase("dispatch_tables"):
+        dispatches, custom_dispatches = dispatch_tables(prepared, log, decided)
     campaign = replace(
         searched.campaign,
         problems=decided.rows,
         dispatches=dispatches,
         custom_dispatches=custom_dispatches,
+        phases_s=prepared.clock.summary(),
+        candidates_s=candidate_split(searched.measured),
     )
     summary_path = write_summary(paths.summary, proof, campaign)
     say(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     build_commands(prepared, log, decided)
     budget_line(log, campaign)
+    for line in time_lines(prepared.clock, searched.measured):
+        logged(log, line)
     if proof and not proof.get("default_only") and proof.get("outputs_match") is False:
         log.write("exit 1: the tuned model's outputs differ from IREE's default")
         raise SystemExit(1)

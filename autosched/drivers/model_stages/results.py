@@ -9,7 +9,9 @@ from autosched.config import RunConfig
 from autosched.drivers.campaign import CampaignReport, ModelProblem
 from autosched.model.layouts import ModelLayout
 from autosched.outputs.paths import RunPaths
+from autosched.outputs.records import Trial
 from autosched.outputs.report import RunLog
+from autosched.run.phases import PhaseClock
 from autosched.run.problem import ProblemResult
 from autosched.targets.base import Target
 
@@ -36,6 +38,7 @@ class Prepared:
     skipped: dict[str, int]  # reason -> count of the roots not tuned
     budget: int  # trials in all
     dispatches: ModelDispatches = field(default_factory=ModelDispatches)
+    clock: PhaseClock = field(default_factory=PhaseClock)  # every stage's phases, from the start
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Searched:
     log: RunLog
     campaign: CampaignReport  # its budget, trials, skipped roots and custom trials
     custom: dict[str, ProblemResult]  # problem name -> its custom-kernel search
+    measured: list[Trial] = field(default_factory=list)  # every candidate the run measured
 
 
 @dataclass

@@ -20,7 +20,8 @@ from autosched.run.tuning import Tuning
 def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
     """Both routes searched under the run's budgets; their results on each problem."""
     config, problems = prepared.config, prepared.problems
-    tuning = Tuning(config, prepared.target, resume=resume)
+    clock = prepared.clock
+    tuning = Tuning(config, prepared.target, resume=resume, clock=clock)
     log = tuning.log
     log.section(f"model {config.input_file}")
     for entry in problems:
@@ -33,10 +34,12 @@ def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
         f"{os.path.basename(config.input_file):<40}", prepared.budget + len(problems)
     )
     try:
-        campaign = run_campaign(
-            tuning, problems, progress, prepared.budget, config.mode, time_budget
-        )
-        custom = search_custom_kernels(tuning, problems, progress, prepared.layout.source)
+        with clock.phase("search_iree"):
+            campaign = run_campaign(
+                tuning, problems, progress, prepared.budget, config.mode, time_budget
+            )
+        with clock.phase("search_custom"):
+            custom = search_custom_kernels(tuning, problems, progress, prepared.layout.source)
         tuning.log_device_use()
     except KeyboardInterrupt as interrupt:
         tuning.finish()
@@ -47,4 +50,4 @@ def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
     custom_trials = sum(len(r.trials) - r.resumed for r in custom.values())
     campaign = replace(campaign, skipped=prepared.skipped, custom_trials=custom_trials)
     report.results_table(log, results)
-    return Searched(log, campaign, custom)
+    return Searched(log, campaign, custom, measured=tuning.measured)
