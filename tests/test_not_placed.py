@@ -128,7 +128,10 @@ def test_a_winner_its_family_refuses_is_reported_on_the_console_and_in_the_summa
     every winner placed still holds `not_placed`, empty."""
 
     def head_dim_48(op):
-        sizes = [48 if role in ("n", "k1") else s for role, s in zip(op.loops, op.loop_sizes)]
+        sizes = [
+            48 if role in ("n", "k1") else s
+            for role, s in zip(op.loops, op.loop_sizes, strict=True)
+        ]
         return dataclasses.replace(op, loop_sizes=tuple(sizes))
 
     _, spec, rewritten = _vit_run(tmp_path, VIT_F16, attention_form=head_dim_48)

@@ -198,18 +198,11 @@ class CustomSpec:
     not_placed: list[NotPlaced] = field(default_factory=list)
 
 
-def write_custom_spec(
-    path: str,
-    target,
-    problems: list[ModelProblem],
-    custom: dict,
-    log,
-    model: tuple[str, str] | None = None,
-):
+def write_custom_spec(*args, **kwargs) -> str | None:
     """The custom kernels that beat both IREE's default kernel and the campaign's best
     dispatch time, as the spec that replaces their contractions; None when there are none
-    (`write_custom_substitution`'s path)."""
-    return write_custom_substitution(path, target, problems, custom, log, model).path
+    (`write_custom_substitution`'s path, with its arguments)."""
+    return write_custom_substitution(*args, **kwargs).path
 
 
 def write_custom_substitution(
