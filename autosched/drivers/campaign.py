@@ -144,6 +144,8 @@ class CampaignReport:
     dispatches: list[dict] = field(default_factory=list)  # every dispatch, before and after
     # Every dispatch of the model built with its custom kernels (when they won).
     custom_dispatches: list[dict] = field(default_factory=list)
+    # {"problem", "route", "reason"} of each winner not in the built model (empty: all placed).
+    not_placed: list[dict] = field(default_factory=list)
 
 
 def run_campaign(

@@ -6,7 +6,7 @@ substitution spec, and the lines that report the route (the kernel families live
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import click
@@ -26,6 +26,7 @@ from autosched.rewrite.convolution_ops import model_convolutions
 from autosched.rewrite.convolution_ops import paired as paired_convolution
 from autosched.rewrite.epilogues import winners_epilogues
 from autosched.rewrite.narrow_reshapes import model_reshape_chains
+from autosched.rewrite.placement import CUSTOM_ROUTE, IREE_ROUTE, CustomWinner, NotPlaced
 from autosched.rewrite.replacements import narrowed, substitutable
 from autosched.rewrite.spec import write_substitution
 from autosched.run.problem import Progress
@@ -187,20 +188,37 @@ def convolution_forms(tuning: Tuning, problems: list[ModelProblem], model_path: 
     return forms
 
 
-def write_custom_spec(
+@dataclass
+class CustomSpec:
+    """The substitution spec a run wrote: its path (None without one), the winners in it,
+    and the winners it could not take, with why (rewrite/placement.py)."""
+
+    path: str | None
+    winners: list[CustomWinner] = field(default_factory=list)
+    not_placed: list[NotPlaced] = field(default_factory=list)
+
+
+def write_custom_spec(*args, **kwargs) -> str | None:
+    """The custom kernels that beat both IREE's default kernel and the campaign's best
+    dispatch time, as the spec that replaces their contractions; None when there are none
+    (`write_custom_substitution`'s path, with its arguments)."""
+    return write_custom_substitution(*args, **kwargs).path
+
+
+def write_custom_substitution(
     path: str,
     target,
     problems: list[ModelProblem],
     custom: dict,
     log,
     model: tuple[str, str] | None = None,
-):
-    """The custom kernels that beat both IREE's default kernel and the campaign's best
-    dispatch time, as the spec that replaces their contractions; None when there are none.
-    `model` (its path and the run's model folder) lets the spec take what the kernels can
-    from around their ops (MODEL_READINGS): the reshapes before a truncf, the epilogue
-    after it, an attention's copied operands, a convolution's zero pad."""
-    winners = []
+) -> CustomSpec:
+    """The spec of the custom winners (see `write_custom_spec`), the winners in it, and
+    those the spec writer refused (each named in run.log and in `not_placed`). `model`
+    (its path and the run's model folder) lets the spec take what the kernels can from
+    around their ops (MODEL_READINGS): the reshapes before a truncf, the epilogue after it,
+    an attention's copied operands, a convolution's zero pad."""
+    winners, named = [], {}
     for entry in problems:
         result = custom_winner(entry, custom, target)
         if result is None:
@@ -215,11 +233,24 @@ def write_custom_spec(
         # kernels were timed narrow (`timed_form`).
         problem = entry.problem if result.problem.kind == "matmul" else result.problem
         winners.append((problem, result.best.point))
+        named[problem.name] = entry.problem.name
+    refused = []
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
         readings = [read(model, winners, target, log) for read in MODEL_READINGS]
         for why in write_substitution(path, winners, target, *readings):
             log.write(f"not substituted: {why}")
-    return path if os.path.exists(path) else None
+            kernel, _, reason = why.partition(": ")
+            refused.append(NotPlaced(named.get(kernel, kernel), CUSTOM_ROUTE, reason))
+    taken = {r.problem for r in refused}
+    return CustomSpec(
+        path if os.path.exists(path) else None,
+        [
+            CustomWinner(named[p.name], p.name, p.kind)
+            for p, _ in winners
+            if named[p.name] not in taken
+        ],
+        refused,
+    )
 
 
 def _chains(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
@@ -346,8 +377,8 @@ def custom_build_dispatches(config, target, log, model_path: str, custom_spec: s
 def route_of(row: dict, substituted: bool) -> str:
     """Which route a problem's winner took, for the summary (the honest name of it)."""
     if substituted and row.get("custom_ms") is not None:
-        return "custom kernel"
-    return "IREE configuration" if row["in_spec"] else "IREE default"
+        return CUSTOM_ROUTE
+    return IREE_ROUTE if row["in_spec"] else "IREE default"
 
 
 def custom_commands(model_path, target, spec_path, custom_spec, work_dir) -> str:

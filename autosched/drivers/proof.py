@@ -29,6 +29,7 @@ from autosched.measure.module_io import (
 from autosched.model.configured import DEFAULT_TIMEOUT, iree_compile, tuning_spec_flags
 from autosched.model.lowering import prepare_model
 from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+from autosched.rewrite.placement import placed_kernels
 from autosched.targets.base import Target
 
 
@@ -64,6 +65,8 @@ class CustomProof:
     against the same default and spec-only builds of the same proof."""
 
     replaced: int  # contractions that run a custom kernel
+    # Winner (its kernels' problem name) -> the ops that run its kernel (rewrite/placement.py).
+    placed: dict[str, int] = dataclasses.field(default_factory=dict)
     ms: float | None = None
     cv: float | None = None
     speedup: float | None = None  # default over this build
@@ -139,6 +142,7 @@ class _Build:
     max_error: float | None = None
     message: str = ""
     rounds: list[float] = dataclasses.field(default_factory=list)
+    placed: dict[str, int] = dataclasses.field(default_factory=dict)  # custom: winner -> ops
 
 
 @dataclass
@@ -389,6 +393,7 @@ def custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Buil
         rewritten, replaced = rewrite_model(
             source, custom_spec, flags, os.path.join(work, "custom.mlir"), timeout
         )
+        build.placed = dict(placed_kernels(rewritten))
         build.vmfb = iree_compile(
             rewritten,
             [*flags, *spec, RESUME_FLAG],
@@ -409,6 +414,7 @@ def _custom_proof(custom: tuple[_Build, int], default_ms: float, tuned_ms: float
     build, replaced = custom
     proof = CustomProof(
         replaced=replaced,
+        placed=build.placed,
         outputs_match=build.match and build.runs,
         max_error=build.max_error,
         rounds_ms=build.rounds,

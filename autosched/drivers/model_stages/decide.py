@@ -6,11 +6,18 @@ route each problem's winner took."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import asdict, replace
 
 from autosched.config import RunConfig
 from autosched.drivers.campaign import ModelProblem, problem_rows
-from autosched.drivers.custom_route import beats_iree, custom_winner, route_of, write_custom_spec
+from autosched.drivers.custom_route import (
+    CustomSpec,
+    beats_iree,
+    custom_winner,
+    route_of,
+    write_custom_substitution,
+)
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
 from autosched.drivers.proof import prove
@@ -19,6 +26,13 @@ from autosched.model.configured import form_of, spec_coverage
 from autosched.model.layouts import ModelLayout
 from autosched.outputs.report import RunLog, no_winner_line
 from autosched.outputs.spec import write_spec
+from autosched.rewrite.placement import (
+    CUSTOM_ROUTE,
+    IREE_ROUTE,
+    NotPlaced,
+    check_placed,
+    replaced_by_kind,
+)
 from autosched.targets.base import Target, has_config
 
 PROOF_ROUNDS = 5
@@ -29,7 +43,7 @@ def decide(prepared: Prepared, searched: Searched) -> Decided:
     config, target, layout, log = prepared.config, prepared.target, prepared.layout, searched.log
     if layout.changed:
         log.write(layout.describe())
-    custom_spec = write_custom_spec(
+    custom = write_custom_substitution(
         prepared.paths.custom_spec,
         target,
         prepared.problems,
@@ -37,9 +51,43 @@ def decide(prepared: Prepared, searched: Searched) -> Decided:
         log,
         (layout.source, os.path.join(config.work_dir, "model")),
     )
+    custom_spec = custom.path
     spec_path, applied, proof = spec_never_slower(prepared, log, custom_spec)
     rows = routed_rows(prepared, searched, applied, custom_spec)
-    return Decided(spec_path, custom_spec, applied, proof, rows)
+    missing = not_placed(custom, applied, proof)
+    report.placement(log, missing, placed_by_kind(custom, proof))
+    return Decided(spec_path, custom_spec, applied, proof, rows, missing)
+
+
+def not_placed(custom: CustomSpec, applied: dict[str, bool], proof: dict | None) -> list:
+    """Every problem whose winner is not in the built model, with why (NotPlaced): custom
+    winners the spec writer refused or no op of the rewritten model runs, IREE winners
+    whose configuration the model's dispatches do not carry."""
+    missing = list(custom.not_placed)
+    verdict = (proof or {}).get("custom")
+    if custom.winners and verdict is not None:
+        message = verdict.get("message") or ""
+        if message.startswith("does not compile"):
+            missing += [
+                NotPlaced(w.problem, CUSTOM_ROUTE, f"the model with custom kernels {message}")
+                for w in custom.winners
+            ]
+        else:
+            missing += check_placed(custom.winners, Counter(verdict.get("placed") or {}))
+    missing += [
+        NotPlaced(name, IREE_ROUTE, "the model's dispatches do not carry its configuration")
+        for name, ok in applied.items()
+        if not ok
+    ]
+    return missing
+
+
+def placed_by_kind(custom: CustomSpec, proof: dict | None) -> dict[str, int]:
+    """Root-op kind -> ops the custom build replaced (none without a custom build)."""
+    verdict = (proof or {}).get("custom")
+    if not custom.winners or verdict is None:
+        return {}
+    return replaced_by_kind(custom.winners, Counter(verdict.get("placed") or {}))
 
 
 def routed_rows(

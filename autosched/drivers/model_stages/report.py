@@ -28,6 +28,7 @@ from autosched.model.configured import DispatchConfig
 from autosched.model.lowering import ModelAnalysis
 from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
 from autosched.outputs.report import RunLog, summary_rows, table
+from autosched.rewrite.placement import replaced_line
 from autosched.run.phases import candidate_split, time_lines
 from autosched.run.problem import ProblemResult
 from autosched.search.space import fitted_space
@@ -154,6 +155,15 @@ def proof_lines(log: RunLog, proof) -> None:
     lines = [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]
     for line in [*lines, *runtime_line(proof)]:
         logged(log, line)
+
+
+def placement(log: RunLog, not_placed: list, replaced: dict[str, int]) -> None:
+    """The custom build's replaced ops per kind, and a warning for each problem whose
+    winner is not in the built model (rewrite/placement.py)."""
+    if replaced:
+        logged(log, replaced_line(replaced))
+    for missing in not_placed:
+        warn(log, missing.line())
 
 
 def proving(with_spec: bool) -> None:
@@ -310,6 +320,7 @@ def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
         custom_dispatches=custom_dispatches,
         phases_s=prepared.clock.summary(),
         candidates_s=candidate_split(searched.measured),
+        not_placed=[missing.row() for missing in decided.not_placed],
     )
     summary_path = write_summary(paths.summary, proof, campaign)
     say(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")

@@ -62,6 +62,8 @@ class Decided:
     applied: dict[str, bool]  # problem name -> its dispatches carry the tuned configuration
     proof: dict | None  # the summary's `model` numbers
     rows: list[dict]  # per problem: shares, the spec, the route its winner took
+    # The problems whose winner is not in the built model (rewrite/placement.NotPlaced).
+    not_placed: list = field(default_factory=list)
 
     @property
     def custom_wins(self) -> bool:
