@@ -24,6 +24,7 @@ from autosched.drivers.dispatch_table import (
     time_dispatches,
 )
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
+from autosched.drivers.proof import FASTER
 from autosched.model.configured import DispatchConfig
 from autosched.model.lowering import ModelAnalysis
 from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
@@ -128,24 +129,41 @@ def runtime_line(proof) -> list[str]:
 
 
 def model_line(proof) -> str:
-    """`model: A ms -> B ms (X×), outputs match (max error E)`, or the default's time alone."""
+    """`model: A ms -> B ms (S x: faster (5 paired rounds, L x-H x)), outputs match (max error
+    E)`, or the default's time alone: the verdict of proof.ModelVerdict, the one every
+    decision and file of the run follows."""
     if proof.default_only:
         return f"model: {proof.default_ms:.4g} ms (IREE default; nothing faster)"
     tuned = f"{proof.tuned_ms:.4g} ms" if proof.tuned_ms else "no time"
-    speedup = f" ({proof.speedup:.2f}x)" if proof.speedup else ""
-    noise = proof.noise
-    if proof.speedup and noise is not None:
-        within = abs(proof.speedup - 1) <= noise
-        speedup = (
-            f" (no change: {proof.speedup:.2f}x within the rounds' noise of {noise:.1%})"
-            if within
-            else f" ({proof.speedup:.2f}x, rounds' noise {noise:.1%})"
-        )
-    if proof.outputs_match:
+    verdict = f" ({proof.verdict.describe()})" if proof.tuned_rounds_ms else ""
+    if not proof.outputs_compared:
+        answer = f"outputs could not be compared: {proof.message}"
+    elif proof.outputs_match:
         answer = f"outputs match (max error {proof.max_error or 0:.2g})"
     else:
         answer = f"OUTPUTS DIFFER: {proof.message}"
-    return f"model: {proof.default_ms:.4g} ms -> {tuned}{speedup}, {answer}"
+    return f"model: {proof.default_ms:.4g} ms -> {tuned}{verdict}, {answer}"
+
+
+def slower(log: RunLog, proof: dict, left_out: str | None) -> None:
+    """The warning of a spec whose model proved slower, and what happens to it."""
+    warn(
+        log,
+        f"WARNING: the tuned model is SLOWER than IREE's default ({proof['verdict_text']}): "
+        + (f"{left_out} left out of the spec" if left_out else "no spec is written"),
+    )
+
+
+def no_spec(log: RunLog, proof: dict) -> str:
+    """The line (and the summary's reason) for a spec not kept: the model is not faster
+    beyond the rounds' noise."""
+    line = (
+        f"no tuning spec: the tuned model is not faster beyond the rounds' noise "
+        f"({proof['verdict_text']}); IREE's default stays. A quieter machine or a larger "
+        "budget may tell"
+    )
+    logged(log, line)
+    return line
 
 
 def proof_lines(log: RunLog, proof) -> None:
@@ -157,6 +175,13 @@ def proof_lines(log: RunLog, proof) -> None:
 
 def proving(with_spec: bool) -> None:
     note(f"{'proving the spec on' if with_spec else 'timing'} the whole model ...")
+
+
+def outputs_differ(proof: dict | None) -> bool:
+    """Whether the tuned build's outputs were compared with the default's and differ."""
+    if not proof or proof.get("default_only") or not proof.get("outputs_compared", True):
+        return False
+    return proof.get("outputs_match") is False
 
 
 # ----- apply --------------------------------------------------------------------------
@@ -171,11 +196,16 @@ def spec_coverage(configs: list[DispatchConfig]) -> None:
         say(f"  {c.entry_point}: {c.contraction} ({state})")
 
 
-def applied_proof(proof) -> None:
-    """`autosched apply`'s whole-model line (and the custom kernels')."""
+def applied_proof(proof) -> bool:
+    """`autosched apply`'s whole-model line (and the custom kernels'), with the verdict a run
+    would act on; whether outputs were compared and differ (its exit 1)."""
     say(model_line(proof))
     if proof.custom:
         say(custom_line(proof.custom))
+    if not proof.default_only and proof.verdict.verdict != FASTER:
+        say("a run would keep no spec of this: the model is not faster beyond the rounds' noise")
+    custom_differs = proof.custom is not None and not proof.custom.outputs_match
+    return proof.outputs_compared and (not proof.outputs_match or custom_differs)
 
 
 # ----- report -------------------------------------------------------------------------
@@ -275,11 +305,14 @@ def dispatch_tables(
 
 def build_commands(prepared: Prepared, log: RunLog, decided: Decided) -> None:
     """The commands that build the tuned model (with its custom kernels where they won),
-    or the warning that they did not."""
+    only where the model's verdict is faster; or the warning that the custom kernels did
+    not win."""
     config, target, layout = prepared.config, prepared.target, prepared.layout
     spec_path, custom_spec = decided.spec_path, decided.custom_spec
-    proved_layout = layout.changed and not (decided.proof or {}).get("default_only")
-    if spec_path or proved_layout:
+    proof = decided.proof or {}
+    faster = proof.get("verdict") == FASTER
+    proved_layout = layout.changed and not proof.get("default_only")
+    if faster and (spec_path or proved_layout):
         built_from = layout.source if proved_layout else config.input_file
         say(tuned_model_command(built_from, target, spec_path))
     if not custom_spec:
@@ -297,7 +330,7 @@ def build_commands(prepared: Prepared, log: RunLog, decided: Decided) -> None:
 def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
     """The report stage: the tables, the summary JSON, the commands, the budget line; exit
     1 when the tuned model's outputs differ from IREE's default (as `apply` does: never a
-    silent 0)."""
+    silent 0), not when they could not be compared (IREE's default gave NaN or inf)."""
     log, paths, proof = searched.log, prepared.paths, decided.proof
     logged(log, share_table(decided.rows), gap=True)
     dispatches, custom_dispatches = dispatch_tables(prepared, log, decided)
@@ -311,6 +344,6 @@ def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
     say(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
     build_commands(prepared, log, decided)
     budget_line(log, campaign)
-    if proof and not proof.get("default_only") and proof.get("outputs_match") is False:
+    if outputs_differ(proof):
         log.write("exit 1: the tuned model's outputs differ from IREE's default")
         raise SystemExit(1)
