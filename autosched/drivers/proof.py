@@ -247,7 +247,8 @@ def prove(
 
     Inputs are the user's `inputs` (.npz), else random with `seed`, drawn again in a saner
     range where IREE's default gives NaN or inf on them (module_io.checked_inputs); outputs
-    are compared per element type (verify.TOLERANCE, integers exactly) unless `tolerance` is given. Timing: `rounds` rounds, each timing every
+    are compared per element type (verify.TOLERANCE, integers exactly) unless `tolerance`
+    is given. Timing: `rounds` rounds, each timing every
     build with iree-benchmark-module (`repetitions` x `min_time`), in an order that turns
     each round. A compile failure, or a default module that fails to run, is a UserError; a
     tuned module that fails to run or to be timed is a proof with `outputs_match` False or no
