@@ -64,6 +64,10 @@ def compile_model(
 
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no change"
 VERDICT_ROUNDS = 3  # paired rounds a verdict other than "no change" needs at least
+# A change smaller than this share of the model's time is no change: the interval must
+# clear 1 by it (identical builds, each round as likely faster as slower, then show all 5
+# rounds beyond it far less often than the 1 in 32 of clearing 1 itself).
+NOISE_FLOOR = 0.02
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,9 @@ class ModelVerdict:
     each round (both builds timed in the same round, so drift touches both), its median and
     the interval from the smallest to the largest round ratio. For n independent rounds
     that interval holds the true median ratio with probability 1 - 2**(1 - n) (94 % for 5
-    rounds, the sign test's interval). Faster only when the whole interval is below 1,
-    slower only when it is above 1, else no change within noise."""
+    rounds, the sign test's interval). Faster only when the whole interval is below
+    1 - NOISE_FLOOR, slower only when it is above 1 + NOISE_FLOOR, else no change within
+    noise."""
 
     ratios: tuple[float, ...]  # tuned / default, one per paired round
 
@@ -91,9 +96,9 @@ class ModelVerdict:
     def verdict(self) -> str:
         if len(self.ratios) < VERDICT_ROUNDS:
             return NO_CHANGE
-        if max(self.ratios) < 1.0:
+        if max(self.ratios) < 1.0 - NOISE_FLOOR:
             return FASTER
-        if min(self.ratios) > 1.0:
+        if min(self.ratios) > 1.0 + NOISE_FLOOR:
             return SLOWER
         return NO_CHANGE
 

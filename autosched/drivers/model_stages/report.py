@@ -28,8 +28,14 @@ from autosched.drivers.proof import FASTER
 from autosched.model.configured import DispatchConfig
 from autosched.model.lowering import ModelAnalysis
 from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
-from autosched.outputs.report import RunLog, summary_rows, table
-from autosched.run.problem import ProblemResult
+from autosched.outputs.report import (
+    RunLog,
+    not_tuned_reason,
+    rechoose_csv,
+    summary_rows,
+    table,
+)
+from autosched.run.problem import BASELINE, ProblemResult
 from autosched.search.space import fitted_space
 from autosched.targets.base import Target
 
@@ -212,20 +218,84 @@ def applied_proof(proof) -> bool:
 
 
 def share_table(rows: list[dict]) -> str:
-    """Each problem's share of the tuned contractions' time, before and after."""
-    headers = ["problem", "runs", "share before", "share after", "in spec", "applied in model"]
-    cells = [
-        [
-            row["problem"],
-            str(row["occurrences"]),
-            f"{row['share']:.1%}",
-            f"{row['share_after']:.1%}",
-            "yes" if row["in_spec"] else "no",
-            "yes" if row["applied_in_model"] else ("no" if row["in_spec"] else "-"),
-        ]
-        for row in rows
-    ]
-    return table(headers, cells)
+    """Each problem's share before and after and where those numbers come from: the
+    problem's own dispatches inside the model (the dispatch table) where that ran, else
+    each problem's dispatch benchmark timed alone, as the footnote says."""
+    in_model = any(row.get("model_share") is not None for row in rows)
+    if in_model:
+        headers = ["problem", "runs", "model share before", "after", "speedup in model"]
+        note = "(shares and speedups: the problem's own dispatches in the model's dispatch table)"
+    else:
+        headers = ["problem", "runs", "share before", "share after"]
+        note = (
+            "(shares: of the tuned problems' time, each problem's dispatch timed alone as "
+            "IREE's dispatch benchmark, not inside the model)"
+        )
+    cells = []
+    for row in rows:
+        if in_model:
+            speedup = row.get("model_speedup")
+            numbers = [
+                _percent(row.get("model_share")),
+                _percent(row.get("model_share_after")),
+                f"{speedup:.2f}x" if speedup else "-",
+            ]
+        else:
+            numbers = [f"{row['share']:.1%}", f"{row['share_after']:.1%}"]
+        applied = "yes" if row["applied_in_model"] else ("no" if row["in_spec"] else "-")
+        in_spec = "yes" if row["in_spec"] else "no"
+        cells.append([row["problem"], str(row["occurrences"]), *numbers, in_spec, applied])
+    return table([*headers, "in spec", "applied in model"], cells) + "\n" + note
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1%}" if value is not None else "-"
+
+
+def with_model_numbers(rows: list[dict], dispatches: list[dict]) -> None:
+    """Each problem's row gets its share of the model's dispatch time before and after the
+    spec and its speedup inside the model, from its own rows of the dispatch table (None
+    where the table did not run or holds none of its dispatches)."""
+    before = sum(d["default_total_ms"] for d in dispatches)
+    after = sum(d["tuned_total_ms"] for d in dispatches)
+    for row in rows:
+        mine = [d for d in dispatches if d["tuned"] == row["problem"]]
+        own_before = sum(d["default_total_ms"] for d in mine)
+        own_after = sum(d["tuned_total_ms"] for d in mine)
+        known = bool(mine) and before > 0 and after > 0
+        row["model_share"] = round(own_before / before, 4) if known else None
+        row["model_share_after"] = round(own_after / after, 4) if known else None
+        row["model_speedup"] = own_before / own_after if known and own_after else None
+
+
+def not_tuned(log: RunLog, problems, rows: list[dict]) -> dict[str, int]:
+    """The problems no candidate could be checked or timed on, each warned of with its
+    reason and its share of the model; the summary's `skipped` entries for them."""
+    skipped = {}
+    for entry, row in zip(problems, rows, strict=True):
+        reason = not_tuned_reason(entry.result)
+        if not reason:
+            continue
+        share = row.get("model_share")
+        share_text = f"{share:.1%} of the model" if share is not None else "share unknown"
+        warn(log, f"not tuned: {entry.problem.name} ({share_text}): {reason}")
+        skipped[f"not tuned: {entry.problem.name} ({share_text}): {reason}"] = 1
+    return skipped
+
+
+def chosen_configs(problems, searched: Searched, decided: Decided) -> set[tuple[str, str]]:
+    """(problem, config) of what the run finally keeps: a winner in the spec written, a
+    custom kernel where they won, else IREE's default."""
+    chosen = set()
+    for entry, row in zip(problems, decided.rows, strict=True):
+        custom = searched.custom.get(entry.problem.name)
+        if decided.custom_wins and row["route"] == "custom kernel" and custom and custom.best:
+            chosen.add((entry.problem.name, custom.best.config))
+        elif row["in_spec"] and entry.result.best:
+            chosen.add((entry.problem.name, entry.result.best.config))
+        else:
+            chosen.add((entry.problem.name, BASELINE))
+    return chosen
 
 
 def whole_model_table(prepared: Prepared, log: RunLog, spec_path: str | None) -> list[DispatchRow]:
@@ -332,13 +402,17 @@ def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
     1 when the tuned model's outputs differ from IREE's default (as `apply` does: never a
     silent 0), not when they could not be compared (IREE's default gave NaN or inf)."""
     log, paths, proof = searched.log, prepared.paths, decided.proof
-    logged(log, share_table(decided.rows), gap=True)
     dispatches, custom_dispatches = dispatch_tables(prepared, log, decided)
+    with_model_numbers(decided.rows, dispatches)
+    logged(log, share_table(decided.rows), gap=True)
+    skipped = not_tuned(log, prepared.problems, decided.rows)
+    rechoose_csv(paths.csv, chosen_configs(prepared.problems, searched, decided))
     campaign = replace(
         searched.campaign,
         problems=decided.rows,
         dispatches=dispatches,
         custom_dispatches=custom_dispatches,
+        skipped={**searched.campaign.skipped, **skipped},
     )
     summary_path = write_summary(paths.summary, proof, campaign)
     say(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
