@@ -111,8 +111,10 @@ def test_the_csv_is_chosen_again_after_the_verdict(tmp_path, chosen):
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
-        writer.writerow(dict(zip(columns, ["p", "iree_default", "ok", "2", "", "2", ""])))
-        writer.writerow(dict(zip(columns, ["p", "a", "ok", "1", "", "1", "yes"])))
+        writer.writerow(
+            dict(zip(columns, ["p", "iree_default", "ok", "2", "", "2", ""], strict=True))
+        )
+        writer.writerow(dict(zip(columns, ["p", "a", "ok", "1", "", "1", "yes"], strict=True)))
     rechoose_csv(str(path), {("p", chosen)})
     with open(path, newline="") as handle:
         rows = {row["config"]: row for row in csv.DictReader(handle)}
