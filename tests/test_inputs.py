@@ -117,3 +117,13 @@ def test_apply_on_inputs_that_give_nan_says_nothing_could_be_compared(tmp_path, 
     )
     assert result.exit_code == 2
     assert "bad.npz: argument 4 (var) is 3 float32, expected 64xf32" in result.output
+
+
+def test_compile_checks_the_module_on_the_users_inputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    batch_norm_model("bn.onnx")
+    vector = np.ones(64, np.float32)
+    np.savez("in.npz", np.ones((32, 64), np.float32), vector, vector, vector, vector)
+    result = CliRunner().invoke(cli, ["compile", "bn.onnx", "--inputs", "in.npz", "-o", "bn.vmfb"])
+    assert result.exit_code == 0, result.output
+    assert "outputs match IREE's default build's on in.npz" in result.output

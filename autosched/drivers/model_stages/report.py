@@ -204,12 +204,11 @@ def spec_coverage(configs: list[DispatchConfig]) -> None:
 
 def applied_proof(proof) -> bool:
     """`autosched apply`'s whole-model line (and the custom kernels'), with the verdict a run
-    would act on; whether outputs were compared and differ (its exit 1)."""
+    acts on (a run keeps a spec only where it says faster); whether outputs were compared
+    and differ (its exit 1)."""
     say(model_line(proof))
     if proof.custom:
         say(custom_line(proof.custom))
-    if not proof.default_only and proof.verdict.verdict != FASTER:
-        say("a run would keep no spec of this: the model is not faster beyond the rounds' noise")
     custom_differs = proof.custom is not None and not proof.custom.outputs_match
     return proof.outputs_compared and (not proof.outputs_match or custom_differs)
 
