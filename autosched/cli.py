@@ -26,6 +26,14 @@ from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
 from autosched.run.problem import Progress
 
+INPUTS_OPTION = click.option(
+    "--inputs",
+    type=click.Path(exists=True, dir_okay=False),
+    help="models: the model's inputs as a .npz file (np.savez's arr_0, arr_1, ... in argument "
+    "order, or named like the arguments) for every whole-model check and timing (default: "
+    "seeded random inputs)",
+)
+
 
 class BarProgress(Progress):
     """One click progress bar per problem, showing the last measured configuration. When
@@ -101,6 +109,7 @@ def cli() -> None:
     "generated/<FILE's stem>/, the run's work folder)",
 )
 @click.option("--seed", type=int, help="seed for the tuner and the random inputs")
+@INPUTS_OPTION
 @click.option(
     "--early-stopping", type=int, help="stop a problem after N trials without improvement"
 )
@@ -174,6 +183,7 @@ def run(input_file, config_path, resume, dry_run, **overrides) -> None:
 @click.option("--arch", help="GPU architecture for --target cuda")
 @click.option("--device", help="IREE device URI for the runs")
 @click.option("--seed", type=int, help="seed for the random inputs")
+@INPUTS_OPTION
 @click.option(
     "--custom",
     "custom_spec",
@@ -221,6 +231,12 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
 @click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
 @click.option("--target", type=click.Choice(TARGETS), help="backend")
 @click.option("--arch", help="GPU architecture for --target cuda")
+@click.option(
+    "--inputs",
+    type=click.Path(exists=True, dir_okay=False),
+    help="the model's inputs (.npz, as for `run`): the module's outputs are compared with "
+    "IREE's default build's on them",
+)
 def compile_(model_file, spec_path, custom_spec, out_path, config_path, **overrides) -> None:
     """Build the tuned MODEL for the target: IREE's build with the spec, and the custom
     kernels in place of their contractions, as the run's whole-model proof built it."""

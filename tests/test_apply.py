@@ -160,7 +160,7 @@ def test_prove_onnx_model(onnx_spec, tmp_path):
     assert proof.max_error is not None and proof.max_error <= 1e-4
     assert proof.default_ms > 0 and proof.tuned_ms > 0
     assert len(proof.default_rounds_ms) == len(proof.tuned_rounds_ms) == QUICK["rounds"]
-    assert proof.speedup == pytest.approx(proof.default_ms / proof.tuned_ms)
+    assert proof.speedup == pytest.approx(1 / proof.verdict.median)  # the paired statistic
     assert proof.default_cv >= 0 and proof.tuned_cv >= 0
     # The inputs are kept for iree-benchmark-module as .npy files.
     assert sorted(os.listdir(tmp_path / "inputs")) == ["input0.npy", "input1.npy", "input2.npy"]
@@ -275,8 +275,8 @@ def test_compile_failures_are_one_line_user_errors(tmp_path):
 
 
 def test_the_model_line_calls_a_speedup_within_the_rounds_noise_no_change():
-    """Issue 27, item 12: identical builds printed 0.79x-1.06x; the line now says how far the
-    paired rounds strayed, and a speedup within that is no change."""
+    """Issue 27, item 12: identical builds printed 0.79x-1.06x; issue 47: the line says the
+    paired verdict (proof.ModelVerdict), and rounds that straddle 1 are no change."""
     from autosched.drivers.model_stages.report import model_line
     from autosched.drivers.proof import ModelProof
 
@@ -292,13 +292,11 @@ def test_the_model_line_calls_a_speedup_within_the_rounds_noise_no_change():
         default_rounds_ms=[10.0, 10.4, 9.7],
         tuned_rounds_ms=[9.9, 10.6, 9.4],
     )
-    assert same.noise == pytest.approx(
-        max(abs(r / (10.0 / 9.9) - 1) for r in [10.0 / 9.9, 10.4 / 10.6, 9.7 / 9.4])
-    )
-    assert "no change: 1.01x within the rounds' noise" in model_line(same)
+    assert same.verdict.ratios == pytest.approx((0.99, 10.6 / 10.4, 9.4 / 9.7))
+    assert "no change within noise (3 paired rounds" in model_line(same)
     faster = dataclasses.replace(same, tuned_ms=5.0, speedup=2.0, tuned_rounds_ms=[5.0, 5.2, 4.85])
     line = model_line(faster)
-    assert "(2.00x, rounds' noise" in line and "no change" not in line
+    assert "x: faster (3 paired rounds" in line and "no change" not in line
 
 
 def test_the_proof_times_every_build_with_the_runtime_flags(tmp_path):

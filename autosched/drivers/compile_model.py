@@ -22,6 +22,15 @@ from autosched.config import RunConfig
 from autosched.drivers.model_stages.prepare import laid_out, model_for_target, typed_flags
 from autosched.drivers.proof import compile_model, custom_build
 from autosched.errors import UserError
+from autosched.measure.module_io import (
+    RunFailed,
+    argument_names,
+    compare_outputs,
+    entry_function,
+    load_inputs,
+    non_finite,
+    run_outputs,
+)
 from autosched.model.configured import tuning_spec_flags
 from autosched.model.lowering import prepare_model
 from autosched.outputs.commands import TUNED_VMFB
@@ -51,8 +60,10 @@ def run_files(config: RunConfig, spec: str | None, custom: str | None) -> tuple[
     else those the model's run left in its work folder, where it wrote them."""
     paths = RunPaths.of(config)
     chosen = []
-    for given, left, what in ((spec, paths.spec, "tuning spec"), (custom, paths.custom_spec,
-                                                                  "custom-kernel spec")):
+    for given, left, what in (
+        (spec, paths.spec, "tuning spec"),
+        (custom, paths.custom_spec, "custom-kernel spec"),
+    ):
         if given and not os.path.isfile(given):
             raise UserError(f"{given}: no such {what}")
         chosen.append(given or (left if os.path.isfile(left) else None))
@@ -97,7 +108,54 @@ def compile_command(config: RunConfig, spec: str | None, custom: str | None, out
     out = out or os.path.join(config.work_dir, TUNED_VMFB)
     compiled = compile_tuned(config, spec, custom, out)
     click.echo(compiled.describe())
+    if config.inputs:
+        matches, line = outputs_on_inputs(config, compiled.vmfb)
+        click.echo(line)
+        if not matches:
+            raise SystemExit(1)
     return compiled
+
+
+def outputs_on_inputs(config: RunConfig, vmfb: str) -> tuple[bool, str]:
+    """(not differing, the line saying so): the module's outputs against IREE's default
+    build's on the user's inputs (`config.inputs`), as the proof compares them."""
+    target = make_target(config)
+    work = os.path.join(config.work_dir, "compile", f"{os.getpid()}-check")
+    try:
+        default = compile_tuned(config, None, None, os.path.join(work, "default.vmfb")).vmfb
+        model_path = model_for_target(config.input_file, target, work)
+        flags, _, _ = typed_flags(target, model_path, work)
+        entry = entry_function(model_path, flags, timeout=config.compile_timeout)
+        names = argument_names(config.input_file)
+        inputs = load_inputs(config.inputs, entry, os.path.join(work, "inputs"), names)
+        try:
+            outputs = [
+                run_outputs(
+                    module,
+                    target.device,
+                    entry,
+                    inputs,
+                    os.path.join(work, name),
+                    config.run_timeout,
+                )  # fmt: skip
+                for module, name in ((default, "default"), (vmfb, "tuned"))
+            ]
+        except RunFailed as error:
+            raise UserError(
+                f"{config.input_file}: running it on {config.inputs}: {error}"
+            ) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    unusable = non_finite(outputs[0], entry, config.inputs)
+    if unusable:
+        return True, f"outputs could not be compared: {unusable}"
+    match, error, why = compare_outputs(outputs[1], outputs[0], entry)
+    if match:
+        return (
+            True,
+            f"outputs match IREE's default build's on {config.inputs} (max error {error:.2g})",
+        )
+    return False, f"OUTPUTS DIFFER from IREE's default build's on {config.inputs}: {why}"
 
 
 class LoadedModule:

@@ -73,6 +73,5 @@ def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> N
             )
         )
     proof = run_proof(layout, target, spec_path, config, custom_spec, os.path.join(work, "proof"))
-    report.applied_proof(proof)
-    if not proof.outputs_match or (proof.custom and not proof.custom.outputs_match):
+    if report.applied_proof(proof):
         raise SystemExit(1)

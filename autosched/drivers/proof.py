@@ -2,9 +2,12 @@
 
 The model is compiled with and without the spec (and, with a custom-kernel spec, a third
 time with custom kernels in place of contractions), each build's outputs are compared with
-the default's on seeded random inputs, and one call of the entry function is timed with
-each, interleaved over several rounds, so that drift of the machine touches every build
-alike. Every tool runs with the real iree-compile and the real runtime.
+the default's on the user's inputs or seeded random ones, and one call of the entry function
+is timed with each, interleaved over several rounds, so that drift of the machine touches
+every build alike. The verdict is one paired statistic: the ratio tuned/default of each
+round, its median, and the interval from the smallest to the largest round ratio (with 5
+rounds, the median's 94 % interval: `ModelVerdict`). Every tool runs with the real
+iree-compile and the real runtime.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from autosched.measure.benchmark_tool import time_module
 from autosched.measure.module_io import (
     EntryFunction,
     RunFailed,
+    argument_names,
+    checked_inputs,
     compare_outputs,
-    make_inputs,
     run_outputs,
     source_entry_function,
 )
@@ -59,6 +63,62 @@ def compile_model(
 # The proof
 
 
+FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no change"
+VERDICT_ROUNDS = 3  # paired rounds a verdict other than "no change" needs at least
+# A change smaller than this share of the model's time is no change: the interval must
+# clear 1 by it (identical builds, each round as likely faster as slower, then show all 5
+# rounds beyond it far less often than the 1 in 32 of clearing 1 itself).
+NOISE_FLOOR = 0.02
+
+
+@dataclass(frozen=True)
+class ModelVerdict:
+    """The one statistic every whole-model decision uses: the ratio tuned ms / default ms of
+    each round (both builds timed in the same round, so drift touches both), its median and
+    the interval from the smallest to the largest round ratio. For n independent rounds
+    that interval holds the true median ratio with probability 1 - 2**(1 - n) (94 % for 5
+    rounds, the sign test's interval). Faster only when the whole interval is below
+    1 - NOISE_FLOOR, slower only when it is above 1 + NOISE_FLOOR, else no change within
+    noise."""
+
+    ratios: tuple[float, ...]  # tuned / default, one per paired round
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Default over tuned: the inverse of the median ratio."""
+        median = self.median
+        return 1.0 / median if median else None
+
+    @property
+    def verdict(self) -> str:
+        if len(self.ratios) < VERDICT_ROUNDS:
+            return NO_CHANGE
+        if max(self.ratios) < 1.0 - NOISE_FLOOR:
+            return FASTER
+        if min(self.ratios) > 1.0 + NOISE_FLOOR:
+            return SLOWER
+        return NO_CHANGE
+
+    def describe(self) -> str:
+        """`1.23x: faster (5 paired rounds, 1.10x-1.31x)`, in speedups (default/tuned)."""
+        if not self.ratios:
+            return "no paired rounds"
+        low, high = 1.0 / max(self.ratios), 1.0 / min(self.ratios)
+        words = {NO_CHANGE: "no change within noise"}.get(self.verdict, self.verdict)
+        rounds = f"{len(self.ratios)} paired round{'s' * (len(self.ratios) != 1)}"
+        return f"{self.speedup:.2f}x: {words} ({rounds}, {low:.2f}x-{high:.2f}x)"
+
+
+def model_verdict(default_rounds: Sequence[float], tuned_rounds: Sequence[float]):
+    """The ModelVerdict of rounds timed in pairs (a cut run pairs what it has)."""
+    pairs = zip(default_rounds, tuned_rounds, strict=False)
+    return ModelVerdict(tuple(t / d for d, t in pairs if d and t))
+
+
 @dataclass
 class CustomProof:
     """The model with custom kernels in place of contractions (and the spec for the rest),
@@ -90,7 +150,8 @@ class ModelProof:
     """The model compiled without and with the spec: answers compared, calls timed.
 
     Times are one call of `function` in ms: the median of the rounds' medians, and the
-    coefficient of variation of those round medians. `speedup` is default over tuned.
+    coefficient of variation of those round medians. `speedup` is default over tuned, from
+    the paired rounds (`verdict`).
     """
 
     function: str
@@ -105,6 +166,8 @@ class ModelProof:
     default_rounds_ms: list[float] = dataclasses.field(default_factory=list)
     tuned_rounds_ms: list[float] = dataclasses.field(default_factory=list)
     message: str = ""  # why the outputs differ, or why the tuned module could not be timed
+    # False where IREE's default gives NaN or inf on the inputs: nothing could be compared.
+    outputs_compared: bool = True
     custom: CustomProof | None = None  # with `custom_spec`: the build with custom kernels
     default_only: bool = False  # no spec and no custom spec: the default alone was timed
     runtime_flags: str = ""  # IREE runtime flags every build was timed with
@@ -113,16 +176,9 @@ class ModelProof:
     runtime_choices: list[RuntimeChoice] = dataclasses.field(default_factory=list)
 
     @property
-    def noise(self) -> float | None:
-        """How far the rounds' paired speedups (each round times both builds) stray from
-        their median, at most: a model speedup within it is no change. None with under two
-        paired rounds."""
-        rounds = zip(self.default_rounds_ms, self.tuned_rounds_ms, strict=False)  # a cut run
-        pairs = [d / t for d, t in rounds if t]
-        if len(pairs) < 2:
-            return None
-        middle = statistics.median(pairs)
-        return max(abs(p / middle - 1) for p in pairs)
+    def verdict(self) -> ModelVerdict:
+        """The paired statistic of the default's and the tuned build's rounds."""
+        return model_verdict(self.default_rounds_ms, self.tuned_rounds_ms)
 
 
 def _summary(rounds: list[float]) -> tuple[float, float]:
@@ -141,6 +197,7 @@ class _Build:
     match: bool = True
     max_error: float | None = None
     message: str = ""
+    compared: bool = True  # False: the default's answer has NaN or inf
     rounds: list[float] = dataclasses.field(default_factory=list)
     placed: dict[str, int] = dataclasses.field(default_factory=dict)  # custom: winner -> ops
 
@@ -158,6 +215,9 @@ class _Run:
     runtime_flags: tuple[str, ...] = ()  # IREE runtime flags of every timing (the cfg's)
     entry: EntryFunction | None = None
     inputs: list[str] = dataclasses.field(default_factory=list)
+    given_inputs: str = ""  # the user's .npz file ("": seeded random inputs)
+    seed: int = 0
+    default_model: str = ""  # the model IREE's default is built from (its argument names)
 
 
 @dataclass
@@ -190,11 +250,14 @@ def prove(
     default_model: str | None = None,
     runtime_flags: Sequence[str] = (),
     runtime_choices: Sequence[Sequence[str]] = (),
+    inputs: str = "",
 ) -> ModelProof:
     """Compiles the model without and with the spec, compares outputs, times both.
 
-    Inputs are random with `seed`; outputs are compared per element type (verify.TOLERANCE,
-    integers exactly) unless `tolerance` is given. Timing: `rounds` rounds, each timing every
+    Inputs are the user's `inputs` (.npz), else random with `seed`, drawn again in a saner
+    range where IREE's default gives NaN or inf on them (module_io.checked_inputs); outputs
+    are compared per element type (verify.TOLERANCE, integers exactly) unless `tolerance`
+    is given. Timing: `rounds` rounds, each timing every
     build with iree-benchmark-module (`repetitions` x `min_time`), in an order that turns
     each round. A compile failure, or a default module that fails to run, is a UserError; a
     tuned module that fails to run or to be timed is a proof with `outputs_match` False or no
@@ -218,14 +281,14 @@ def prove(
     with tempfile.TemporaryDirectory(prefix="autosched-proof-") as scratch:
         run = _Run(
             model_path, device, timeout, work_dir or scratch, repetitions, min_time,
-            tuple(runtime_flags),
+            tuple(runtime_flags), given_inputs=inputs, seed=seed,
+            default_model=default_model or model_path,
         )  # fmt: skip
         source = prepare_model(model_path, run.work)
         baseline = prepare_model(default_model, run.work) if default_model else source
         tuned = spec_path is not None or baseline != source
         builds = _compile_builds(run, (baseline, source), flags, spec, tuned, custom_spec)
         run.entry = source_entry_function(source, flags, function, run.work, timeout, model_path)
-        run.inputs = make_inputs(run.entry, os.path.join(run.work, "inputs"), seed)
         _check_outputs(run, builds, tolerance)
         choices = _choose_runtime_flags(run, builds, runtime_choices)
         for round_index in range(rounds):
@@ -261,21 +324,26 @@ def _compile_builds(
 
 
 def _check_outputs(run: _Run, builds: _Builds, tolerance: float | None) -> None:
-    """The default build's outputs, and every other build's compared with them."""
+    """The inputs and the default build's outputs on them, and every other build's compared
+    with those (where they are finite: else each build says why nothing was compared)."""
+
+    def default_outputs(inputs: list[str]) -> list:
+        folder = os.path.join(run.work, "default")
+        return run_outputs(builds.default.vmfb, run.device, run.entry, inputs, folder, run.timeout)
+
     try:
-        expected = run_outputs(
-            builds.default.vmfb,
-            run.device,
-            run.entry,
-            run.inputs,
-            os.path.join(run.work, "default"),
-            run.timeout,
-        )
+        checked = checked_inputs(
+            run.entry, os.path.join(run.work, "inputs"), run.seed, default_outputs,
+            run.given_inputs, argument_names(run.default_model) if run.given_inputs else (),
+        )  # fmt: skip
     except RunFailed as error:
         raise UserError(f"{run.model_path}: the model without the spec fails: {error}") from None
+    run.inputs = checked.flags
     for build in builds.compiled[1:]:
         if build.runs:
-            _check_build(run, build, expected, tolerance)
+            _check_build(run, build, checked.reference, tolerance)
+            if checked.unusable and build.runs:
+                build.match, build.compared, build.message = False, False, checked.unusable
 
 
 def _check_build(run: _Run, build: _Build, expected: list, tolerance: float | None) -> None:
@@ -363,10 +431,10 @@ def _time_build(run: _Run, build: _Build, is_default: bool) -> None:
 def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
     default, tuned, custom = builds.default, builds.tuned, builds.custom
     default_ms, default_cv = _summary(default.rounds)
-    tuned_ms = tuned_cv = speedup = None
+    tuned_ms = tuned_cv = None
     if tuned.rounds:
         tuned_ms, tuned_cv = _summary(tuned.rounds)
-        speedup = default_ms / tuned_ms if tuned_ms > 0 else None
+    speedup = model_verdict(default.rounds, tuned.rounds).speedup
     return ModelProof(
         function=entry.name,
         default_ms=default_ms,
@@ -380,6 +448,7 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
         default_rounds_ms=default.rounds,
         tuned_rounds_ms=tuned.rounds,
         message=tuned.message,
+        outputs_compared=tuned.compared,
         custom=_custom_proof(custom, default_ms, tuned_ms) if custom else None,
         default_only=len(builds.compiled) == 1,
     )

@@ -19,7 +19,8 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,12 @@ INTEGER_HIGH = 8  # integer inputs are drawn from [0, 8): valid as small indices
 # iree-run-module then holds it again beside the model's own buffers.
 INPUT_MEMORY_SHARE = 16
 GIB = 1 << 30
+# Random inputs are drawn again this many times where IREE's default build gives NaN or inf
+# on them (`checked_inputs`): each redraw keeps 1-D float arguments in STATISTICS_RANGE and
+# shrinks the others SHRINK times more.
+REDRAWS = 2
+STATISTICS_RANGE = (0.5, 1.5)
+SHRINK = 4.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,39 +256,166 @@ def check_input_sizes(entry: EntryFunction, where: str) -> None:
             )
 
 
-def make_inputs(entry: EntryFunction, directory: str, seed: int = 0) -> list[str]:
+def make_inputs(entry: EntryFunction, directory: str, seed: int = 0, draw: int = 0) -> list[str]:
     """Seeded random inputs written under `directory`; returns their --input flag values.
 
     Floats are uniform in [-s, s) with s = 1/sqrt(largest dimension), at most 1: a model's
     activations stay in range whatever its depth of dot products (uniform [-1, 1) weights
     overflowed a 4096-wide f16 decoder layer to inf in IREE's own default build). Integers
     are in [0, 8) (valid as small indices); i1 is 0 or 1.
+    A redraw (`draw` > 0, after IREE's default gave NaN or inf) draws every 1-D float
+    argument in STATISTICS_RANGE, positive as a batch norm's variance must be (a bias or a
+    norm's scale takes that as well as any value), and the others SHRINK**draw times smaller.
     f16/f32/f64 and integers go to `.npy` (`@file.npy`); bf16 goes to raw `.bin` with its type
     (`2x3xbf16=@file.bin`), since numpy has no bf16. Paths are absolute.
     """
     check_input_sizes(entry, entry.name)
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + draw)
     flags = []
     for index, spec in enumerate(entry.inputs):
         integer = _integer(spec.element)
-        if spec.element == "bf16":
-            path = os.path.join(directory, f"input{index}.bin")
-            _bf16_bits(rng.uniform(-1.0, 1.0, size=spec.shape) * _scale(spec)).tofile(path)
-            flags.append(f"{spec.text}=@{path}")
-            continue
         if integer is not None:
             high = 2 if integer[1] == 1 else INTEGER_HIGH
             values = rng.integers(0, high, size=spec.shape)
-        elif spec.element in _FLOATS:
-            values = rng.uniform(-1.0, 1.0, size=spec.shape) * _scale(spec)
+        elif spec.element in _FLOATS or spec.element == "bf16":
+            values = _random_floats(rng, spec, draw)
         else:
             raise UserError(f"{entry.name}: input {index} is {spec.text}: no random inputs of it")
-        path = os.path.join(directory, f"input{index}.npy")
-        np.save(path, np.asarray(values).astype(_numpy_dtype(spec.element)))
-        flags.append(f"@{path}")
+        flags.append(_write_input(directory, index, spec, values))
     return flags
+
+
+def _random_floats(rng: np.random.Generator, spec: TensorSpec, draw: int) -> np.ndarray:
+    """Uniform floats for one argument (see `make_inputs` for the ranges)."""
+    if draw and len(spec.shape) == 1:
+        return rng.uniform(*STATISTICS_RANGE, size=spec.shape)
+    return rng.uniform(-1.0, 1.0, size=spec.shape) * _scale(spec) / SHRINK**draw
+
+
+def _write_input(directory: str, index: int, spec: TensorSpec, values: np.ndarray) -> str:
+    """One input written under `directory` (bf16 as raw bits); its --input flag value."""
+    if spec.element == "bf16":
+        path = os.path.join(directory, f"input{index}.bin")
+        _bf16_bits(np.asarray(values, dtype=np.float32)).tofile(path)
+        return f"{spec.text}=@{path}"
+    path = os.path.join(directory, f"input{index}.npy")
+    np.save(path, np.asarray(values).astype(_numpy_dtype(spec.element)))
+    return f"@{path}"
+
+
+def load_inputs(
+    path: str, entry: EntryFunction, directory: str, names: Sequence[str] = ()
+) -> list[str]:
+    """The user's inputs: the arrays of an `.npz` file in argument order, as np.savez writes
+    them (`arr_0`, `arr_1`, ...) or named like the arguments (`names`, an ONNX model's
+    inputs), else in the file's own order; each checked against the entry function's type
+    and written under `directory` as `make_inputs` writes its own. A file that does not fit
+    is one UserError naming it, the argument and what was expected."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
+    expected = len(entry.inputs)
+    if len(arrays) != expected:
+        raise UserError(
+            f"{path}: {len(arrays)} array(s), but {entry.name} takes {expected} argument(s)"
+        )
+    ordered = _in_argument_order(arrays, names, expected)
+    directory = os.path.abspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    flags = []
+    for index, ((key, array), spec) in enumerate(zip(ordered, entry.inputs, strict=True)):
+        _check_array(path, index, key, array, spec)
+        flags.append(_write_input(directory, index, spec, array))
+    return flags
+
+
+def _in_argument_order(arrays: dict, names: Sequence[str], count: int) -> list[tuple]:
+    """(key, array) pairs in argument order: by `arr_<i>`, else by `names`, else as stored."""
+    for keys in ([f"arr_{i}" for i in range(count)], list(names)):
+        if keys and set(keys) == set(arrays):
+            return [(key, arrays[key]) for key in keys]
+    return list(arrays.items())
+
+
+def _check_array(path: str, index: int, key: str, array: np.ndarray, spec: TensorSpec) -> None:
+    """A UserError when `array` is not what argument `index` takes."""
+    wanted = _numpy_dtype(spec.element)
+    if spec.element == "bf16":  # numpy has no bf16: float32 (or ml_dtypes' bfloat16) is taken
+        fits = array.dtype == np.float32 or array.dtype.name == "bfloat16"
+        wanted_name = "float32 (for bf16)"
+    else:
+        fits = wanted is not None and array.dtype == np.dtype(wanted)
+        wanted_name = np.dtype(wanted).name if wanted is not None else spec.element
+    shape = tuple(array.shape)
+    if shape != spec.shape or not fits:
+        raise UserError(
+            f"{path}: argument {index} ({key}) is {'x'.join(map(str, shape)) or 'a scalar'} "
+            f"{array.dtype.name}, expected {spec.text} ({wanted_name})"
+        )
+
+
+@dataclass
+class CheckedInputs:
+    """Inputs and IREE's default answer on them; `unusable` says why that answer cannot be
+    compared with (NaN or inf on every draw), empty when it can."""
+
+    flags: list[str]
+    reference: list[np.ndarray]
+    unusable: str = ""
+    draws: int = 1  # random draws made (0: the user's inputs)
+
+
+def checked_inputs(
+    entry: EntryFunction,
+    directory: str,
+    seed: int,
+    default_outputs: Callable[[list[str]], list[np.ndarray]],
+    given: str = "",
+    names: Sequence[str] = (),
+) -> CheckedInputs:
+    """Inputs on which IREE's default build (`default_outputs`, which may raise RunFailed)
+    gives finite outputs: the user's `given` .npz file as it is, else seeded random inputs,
+    drawn again up to REDRAWS times in a saner range (`make_inputs`) while it gives NaN or
+    inf (a random batch-norm variance below zero does). Where every draw fails, the last
+    draw with the reason in `unusable`: nothing can be checked on it."""
+    if given:
+        flags = load_inputs(given, entry, directory, names)
+        reference = default_outputs(flags)
+        return CheckedInputs(flags, reference, non_finite(reference, entry, given), draws=0)
+    for draw in range(REDRAWS + 1):
+        flags = make_inputs(entry, directory, seed, draw)
+        reference = default_outputs(flags)
+        why = non_finite(reference, entry, f"random inputs ({draw + 1} draws)")
+        if not why:
+            break
+    return CheckedInputs(flags, reference, why, draws=draw + 1)
+
+
+def argument_names(model_path: str) -> list[str]:
+    """The names of the model's arguments where its file keeps them (an ONNX graph's inputs
+    that are not initializers), else none: how the arrays of an inputs file may be named."""
+    if not model_path.endswith(".onnx"):
+        return []
+    import onnx
+
+    graph = onnx.load(model_path, load_external_data=False).graph
+    stored = {tensor.name for tensor in graph.initializer}
+    return [value.name for value in graph.input if value.name not in stored]
+
+
+def non_finite(outputs: Sequence[np.ndarray], entry: EntryFunction, inputs: str) -> str:
+    """Why IREE's default answer cannot be compared with ('' when every value is finite)."""
+    for index, (output, spec) in enumerate(zip(outputs, entry.outputs, strict=False)):
+        if not np.all(np.isfinite(output)):
+            return (
+                f"IREE's default build gives NaN or inf in output {index} ({spec.text}) on "
+                f"{inputs}"
+            )
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------

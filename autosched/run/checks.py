@@ -11,7 +11,7 @@ import threading
 from autosched.compile import compile_one
 from autosched.config import RunConfig
 from autosched.measure.contract import DispatchCheck, Executor
-from autosched.measure.module_io import EntryFunction, RunFailed, TensorSpec, make_inputs
+from autosched.measure.module_io import EntryFunction, RunFailed, TensorSpec, checked_inputs
 from autosched.ops.registry import kind_of
 from autosched.outputs.report import RunLog
 from autosched.run.builds import CandidateBuilds
@@ -95,12 +95,12 @@ class AnswerChecks:
         )
 
     def default_answer(self, search: ProblemSearch, entry: EntryFunction, name: str):
-        """IREE's default build of the check module run on seeded inputs (under
-        inputs/`name`): a DispatchCheck, or the RunFailed that says why it did not build
-        or run. A model's whole build is compiled once a run
-        (`CandidateBuilds.default_model_check`)."""
+        """IREE's default build of the check module run on inputs under inputs/`name` (the
+        user's for the whole model, else seeded ones drawn again where the default gives
+        NaN or inf: module_io.checked_inputs): a DispatchCheck, or the RunFailed that says
+        why it did not build, run or give a finite answer. A model's whole build is compiled
+        once a run (`CandidateBuilds.default_model_check`)."""
         folder = os.path.join(self.config.work_dir, "inputs", name, "dispatch")
-        inputs = make_inputs(entry, folder, seed=self.config.seed)
         if search.benchmark.checks_model:
             built = self.builds.default_model_check(search)
         else:
@@ -108,10 +108,17 @@ class AnswerChecks:
             built = compile_one(job, self.config.compile_timeout)
         if built.status != "ok":
             return RunFailed(built.message)
-        try:
-            reference = self.executor.primary.reference_outputs(
+
+        def default_outputs(inputs: list[str]) -> list:
+            return self.executor.primary.reference_outputs(
                 built.job.output, entry, inputs, folder, self.config.run_timeout
             )
+
+        given = self.config.inputs if search.benchmark.checks_model else ""
+        try:
+            checked = checked_inputs(entry, folder, self.config.seed, default_outputs, given)
         except RunFailed as error:
             return error
-        return DispatchCheck(entry, inputs, reference, folder)
+        if checked.unusable:
+            return RunFailed(checked.unusable)
+        return DispatchCheck(entry, checked.flags, checked.reference, folder)

@@ -1,7 +1,8 @@
 """The decide stage of a model run: the custom winners written as a substitution spec, the
 IREE winners as a tuning spec checked in the model, both proved on the whole model (a spec
-that proves slower loses its least winner until it is not), and the summary's rows with the
-route each problem's winner took."""
+that proves slower loses its least winner until it is not; one that is not faster beyond
+the rounds' noise is not kept: proof.ModelVerdict), and the summary's rows with the route
+each problem's winner took."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from autosched.drivers.custom_route import (
 )
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
-from autosched.drivers.proof import prove
+from autosched.drivers.proof import FASTER, SLOWER, prove
 from autosched.measure.contract import runtime_flag_choices, runtime_flags
 from autosched.model.configured import form_of, spec_coverage
 from autosched.model.layouts import ModelLayout
@@ -53,7 +54,7 @@ def decide(prepared: Prepared, searched: Searched) -> Decided:
     )
     custom_spec = custom.path
     spec_path, applied, proof = spec_never_slower(prepared, log, custom_spec)
-    rows = routed_rows(prepared, searched, applied, custom_spec)
+    rows = routed_rows(prepared, searched, applied, custom_spec, spec_path)
     missing = not_placed(custom, applied, proof)
     report.placement(log, missing, placed_by_kind(custom, proof))
     return Decided(spec_path, custom_spec, applied, proof, rows, missing)
@@ -91,15 +92,21 @@ def placed_by_kind(custom: CustomSpec, proof: dict | None) -> dict[str, int]:
 
 
 def routed_rows(
-    prepared: Prepared, searched: Searched, applied: dict[str, bool], custom_spec: str | None
+    prepared: Prepared,
+    searched: Searched,
+    applied: dict[str, bool],
+    custom_spec: str | None,
+    spec_path: str | None,
 ) -> list[dict]:
-    """The summary's per-problem rows, each with its custom kernel's time and its route."""
+    """The summary's per-problem rows, each with its custom kernel's time and its route (in
+    the spec only where a spec was kept)."""
     target, problems = prepared.target, prepared.problems
     rows = problem_rows(problems, applied)
     for entry, row in zip(problems, rows, strict=True):
         result = custom_winner(entry, searched.custom, target)
         best = entry.result.best
-        row["in_spec"] = row["in_spec"] and has_config(target, entry.problem, best.point)
+        in_spec = row["in_spec"] and has_config(target, entry.problem, best.point)
+        row["in_spec"] = bool(spec_path) and in_spec
         row["custom_ms"] = result.best_ms if result else None
         substituted = custom_spec is not None and result is not None
         row["route"] = route_of(row, substituted and beats_iree(entry, result))
@@ -108,10 +115,11 @@ def routed_rows(
 
 def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
     """(spec path or None, applied, proof): the winners' spec, checked in the model and
-    proved on it. While the tuned model proves slower than IREE's default, the winner that
-    was to save the least model time is left out and the spec proved again; with none left,
-    no spec is written. Without any spec the default alone is timed, so the run always ends
-    with the model's line."""
+    proved on it, kept only where the model's verdict is faster (proof.ModelVerdict). While
+    the tuned model proves slower than IREE's default, the winner that was to save the
+    least model time is left out and the spec proved again; a model not faster beyond the
+    rounds' noise keeps no spec. Without any spec the default alone is timed, so the run
+    always ends with the model's line."""
     config, target, layout, problems = (
         prepared.config,
         prepared.target,
@@ -130,24 +138,29 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
             )
         if not spec_path and not custom_spec:
             report.say(no_winner_line([e.result for e in problems]))
-        if spec_path:
-            with prepared.clock.phase("proof"):
-                proof = proved(layout, target, spec_path, config, log, custom_spec)
-        else:
-            proof = proved_without_spec(prepared, log, custom_spec)
-        if not spec_path or (proof["speedup"] or 1.0) >= 1.0:
-            return spec_path, applied, proof
+        if not spec_path:
+            return None, applied, proved_without_spec(prepared, log, custom_spec)
+        with prepared.clock.phase("proof"):
+            proof = proved(layout, target, spec_path, config, log, custom_spec)
+        if proof["verdict"] != SLOWER:
+            return kept_if_faster(spec_path, applied, proof, log)
         left_out = leave_out_least(problems)
         if left_out is None:
             starter = ""  # the starter spec alone was slower
-        report.warn(
-            log,
-            f"WARNING: the tuned model is SLOWER than IREE's default ({proof['speedup']:.2f}x): "
-            + (f"{left_out} left out of the spec" if left_out else "no spec is written"),
-        )
+        report.slower(log, proof, left_out)
         if left_out is None and not best:
             os.remove(spec_path)
             return None, {}, proved_without_spec(prepared, log, custom_spec)
+
+
+def kept_if_faster(spec_path: str, applied: dict, proof: dict, log: RunLog):
+    """The spec where the model is faster with it; else its file removed and why said."""
+    if proof["verdict"] == FASTER:
+        proof["spec_written"] = True
+        return spec_path, applied, proof
+    os.remove(spec_path)
+    proof["no_spec"] = report.no_spec(log, proof)
+    return None, {}, proof
 
 
 def proved_without_spec(prepared: Prepared, log: RunLog, custom_spec: str | None) -> dict:
@@ -156,12 +169,12 @@ def proved_without_spec(prepared: Prepared, log: RunLog, custom_spec: str | None
     config, target, layout = prepared.config, prepared.target, prepared.layout
     with prepared.clock.phase("proof"):
         proof = proved(layout, target, None, config, log, custom_spec)
-    if not layout.changed or (proof["speedup"] or 1.0) >= 1.0:
+    if not layout.changed or proof["verdict"] != SLOWER:
         return proof
     report.warn(
         log,
         f"WARNING: the model's layout alone is SLOWER than IREE's default "
-        f"({proof['speedup']:.2f}x): the model is kept as given",
+        f"({proof['verdict_text']}): the model is kept as given",
     )
     kept = replace(layout, source=layout.original)
     with prepared.clock.phase("proof"):
@@ -234,6 +247,7 @@ def run_proof(
         default_model=layout.original if layout.changed else None,
         runtime_flags=runtime_flags(config),
         runtime_choices=runtime_flag_choices(config),
+        inputs=config.inputs,
     )
 
 
@@ -248,7 +262,16 @@ def proved(
     """The whole model with and without the spec: its lines, and the summary's numbers."""
     proof = run_proof(layout, target, spec_path, config, custom_spec)
     report.proof_lines(log, proof)
+    verdict = proof.verdict
     return {
+        "verdict": verdict.verdict if not proof.default_only else None,
+        "verdict_text": verdict.describe(),
+        "ratio_rounds": list(verdict.ratios),
+        "ratio_median": verdict.median,
+        "spec_written": False,
+        "no_spec": "",
+        "inputs": config.inputs or "random",
+        "outputs_compared": proof.outputs_compared,
         "custom": asdict(proof.custom) if proof.custom else None,
         "function": proof.function,
         "default_ms": proof.default_ms,

@@ -24,13 +24,20 @@ from autosched.drivers.dispatch_table import (
     time_dispatches,
 )
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
+from autosched.drivers.proof import FASTER
 from autosched.model.configured import DispatchConfig
 from autosched.model.lowering import ModelAnalysis
 from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
-from autosched.outputs.report import RunLog, summary_rows, table
+from autosched.outputs.report import (
+    RunLog,
+    not_tuned_reason,
+    rechoose_csv,
+    summary_rows,
+    table,
+)
 from autosched.rewrite.placement import replaced_line
 from autosched.run.phases import candidate_split, time_lines
-from autosched.run.problem import ProblemResult
+from autosched.run.problem import BASELINE, ProblemResult
 from autosched.search.space import fitted_space
 from autosched.targets.base import Target
 
@@ -130,24 +137,41 @@ def runtime_line(proof) -> list[str]:
 
 
 def model_line(proof) -> str:
-    """`model: A ms -> B ms (X×), outputs match (max error E)`, or the default's time alone."""
+    """`model: A ms -> B ms (S x: faster (5 paired rounds, L x-H x)), outputs match (max error
+    E)`, or the default's time alone: the verdict of proof.ModelVerdict, the one every
+    decision and file of the run follows."""
     if proof.default_only:
         return f"model: {proof.default_ms:.4g} ms (IREE default; nothing faster)"
     tuned = f"{proof.tuned_ms:.4g} ms" if proof.tuned_ms else "no time"
-    speedup = f" ({proof.speedup:.2f}x)" if proof.speedup else ""
-    noise = proof.noise
-    if proof.speedup and noise is not None:
-        within = abs(proof.speedup - 1) <= noise
-        speedup = (
-            f" (no change: {proof.speedup:.2f}x within the rounds' noise of {noise:.1%})"
-            if within
-            else f" ({proof.speedup:.2f}x, rounds' noise {noise:.1%})"
-        )
-    if proof.outputs_match:
+    verdict = f" ({proof.verdict.describe()})" if proof.tuned_rounds_ms else ""
+    if not proof.outputs_compared:
+        answer = f"outputs could not be compared: {proof.message}"
+    elif proof.outputs_match:
         answer = f"outputs match (max error {proof.max_error or 0:.2g})"
     else:
         answer = f"OUTPUTS DIFFER: {proof.message}"
-    return f"model: {proof.default_ms:.4g} ms -> {tuned}{speedup}, {answer}"
+    return f"model: {proof.default_ms:.4g} ms -> {tuned}{verdict}, {answer}"
+
+
+def slower(log: RunLog, proof: dict, left_out: str | None) -> None:
+    """The warning of a spec whose model proved slower, and what happens to it."""
+    warn(
+        log,
+        f"WARNING: the tuned model is SLOWER than IREE's default ({proof['verdict_text']}): "
+        + (f"{left_out} left out of the spec" if left_out else "no spec is written"),
+    )
+
+
+def no_spec(log: RunLog, proof: dict) -> str:
+    """The line (and the summary's reason) for a spec not kept: the model is not faster
+    beyond the rounds' noise."""
+    line = (
+        f"no tuning spec: the tuned model is not faster beyond the rounds' noise "
+        f"({proof['verdict_text']}); IREE's default stays. A quieter machine or a larger "
+        "budget may tell"
+    )
+    logged(log, line)
+    return line
 
 
 def proof_lines(log: RunLog, proof) -> None:
@@ -170,6 +194,13 @@ def proving(with_spec: bool) -> None:
     note(f"{'proving the spec on' if with_spec else 'timing'} the whole model ...")
 
 
+def outputs_differ(proof: dict | None) -> bool:
+    """Whether the tuned build's outputs were compared with the default's and differ."""
+    if not proof or proof.get("default_only") or not proof.get("outputs_compared", True):
+        return False
+    return proof.get("outputs_match") is False
+
+
 # ----- apply --------------------------------------------------------------------------
 
 
@@ -182,31 +213,99 @@ def spec_coverage(configs: list[DispatchConfig]) -> None:
         say(f"  {c.entry_point}: {c.contraction} ({state})")
 
 
-def applied_proof(proof) -> None:
-    """`autosched apply`'s whole-model line (and the custom kernels')."""
+def applied_proof(proof) -> bool:
+    """`autosched apply`'s whole-model line (and the custom kernels'), with the verdict a run
+    acts on (a run keeps a spec only where it says faster); whether outputs were compared
+    and differ (its exit 1)."""
     say(model_line(proof))
     if proof.custom:
         say(custom_line(proof.custom))
+    custom_differs = proof.custom is not None and not proof.custom.outputs_match
+    return proof.outputs_compared and (not proof.outputs_match or custom_differs)
 
 
 # ----- report -------------------------------------------------------------------------
 
 
 def share_table(rows: list[dict]) -> str:
-    """Each problem's share of the tuned contractions' time, before and after."""
-    headers = ["problem", "runs", "share before", "share after", "in spec", "applied in model"]
-    cells = [
-        [
-            row["problem"],
-            str(row["occurrences"]),
-            f"{row['share']:.1%}",
-            f"{row['share_after']:.1%}",
-            "yes" if row["in_spec"] else "no",
-            "yes" if row["applied_in_model"] else ("no" if row["in_spec"] else "-"),
-        ]
-        for row in rows
-    ]
-    return table(headers, cells)
+    """Each problem's share before and after and where those numbers come from: the
+    problem's own dispatches inside the model (the dispatch table) where that ran, else
+    each problem's dispatch benchmark timed alone, as the footnote says."""
+    in_model = any(row.get("model_share") is not None for row in rows)
+    if in_model:
+        headers = ["problem", "runs", "model share before", "after", "speedup in model"]
+        note = "(shares and speedups: the problem's own dispatches in the model's dispatch table)"
+    else:
+        headers = ["problem", "runs", "share before", "share after"]
+        note = (
+            "(shares: of the tuned problems' time, each problem's dispatch timed alone as "
+            "IREE's dispatch benchmark, not inside the model)"
+        )
+    cells = []
+    for row in rows:
+        if in_model:
+            speedup = row.get("model_speedup")
+            numbers = [
+                _percent(row.get("model_share")),
+                _percent(row.get("model_share_after")),
+                f"{speedup:.2f}x" if speedup else "-",
+            ]
+        else:
+            numbers = [f"{row['share']:.1%}", f"{row['share_after']:.1%}"]
+        applied = "yes" if row["applied_in_model"] else ("no" if row["in_spec"] else "-")
+        in_spec = "yes" if row["in_spec"] else "no"
+        cells.append([row["problem"], str(row["occurrences"]), *numbers, in_spec, applied])
+    return table([*headers, "in spec", "applied in model"], cells) + "\n" + note
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1%}" if value is not None else "-"
+
+
+def with_model_numbers(rows: list[dict], dispatches: list[dict]) -> None:
+    """Each problem's row gets its share of the model's dispatch time before and after the
+    spec and its speedup inside the model, from its own rows of the dispatch table (None
+    where the table did not run or holds none of its dispatches)."""
+    before = sum(d["default_total_ms"] for d in dispatches)
+    after = sum(d["tuned_total_ms"] for d in dispatches)
+    for row in rows:
+        mine = [d for d in dispatches if d["tuned"] == row["problem"]]
+        own_before = sum(d["default_total_ms"] for d in mine)
+        own_after = sum(d["tuned_total_ms"] for d in mine)
+        known = bool(mine) and before > 0 and after > 0
+        row["model_share"] = round(own_before / before, 4) if known else None
+        row["model_share_after"] = round(own_after / after, 4) if known else None
+        row["model_speedup"] = own_before / own_after if known and own_after else None
+
+
+def not_tuned(log: RunLog, problems, rows: list[dict]) -> dict[str, int]:
+    """The problems no candidate could be checked or timed on, each warned of with its
+    reason and its share of the model; the summary's `skipped` entries for them."""
+    skipped = {}
+    for entry, row in zip(problems, rows, strict=True):
+        reason = not_tuned_reason(entry.result)
+        if not reason:
+            continue
+        share = row.get("model_share")
+        share_text = f"{share:.1%} of the model" if share is not None else "share unknown"
+        warn(log, f"not tuned: {entry.problem.name} ({share_text}): {reason}")
+        skipped[f"not tuned: {entry.problem.name} ({share_text}): {reason}"] = 1
+    return skipped
+
+
+def chosen_configs(problems, searched: Searched, decided: Decided) -> set[tuple[str, str]]:
+    """(problem, config) of what the run finally keeps: a winner in the spec written, a
+    custom kernel where they won, else IREE's default."""
+    chosen = set()
+    for entry, row in zip(problems, decided.rows, strict=True):
+        custom = searched.custom.get(entry.problem.name)
+        if decided.custom_wins and row["route"] == "custom kernel" and custom and custom.best:
+            chosen.add((entry.problem.name, custom.best.config))
+        elif row["in_spec"] and entry.result.best:
+            chosen.add((entry.problem.name, entry.result.best.config))
+        else:
+            chosen.add((entry.problem.name, BASELINE))
+    return chosen
 
 
 def whole_model_table(prepared: Prepared, log: RunLog, spec_path: str | None) -> list[DispatchRow]:
@@ -286,11 +385,14 @@ def dispatch_tables(
 
 def build_commands(prepared: Prepared, log: RunLog, decided: Decided) -> None:
     """The commands that build the tuned model (with its custom kernels where they won),
-    or the warning that they did not."""
+    only where the model's verdict is faster; or the warning that the custom kernels did
+    not win."""
     config, target, layout = prepared.config, prepared.target, prepared.layout
     spec_path, custom_spec = decided.spec_path, decided.custom_spec
-    proved_layout = layout.changed and not (decided.proof or {}).get("default_only")
-    if spec_path or proved_layout:
+    proof = decided.proof or {}
+    faster = proof.get("verdict") == FASTER
+    proved_layout = layout.changed and not proof.get("default_only")
+    if faster and (spec_path or proved_layout):
         built_from = layout.source if proved_layout else config.input_file
         say(tuned_model_command(built_from, target, spec_path))
     if not custom_spec:
@@ -308,11 +410,14 @@ def build_commands(prepared: Prepared, log: RunLog, decided: Decided) -> None:
 def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
     """The report stage: the tables, the summary JSON, the commands, the budget line; exit
     1 when the tuned model's outputs differ from IREE's default (as `apply` does: never a
-    silent 0)."""
+    silent 0), not when they could not be compared (IREE's default gave NaN or inf)."""
     log, paths, proof = searched.log, prepared.paths, decided.proof
-    logged(log, share_table(decided.rows), gap=True)
     with prepared.clock.phase("dispatch_tables"):
         dispatches, custom_dispatches = dispatch_tables(prepared, log, decided)
+    with_model_numbers(decided.rows, dispatches)
+    logged(log, share_table(decided.rows), gap=True)
+    skipped = not_tuned(log, prepared.problems, decided.rows)
+    rechoose_csv(paths.csv, chosen_configs(prepared.problems, searched, decided))
     campaign = replace(
         searched.campaign,
         problems=decided.rows,
@@ -321,6 +426,7 @@ def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
         phases_s=prepared.clock.summary(),
         candidates_s=candidate_split(searched.measured),
         not_placed=[missing.row() for missing in decided.not_placed],
+        skipped={**searched.campaign.skipped, **skipped},
     )
     summary_path = write_summary(paths.summary, proof, campaign)
     say(f"\nCSV: {paths.csv}  log: {paths.log}  summary: {summary_path}")
@@ -328,6 +434,6 @@ def report(prepared: Prepared, searched: Searched, decided: Decided) -> None:
     budget_line(log, campaign)
     for line in time_lines(prepared.clock, searched.measured):
         logged(log, line)
-    if proof and not proof.get("default_only") and proof.get("outputs_match") is False:
+    if outputs_differ(proof):
         log.write("exit 1: the tuned model's outputs differ from IREE's default")
         raise SystemExit(1)
