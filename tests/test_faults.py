@@ -870,15 +870,22 @@ def test_sigterm_in_a_model_runs_later_phases_is_143_with_its_line(
 
 
 def test_a_second_run_with_its_own_folders_but_the_same_output_is_refused(tuning):
-    """Issue 27 item 2: its own work_dir and database, the first run's --output: it would
-    replace the first run's CSV and summary, so it is refused while the first one runs."""
+    """Issue 27 item 2: its own work_dir and database, the first run's --output (named: a
+    run's own files follow its work_dir): it would replace the first run's CSV and summary,
+    so it is refused while the first one runs."""
     tuning.wrap("AUTOSCHED_IREE_COMPILE", HANG_COMPILE, real_compiler())
     first = tuning.start()
     try:
         tuning.wait_for_records(first, 1)
         cfg = tuning.path("auto-scheduler.cfg")
         text = cfg.read_text()
-        cfg.write_text(text.replace("[Env]", "[Env]\nwork_dir = other\ndatabase = other/db.jsonl"))
+        cfg.write_text(
+            text.replace(
+                "[Env]",
+                "[Env]\nwork_dir = other\ndatabase = other/db.jsonl\n"
+                "output_file = generated/mm/results.csv",
+            )
+        )
         second = tuning.run(timeout=60)
         cfg.write_text(text)
         assert second.returncode == 2, second.stderr

@@ -255,7 +255,7 @@ def write_custom_substitution(
 
 def _chains(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The reshape chains between the narrow matmul winners' contractions and their truncfs
-    in the model (model/narrow_reshapes.py); None without any."""
+    in the model (rewrite/narrow_reshapes.py); None without any."""
     if model is None or not any(narrowed_matmul(p) for p, _ in winners):
         return None
 
@@ -279,7 +279,7 @@ def _read_fused(model: tuple[str, str] | None, problems: list, reader, target, l
 
 def _epilogues(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The element-wise ops after the convolution and narrow matmul winners that their
-    kernels compute (model/epilogues.py), by `problem_key`; None without any."""
+    kernels compute (rewrite/epilogues.py), by `problem_key`; None without any."""
     fusing = [p for p, _ in winners if p.kind == "convolution" or narrowed_matmul(p)]
     epilogues = _read_fused(model, fusing, winners_epilogues, target, log, "epilogues")
     if epilogues is not None:
@@ -289,7 +289,7 @@ def _epilogues(model: tuple[str, str] | None, winners: list, target, log) -> dic
 
 def _absorbed(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
     """The attention winners' forms over their copied operands' sources (GQA's repeat, V's
-    transpose and the result's transpose absorbed: model/attention_sources.py), by name;
+    transpose and the result's transpose absorbed: rewrite/attention_sources.py), by name;
     None without any."""
     attentions = [p for p, _ in winners if p.kind == "attention"]
     found = _read_fused(model, attentions, winners_absorbed, target, log, "attention operands")

@@ -123,7 +123,7 @@ class AttentionProblem(AttentionCheck):
     # Read at `flow` (a dispatch's root, timed on IREE's dispatch), or the op as it stands
     # before dispatches are formed ("op": what the custom route replaces, timed bare).
     form: str = "flow"
-    causal: bool = False  # the op form's mask is the causal one (model/attention_ops.py)
+    causal: bool = False  # the op form's mask is the causal one (rewrite/attention_ops.py)
     output_type: str = ""  # the result's element type (the value type when not read)
 
     def size(self, role: str) -> int:

@@ -74,7 +74,7 @@ class ConvolutionProblem:
     # alone to search custom kernels on (kernel_module, a numpy reference).
     op_form: bool = False
     # Each image dim's (low, high) zero padding a kernel applies itself, reading the image
-    # before its `tensor.pad` (`image_shape` then unpadded; model/conv_padding.py); () none.
+    # before its `tensor.pad` (`image_shape` then unpadded; rewrite/conv_padding.py); () none.
     padding: tuple[tuple[int, int], ...] = ()
 
     @property

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 TRITON_TYPES = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32"}
 ACC, CHANNEL, FULL = "acc", "channel", "full"
 # A matmul's: its rounded result rotated by half in each head (RoPE's rotate_half,
-# model/rotary.py), and a tensor indexed by some of the result's dims (RoPE's cos and sin,
+# rewrite/rotary.py), and a tensor indexed by some of the result's dims (RoPE's cos and sin,
 # by token and head dim).
 ROTATED, INDEXED = "rotated", "indexed"
 
@@ -71,7 +71,7 @@ class Epilogue:
     acc_shape: tuple[int, ...] = ()  # the truncf's shape, after those reshapes
     store: PermutedStore | None = None  # a result that permutes the truncf's dims
     # The generic as a transform DAG matcher's region, where its body captures nothing
-    # (model/epilogues.py `_dag`): matched exactly, not by its types alone.
+    # (rewrite/epilogues.py `_dag`): matched exactly, not by its types alone.
     dag: str = ""
 
     @property

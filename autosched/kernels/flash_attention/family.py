@@ -25,7 +25,7 @@ class FlashAttention(KernelFamily):
     knobs = (
         KnobSpec("kv_stages", "flash kernels: key blocks in flight (0 for IREE's)", minimum=0),
     )
-    # Copies before q, k and v: the kernel reads their sources (model/attention_sources.py).
+    # Copies before q, k and v: the kernel reads their sources (rewrite/attention_sources.py).
     absorbs = Absorbs(copied_operands=True)
     params_type = kernel.FlashParams
     # Its compile and its `hal.dispatch.extern` function (kernel.py).

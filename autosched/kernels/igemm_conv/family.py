@@ -46,7 +46,7 @@ class IgemmConvolution(KernelFamily):
             strict=True,
         )
     )
-    # The narrow output, epilogues, the image's zero pad (model/conv_padding.py), and the
+    # The narrow output, epilogues, the image's zero pad (rewrite/conv_padding.py), and the
     # operands in the op's layout (its function puts them channels-last).
     absorbs = Absorbs(narrow_output=True, epilogues=True, padding=True, layouts=True)
     params_type = kernel.ConvParams

@@ -1,6 +1,6 @@
 """The matmul family's Triton source, rendered from its template files (`*.py.tmpl` here).
 
-Triton compiles a kernel from its file, and an epilogue (model/epilogues.py) is written into
+Triton compiles a kernel from its file, and an epilogue (rewrite/epilogues.py) is written into
 it as statements: `$params` are the epilogue's extra pointers, `$epilogue` its statements
 (`out = acc` without one). The kernels: `matmul` (a workgroup per output block, serial
 split-K), `rotated_matmul` (RoPE's rotate_half kept in the kernel, issue 24) and
