@@ -11,7 +11,7 @@ def __getattr__(name: str):
     """`autosched.tune` and `autosched.TunedModule`, loaded on first use: importing any
     part of the package (the command line's first line is signal handling) stays light."""
     if name in ("tune", "TunedModule"):
-        from autosched import api
+        from autosched import api  # noqa: PLC0415 - loaded on first use: importing autosched stays light
 
         return getattr(api, name)
     raise AttributeError(f"module 'autosched' has no attribute {name!r}")

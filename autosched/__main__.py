@@ -10,7 +10,7 @@ from autosched.interrupts import starting_up
 def main() -> None:
     starting_up()
     # The command line is imported only now, behind the handlers: that is the point.
-    from autosched.cli import main as command_line
+    from autosched.cli import main as command_line  # noqa: PLC0415 - imported after the signal handlers are set
 
     command_line()
 

@@ -30,8 +30,8 @@ TORCH_EXTRA = "pip install '.[torch]'"  # from a clone of autosched
 def _torch_and_aot():
     """torch and iree.turbine.aot, or one UserError naming the extra."""
     try:
-        import torch
-        from iree.turbine import aot
+        import torch  # noqa: PLC0415 - an optional extra, imported where it is used
+        from iree.turbine import aot  # noqa: PLC0415 - an optional extra, imported where it is used
     except ImportError as error:
         raise UserError(
             f"autosched.tune needs torch and iree-turbine ({error.name or error} is missing): "

@@ -166,11 +166,11 @@ def run(input_file, config_path, resume, dry_run, **overrides) -> None:
     config = with_overrides(load_config(config_path), **overrides)
     path = input_file or config.input_file
     if path and os.path.isfile(path) and is_model(path):
-        from autosched.drivers.model_run import run_model
+        from autosched.drivers.model_run import run_model  # noqa: PLC0415 - imported after the signal handlers are set
 
         run_model(with_overrides(config, input_file=path), resume, dry_run, BarProgress())
         return
-    from autosched.drivers.module_run import run_module
+    from autosched.drivers.module_run import run_module  # noqa: PLC0415 - imported after the signal handlers are set
 
     run_module(config, input_file, resume, dry_run, BarProgress())
 
@@ -193,7 +193,7 @@ def run(input_file, config_path, resume, dry_run, **overrides) -> None:
 def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
     """Prove SPEC on MODEL: which dispatches it configures, outputs compared, latency before and
     after (exit 1 when the outputs differ)."""
-    from autosched.drivers.model_run import apply_spec
+    from autosched.drivers.model_run import apply_spec  # noqa: PLC0415 - imported after the signal handlers are set
 
     config = with_overrides(load_config(config_path), input_file=model_file, **overrides)
     require_file(model_file)
@@ -240,7 +240,7 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
 def compile_(model_file, spec_path, custom_spec, out_path, config_path, **overrides) -> None:
     """Build the tuned MODEL for the target: IREE's build with the spec, and the custom
     kernels in place of their contractions, as the run's whole-model proof built it."""
-    from autosched.drivers.compile_model import compile_command
+    from autosched.drivers.compile_model import compile_command  # noqa: PLC0415 - imported after the signal handlers are set
 
     require_file(model_file)
     config = with_overrides(load_config(config_path), input_file=model_file, **overrides)

@@ -1,5 +1,8 @@
 """The one exception type that ends a run with a one-line message and exit code 2."""
 
+import os
+import stat
+
 import click
 
 
@@ -16,9 +19,6 @@ class UserError(click.ClickException):
 def require_file(path: str) -> None:
     """A UserError that says what `path` is when it is not a readable regular file (a
     folder, a FIFO, a dangling link or a loop of links), rather than "no such file"."""
-    import os
-    import stat
-
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:

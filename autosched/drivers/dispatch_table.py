@@ -201,10 +201,10 @@ def plot_dispatches(
     `custom_build_dispatches`), a second panel shows that build's dispatches, largest first:
     the build the run reports as its fastest."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: PLC0415 - an optional extra, imported where it is used
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - an optional extra, imported where it is used
     except ImportError:
         return None
     shown = rows[:top][::-1]

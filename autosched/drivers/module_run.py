@@ -21,6 +21,8 @@ from autosched.outputs.commands import shell_line, tuned_model_steps
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.report import no_winner_line, summary_rows
 from autosched.outputs.spec import check_starter, write_spec
+from autosched.rewrite.apply import SPEC_FLAG
+from autosched.rewrite.spec import write_substitution
 from autosched.run.phases import time_lines
 from autosched.run.problem import ProblemResult, Progress
 from autosched.run.tuning import Tuning, space_tuner
@@ -114,9 +116,6 @@ def export_best(paths: RunPaths, target, results: list[ProblemResult]) -> tuple[
     best = [(r.problem, target, r.best.point) for r in results if r.best is not None]
     custom = [(problem, point) for problem, _, point in best if not target.in_spec(point)]
     if custom or os.path.exists(paths.custom_spec):
-        from autosched.rewrite.apply import SPEC_FLAG
-        from autosched.rewrite.spec import write_substitution
-
         for why in write_substitution(paths.custom_spec, custom, target):
             click.echo(f"warning: a custom-kernel winner stays out of every spec: {why}", err=True)
         if os.path.exists(paths.custom_spec):

@@ -29,7 +29,7 @@ def import_triton():
     # Triton 3.9 warns unless the FP-fusion default is named; keep its long-standing one.
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     try:
-        import triton
+        import triton  # noqa: PLC0415 - an optional extra, imported where it is used
     except ImportError:
         raise UserError(
             "custom kernels need Triton, an optional extra: pip install '.[triton]'"
@@ -70,8 +70,8 @@ def triton_binary(
     IREE's bindings), the PTX written to `path` (no GPU needed); `gluon`: a Gluon kernel
     (its stages its own, its threads all its warps, the loader's too)."""
     triton = import_triton()
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415 - an optional extra, imported where it is used
+    from triton.compiler import ASTSource  # noqa: PLC0415 - an optional extra, imported where it is used
 
     signature = {**signature, **{name: "constexpr" for name in constants}}
     # IREE's bindings are 16-byte aligned. Told so, Triton loads with vector and
@@ -80,7 +80,7 @@ def triton_binary(
     aligned = {(index,): [["tt.divisibility", 16]] for index in range(buffers)}
     options = {"num_warps": warps, "num_stages": stages}
     if gluon:
-        from triton.experimental.gluon._runtime import GluonASTSource
+        from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415 - an optional extra, imported where it is used
 
         source = GluonASTSource(kernel, signature, constants, aligned)
         options.pop("num_stages")

@@ -400,7 +400,7 @@ def argument_names(model_path: str) -> list[str]:
     that are not initializers), else none: how the arrays of an inputs file may be named."""
     if not model_path.endswith(".onnx"):
         return []
-    import onnx
+    import onnx  # noqa: PLC0415 - an optional extra, imported where it is used
 
     graph = onnx.load(model_path, load_external_data=False).graph
     stored = {tensor.name for tensor in graph.initializer}
@@ -412,8 +412,7 @@ def non_finite(outputs: Sequence[np.ndarray], entry: EntryFunction, inputs: str)
     for index, (output, spec) in enumerate(zip(outputs, entry.outputs, strict=False)):
         if not np.all(np.isfinite(output)):
             return (
-                f"IREE's default build gives NaN or inf in output {index} ({spec.text}) on "
-                f"{inputs}"
+                f"IREE's default build gives NaN or inf in output {index} ({spec.text}) on {inputs}"
             )
     return ""
 

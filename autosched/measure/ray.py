@@ -112,7 +112,7 @@ def get_watched(ray, ref, what: str):
 def import_ray():
     """Ray, or one clear error when the optional extra is missing."""
     try:
-        import ray
+        import ray  # noqa: PLC0415 - an optional extra, imported where it is used
     except ImportError:
         raise UserError(
             "--executor ray needs Ray, an optional extra: pip install '.[ray]'"
@@ -148,7 +148,7 @@ def one_host_only(ray) -> Iterator[None]:
     its servers (GCS, raylet, object manager, agents) listens on 127.0.0.1 alone. Without the
     switch Ray turns `_node_ip_address="127.0.0.1"` into the host's network address, for
     other nodes to join, and its servers listen on every interface."""
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # noqa: PLC0415 - an optional extra, imported where it is used
 
     saved = os.environ.get(ONE_HOST_SWITCH), ray_constants.ENABLE_RAY_CLUSTER
     os.environ[ONE_HOST_SWITCH] = "0"
@@ -167,7 +167,7 @@ def one_host_only(ray) -> Iterator[None]:
 def no_ray_sigterm_handler(ray) -> Iterator[None]:
     """While `ray.init` runs: Ray sets no SIGTERM handler of its own (its first ends the
     process with status 15, the next with 1, a half-started cluster left behind)."""
-    from ray._private import utils
+    from ray._private import utils  # noqa: PLC0415 - an optional extra, imported where it is used
 
     saved = utils.set_sigterm_handler
     utils.set_sigterm_handler = lambda handler: None

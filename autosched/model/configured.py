@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from iree.compiler import ir
+from iree.compiler.dialects import iree_codegen
 
 from autosched import processes
 from autosched.compile import compiler_path
@@ -34,7 +35,7 @@ from autosched.interrupts import critical
 from autosched.ir_walk import children, symbol, walk_ops
 from autosched.model.lowering import ModelAnalysis, is_linalg_op, prepare_model
 from autosched.ops.base import DispatchSite, SkippedRoot
-from autosched.ops.registry import classify_root
+from autosched.ops.registry import classify_root, kind_of
 from autosched.outputs.spec_flags import SPEC_SAFE_FLAGS
 from autosched.targets.base import Target
 
@@ -133,8 +134,6 @@ class DispatchConfig:
 
         Compared as parsed attributes, so spacing and aliases in the text do not matter.
         """
-        from iree.compiler.dialects import iree_codegen
-
         with ir.Context():
             expected = ir.Attribute.parse(compilation_info)
             if self.compilation_info is not None:
@@ -283,8 +282,6 @@ def in_configured_form(analysis: ModelAnalysis, model_path: str, flags: Sequence
     back by the time it is configured: a spec written from the `flow` form matches nothing.
     One compile to `executable-configurations` (without a spec) gives the configured form.
     """
-    from autosched.ops.registry import kind_of
-
     if not any(kind_of(r).configured_form for r in analysis.roots):
         return analysis
     configured = {c.entry_point: c.root for c in dispatch_configs(model_path, flags)}

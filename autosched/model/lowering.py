@@ -105,13 +105,13 @@ def import_onnx(path: str, output: str) -> None:
     which is the best location a dispatch can report. Bytecode keeps those names.
     """
     try:
-        import onnx  # noqa: F401  (the importer needs it; say so before it fails deeper down)
+        import onnx  # noqa: F401, PLC0415  (the importer needs it; say so before it fails deeper down)
     except ImportError:
         raise UserError(
             f"{path}: reading ONNX models needs the onnx package: pip install '.[onnx]'"
         ) from None
-    from iree.compiler.extras import onnx_importer
-    from iree.compiler.tools.import_onnx import __main__ as tool
+    from iree.compiler.extras import onnx_importer  # noqa: PLC0415 - an optional extra, imported where it is used
+    from iree.compiler.tools.import_onnx import __main__ as tool  # noqa: PLC0415 - needs onnx
 
     try:
         model = tool.load_onnx_model(tool.parse_arguments([path]))

@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from iree.compiler import ir
+
 from autosched.config import RunConfig
 from autosched.errors import UserError
+from autosched.outputs.spec import read_starter
 
 
 @dataclass(frozen=True)
@@ -117,10 +120,6 @@ def check_paths(paths: RunPaths) -> None:
     _writable_folder(os.path.join(paths.work_dir, "x"), "work_dir")
     seen: dict[str, str] = {os.path.realpath(paths.input_file): "the input module"}
     if paths.starter_spec:
-        from iree.compiler import ir
-
-        from autosched.outputs.spec import read_starter
-
         read_starter(paths.starter_spec, ir.Context())  # fail now, not after the search
         seen[os.path.realpath(paths.starter_spec)] = "the starter spec"
     managed = [os.path.realpath(os.path.join(paths.work_dir, f)) for f in WORK_FOLDERS]

@@ -5,6 +5,7 @@ Kept out of the targets: a target says what it needs, this module says what is h
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -125,8 +126,6 @@ def discover(config: RunConfig) -> Machine:
     """What the configured target needs to know about this host."""
     if config.target != "cuda":
         return Machine()
-    import importlib.util
-
     return Machine(
         nvidia_gpus(), find_ptxas(config), importlib.util.find_spec("triton") is not None
     )

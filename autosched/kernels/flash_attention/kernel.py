@@ -163,7 +163,7 @@ def _key_blocks(triton, tl):
 def _kernel():
     """The Triton kernel (defined here so that importing this module needs no Triton)."""
     triton = import_triton()
-    import triton.language as tl
+    import triton.language as tl  # noqa: PLC0415 - an optional extra, imported where it is used
 
     key_blocks = _key_blocks(triton, tl)
 
