@@ -307,7 +307,7 @@ def test_cfg_lists_that_empty_a_space_give_way_and_say_so(folder):
     result = CliRunner().invoke(cli, [*args, "--budget", "4"])
     assert result.exit_code == 0, result.output
     assert result.output.count("Searched with knobs generated from the problem instead") == 2
-    assert "budget: 4 of 4 trials used" in result.output
+    assert "budget: 4 of 4 new trials used" in result.output
     assert "model: " in result.output
     if "tuned model:" in result.output:  # the printed command imports the ONNX model first
         assert "tuned model: iree-import-onnx gemm_matmul_transpose.onnx -o" in result.output

@@ -132,8 +132,8 @@ def shares(times: dict[str, float], problems: list[ModelProblem]) -> dict[str, f
 class CampaignReport:
     """What the summary JSON holds besides the whole-model proof."""
 
-    budget: int
-    trials: int
+    budget: int  # new trials this run may measure
+    trials: int  # new trials this run measured
     mode: str
     search_s: float
     phases_s: dict[str, float] = field(default_factory=dict)  # run/phases.py: wall s by phase
@@ -146,6 +146,7 @@ class CampaignReport:
     custom_dispatches: list[dict] = field(default_factory=list)
     # {"problem", "route", "reason"} of each winner not in the built model (empty: all placed).
     not_placed: list[dict] = field(default_factory=list)
+    resumed: int = 0  # earlier trials resumed from the database (not counted in the budget)
 
 
 def run_campaign(
@@ -167,7 +168,7 @@ def run_campaign(
                 progress,
                 own_bar=False,
                 benchmark=entry.benchmark,
-                resume_at_most=budget,
+                resume_all=True,
             )
             for entry in problems
         ]
@@ -176,7 +177,10 @@ def run_campaign(
         entry.search = search
         entry.history.extend(opening_history(search))
         entry.done = search.exhausted or entry.default_ms is None
-    used = sum(len(p.search.trials) for p in problems)  # resumed trials count too
+    # The budget is this run's new trials: every resumed record is told to the tuner and
+    # kept in the CSV, and counted apart.
+    resumed = sum(p.search.result.resumed for p in problems)
+    used = 0
     first = first_batch(budget - used, len(problems), config.batch_size)
     ended = f"the budget of {budget} trial{'s' * (budget != 1)} was used"
     while used < budget:
@@ -214,7 +218,11 @@ def run_campaign(
     for entry, result in zip(problems, results, strict=True):
         entry.result = result
     return CampaignReport(
-        budget=budget, trials=used, mode=mode, search_s=time.perf_counter() - started
+        budget=budget,
+        trials=used,
+        mode=mode,
+        search_s=time.perf_counter() - started,
+        resumed=resumed,
     )
 
 

@@ -181,14 +181,16 @@ class Tuning:
         progress: Progress,
         own_bar: bool = True,
         benchmark: DispatchBenchmark | None = None,
-        resume_at_most: int | None = None,
+        resume_all: bool = False,
         custom_only: bool = False,
     ) -> ProblemSearch:
         """The space, the inputs, the default (measured or resumed) and the resumed trials;
         then a one-point spec probe, before any candidate is built.
 
         With `own_bar` the progress display starts a bar for this problem alone (a model's
-        campaign keeps one bar for all its problems instead).
+        campaign keeps one bar for all its problems instead). With `resume_all` (a model's
+        campaign, whose budget counts new trials) every earlier record is resumed and none
+        of them advances the progress; without it, up to n_trial, each advancing it.
         """
         config, log = self.config, self.log
         space = problem_space(problem, self.target, config.knob_space, benchmark, custom_only)
@@ -209,8 +211,10 @@ class Tuning:
             return search
         history = self.book.history(problem, space) if config.history == "database" else []
         search.state = search_state(config, self.target, search, history, log)
-        for trial in resumable(search, earlier, resume_at_most or config.n_trial):
-            self.book.record(search, trial, progress, new=False)
+        # A model's bar counts this run's trials: its resumed records are not shown on it.
+        shown = Progress() if resume_all else progress
+        for trial in resumable(search, earlier, None if resume_all else config.n_trial):
+            self.book.record(search, trial, shown, new=False)
         if search.result.resumed:
             log.write(f"resumed {search.result.resumed} trials from {config.database}")
         verdict = self.builds.probe(search)
@@ -483,11 +487,12 @@ def search_state(
     return SearchState(space_tuner(config, target, space, history), queued=list(starting))
 
 
-def resumable(search: ProblemSearch, earlier: list[Trial], limit: int) -> list[Trial]:
+def resumable(search: ProblemSearch, earlier: list[Trial], limit: int | None) -> list[Trial]:
     """The earlier trials of this space, oldest first, told to the tuner and kept.
 
-    A module's problem resumes at most n_trial points; a model's, as many as its budget
-    (every recorded point the tuner does not hear of could be proposed and measured again).
+    A module's problem resumes at most n_trial points (its n_trial counts them); a model's,
+    every one (`limit` None): its budget counts new trials, and every recorded point the
+    tuner does not hear of could be proposed and measured again, or left out of the CSV.
     """
     index_of = {name: i for i, name in enumerate(search.names)}
     by_name = {t.config: t for t in earlier if not t.baseline}

@@ -347,11 +347,14 @@ def tuned_model_command(path: str, target: Target, spec_path: str | None) -> str
 
 
 def budget_line(log: RunLog, campaign: CampaignReport) -> None:
+    """The budget counts this run's new trials; the records resumed from the database are
+    said apart (a smaller budget on the same folder resumes more than it allows)."""
     custom = f", and {campaign.custom_trials} of custom kernels" if campaign.custom_trials else ""
+    resumed = f"; {campaign.resumed} resumed from the database" if campaign.resumed else ""
     logged(
         log,
-        f"budget: {campaign.trials} of {campaign.budget} trials used ({campaign.mode} mode)"
-        f"{custom}, search {campaign.search_s:.1f} s",
+        f"budget: {campaign.trials} of {campaign.budget} new trials used{resumed} "
+        f"({campaign.mode} mode){custom}, search {campaign.search_s:.1f} s",
     )
 
 
