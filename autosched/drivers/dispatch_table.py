@@ -126,15 +126,36 @@ def custom_build_lines(rows: list[DispatchRow]) -> str:
     return "\n".join([*lines, *layout_line(rows, total)])
 
 
-# Words in IREE's dispatch names for dispatches that only move data (or mostly): what the
+# Root ops in IREE's dispatch names for dispatches that only move data (or mostly): what the
 # custom kernels could absorb by reading their operands through strides (issue 24 item 2).
 LAYOUT_WORDS = ("transpose", "broadcast")
+
+
+def root_name(entry_point: str) -> str:
+    """The part of IREE's dispatch name that names its root op and shape
+    (`<function>$async_dispatch_<n>_<root>_<shape>...`): the model's function name, which
+    may hold any word, is not in it."""
+    _, found, rest = entry_point.rpartition("dispatch_")
+    if not found:
+        return entry_point
+    _, _, root = rest.partition("_")
+    return root
+
+
+def is_layout_op(entry_point: str) -> bool:
+    """Whether a dispatch's root op only moves data: a transpose or a broadcast, which IREE
+    may name as an elementwise one (`elementwise_broadcast_...`); never a matmul that reads
+    an operand transposed (`matmul_transpose_b_...`)."""
+    words = root_name(entry_point).split("_")
+    if words[0] == "elementwise":
+        words = words[1:]
+    return bool(words) and words[0] in LAYOUT_WORDS
 
 
 def layout_line(rows: list[DispatchRow], total: float) -> list[str]:
     """One line saying what the layout ops left after tuning cost, against `total` (none
     when there are none)."""
-    layout = [r for r in rows if any(w in r.entry_point for w in LAYOUT_WORDS)]
+    layout = [r for r in rows if is_layout_op(r.entry_point)]
     if not layout:
         return []
     ms = sum(r.tuned_total for r in layout)
@@ -175,6 +196,11 @@ def outside_line(build: str, model_ms: float | None, rows: list[DispatchRow]) ->
     if not model_ms or not kernels:
         return None
     outside = model_ms - kernels
+    if outside <= 0:  # the call took no longer than its dispatches timed one by one
+        return (
+            f"the {build} model: {model_ms:.4g} ms a call, its dispatches timed alone "
+            f"{kernels:.4g} ms: what the call spends beside them is within the timings' noise"
+        )
     return (
         f"the {build} model: {model_ms:.4g} ms a call, its dispatches timed alone "
         f"{kernels:.4g} ms: {outside:.4g} ms ({outside / model_ms:.0%}) beside them "
