@@ -35,6 +35,29 @@ MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 CPU = CpuTarget(RunConfig())
 LLAMA = "attention_2x2x64x32x64x32_{t}_mask_{t}_gqa2"  # kv heads, group, q, k1, k2, n
 BERT = "attention_2x4x32x32x32x32_f32"  # batch, heads, q, k1, k2, n
+MASKED = "attention_4x32x16x32x16_f32_mask_i1"  # batch, q, k1, k2, n; a boolean mask
+# A boolean (i1) mask, as a causal LM's attention takes it: IREE configures it as i8.
+MASKED_MLIR = """
+#q = affine_map<(b, m, n, k1, k2) -> (b, m, k1)>
+#k = affine_map<(b, m, n, k1, k2) -> (b, k2, k1)>
+#v = affine_map<(b, m, n, k1, k2) -> (b, k2, n)>
+#s = affine_map<(b, m, n, k1, k2) -> ()>
+#mask = affine_map<(b, m, n, k1, k2) -> (b, m, k2)>
+#o = affine_map<(b, m, n, k1, k2) -> (b, m, n)>
+func.func @main(%q: tensor<4x32x16xf32>, %k: tensor<4x32x16xf32>, %v: tensor<4x32x16xf32>,
+                %mask: tensor<4x32x32xi1>) -> tensor<4x32x16xf32> {
+  %scale = arith.constant 0.25 : f32
+  %init = tensor.empty() : tensor<4x32x16xf32>
+  %r = iree_linalg_ext.attention <indexing_maps = [#q, #k, #v, #s, #mask, #o]>
+      ins(%q, %k, %v, %scale, %mask : tensor<4x32x16xf32>, tensor<4x32x16xf32>,
+          tensor<4x32x16xf32>, f32, tensor<4x32x32xi1>)
+      outs(%init : tensor<4x32x16xf32>) {
+    ^bb0(%x: f32):
+      iree_linalg_ext.yield %x : f32
+  } -> tensor<4x32x16xf32>
+  return %r : tensor<4x32x16xf32>
+}
+"""
 
 
 def model(name: str) -> str:
@@ -117,6 +140,39 @@ def test_a_cpu_spec_reaches_the_online_attention_and_outputs_match(tmp_path, nam
         work_dir=str(tmp_path / "proof"),
     )
     assert proof.outputs_match, proof.message
+
+
+def test_a_cpu_spec_reaches_the_online_attention_of_an_i1_mask(tmp_path):
+    """IREE configures the i1 mask as i8: the spec's matcher asks for i8, the name keeps i1."""
+    path = tmp_path / "masked.mlir"
+    path.write_text(MASKED_MLIR)
+    _, problem = attention_of(str(path))
+    assert problem.name == MASKED and problem.mask_type == "i1"
+    (plain,) = dispatch_configs(str(path), CPU.compile_flags())
+    point = not_default(problem, CPU, plain.lowering_config)
+    spec = spec_for(tmp_path, problem, CPU, point)
+    expected = CPU.for_problem(problem).lowering_config(problem, point)
+    assert not plain.carries(expected)  # IREE's own choice is another
+    (configured,) = dispatch_configs(str(path), CPU.compile_flags(), spec)
+    assert configured.op_name == "iree_linalg_ext.online_attention"
+    assert configured.contraction == MASKED.replace("_mask_i1", "_mask_i8")
+    assert configured.carries(expected), configured.lowering_config
+
+
+def test_a_run_searches_an_i1_masked_attention(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    (tmp_path / "masked.mlir").write_text(MASKED_MLIR)
+    result = CliRunner().invoke(cli, ["run", "masked.mlir", "--budget", "3"])
+    assert result.exit_code == 0, result.output
+    assert "the spec does not reach" not in result.output
+    assert "a one-point spec reaches" in (tmp_path / "generated/masked/run.log").read_text()
+    summary = json.loads((tmp_path / "generated/masked/results.summary.json").read_text())
+    (row,) = summary["problems"]
+    assert row["problem"] == MASKED and row["trials"] >= 2 and row["not_applied"] == 0
+    records = [json.loads(line) for line in open("generated/masked/tuning.jsonl")]
+    checked = [r for r in records if not r["baseline"] and r["status"] == "ok"]
+    assert len(checked) >= 2 and all(r["verification"] == "correct" for r in checked)
 
 
 def test_the_vector_limit_leaves_out_points_that_do_not_compile():

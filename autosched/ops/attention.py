@@ -34,6 +34,9 @@ ONLINE = "iree_linalg_ext.online_attention"
 ATTENTION_OPS = ("iree_linalg_ext.attention", ONLINE)
 ATTENTION_TYPES = ("f32", "f16", "bf16")
 ACCUMULATOR = "f32"  # online_attention's output, max and sum (IREE's conversion)
+# IREE's codegen stores i1 tensors as i8 (type propagation), so the online_attention it
+# configures takes a flow attention's i1 mask (a causal LM's boolean mask) as i8.
+CONFIGURED_MASK_TYPES = {"i1": "i8"}
 
 
 class AttentionCheck:
@@ -181,10 +184,11 @@ class AttentionProblem(AttentionCheck):
 
     def operand_types(self) -> list[str | None]:
         """The online form's operand types in order: q, k, v, None for the scale, [mask],
-        the f32 output."""
+        the f32 output; the mask's element type as IREE configures it (an i1 mask as i8)."""
         q, k, v, *rest = self.operand_loops
         types = [self.query_type, self.key_type, self.value_type]
-        types += [self.mask_type] * (len(rest) - 1) + [ACCUMULATOR]
+        mask = CONFIGURED_MASK_TYPES.get(self.mask_type, self.mask_type)
+        types += [mask] * (len(rest) - 1) + [ACCUMULATOR]
         tensors = [
             f"tensor<{'x'.join(str(self.loop_sizes[i]) for i in loops)}x{element}>"
             for loops, element in zip([q, k, v, *rest], types, strict=True)
@@ -426,7 +430,7 @@ class AttentionKind(RootOpKind):
     def spec_matcher(self, problem: AttentionProblem, handle: str = "%op") -> str:
         """Transform ops that match `handle` to the problem's online_attention by the exact
         type of each tensor operand (q, k, v, the mask, the f32 output): shapes in the
-        op's layout and element types.
+        op's layout and element types as IREE configures them (an i1 mask is i8 there).
 
         Why not `transform.iree.match.online_attention`: in IREE 3.13 it matches no
         attention that has a mask (checked on the CPU with every map order), and a causal
