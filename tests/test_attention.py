@@ -159,6 +159,7 @@ def test_a_cpu_spec_reaches_the_online_attention_of_an_i1_mask(tmp_path):
     assert configured.carries(expected), configured.lowering_config
 
 
+@pytest.mark.slow
 def test_a_run_searches_an_i1_masked_attention(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)

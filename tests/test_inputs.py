@@ -81,6 +81,7 @@ def batch_norm_model(path: str) -> None:
     onnx.save(model, path)
 
 
+@pytest.mark.slow
 def test_batch_norm_statistics_as_arguments_are_tuned_with_nothing_hidden(tmp_path, monkeypatch):
     """IREE's default gives NaN on the first draw (a variance below zero): the inputs are
     drawn again, every trial is checked, and nothing is listed as not tuned."""
@@ -95,6 +96,7 @@ def test_batch_norm_statistics_as_arguments_are_tuned_with_nothing_hidden(tmp_pa
     assert "OUTPUTS DIFFER" not in result.output and "not tuned" not in result.output
 
 
+@pytest.mark.slow
 def test_apply_on_inputs_that_give_nan_says_nothing_could_be_compared(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     batch_norm_model("bn.onnx")

@@ -103,6 +103,7 @@ def test_a_timed_out_configuration_is_remembered_for_its_family_only():
 TWO_MATMULS = matmul_function("first", 64, 64, 64) + matmul_function("second", 64, 64, 128)
 
 
+@pytest.mark.slow
 def test_a_hung_timing_stops_at_its_limit_and_its_family_does_not_try_it_again(tmp_path):
     """Candidates that hang in iree-benchmark-module are stopped at the limit the run
     computed from the default (not the cfg's 30 s), recorded as timeouts with the reason,

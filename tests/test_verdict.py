@@ -78,6 +78,7 @@ def _no_op_starter(tmp_path) -> str:
     return str(starter)
 
 
+@pytest.mark.slow
 def test_a_model_not_faster_writes_no_spec_and_prints_no_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     starter = _no_op_starter(tmp_path)
