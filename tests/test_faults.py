@@ -96,6 +96,7 @@ class Run:
 
     def __init__(self, folder, **cfg):
         self.folder = folder
+        self.outputs = "generated/mm"  # the run's work folder: generated/<the input's stem>
         (folder / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64))
         self.configure(**cfg)
         self.env = dict(os.environ)
@@ -132,9 +133,9 @@ class Run:
     def path(self, name: str):
         return self.folder / name
 
-    def records(self, database="generated/mm/tuning.jsonl") -> list[dict]:
+    def records(self, database: str | None = None) -> list[dict]:
         """Readable records; torn and foreign lines are left out, as the tool does."""
-        path = self.path(database)
+        path = self.path(database or f"{self.outputs}/tuning.jsonl")
         if not path.exists():
             return []
         out = []
@@ -147,8 +148,8 @@ class Run:
             out.append(record)
         return out
 
-    def rows(self, output="generated/mm/results.csv") -> list[dict]:
-        path = self.path(output)
+    def rows(self, output: str | None = None) -> list[dict]:
+        path = self.path(output or f"{self.outputs}/results.csv")
         if not path.exists():
             return []
         with open(path, newline="") as handle:
@@ -763,6 +764,7 @@ def test_sigterm_during_a_model_run_keeps_every_record_once(tuning, tmp_path):
     import shutil
 
     run = tuning  # its fixture kills whatever a failed run leaves behind
+    run.outputs = "generated/model"  # model.onnx's own work folder
     cfg = run.path("auto-scheduler.cfg")
     # The model's shapes (8x24x32, 2x16x24x32) get knobs generated from them.
     cfg.write_text(cfg.read_text().split("[SearchSpace]")[0] + "[SearchStrategy]\nbatch_size = 2\n")
