@@ -99,16 +99,20 @@ def test_an_actor_killed_during_the_final_re_timing_loses_no_round(tmp_path, clu
     with open(folder / "auto-scheduler.cfg", "a") as cfg:
         cfg.write(RETIME_TOP)
     run = _autosched(folder, "--executor", "ray", "--ray-address", cluster, wait=False)
-    log = run_folder(folder) / "run.log"
+
+    def log_text() -> str:  # the run's own folder exists once the run has started
+        log = run_folder(folder) / "run.log"
+        return log.read_text() if log.exists() else ""
+
     try:
-        _wait_for(lambda: log.exists() and "re-timed beside the default" in log.read_text(), run)
+        _wait_for(lambda: "re-timed beside the default" in log_text(), run)
         (actor,) = _pids("ray::MeasuringActor")  # one node, one slot
         os.kill(actor, signal.SIGKILL)
         output, _ = run.communicate(timeout=300)
     finally:
         run.kill() if run.poll() is None else None
     assert run.returncode == 0, output[-3000:]
-    text = log.read_text()
+    text = log_text()
     assert "died timing" in text and "queued again, actor replaced" in text, text[-3000:]
     (verdict,) = [line for line in text.splitlines() if "paired speedups" in line]
     assert verdict.split("paired speedups")[1].split("(")[0].count("x") == 3, verdict
