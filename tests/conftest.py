@@ -130,3 +130,19 @@ def dispatch_check_takes_a_spec(entry, target, work_dir: str):
     verdict = CandidateBuilds(config, target, 1).probe_check(search)
     assert verdict is not None, "the probe's point did not build"
     return verdict.ok
+
+
+def hopper_config(tmp_path):
+    """A run's config for sm_90 with its files under tmp_path/generated and no ptxas (the
+    CPU machines compile PTX for Hopper without assembling it)."""
+    from autosched.config import RunConfig
+
+    return RunConfig(
+        target="cuda",
+        arch="sm_90",
+        ptxas="none",
+        work_dir=str(tmp_path / "generated"),
+        output_file=str(tmp_path / "generated/results.csv"),
+        log_file=str(tmp_path / "generated/run.log"),
+        database=str(tmp_path / "generated/tuning.jsonl"),
+    )

@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+from conftest import hopper_config
 
-from autosched.config import RunConfig
 from autosched.kernels.base import KernelBinary, KernelFamily
 from autosched.kernels.extern import dispatch_extern_function
 from autosched.kernels.registry import FAMILIES, families_for, family_of
@@ -116,16 +116,7 @@ def _problem(m=256, n=384, k=512):
 def _target(tmp_path) -> CudaTarget:
     """The CUDA target for sm_90 on a machine without Triton (the matmul Triton family is
     not searched there; the toy needs no Triton)."""
-    config = RunConfig(
-        target="cuda",
-        arch="sm_90",
-        ptxas="none",
-        work_dir=str(tmp_path / "generated"),
-        output_file=str(tmp_path / "generated/results.csv"),
-        log_file=str(tmp_path / "generated/run.log"),
-        database=str(tmp_path / "generated/tuning.jsonl"),
-    )
-    return CudaTarget(config, Machine(triton=False))
+    return CudaTarget(hopper_config(tmp_path), Machine(triton=False))
 
 
 def test_a_registered_family_is_searched_beside_iree_s_pipelines(tmp_path, toy_registered):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import hopper_config
 from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
@@ -297,15 +298,7 @@ def test_split_k_locks_are_left_at_zero_for_the_next_dispatch(built, tmp_path):
 def _cuda(tmp_path, triton=True):
     from autosched.targets.host import Machine
 
-    config = RunConfig(
-        target="cuda",
-        arch="sm_90",
-        ptxas="none",
-        work_dir=str(tmp_path / "generated"),
-        output_file=str(tmp_path / "generated/results.csv"),
-        log_file=str(tmp_path / "generated/run.log"),
-        database=str(tmp_path / "generated/tuning.jsonl"),
-    )
+    config = hopper_config(tmp_path)
     return config, make_target(config, Machine(triton=triton))
 
 
