@@ -242,8 +242,9 @@ def test_a_named_module_is_tuned_on_its_dispatches(folder):
 @pytest.mark.slow
 def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder, parallel):
     """A model's budget can give one problem more than n_trial points (4 here); a rerun
-    resumes all of them, measures nothing twice and nothing new. With two problems
-    searched at once (a batch each per round), the budget is still spent exactly."""
+    resumes all of them (the budget counts new trials), spends its own budget on new points
+    and measures nothing twice, IREE's defaults included. With two problems searched at
+    once (a batch each per round), the budget is still spent exactly."""
     args = ["run", "gemm_matmul_transpose.onnx", "--budget", "12", "--parallel-problems", parallel]
     assert CliRunner().invoke(cli, args).exit_code == 0
     database = folder / GEMM / "tuning.jsonl"
@@ -256,7 +257,11 @@ def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder, para
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     after = [json.loads(line) for line in database.read_text().splitlines()]
-    assert len(after) == len(first)
+    assert after[: len(first)] == first
+    assert len(after) == len(first) + 12
+    assert sum(r["baseline"] for r in after) == 2
+    log = (database.parent / "run.log").read_text()
+    assert "12 of 12 new trials used; 12 resumed from the database" in log
     keys = [(r["problem"], r["config"]) for r in after]
     assert len(keys) == len(set(keys))
 
