@@ -483,3 +483,37 @@ def test_a_signal_while_a_local_cluster_starts_ends_the_run_and_the_cluster(
     name = "interrupted" if signum == signal.SIGINT else "SIGTERM"
     assert output.strip().splitlines()[-1].startswith(f"{name}: "), output[-3000:]
     assert left == [], [family[pid] for pid in left]
+
+
+def _agents(pid: int) -> list[bytes]:
+    return [line for line in _family(pid).values() if line.startswith(b"ray::Dashboard")]
+
+
+@pytest.mark.slow  # about 20 s
+def test_a_run_killed_under_a_local_cluster_leaves_nothing_running(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth
+):
+    """Issue 50: a run under `--ray-address local` killed with SIGKILL left the raylet's agents
+    (`ray::DashboardAgent`, `ray::RuntimeEnvAgent`) running 30-60 s. The run's watchdog now
+    kills every process the run started, within seconds of its end."""
+    temp = tmp_path_factory.mktemp("k")  # short: Ray's socket paths have a length limit
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    folder = _project(tmp_path / "killed")
+    run = _autosched(folder, "--executor", "ray", "--ray-address", "local", wait=False)
+    family: dict[int, bytes] = {}
+    try:
+        _wait_for(lambda: _agents(run.pid), run, timeout=180)
+        family.update(_family(run.pid))
+        run.kill()
+        run.communicate(timeout=60)
+    finally:
+        run.kill() if run.poll() is None else None
+    deadline = time.monotonic() + 10
+    left = family
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = {pid: line for pid, line in family.items() if line and _command_line(pid) == line}
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert any(line.startswith(b"ray::") for line in family.values()), family
+    assert left == {}, list(left.values())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections import Counter, deque
@@ -49,6 +50,7 @@ from autosched.measure.contract import (
 )
 from autosched.measure.local import Bench
 from autosched.measure.module_io import RunFailed
+from autosched.measure.ray_reaper import start_watchdog
 from autosched.measure.worker import ProblemData
 
 WAIT_S = 0.5  # how often the driver looks up from waiting (so that Ctrl-C is prompt)
@@ -137,6 +139,7 @@ def _check_reachable(address: str) -> None:
 
 
 LOOPBACK = "127.0.0.1"
+WATCHDOGS: list[subprocess.Popen] = []  # kept: each lives as long as the run
 # Ray's switch for a cluster of one host (its default on macOS and Windows): read when ray is
 # imported, and by the processes the cluster starts.
 ONE_HOST_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -188,6 +191,7 @@ def join_cluster(ray, address: str) -> None:
         # critical() outermost: its interrupt is raised once the run's handlers are back.
         with interrupts.critical(), interrupts.kept_handlers(), no_ray_sigterm_handler(ray):
             if address == "local":
+                WATCHDOGS.append(start_watchdog())  # reaps the cluster if the run is killed
                 with one_host_only(ray):
                     ray.init(
                         address="local",
