@@ -13,6 +13,7 @@ import shutil
 
 from autosched.compile import check_temp_dir
 from autosched.config import RunConfig
+from autosched.drivers.entry_points import function_lines
 from autosched.drivers.guard import guarded_run
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.decide import decide, run_proof
@@ -73,5 +74,8 @@ def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> N
             )
         )
     proof = run_proof(layout, target, spec_path, config, custom_spec, os.path.join(work, "proof"))
-    if report.applied_proof(proof):
+    differ = report.applied_proof(proof)
+    for line in function_lines(proof):  # a model of several functions: each one's line
+        report.say(line)
+    if differ:
         raise SystemExit(1)
