@@ -165,12 +165,43 @@ def export(path: str, shape: Shape, seed: int) -> None:
     print(f"wrote {path} ({os.path.getsize(path)} bytes); torch's greedy tokens {tokens}")
 
 
+def export_dynamic(path: str, shape: Shape, seed: int) -> None:
+    """The model's plain forward (no cache), token ids [1, S] with S dynamic (2 to the
+    cache's length): logits [1, S, V]."""
+    import iree.turbine.aot as aot  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    lm = llama(shape, seed)
+    names = [name for name, _ in lm.named_parameters()]
+    weights = tuple(p.detach() for p in lm.parameters())
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids, *args):
+            params = dict(zip(names, args, strict=True))
+            keywords = {"use_cache": False}
+            return torch.func.functional_call(self.lm, params, (ids,), keywords).logits
+
+    ids = torch.zeros((1, shape.prompt), dtype=torch.int64)
+    sequence = torch.export.Dim("sequence", min=2, max=shape.cache)
+    dynamic = ({1: sequence}, (None,) * len(weights))  # ids, then the *args tuple
+    exported = aot.export(Logits(), ids, *weights, dynamic_shapes=dynamic, strict_export=False)
+    exported.save_mlir(path)
+    print(f"wrote {path} ({os.path.getsize(path)} bytes), sequence length dynamic")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", help="the .mlirbc (or .mlir) to write")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dynamic", action="store_true", help="the plain forward, its sequence length dynamic"
+    )
     args = parser.parse_args()
-    export(args.output, Shape(), args.seed)
+    (export_dynamic if args.dynamic else export)(args.output, Shape(), args.seed)
 
 
 if __name__ == "__main__":
