@@ -179,6 +179,8 @@ def fixed_length_model(
     when no argument is dynamic; else the model fixed to the shapes of the `inputs` arrays,
     written in `work`. A dynamic model without inputs (or of several functions, or whose
     inputs do not fit) is one UserError that says what to give."""
+    if not model_path.endswith((".mlir", ".mlirbc")):  # ONNX: IREE's importer's own types
+        return model_path, ""
     os.makedirs(work, exist_ok=True)
     context = ir.Context()
     module = ir.Module.parseFile(prepare_model(model_path, work), context)
