@@ -213,3 +213,20 @@ def test_a_dynamic_length_model_is_proved_at_the_length_of_the_inputs(tmp_path, 
     assert report["model"]["inputs"] == "at12.npz" and report["trials"] == 2
     assert report["model"]["outputs_compared"]
     assert "\nmodel: " in result.output
+
+
+def test_inputs_for_a_model_of_several_functions_are_refused_before_the_search(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(CACHED, tmp_path)
+    np.savez(tmp_path / "in.npz", np.zeros((1, 8), np.int64))
+    args = ["run", os.path.basename(CACHED), "--inputs", "in.npz", "--budget", "2"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: hf_tiny_llama_cached_f32.mlirbc: --inputs in.npz holds one function's inputs,"
+        " but the model exports 2 functions (prefill, decode): leave --inputs out (each"
+        " function is proved on seeded inputs)"
+    )
+    assert not (tmp_path / "generated" / "hf_tiny_llama_cached_f32" / "tuning.jsonl").exists()

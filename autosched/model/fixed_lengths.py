@@ -9,7 +9,9 @@ model's function takes the shape of its array: the argument's type becomes stati
 the length through the whole model. The results' static types are read from the model so
 compiled (IREE's `abi` phase: each exported result is a `tensor.cast` of a static tensor) and
 cast the same way. The tuned spec then serves that length only, and the run says so.
-Without inputs, the run stops with one line that says what to give.
+Without inputs, the run stops with one line that says what to give; inputs given to a model
+of several functions (a causal LM's prefill and decode) are refused the same way, before
+anything is measured, since they can be one function's only.
 """
 
 from __future__ import annotations
@@ -185,6 +187,13 @@ def fixed_length_model(
     context = ir.Context()
     module = ir.Module.parseFile(prepare_model(model_path, work), context)
     functions = _public_functions(module)
+    if len(functions) > 1 and inputs:
+        names = ", ".join(_name(f) for f in functions)
+        raise UserError(
+            f"{model_path}: --inputs {inputs} holds one function's inputs, but the model "
+            f"exports {len(functions)} functions ({names}): leave --inputs out (each function "
+            "is proved on seeded inputs)"
+        )
     dynamic = [(f, _dynamic_arguments(f)) for f in functions]
     dynamic = [(f, arguments) for f, arguments in dynamic if arguments]
     if not dynamic:
