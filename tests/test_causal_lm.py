@@ -213,6 +213,11 @@ def test_a_dynamic_length_model_is_proved_at_the_length_of_the_inputs(tmp_path, 
     assert report["model"]["inputs"] == "at12.npz" and report["trials"] == 2
     assert report["model"]["outputs_compared"]
     assert "\nmodel: " in result.output
+    # `autosched compile` builds the model at the same length, and checks it on the inputs.
+    args = ["compile", os.path.basename(DYNAMIC), "--inputs", "at12.npz", "-o", "at12.vmfb"]
+    built = CliRunner().invoke(cli, args)
+    assert built.exit_code == 0, built.output
+    assert "outputs match IREE's default build's on at12.npz" in built.output
 
 
 def test_inputs_for_a_model_of_several_functions_are_refused_before_the_search(

@@ -234,3 +234,11 @@ def fixed_length_model(
     sizes = ", ".join(f"input {i} at {t.type_text()}" for i, t in fixed.items())
     line = f"{where}: tuned at the sizes of {inputs} ({sizes}); the spec serves these sizes"
     return path, line
+
+
+def model_at_input_sizes(model_path: str, inputs: str, flags: Sequence[str], work: str) -> str:
+    """The model as a run with these `inputs` tuned it (`fixed_length_model`), for commands
+    that build it again (`autosched compile`); without inputs, the model as it is."""
+    if not inputs:
+        return model_path
+    return fixed_length_model(model_path, inputs, flags, work)[0]
