@@ -32,6 +32,7 @@ from autosched.measure.module_io import (
     run_outputs,
 )
 from autosched.model.configured import tuning_spec_flags
+from autosched.model.fixed_lengths import model_at_input_sizes
 from autosched.model.lowering import prepare_model
 from autosched.outputs.commands import TUNED_VMFB
 from autosched.outputs.paths import RunPaths
@@ -79,7 +80,8 @@ def compile_tuned(config: RunConfig, spec: str | None, custom: str | None, out: 
         check_custom_spec(custom)
     work = os.path.join(config.work_dir, "compile", str(os.getpid()))
     try:
-        model_path = model_for_target(config.input_file, target, work)
+        sized = model_at_input_sizes(config.input_file, config.inputs, target.compile_flags(), work)
+        model_path = model_for_target(sized, target, work)
         flags, _, _ = typed_flags(target, model_path, work)
         layout, _ = laid_out(config, target, model_path, flags, work)
         source = layout.source
@@ -123,7 +125,8 @@ def outputs_on_inputs(config: RunConfig, vmfb: str) -> tuple[bool, str]:
     work = os.path.join(config.work_dir, "compile", f"{os.getpid()}-check")
     try:
         default = compile_tuned(config, None, None, os.path.join(work, "default.vmfb")).vmfb
-        model_path = model_for_target(config.input_file, target, work)
+        sized = model_at_input_sizes(config.input_file, config.inputs, target.compile_flags(), work)
+        model_path = model_for_target(sized, target, work)
         flags, _, _ = typed_flags(target, model_path, work)
         entry = entry_function(model_path, flags, timeout=config.compile_timeout)
         names = argument_names(config.input_file)

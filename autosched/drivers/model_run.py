@@ -13,6 +13,7 @@ import shutil
 
 from autosched.compile import check_temp_dir
 from autosched.config import RunConfig
+from autosched.drivers.entry_points import function_lines
 from autosched.drivers.guard import guarded_run
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.decide import decide, run_proof
@@ -25,6 +26,7 @@ from autosched.drivers.model_stages.prepare import (
 )
 from autosched.drivers.model_stages.search import search
 from autosched.model.configured import spec_coverage
+from autosched.model.fixed_lengths import fixed_length_model
 from autosched.rewrite.spec import check_custom_spec
 from autosched.run.problem import Progress
 from autosched.targets import make_target
@@ -59,7 +61,12 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
 
 
 def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> None:
-    model_path = model_for_target(config.input_file, target, work)
+    fixed, sizes_line = fixed_length_model(
+        config.input_file, config.inputs, target.compile_flags(), work
+    )
+    if sizes_line:
+        report.note(sizes_line)
+    model_path = model_for_target(fixed, target, work)
     flags, types_line, needed = typed_flags(target, model_path, work)
     if needed:
         report.note(types_line)
@@ -73,5 +80,8 @@ def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> N
             )
         )
     proof = run_proof(layout, target, spec_path, config, custom_spec, os.path.join(work, "proof"))
-    if report.applied_proof(proof):
+    differ = report.applied_proof(proof)
+    for line in function_lines(proof):  # a model of several functions: each one's line
+        report.say(line)
+    if differ:
         raise SystemExit(1)

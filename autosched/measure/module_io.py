@@ -146,6 +146,14 @@ def _imports_exports(function: ir.Operation, name: str) -> EntryFunction:
     )
 
 
+def entry_names(module: ir.Module) -> list[str]:
+    """The names of the functions a module compiled to `abi` exports, in module order (each
+    `$async` twin and `__init` aside)."""
+    return [
+        n for n in _abi_functions(module) if not n.endswith("$async") and not n.startswith("__")
+    ]
+
+
 def read_entry_function(module: ir.Module, function: str | None = None) -> EntryFunction:
     """The entry function of a module compiled to `abi`, with its tensor types.
 
@@ -153,7 +161,7 @@ def read_entry_function(module: ir.Module, function: str | None = None) -> Entry
     a UserError names them when there are several.
     """
     functions = _abi_functions(module)
-    names = [n for n in functions if not n.endswith("$async") and not n.startswith("__")]
+    names = entry_names(module)
     if function is None:
         if len(names) != 1:
             listed = ", ".join(names) or "none"
@@ -189,9 +197,7 @@ def source_entry_function(
 ) -> EntryFunction:
     """`entry_function` of a model already prepared as `source` in `work` (errors name
     `model_path`)."""
-    out = os.path.join(work, "abi.mlir")
-    flags = [*flags, "--compile-to=abi", *ELIDE_FLAGS]
-    module = compile_and_parse(source, flags, out, timeout, model_path, "ABI of the")
+    module = _abi_module(source, flags, work, timeout, model_path)
     try:
         return read_entry_function(module, function)
     except UserError as error:
@@ -515,3 +521,22 @@ def compare_outputs(
     if len(outputs) != len(references):
         reasons.append(f"{len(outputs)} outputs, expected {len(references)}")
     return not reasons, worst, "; ".join(reasons)
+
+
+def source_entry_functions(
+    source: str, flags: Sequence[str], work: str, timeout: float, model_path: str
+) -> list[EntryFunction]:
+    """Every function the model prepared as `source` exports (a causal LM's prefill and
+    decode), in module order, with its tensor types."""
+    module = _abi_module(source, flags, work, timeout, model_path)
+    try:
+        return [read_entry_function(module, name) for name in entry_names(module)]
+    except UserError as error:
+        raise UserError(f"{model_path}: {error.message}") from None
+
+
+def _abi_module(source: str, flags: Sequence[str], work: str, timeout: float, model_path: str):
+    """The model compiled to IREE's `abi` phase (its entry functions' plain types), parsed."""
+    out = os.path.join(work, "abi.mlir")
+    flags = [*flags, "--compile-to=abi", *ELIDE_FLAGS]
+    return compile_and_parse(source, flags, out, timeout, model_path, "ABI of the")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from autosched.measure.module_io import check_input_sizes, source_entry_function
+from autosched.measure.module_io import check_input_sizes, source_entry_functions
 from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
 from autosched.ops.base import Problem
 
@@ -24,12 +24,11 @@ def model_input_flags(model_path: str, flags: list[str], work: str) -> tuple[lis
     as IREE reads it with every type kept; a UserError when an input is too large to make."""
     os.makedirs(work, exist_ok=True)
     source = prepare_model(model_path, work)
-    entry = source_entry_function(
-        source, [*flags, KEEP_F64], None, work, LOWERING_TIMEOUT, model_path
-    )
-    check_input_sizes(entry, model_path)
-    inputs = sorted({spec.element for spec in entry.inputs})
-    outputs = sorted({spec.element for spec in entry.outputs})
+    entries = source_entry_functions(source, [*flags, KEEP_F64], work, LOWERING_TIMEOUT, model_path)
+    for entry in entries:  # every function: a causal LM's prefill and decode
+        check_input_sizes(entry, model_path)
+    inputs = sorted({spec.element for entry in entries for spec in entry.inputs})
+    outputs = sorted({spec.element for entry in entries for spec in entry.outputs})
     line = f"{model_path}: takes {', '.join(inputs) or 'nothing'}, returns {', '.join(outputs)}"
     if "f64" in inputs + outputs:
         return [KEEP_F64], line + f"; compiled with {KEEP_F64} (IREE demotes f64 by default)"

@@ -79,6 +79,10 @@ class VTensor:
         shape[dim] = size
         return VTensor(tuple(shape), self.dtype)
 
+    def type_text(self) -> str:
+        """As a tensor type reads: 1x?xsi64."""
+        return "x".join([*("?" if d is None else str(d) for d in self.shape), self.dtype])
+
     def type(self) -> ir.Type:
         sizes = ",".join("?" if d is None else str(d) for d in self.shape)
         return ir.Type.parse(f"!torch.vtensor<[{sizes}],{self.dtype}>")

@@ -19,9 +19,10 @@ from autosched.drivers.custom_route import (
     route_of,
     write_custom_substitution,
 )
+from autosched.drivers.entry_points import function_fields, function_lines, prove_model
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
-from autosched.drivers.proof import FASTER, SLOWER, prove
+from autosched.drivers.proof import FASTER, SLOWER
 from autosched.measure.contract import runtime_flag_choices, runtime_flags
 from autosched.model.configured import form_of, spec_coverage
 from autosched.model.layouts import ModelLayout
@@ -230,9 +231,10 @@ def run_proof(
 ):
     """proof.prove with the run's target, device, seed and timing settings (its builds in
     `work`, by default the run's model/proof folder): IREE's default of the model as given
-    against the tuned builds of its layout."""
+    against the tuned builds of its layout; each function of a model of several
+    (entry_points.prove_model)."""
     report.proving(bool(spec_path or custom_spec))
-    return prove(
+    return prove_model(
         layout.source,
         target.compile_flags(),
         spec_path,
@@ -262,6 +264,8 @@ def proved(
     """The whole model with and without the spec: its lines, and the summary's numbers."""
     proof = run_proof(layout, target, spec_path, config, custom_spec)
     report.proof_lines(log, proof)
+    for line in function_lines(proof):  # a model of several functions: each one's line
+        report.logged(log, line)
     verdict = proof.verdict
     return {
         "verdict": verdict.verdict if not proof.default_only else None,
@@ -285,4 +289,5 @@ def proved(
         "default_only": proof.default_only,
         "runtime_flags": proof.runtime_flags,
         "runtime_choices": [asdict(c) for c in proof.runtime_choices],
+        **function_fields(proof),
     }

@@ -20,6 +20,7 @@ from autosched.measure.module_io import source_entry_function
 from autosched.measure.worker import memory_problem
 from autosched.model.configured import DEFAULT_TIMEOUT, in_configured_form
 from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
+from autosched.model.fixed_lengths import fixed_length_model
 from autosched.model.input_types import model_input_flags
 from autosched.model.layouts import ModelLayout, choose_layout
 from autosched.model.lowering import (
@@ -48,7 +49,8 @@ def prepare(config: RunConfig) -> Prepared:
     paths = RunPaths.of(config)
     work = os.path.join(config.work_dir, "model")
     with clock.phase("lowering"):
-        model_path = model_for_target(path, target, work)
+        fixed, sizes_line = fixed_length_model(path, config.inputs, target.compile_flags(), work)
+        model_path = model_for_target(fixed, target, work)
         flags, types_line, _ = typed_flags(target, model_path, work)
         layout, analysis = laid_out(config, target, model_path, flags, work)
     problems, skipped = model_problems(analysis, target)
@@ -60,7 +62,7 @@ def prepare(config: RunConfig) -> Prepared:
             + (f" (not tuned: {reasons})" if reasons else "")
         )
     described = report.describe_analysis(path, analysis, problems, skipped)
-    report.model_found([types_line, layout.describe(), *described])
+    report.model_found([types_line, sizes_line, layout.describe(), *described])
     budget = config.budget or budget_for(config.mode, config.n_trial, problems)
     return Prepared(
         config, target, paths, work, layout, flags, problems, skipped, budget, clock=clock

@@ -1,0 +1,207 @@
+"""A cached causal LM's proof: prefill, then decode step by step carrying the KV cache, and the
+greedy tokens of each build compared (and with torch's, where the export saved them).
+
+Timing each function on random inputs says whether a build is faster, and comparing one
+call's outputs says whether it answers alike; neither says that the cache a build writes is
+the cache its next call reads. Generating does: the default and the tuned build each run
+prefill on one prompt, then DECODE_STEPS decode calls, each fed the previous call's cache and
+greedy token, and the tokens must be equal.
+
+The functions follow the recipe of `benchmarks/export_causal_lm.py` (docs/causal-lm.md):
+
+    prefill(tokens[1, P] int, cache..., weights...)                -> (logits, cache...)
+    decode(token[1, 1] int, position[1] int, cache..., weights...) -> (logits, cache...)
+
+The cache is what decode returns after its logits, and both functions take it, and the same
+weights, in that order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autosched.drivers.compile_model import LoadedModule
+from autosched.measure.module_io import EntryFunction, TensorSpec
+
+PREFILL, DECODE = "prefill", "decode"
+DECODE_STEPS = 32  # decode calls after the prefill: DECODE_STEPS + 1 greedy tokens in all
+INTEGER_TYPES = ("i32", "i64", "si32", "si64")
+
+
+def seeded_weights(shapes: Sequence[tuple[int, ...]], seed: int) -> list[np.ndarray]:
+    """A causal LM's weights drawn with numpy from `seed`, the same for torch and IREE: 1-D
+    (norm scales) ones, 2-D [out, in] normal / sqrt(in), so activations stay near unit
+    scale and the logits lie far enough apart that greedy tokens do not flip on rounding."""
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for shape in shapes:
+        if len(shape) == 1:
+            drawn.append(np.ones(shape, np.float32))
+        else:
+            drawn.append((rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32))
+    return drawn
+
+
+@dataclass(frozen=True)
+class CachedLM:
+    """Where a cached causal LM's prefill and decode take their cache and weights."""
+
+    prompt: int  # P: prefill's tokens
+    cache: tuple[TensorSpec, ...]  # what decode returns after its logits
+    weights: tuple[TensorSpec, ...]
+    vocab: int  # the logits' last dimension
+    token_type: str = "i64"  # the token ids' and the position's element type
+
+    @property
+    def cache_length(self) -> int:
+        """C: positions the cache holds (its keys' third dimension, [1, heads, C, dim])."""
+        return self.cache[0].shape[-2] if self.cache and len(self.cache[0].shape) >= 2 else 0
+
+    @property
+    def steps(self) -> int:
+        """Decode steps the cache has room for after the prompt, at most DECODE_STEPS."""
+        return max(0, min(DECODE_STEPS, self.cache_length - self.prompt))
+
+
+def _is_tokens(spec: TensorSpec, length: int | None = None) -> bool:
+    shape_ok = len(spec.shape) == 2 and spec.shape[0] == 1
+    return shape_ok and spec.element in INTEGER_TYPES and length in (None, spec.shape[1])
+
+
+def cached_lm(entries: Sequence[EntryFunction]) -> CachedLM | None:
+    """The model as a cached causal LM when it exports prefill and decode in the recipe's
+    form; None otherwise (its functions are still proved one by one)."""
+    named = {entry.name: entry for entry in entries}
+    prefill, decode = named.get(PREFILL), named.get(DECODE)
+    if prefill is None or decode is None or len(decode.outputs) < 2 or not prefill.inputs:
+        return None
+    cache = decode.outputs[1:]
+    count = len(cache)
+    position = decode.inputs[1] if len(decode.inputs) > 1 else None
+    fits = (
+        _is_tokens(prefill.inputs[0])
+        and _is_tokens(decode.inputs[0], 1)
+        and position is not None
+        and position.shape == (1,)
+        and position.element in INTEGER_TYPES
+        and tuple(prefill.inputs[1 : 1 + count]) == cache
+        and tuple(decode.inputs[2 : 2 + count]) == cache
+        and tuple(prefill.outputs[1:]) == cache
+        and prefill.inputs[1 + count :] == decode.inputs[2 + count :]
+    )
+    if not fits:
+        return None
+    vocab = decode.outputs[0].shape[-1]
+    weights = prefill.inputs[1 + count :]
+    return CachedLM(prefill.inputs[0].shape[1], cache, weights, vocab, prefill.inputs[0].element)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the builds generate from: the prompt, the weights, and torch's greedy tokens
+    where the export saved them (`<model stem>.tokens.npz`: `prompt`, `tokens`, `seed`)."""
+
+    tokens: np.ndarray  # [1, P]
+    weights: list[np.ndarray]
+    expected: tuple[int, ...] = ()  # torch's greedy tokens ((): none saved)
+    source: str = "random"
+
+
+def tokens_file(model_path: str) -> str:
+    """Where the export recipe saves torch's greedy tokens for `model_path`."""
+    return os.path.splitext(model_path)[0] + ".tokens.npz"
+
+
+def _token_array(values, element: str) -> np.ndarray:
+    return np.asarray(values, dtype=np.int32 if "32" in element else np.int64)
+
+
+def make_prompt(lm: CachedLM, model_path: str, seed: int) -> Prompt:
+    """torch's prompt, seed and greedy tokens from the export's `.tokens.npz` beside the
+    model (when its prompt fits), else a prompt and weights drawn from `seed`."""
+    shapes = [spec.shape for spec in lm.weights]
+    saved = tokens_file(model_path)
+    if os.path.isfile(saved):
+        with np.load(saved) as data:
+            prompt, tokens, saved_seed = data["prompt"], data["tokens"], int(data["seed"])
+        if prompt.shape == (1, lm.prompt):
+            expected = tuple(int(t) for t in tokens[: lm.steps + 1])
+            weights = seeded_weights(shapes, saved_seed)
+            return Prompt(_token_array(prompt, lm.token_type), weights, expected, saved)
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, lm.vocab, (1, lm.prompt))
+    return Prompt(_token_array(prompt, lm.token_type), seeded_weights(shapes, seed))
+
+
+def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list[int]:
+    """The build's greedy tokens: prefill's last logits, then `lm.steps` decode calls, each
+    fed the cache the previous call returned."""
+    prefill = LoadedModule(vmfb, device, PREFILL)
+    decode = LoadedModule(vmfb, device, DECODE)
+    empty = [np.zeros(spec.shape, np.float32) for spec in lm.cache]
+    logits, *cache = prefill(prompt.tokens, *empty, *prompt.weights)
+    tokens = [int(np.argmax(logits[0, -1]))]
+    for step in range(lm.steps):
+        token = _token_array([[tokens[-1]]], lm.token_type)
+        position = _token_array([lm.prompt + step], lm.token_type)
+        logits, *cache = decode(token, position, *cache, *prompt.weights)
+        tokens.append(int(np.argmax(logits[0, -1])))
+    return tokens
+
+
+@dataclass
+class GreedyCheck:
+    """Each build's greedy tokens over one prefill and `steps` decode steps."""
+
+    steps: int
+    tokens: dict[str, list[int]] = field(default_factory=dict)  # build -> its tokens
+    expected: list[int] = field(default_factory=list)  # torch's ([]: not saved)
+    source: str = "random"  # the prompt's: the export's .tokens.npz, or random
+    message: str = ""  # why a build's tokens could not be made
+
+    @property
+    def match(self) -> bool:
+        """Every build's tokens equal the default's (and torch's, where saved)."""
+        runs = list(self.tokens.values())
+        wanted = self.expected or (runs[0] if runs else [])
+        return not self.message and bool(runs) and all(t == wanted for t in runs)
+
+    def first_difference(self) -> str:
+        """`tuned: token 5 is 40, default's 12`, or '' when every build agrees."""
+        names = list(self.tokens)
+        reference = ("torch", self.expected) if self.expected else (names[0], self.tokens[names[0]])
+        for name in names:
+            for index, (got, want) in enumerate(zip(self.tokens[name], reference[1], strict=False)):
+                if got != want:
+                    return f"{name}: token {index} is {got}, {reference[0]}'s {want}"
+        return ""
+
+    def line(self) -> str:
+        """The proof's line for the generated tokens."""
+        count = self.steps + 1
+        what = f"greedy tokens (prefill, then {self.steps} decode steps carrying the cache)"
+        if self.message:
+            return f"{what}: not compared: {self.message}"
+        builds = " = ".join([*self.tokens, *(["torch"] if self.expected else [])])
+        if self.match:
+            return f"{what}: {count} of {count} equal: {builds}"
+        return f"{what}: DIFFER ({self.first_difference()})"
+
+
+def greedy_check(
+    lm: CachedLM, builds: dict[str, str], device: str, model_path: str, seed: int
+) -> GreedyCheck:
+    """Every build (name -> vmfb) generates from one prompt; their tokens, and torch's."""
+    prompt = make_prompt(lm, model_path, seed)
+    check = GreedyCheck(lm.steps, expected=list(prompt.expected), source=prompt.source)
+    for name, vmfb in builds.items():
+        try:
+            check.tokens[name] = greedy_tokens(vmfb, device, lm, prompt)
+        except (RuntimeError, ValueError) as error:
+            check.message = f"the {name} build fails: {str(error).splitlines()[0][:300]}"
+            break
+    return check

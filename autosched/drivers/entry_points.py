@@ -1,0 +1,175 @@
+"""The whole-model proof of a model with several entry functions (a causal LM's prefill and
+decode): each function proved as `proof.prove` proves one, then one verdict for the model.
+
+Why one proof per function: each function has its own inputs, outputs and time, and a spec
+may help one and not the other. The model's verdict is the paired statistic of one call of
+every function per round (the rounds' times added up), so a spec is kept only when the
+model, prefill and decode together, is faster. A cached causal LM is also generated from
+(`decode_proof.py`): greedy tokens that differ are outputs that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autosched.drivers.decode_proof import GreedyCheck, cached_lm, greedy_check
+from autosched.drivers.proof import ModelProof, model_verdict, prove
+from autosched.measure.module_io import EntryFunction, source_entry_functions
+from autosched.model.configured import DEFAULT_TIMEOUT
+from autosched.model.lowering import prepare_model
+
+
+@dataclass
+class EntryPointsProof(ModelProof):
+    """A ModelProof of the whole model (its rounds: one call of every function, added up),
+    with each function's own proof and, for a cached causal LM, the generated tokens."""
+
+    functions: list[ModelProof] = dataclasses.field(default_factory=list)
+    greedy: GreedyCheck | None = None
+
+
+def model_functions(model_path: str, flags: Sequence[str], timeout: float) -> list[EntryFunction]:
+    """Every function the model exports, with its plain tensor types."""
+    with tempfile.TemporaryDirectory(prefix="autosched-functions-") as work:
+        source = prepare_model(model_path, work)
+        return source_entry_functions(source, flags, work, timeout, model_path)
+
+
+def prove_model(
+    model_path: str,
+    flags: Sequence[str],
+    spec_path: str | None,
+    device: str,
+    *,
+    work_dir: str,
+    seed: int = 0,
+    timeout: float = DEFAULT_TIMEOUT,
+    **options,
+) -> ModelProof:
+    """`proof.prove` for a model of one function; for several, each proved in its own
+    folder under `work_dir` and the results combined (`EntryPointsProof`)."""
+    entries = model_functions(model_path, flags, timeout)
+    common = {"seed": seed, "timeout": timeout, **options}
+    if len(entries) < 2:
+        return prove(model_path, flags, spec_path, device, work_dir=work_dir, **common)
+    proofs = []
+    for entry in entries:
+        folder = os.path.join(work_dir, entry.name)
+        proofs.append(
+            prove(
+                model_path, flags, spec_path, device, function=entry.name, work_dir=folder,
+                **common,
+            )
+        )  # fmt: skip
+    combined = combine(proofs)
+    lm = cached_lm(entries)
+    if lm is not None:
+        builds = _built(os.path.join(work_dir, entries[0].name), combined)
+        source = options.get("default_model") or model_path
+        combined.greedy = greedy_check(lm, builds, device, source, seed)
+        if not combined.greedy.match and not combined.default_only:
+            combined.outputs_match = False
+            combined.message = "; ".join(m for m in (combined.message, combined.greedy.line()) if m)
+    return combined
+
+
+def _built(folder: str, proof: ModelProof) -> dict[str, str]:
+    """The builds a function's proof left (every build holds every function): name -> vmfb."""
+    names = ["default"]
+    if not proof.default_only:
+        names.append("tuned")
+    if proof.custom is not None and proof.custom.outputs_match:
+        names.append("custom")
+    paths = {name: os.path.join(folder, f"{name}.vmfb") for name in names}
+    return {name: path for name, path in paths.items() if os.path.isfile(path)}
+
+
+def _added(proofs: Sequence[ModelProof], rounds_of) -> list[float]:
+    """Each round's time of one call of every function (rounds every function timed)."""
+    timed = [rounds_of(p) for p in proofs]
+    if not all(timed):
+        return []
+    return [sum(r) for r in zip(*timed, strict=False)]
+
+
+def _summary(rounds: list[float]) -> tuple[float | None, float | None]:
+    if not rounds:
+        return None, None
+    mean = statistics.fmean(rounds)
+    return statistics.median(rounds), statistics.pstdev(rounds) / mean if mean else 0.0
+
+
+def combine(proofs: Sequence[ModelProof]) -> EntryPointsProof:
+    """One proof of the model from each function's: times added per round, the outputs
+    matching only where every function's match, the messages named by function."""
+    default_rounds = _added(proofs, lambda p: p.default_rounds_ms)
+    tuned_rounds = _added(proofs, lambda p: p.tuned_rounds_ms)
+    default_ms, default_cv = _summary(default_rounds)
+    tuned_ms, tuned_cv = _summary(tuned_rounds)
+    errors = [p.max_error for p in proofs if p.max_error is not None]
+    messages = [f"{p.function}: {p.message}" for p in proofs if p.message]
+    first = proofs[0]
+    return EntryPointsProof(
+        function="+".join(p.function for p in proofs),
+        default_ms=default_ms or 0.0,
+        tuned_ms=tuned_ms,
+        default_cv=default_cv or 0.0,
+        tuned_cv=tuned_cv,
+        speedup=model_verdict(default_rounds, tuned_rounds).speedup,
+        outputs_match=all(p.outputs_match for p in proofs),
+        max_error=max(errors) if errors else None,
+        outputs=sum(p.outputs for p in proofs),
+        default_rounds_ms=default_rounds,
+        tuned_rounds_ms=tuned_rounds,
+        message="; ".join(messages),
+        outputs_compared=all(p.outputs_compared for p in proofs),
+        custom=first.custom,
+        default_only=all(p.default_only for p in proofs),
+        runtime_flags=first.runtime_flags,
+        runtime_choices=first.runtime_choices,
+        functions=list(proofs),
+    )
+
+
+def function_lines(proof: ModelProof) -> list[str]:
+    """One line per function (its times and outputs) and the generated tokens' line; none
+    for a model of one function."""
+    if not isinstance(proof, EntryPointsProof):
+        return []
+    lines = []
+    for part in proof.functions:
+        times = f"{part.default_ms:.3f} ms"
+        if part.tuned_ms is not None and not part.default_only:
+            times += f" -> {part.tuned_ms:.3f} ms ({part.verdict.describe()})"
+        outputs = "outputs match" if part.outputs_match else "OUTPUTS DIFFER"
+        lines.append(f"  {part.function}: {times}" + ("" if part.default_only else f", {outputs}"))
+    if proof.greedy is not None:
+        lines.append(f"  {proof.greedy.line()}")
+    return lines
+
+
+def function_fields(proof: ModelProof) -> dict:
+    """The summary's per-function numbers and generated tokens (empty for one function)."""
+    if not isinstance(proof, EntryPointsProof):
+        return {}
+    functions = [
+        {
+            "function": p.function,
+            "default_ms": p.default_ms,
+            "tuned_ms": p.tuned_ms,
+            "speedup": p.speedup,
+            "verdict": p.verdict.verdict if not p.default_only else None,
+            "outputs_match": p.outputs_match,
+            "max_error": p.max_error,
+        }
+        for p in proof.functions
+    ]
+    greedy = None
+    if proof.greedy is not None:
+        greedy = {**dataclasses.asdict(proof.greedy), "match": proof.greedy.match}
+    return {"functions": functions, "greedy": greedy}

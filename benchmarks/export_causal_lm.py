@@ -1,0 +1,208 @@
+"""Exports a transformers causal LM as ONE module with two functions, prefill and decode,
+its KV cache passed in and returned, its weights as arguments (docs/causal-lm.md).
+
+The recipe (iree-turbine's `FxProgramsBuilder`: several `torch.export` programs of one root
+module, written as one MLIR module by `aot.export`):
+
+    prefill(tokens[1, P] i64, cache..., weights...)            -> (logits[1, P, V], cache...)
+    decode(token[1, 1] i64, position[1] i64, cache..., weights...) -> (logits[1, 1, V], cache...)
+
+`cache` is each layer's keys and values, [1, KV heads, C, head dim] (transformers'
+`StaticCache` layout, C the cache's length), in layer order, keys before values. Prefill
+writes positions 0..P-1 from an empty (zero) cache; decode writes `position`. Inside, each
+function runs transformers' own `LlamaForCausalLM` with a `StaticCache` whose tensors are the
+arguments (copied, so the export returns new caches instead of mutating its inputs).
+
+The weights are drawn with `autosched.drivers.decode_proof.seeded_weights` (numpy, seeded), so
+a test without torch rebuilds them from the seed alone; the greedy tokens torch produces with
+them (prefill, then DECODE_STEPS decode steps) are saved next to the model as
+`<stem>.tokens.npz` (`prompt`, `tokens`, `seed`).
+
+iree-turbine and torch are not dependencies of autosched; run this from a separate
+environment, from the repository's root:
+
+    python3.11 -m venv /tmp/turbine-venv
+    /tmp/turbine-venv/bin/pip install torch==2.13.0 transformers==4.57.6 iree-turbine click \
+        'iree-base-compiler==3.13.*' 'iree-base-runtime==3.13.*'
+    PYTHONPATH=. /tmp/turbine-venv/bin/python benchmarks/export_causal_lm.py \
+        tests/data/models/hf_tiny_llama_cached_f32.mlirbc
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from autosched.drivers.decode_proof import DECODE_STEPS, seeded_weights
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The exported model's size: a tiny Llama by default (the committed CPU test model)."""
+
+    vocab: int = 256
+    hidden: int = 64
+    intermediate: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    prompt: int = 8  # P: prefill's tokens
+    cache: int = 64  # C: the static cache's length (>= prompt + DECODE_STEPS)
+
+
+def llama(shape: Shape, seed: int):
+    """transformers' LlamaForCausalLM of `shape`, its weights `seeded_weights(..., seed)`."""
+    import torch  # noqa: PLC0415
+    from transformers import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
+
+    config = LlamaConfig(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=shape.cache,
+        attn_implementation="sdpa",
+    )
+    lm = LlamaForCausalLM(config).eval()
+    parameters = list(lm.parameters())
+    drawn = seeded_weights([tuple(p.shape) for p in parameters], seed)
+    with torch.no_grad():
+        for parameter, values in zip(parameters, drawn, strict=True):
+            parameter.copy_(torch.from_numpy(values))
+    return lm
+
+
+def cached_functions(lm, shape: Shape):
+    """prefill and decode as free functions of (root, args...) for FxProgramsBuilder."""
+    import torch  # noqa: PLC0415
+    from transformers import StaticCache  # noqa: PLC0415
+
+    names = [name for name, _ in lm.named_parameters()]
+    count = 2 * shape.layers
+
+    def static_cache(tensors):
+        cache = StaticCache(config=lm.config, max_cache_len=shape.cache)
+        for index, layer in enumerate(cache.layers):
+            keys, values = tensors[2 * index].clone(), tensors[2 * index + 1].clone()
+            layer.max_batch_size, layer.num_heads, _, layer.head_dim = keys.shape
+            layer.dtype, layer.device = keys.dtype, keys.device
+            layer.keys, layer.values, layer.is_initialized = keys, values, True
+        return cache
+
+    def run(root, ids, positions, args):
+        tensors, weights = args[:count], args[count:]
+        cache = static_cache(tensors)
+        params = dict(zip(names, weights, strict=True))
+        keywords = {"past_key_values": cache, "cache_position": positions, "use_cache": True}
+        out = torch.func.functional_call(root, params, (ids,), keywords)
+        layers = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *layers)
+
+    def prefill(root, tokens, *args):
+        return run(root, tokens, torch.arange(tokens.shape[1]), args)
+
+    def decode(root, token, position, *args):
+        return run(root, token, position, args)
+
+    return prefill, decode
+
+
+def empty_cache(lm, shape: Shape) -> list:
+    import torch  # noqa: PLC0415
+
+    head_dim = shape.hidden // shape.heads
+    one = (1, shape.kv_heads, shape.cache, head_dim)
+    return [torch.zeros(one) for _ in range(2 * shape.layers)]
+
+
+def greedy(lm, shape: Shape, prompt) -> list[int]:
+    """torch's greedy tokens through the exported functions themselves: prefill's last
+    logits, then DECODE_STEPS decode steps carrying the cache (DECODE_STEPS + 1 tokens)."""
+    import torch  # noqa: PLC0415
+
+    prefill, decode = cached_functions(lm, shape)
+    weights = [p.detach() for p in lm.parameters()]
+    with torch.no_grad():
+        logits, *cache = prefill(lm, prompt, *empty_cache(lm, shape), *weights)
+        tokens = [int(logits[0, -1].argmax())]
+        for step in range(DECODE_STEPS):
+            token = torch.tensor([[tokens[-1]]])
+            position = torch.tensor([shape.prompt + step])
+            logits, *cache = decode(lm, token, position, *cache, *weights)
+            tokens.append(int(logits[0, -1].argmax()))
+        # The cached path agrees with transformers' own uncached forward on every token.
+        whole = torch.cat([prompt, torch.tensor([tokens[:-1]])], dim=1)
+        plain = lm(whole, use_cache=False).logits[0, shape.prompt - 1 :].argmax(-1).tolist()
+    if plain != tokens:
+        raise SystemExit(f"cached greedy tokens {tokens} differ from the uncached {plain}")
+    return tokens
+
+
+def export(path: str, shape: Shape, seed: int) -> None:
+    import iree.turbine.aot as aot  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    lm = llama(shape, seed)
+    prefill, decode = cached_functions(lm, shape)
+    weights = tuple(p.detach() for p in lm.parameters())
+    cache = tuple(empty_cache(lm, shape))
+    prompt = torch.from_numpy(
+        np.random.default_rng(seed).integers(0, shape.vocab, (1, shape.prompt))
+    )
+    builder = aot.FxProgramsBuilder(lm)
+    builder.export_program(prefill, name="prefill", args=(prompt, *cache, *weights), strict=False)
+    decode_args = (prompt[:, :1], torch.tensor([shape.prompt]), *cache, *weights)
+    builder.export_program(decode, name="decode", args=decode_args, strict=False)
+    aot.export(builder).save_mlir(path)
+    tokens = greedy(lm, shape, prompt)
+    stem = os.path.splitext(path)[0]
+    np.savez(f"{stem}.tokens.npz", prompt=prompt.numpy(), tokens=np.array(tokens), seed=seed)
+    print(f"wrote {path} ({os.path.getsize(path)} bytes); torch's greedy tokens {tokens}")
+
+
+def export_dynamic(path: str, shape: Shape, seed: int) -> None:
+    """The model's plain forward (no cache), token ids [1, S] with S dynamic (2 to the
+    cache's length): logits [1, S, V]."""
+    import iree.turbine.aot as aot  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    lm = llama(shape, seed)
+    names = [name for name, _ in lm.named_parameters()]
+    weights = tuple(p.detach() for p in lm.parameters())
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids, *args):
+            params = dict(zip(names, args, strict=True))
+            keywords = {"use_cache": False}
+            return torch.func.functional_call(self.lm, params, (ids,), keywords).logits
+
+    ids = torch.zeros((1, shape.prompt), dtype=torch.int64)
+    sequence = torch.export.Dim("sequence", min=2, max=shape.cache)
+    dynamic = ({1: sequence}, (None,) * len(weights))  # ids, then the *args tuple
+    exported = aot.export(Logits(), ids, *weights, dynamic_shapes=dynamic, strict_export=False)
+    exported.save_mlir(path)
+    print(f"wrote {path} ({os.path.getsize(path)} bytes), sequence length dynamic")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("output", help="the .mlirbc (or .mlir) to write")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dynamic", action="store_true", help="the plain forward, its sequence length dynamic"
+    )
+    args = parser.parse_args()
+    (export_dynamic if args.dynamic else export)(args.output, Shape(), args.seed)
+
+
+if __name__ == "__main__":
+    main()
