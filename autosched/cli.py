@@ -22,16 +22,37 @@ from autosched.config import (
 from autosched.drivers.campaign import EXTREME_FACTOR, FAST_TRIALS
 from autosched.drivers.guard import signal_name
 from autosched.errors import UserError, require_file
+from autosched.measure.module_io import input_files
 from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
 from autosched.run.problem import Progress
 
-INPUTS_OPTION = click.option(
-    "--inputs",
-    type=click.Path(exists=True, dir_okay=False),
-    help="models: the model's inputs as a .npz file (np.savez's arr_0, arr_1, ... in argument "
-    "order, or named like the arguments) for every whole-model check and timing (default: "
-    "seeded random inputs)",
+
+def _joined_inputs(context, parameter, values: tuple[str, ...]) -> str | None:
+    """`--inputs` given once or more, as the cfg's `inputs` holds it: one `.npz`, or `.npy`
+    files in argument order joined by commas (`module_io.input_files` splits them again).
+    A file that is not there is one `Error:` line naming it (exit 2)."""
+    files = [name for value in values for name in input_files(value)]
+    for name in files:
+        require_file(name)
+    return ",".join(files) if files else None
+
+
+def inputs_option(purpose: str):
+    """`--inputs`, repeatable: the model's inputs for `purpose`."""
+    return click.option(
+        "--inputs",
+        multiple=True,
+        callback=_joined_inputs,
+        metavar="FILE",
+        help="models: the model's inputs, as one .npz file (np.savez's arr_0, arr_1, ... in "
+        "argument order, or named like the arguments) or one .npy file per argument in "
+        f"argument order (--inputs a.npy --inputs b.npy, or a.npy,b.npy), {purpose}",
+    )
+
+
+INPUTS_OPTION = inputs_option(
+    "for every whole-model check and timing (default: seeded random inputs)"
 )
 
 
@@ -231,12 +252,7 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
 @click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
 @click.option("--target", type=click.Choice(TARGETS), help="backend")
 @click.option("--arch", help="GPU architecture for --target cuda")
-@click.option(
-    "--inputs",
-    type=click.Path(exists=True, dir_okay=False),
-    help="the model's inputs (.npz, as for `run`): the module's outputs are compared with "
-    "IREE's default build's on them",
-)
+@inputs_option("on which the module's outputs are compared with IREE's default build's")
 def compile_(model_file, spec_path, custom_spec, out_path, config_path, **overrides) -> None:
     """Build the tuned MODEL for the target: IREE's build with the spec, and the custom
     kernels in place of their contractions, as the run's whole-model proof built it."""

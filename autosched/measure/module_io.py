@@ -27,7 +27,7 @@ import numpy as np
 from iree.compiler import ir
 
 from autosched import processes
-from autosched.errors import UserError
+from autosched.errors import UserError, require_file
 from autosched.ir_walk import children, symbol, walk_ops
 from autosched.measure.worker import compare, run_tool
 from autosched.model.configured import (
@@ -50,6 +50,7 @@ GIB = 1 << 30
 REDRAWS = 2
 STATISTICS_RANGE = (0.5, 1.5)
 SHRINK = 4.0
+NPY_MAGIC = b"\x93NUMPY"  # the first bytes of every .npy file (numpy's format)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,32 +306,92 @@ def _write_input(directory: str, index: int, spec: TensorSpec, values: np.ndarra
     return f"@{path}"
 
 
+def input_files(given: str) -> list[str]:
+    """The user's inputs files, as `--inputs` and the cfg's `inputs` hold them: one `.npz`,
+    or `.npy` files in argument order separated by commas (`a.npy,b.npy`; the command line's
+    repeated `--inputs` is joined so). A path that names a file as it stands is one file,
+    commas and all."""
+    if not given or os.path.isfile(given):
+        return [given] if given else []
+    return [part.strip() for part in given.split(",") if part.strip()]
+
+
 def load_inputs(
     path: str, entry: EntryFunction, directory: str, names: Sequence[str] = ()
 ) -> list[str]:
-    """The user's inputs: the arrays of an `.npz` file in argument order, as np.savez writes
-    them (`arr_0`, `arr_1`, ...) or named like the arguments (`names`, an ONNX model's
-    inputs), else in the file's own order; each checked against the entry function's type
-    and written under `directory` as `make_inputs` writes its own. A file that does not fit
-    is one UserError naming it, the argument and what was expected."""
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as error:
-        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
+    """The user's inputs (`input_files(path)`): the arrays of an `.npz` file in argument
+    order, as np.savez writes them (`arr_0`, `arr_1`, ...) or named like the arguments
+    (`names`, an ONNX model's inputs), else in the file's own order; or one `.npy` file per
+    argument, in argument order, as iree-run-module takes them. Each array is checked
+    against the entry function's type and written under `directory` as `make_inputs` writes
+    its own. A file that does not fit is one UserError naming it, the argument and what was
+    expected."""
+    files = input_files(path)
+    for name in files:
+        require_file(name)
+    archive = len(files) == 1 and not files[0].endswith(".npy")
+    if archive:
+        arrays = _npz_arrays(files[0])
+        ordered = _in_argument_order(arrays, names, len(entry.inputs))
+        where = [files[0]] * len(ordered)
+    else:
+        ordered = [("", _npy_array(name)) for name in files]
+        where = files
     expected = len(entry.inputs)
-    if len(arrays) != expected:
+    if len(ordered) != expected:
+        what = "array(s)" if archive else ".npy file(s)"
         raise UserError(
-            f"{path}: {len(arrays)} array(s), but {entry.name} takes {expected} argument(s)"
+            f"{path}: {len(ordered)} {what}, but {entry.name} takes {expected} argument(s)"
         )
-    ordered = _in_argument_order(arrays, names, expected)
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     flags = []
     for index, ((key, array), spec) in enumerate(zip(ordered, entry.inputs, strict=True)):
-        _check_array(path, index, key, array, spec)
+        _check_array(where[index], index, key, array, spec)
         flags.append(_write_input(directory, index, spec, array))
     return flags
+
+
+def check_given_inputs(given: str, entry: EntryFunction, model_path: str, directory: str):
+    """The user's inputs (none: nothing to check) read and checked against the model's
+    arguments before any work: a file that does not fit is its UserError at once, not when
+    the whole-model proof first reads it after the search."""
+    if given:
+        load_inputs(given, entry, directory, argument_names(model_path))
+
+
+def _npz_arrays(path: str) -> dict[str, np.ndarray]:
+    """Every array of an `.npz` file, by name; a UserError naming it when it is none."""
+    if not zipfile.is_zipfile(path) and not _is_npy(path):
+        raise UserError(f"{path}: not a numpy .npz file of arrays (np.savez writes them)")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise UserError(f"{path}: one numpy array, not an .npz file of arrays (name it .npy)")
+    try:
+        with loaded as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
+
+
+def _is_npy(path: str) -> bool:
+    """Whether the file starts as every .npy file does."""
+    with open(path, "rb") as handle:
+        return handle.read(len(NPY_MAGIC)) == NPY_MAGIC
+
+
+def _npy_array(path: str) -> np.ndarray:
+    """The array of one `.npy` file; a UserError naming it when it is none."""
+    if not _is_npy(path):
+        raise UserError(f"{path}: not a numpy .npy file (np.save writes them)")
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise UserError(f"{path}: not a numpy .npy file ({error})"[:300]) from None
+    return array
 
 
 def _in_argument_order(arrays: dict, names: Sequence[str], count: int) -> list[tuple]:
@@ -353,7 +414,8 @@ def _check_array(path: str, index: int, key: str, array: np.ndarray, spec: Tenso
     shape = tuple(array.shape)
     if shape != spec.shape or not fits:
         raise UserError(
-            f"{path}: argument {index} ({key}) is {'x'.join(map(str, shape)) or 'a scalar'} "
+            f"{path}: argument {index}{f' ({key})' if key else ''} is "
+            f"{'x'.join(map(str, shape)) or 'a scalar'} "
             f"{array.dtype.name}, expected {spec.text} ({wanted_name})"
         )
 

@@ -12,22 +12,31 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from autosched.measure.module_io import check_input_sizes, source_entry_function
+from autosched.measure.module_io import (
+    check_given_inputs,
+    check_input_sizes,
+    source_entry_function,
+)
 from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
 from autosched.ops.base import Problem
 
 KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
 
 
-def model_input_flags(model_path: str, flags: list[str], work: str) -> tuple[list[str], str]:
+def model_input_flags(
+    model_path: str, flags: list[str], work: str, given_inputs: str = "", named_by: str = ""
+) -> tuple[list[str], str]:
     """(the flags the model's types need, a line naming its types) from its entry function
-    as IREE reads it with every type kept; a UserError when an input is too large to make."""
+    as IREE reads it with every type kept; a UserError when an input is too large to make,
+    or when the user's `given_inputs` do not fit it (arrays named as `named_by`'s arguments),
+    before any work."""
     os.makedirs(work, exist_ok=True)
     source = prepare_model(model_path, work)
     entry = source_entry_function(
         source, [*flags, KEEP_F64], None, work, LOWERING_TIMEOUT, model_path
     )
     check_input_sizes(entry, model_path)
+    check_given_inputs(given_inputs, entry, named_by or model_path, os.path.join(work, "inputs"))
     inputs = sorted({spec.element for spec in entry.inputs})
     outputs = sorted({spec.element for spec in entry.outputs})
     line = f"{model_path}: takes {', '.join(inputs) or 'nothing'}, returns {', '.join(outputs)}"

@@ -111,7 +111,10 @@ def model_for_target(path: str, target: Target, work_dir: str) -> str:
 def typed_flags(target: Target, model_path: str, work: str) -> tuple[list[str], str, bool]:
     """The target's compile flags with what the model's types need (f64 kept as f64), the
     line that names the model's types, and whether a flag was needed."""
-    needed, line = model_input_flags(model_path, target.compile_flags(), work)
+    config = target.config
+    needed, line = model_input_flags(
+        model_path, target.compile_flags(), work, config.inputs, config.input_file
+    )
     target.use_input_flags(needed)
     return target.compile_flags(), line, bool(needed)
 
