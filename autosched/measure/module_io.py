@@ -57,10 +57,30 @@ NPY_MAGIC = b"\x93NUMPY"  # the first bytes of every .npy file (numpy's format)
 # The entry function and its inputs
 
 
+# A dynamic dim of the model's arguments is this long in its random inputs (the user's
+# inputs give their own sizes): the whole model can then be checked and timed, its static
+# roots tuned and its dynamic ones listed as not tuned (issue 50).
+DYNAMIC_EXTENT = 16
+
+
 @dataclass(frozen=True)
 class TensorSpec:
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # a dynamic dim (`dynamic`) as DYNAMIC_EXTENT
     element: str  # f32, f16, bf16, i64, i1, ...
+    dynamic: tuple[int, ...] = ()  # the dims the model leaves dynamic
+
+    @property
+    def declared(self) -> str:
+        """The type as the model declares it, `?` for a dynamic dim: ?x32xf32."""
+        dims = ["?" if i in self.dynamic else str(d) for i, d in enumerate(self.shape)]
+        return "x".join([*dims, self.element])
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether an array of `shape` is this tensor (any extent in a dynamic dim)."""
+        return len(shape) == len(self.shape) and all(
+            i in self.dynamic or a == b
+            for i, (a, b) in enumerate(zip(shape, self.shape, strict=True))
+        )
 
     @property
     def text(self) -> str:
@@ -85,9 +105,21 @@ def _tensor_spec(value_type: ir.Type, function: str, what: str) -> TensorSpec:
         tensor = ir.RankedTensorType(value_type)
     except ValueError:
         raise UserError(f"{function}: {what} is {value_type}, not a ranked tensor") from None
-    if not tensor.has_static_shape:
-        raise UserError(f"{function}: {what} is {tensor}: dynamic shapes are not supported")
-    return TensorSpec(tuple(tensor.shape), str(tensor.element_type))
+    dynamic = tuple(i for i in range(tensor.rank) if tensor.is_dynamic_dim(i))
+    shape = tuple(DYNAMIC_EXTENT if i in dynamic else d for i, d in enumerate(tensor.shape))
+    return TensorSpec(shape, str(tensor.element_type), dynamic)
+
+
+def dynamic_line(entry: EntryFunction) -> str:
+    """What the model's random inputs make of its dynamic dims ('' when it has none)."""
+    dynamic = [(i, spec) for i, spec in enumerate(entry.inputs) if spec.dynamic]
+    if not dynamic:
+        return ""
+    listed = ", ".join(f"input {i} is {spec.declared}" for i, spec in dynamic)
+    return (
+        f"{listed}: its dynamic dims are {DYNAMIC_EXTENT} in the random inputs that check and "
+        "time the whole model (--inputs gives yours); the roots of dynamic shape are not tuned"
+    )
 
 
 def _abi_functions(module: ir.Module) -> dict[str, ir.Operation]:
@@ -299,8 +331,9 @@ def _write_input(directory: str, index: int, spec: TensorSpec, values: np.ndarra
     """One input written under `directory` (bf16 as raw bits); its --input flag value."""
     if spec.element == "bf16":
         path = os.path.join(directory, f"input{index}.bin")
-        _bf16_bits(np.asarray(values, dtype=np.float32)).tofile(path)
-        return f"{spec.text}=@{path}"
+        values = np.asarray(values, dtype=np.float32)
+        _bf16_bits(values).tofile(path)
+        return f"{TensorSpec(values.shape, spec.element).text}=@{path}"
     path = os.path.join(directory, f"input{index}.npy")
     np.save(path, np.asarray(values).astype(_numpy_dtype(spec.element)))
     return f"@{path}"
@@ -412,11 +445,11 @@ def _check_array(path: str, index: int, key: str, array: np.ndarray, spec: Tenso
         fits = wanted is not None and array.dtype == np.dtype(wanted)
         wanted_name = np.dtype(wanted).name if wanted is not None else spec.element
     shape = tuple(array.shape)
-    if shape != spec.shape or not fits:
+    if not spec.fits(shape) or not fits:
         raise UserError(
             f"{path}: argument {index}{f' ({key})' if key else ''} is "
             f"{'x'.join(map(str, shape)) or 'a scalar'} "
-            f"{array.dtype.name}, expected {spec.text} ({wanted_name})"
+            f"{array.dtype.name}, expected {spec.declared} ({wanted_name})"
         )
 
 
@@ -497,7 +530,8 @@ def _read_output(path: str, spec: TensorSpec) -> np.ndarray:
         return np.load(path).astype(np.float64)
     if spec.element == "bf16":
         bits = np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16
-        return bits.view(np.float32).reshape(spec.shape).astype(np.float64)
+        shape = (-1,) if spec.dynamic else spec.shape  # both builds read back flat alike
+        return bits.view(np.float32).reshape(shape).astype(np.float64)
     raise UserError(f"output type {spec.text} cannot be read back")
 
 

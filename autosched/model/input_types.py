@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from autosched.measure.module_io import (
     check_given_inputs,
     check_input_sizes,
+    dynamic_line,
     source_entry_function,
 )
 from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
@@ -40,6 +41,8 @@ def model_input_flags(
     inputs = sorted({spec.element for spec in entry.inputs})
     outputs = sorted({spec.element for spec in entry.outputs})
     line = f"{model_path}: takes {', '.join(inputs) or 'nothing'}, returns {', '.join(outputs)}"
+    if dynamic_line(entry):
+        line += f"; {dynamic_line(entry)}"
     if "f64" in inputs + outputs:
         return [KEEP_F64], line + f"; compiled with {KEEP_F64} (IREE demotes f64 by default)"
     return [], line
