@@ -120,8 +120,17 @@ def cli() -> None:
 @click.option("--target", type=click.Choice(TARGETS), help="backend to tune for")
 @click.option("--arch", help="GPU architecture for --target cuda: sm_80, sm_86, sm_89, sm_90 ...")
 @click.option("--device", help="IREE device URI for timing (default: local-task or cuda)")
-@click.option("--tuner", type=click.Choice(TUNERS), help="search strategy")
-@click.option("--n-trial", type=int, help="candidates to measure per problem")
+@click.option(
+    "--tuner",
+    type=click.Choice(TUNERS),
+    help="search strategy (default: xgboost, a cost model that picks what to measure next)",
+)
+@click.option(
+    "--n-trial",
+    type=int,
+    help="candidates to measure per problem, a problem being one op shape to tune (default: "
+    "the cfg's n_trial, 32)",
+)
 @click.option("--jobs", type=int, help="parallel compiles (default: all cores)")
 @click.option(
     "--output",
@@ -141,7 +150,9 @@ def cli() -> None:
     "(default), or ignore the database",
 )
 @click.option(
-    "--dry-run", is_flag=True, help="analyze, build the space, write variants; compile nothing"
+    "--dry-run",
+    is_flag=True,
+    help="list the problems found and the size of each one's search space; compile nothing",
 )
 @click.option("--starter-spec", help="a tuning spec of yours to merge with the tuned one")
 @click.option(
@@ -180,10 +191,11 @@ def cli() -> None:
     help="problems searched at once (default: two per measuring device on a GPU)",
 )
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
-    """Tune the root ops of FILE (matmuls and other contractions, attention, convolutions):
-    a whole model (.onnx, .mlirbc, torch or linalg MLIR) or a module of bare matmuls (.mlir);
-    without FILE, the cfg's [Env] input_file. Its files go to generated/<FILE's stem>/
-    unless --output or the cfg name them."""
+    """Tune the heavy ops of FILE, the op each of IREE's dispatches is built around (its
+    root op: matmuls and other contractions, attention, convolutions): a whole model (.onnx,
+    .mlirbc, torch or linalg MLIR) or a module of bare matmuls (.mlir); without FILE, the
+    cfg's [Env] input_file. Its files go to generated/<FILE's stem>/ unless --output or the
+    cfg name them."""
     config = with_overrides(load_config(config_path), **overrides)
     path = input_file or config.input_file
     if path and os.path.isfile(path) and is_model(path):

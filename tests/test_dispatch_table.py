@@ -11,6 +11,7 @@ from autosched.drivers.dispatch_table import (
     DispatchRow,
     _spec_panel,
     bar_label,
+    dispatch_lines,
     is_layout_op,
     layout_line,
     outside_line,
@@ -139,3 +140,22 @@ def test_the_picture_hatches_the_bars_the_spec_configures(tmp_path):
     assert legend == ["IREE default", "with the spec", "configured by the spec"]
     plt.close(figure)
     assert plot_dispatches(rows, str(tmp_path / "d.png")) == str(tmp_path / "d.png")
+
+
+def test_the_table_names_each_root_op_and_marks_only_the_problems_in_the_spec():
+    """A problem searched but not in the spec ran IREE's default before and after: the
+    table said "tuned as" it all the same."""
+    rows = [
+        DispatchRow("m$async_dispatch_0_matmul_64x64x64_f32", 1, 1.0, 0.5, "matmul_64x64x64",
+                    "matmul 64x64x64", changed=True),
+        DispatchRow("m$async_dispatch_1_matmul_32x32x32_f32", 1, 0.3, 0.3, "matmul_32x32x32",
+                    "matmul 32x32x32"),
+        DispatchRow("m$async_dispatch_2_reduction_64x128_f32", 1, 0.2, 0.2, root_op="softmax 64x128"),
+    ]  # fmt: skip
+    lines = dispatch_lines(rows).splitlines()
+    assert lines[0].split() == [
+        "dispatch", "root", "op", "runs", "ms", "before", "share", "ms", "after", "share", "after",
+        "problem",
+    ]  # fmt: skip
+    assert lines[2].rstrip().endswith("matmul_64x64x64 (in spec)") and "matmul 64x64x64" in lines[2]
+    assert lines[3].rstrip().endswith("matmul_32x32x32") and "softmax 64x128" in lines[4]

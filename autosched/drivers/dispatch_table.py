@@ -176,21 +176,31 @@ def dispatch_lines(rows: list[DispatchRow]) -> str:
     """The table: each dispatch's time per model call and its share, before and after."""
     before = sum(r.default_total for r in rows) or 1.0
     after = sum(r.tuned_total for r in rows) or 1.0
-    headers = ["dispatch", "runs", "ms before", "share", "ms after", "share after", "tuned as"]
+    headers = ["dispatch", "root op", "runs", "ms before", "share", "ms after", "share after"]
+    headers.append("problem")
     cells = [
         [
             r.entry_point,
+            r.root_op or "-",
             str(r.calls),
             f"{r.default_total:.4g}" if r.default_ms is not None else "-",
             f"{r.default_total / before:.1%}",
             f"{r.tuned_total:.4g}" if r.default_ms is not None else "-",
             f"{r.tuned_total / after:.1%}",
-            r.tuned or "-",
+            _problem_cell(r),
         ]
         for r in rows
     ]
     total = f"all dispatches: {before:.4g} ms -> {after:.4g} ms per model call"
     return "\n".join([table(headers, cells), total, *layout_line(rows, after)])
+
+
+def _problem_cell(row: DispatchRow) -> str:
+    """The problem whose root the dispatch is, marked where the spec written configures it
+    (a problem searched but left out of the spec is its default, before and after)."""
+    if not row.tuned:
+        return "-"
+    return f"{row.tuned} (in spec)" if row.changed else row.tuned
 
 
 def outside_line(build: str, model_ms: float | None, rows: list[DispatchRow]) -> str | None:
