@@ -22,7 +22,7 @@ from autosched.config import (
 from autosched.drivers.campaign import EXTREME_FACTOR, FAST_TRIALS
 from autosched.drivers.guard import signal_name
 from autosched.errors import UserError, require_file
-from autosched.measure.module_io import input_files
+from autosched.measure.input_files import input_files
 from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
 from autosched.run.problem import Progress

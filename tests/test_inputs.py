@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from autosched.cli import cli
 from autosched.errors import UserError
+from autosched.measure.input_files import input_files
 from autosched.measure.module_io import (
     EntryFunction,
     TensorSpec,
-    input_files,
     load_inputs,
     make_inputs,
 )

@@ -19,7 +19,6 @@ import math
 import os
 import re
 import tempfile
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from iree.compiler import ir
 from autosched import processes
 from autosched.errors import UserError, require_file
 from autosched.ir_walk import children, symbol, walk_ops
+from autosched.measure.input_files import input_files, npy_array, npz_arrays
 from autosched.measure.worker import compare, run_tool
 from autosched.model.configured import (
     DEFAULT_TIMEOUT,
@@ -50,7 +50,6 @@ GIB = 1 << 30
 REDRAWS = 2
 STATISTICS_RANGE = (0.5, 1.5)
 SHRINK = 4.0
-NPY_MAGIC = b"\x93NUMPY"  # the first bytes of every .npy file (numpy's format)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,16 +338,6 @@ def _write_input(directory: str, index: int, spec: TensorSpec, values: np.ndarra
     return f"@{path}"
 
 
-def input_files(given: str) -> list[str]:
-    """The user's inputs files, as `--inputs` and the cfg's `inputs` hold them: one `.npz`,
-    or `.npy` files in argument order separated by commas (`a.npy,b.npy`; the command line's
-    repeated `--inputs` is joined so). A path that names a file as it stands is one file,
-    commas and all."""
-    if not given or os.path.isfile(given):
-        return [given] if given else []
-    return [part.strip() for part in given.split(",") if part.strip()]
-
-
 def load_inputs(
     path: str, entry: EntryFunction, directory: str, names: Sequence[str] = ()
 ) -> list[str]:
@@ -364,11 +353,11 @@ def load_inputs(
         require_file(name)
     archive = len(files) == 1 and not files[0].endswith(".npy")
     if archive:
-        arrays = _npz_arrays(files[0])
+        arrays = npz_arrays(files[0])
         ordered = _in_argument_order(arrays, names, len(entry.inputs))
         where = [files[0]] * len(ordered)
     else:
-        ordered = [("", _npy_array(name)) for name in files]
+        ordered = [("", npy_array(name)) for name in files]
         where = files
     expected = len(entry.inputs)
     if len(ordered) != expected:
@@ -391,40 +380,6 @@ def check_given_inputs(given: str, entry: EntryFunction, model_path: str, direct
     the whole-model proof first reads it after the search."""
     if given:
         load_inputs(given, entry, directory, argument_names(model_path))
-
-
-def _npz_arrays(path: str) -> dict[str, np.ndarray]:
-    """Every array of an `.npz` file, by name; a UserError naming it when it is none."""
-    if not zipfile.is_zipfile(path) and not _is_npy(path):
-        raise UserError(f"{path}: not a numpy .npz file of arrays (np.savez writes them)")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise UserError(f"{path}: one numpy array, not an .npz file of arrays (name it .npy)")
-    try:
-        with loaded as archive:
-            return {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
-
-
-def _is_npy(path: str) -> bool:
-    """Whether the file starts as every .npy file does."""
-    with open(path, "rb") as handle:
-        return handle.read(len(NPY_MAGIC)) == NPY_MAGIC
-
-
-def _npy_array(path: str) -> np.ndarray:
-    """The array of one `.npy` file; a UserError naming it when it is none."""
-    if not _is_npy(path):
-        raise UserError(f"{path}: not a numpy .npy file (np.save writes them)")
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
-        raise UserError(f"{path}: not a numpy .npy file ({error})"[:300]) from None
-    return array
 
 
 def _in_argument_order(arrays: dict, names: Sequence[str], count: int) -> list[tuple]:
