@@ -1,10 +1,14 @@
 """`python -m autosched` and the installed `autosched` command.
 
-The signal handlers come first, before the command line's imports (IREE, numpy: a second
-or more), so that Ctrl-C or SIGTERM at any moment ends the command with its line and code.
+The signal handlers come first, at this module's first line and before any other import
+(the command line's imports, IREE and numpy, take a second or more; the package's own
+modules tens of milliseconds), so that Ctrl-C or SIGTERM at any moment after the interpreter
+starts running the command ends it with its line and code (startup_signals.py).
 """
 
-from autosched.interrupts import starting_up
+from autosched.startup_signals import starting_up
+
+starting_up()  # on import: the console script imports this module before calling main
 
 
 def main() -> None:

@@ -22,16 +22,37 @@ from autosched.config import (
 from autosched.drivers.campaign import EXTREME_FACTOR, FAST_TRIALS
 from autosched.drivers.guard import signal_name
 from autosched.errors import UserError, require_file
+from autosched.measure.input_files import input_files
 from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
 from autosched.run.problem import Progress
 
-INPUTS_OPTION = click.option(
-    "--inputs",
-    type=click.Path(exists=True, dir_okay=False),
-    help="models: the model's inputs as a .npz file (np.savez's arr_0, arr_1, ... in argument "
-    "order, or named like the arguments) for every whole-model check and timing (default: "
-    "seeded random inputs)",
+
+def _joined_inputs(context, parameter, values: tuple[str, ...]) -> str | None:
+    """`--inputs` given once or more, as the cfg's `inputs` holds it: one `.npz`, or `.npy`
+    files in argument order joined by commas (`module_io.input_files` splits them again).
+    A file that is not there is one `Error:` line naming it (exit 2)."""
+    files = [name for value in values for name in input_files(value)]
+    for name in files:
+        require_file(name)
+    return ",".join(files) if files else None
+
+
+def inputs_option(purpose: str):
+    """`--inputs`, repeatable: the model's inputs for `purpose`."""
+    return click.option(
+        "--inputs",
+        multiple=True,
+        callback=_joined_inputs,
+        metavar="FILE",
+        help="models: the model's inputs, as one .npz file (np.savez's arr_0, arr_1, ... in "
+        "argument order, or named like the arguments) or one .npy file per argument in "
+        f"argument order (--inputs a.npy --inputs b.npy, or a.npy,b.npy), {purpose}",
+    )
+
+
+INPUTS_OPTION = inputs_option(
+    "for every whole-model check and timing (default: seeded random inputs)"
 )
 
 
@@ -99,8 +120,17 @@ def cli() -> None:
 @click.option("--target", type=click.Choice(TARGETS), help="backend to tune for")
 @click.option("--arch", help="GPU architecture for --target cuda: sm_80, sm_86, sm_89, sm_90 ...")
 @click.option("--device", help="IREE device URI for timing (default: local-task or cuda)")
-@click.option("--tuner", type=click.Choice(TUNERS), help="search strategy")
-@click.option("--n-trial", type=int, help="candidates to measure per problem")
+@click.option(
+    "--tuner",
+    type=click.Choice(TUNERS),
+    help="search strategy (default: xgboost, a cost model that picks what to measure next)",
+)
+@click.option(
+    "--n-trial",
+    type=int,
+    help="candidates to measure per problem, a problem being one op shape to tune (default: "
+    "the cfg's n_trial, 32)",
+)
 @click.option("--jobs", type=int, help="parallel compiles (default: all cores)")
 @click.option(
     "--output",
@@ -120,7 +150,9 @@ def cli() -> None:
     "(default), or ignore the database",
 )
 @click.option(
-    "--dry-run", is_flag=True, help="analyze, build the space, write variants; compile nothing"
+    "--dry-run",
+    is_flag=True,
+    help="list the problems found and the size of each one's search space; compile nothing",
 )
 @click.option("--starter-spec", help="a tuning spec of yours to merge with the tuned one")
 @click.option(
@@ -159,10 +191,11 @@ def cli() -> None:
     help="problems searched at once (default: two per measuring device on a GPU)",
 )
 def run(input_file, config_path, resume, dry_run, **overrides) -> None:
-    """Tune the root ops of FILE (matmuls and other contractions, attention, convolutions):
-    a whole model (.onnx, .mlirbc, torch or linalg MLIR) or a module of bare matmuls (.mlir);
-    without FILE, the cfg's [Env] input_file. Its files go to generated/<FILE's stem>/
-    unless --output or the cfg name them."""
+    """Tune the heavy ops of FILE, the op each of IREE's dispatches is built around (its
+    root op: matmuls and other contractions, attention, convolutions): a whole model (.onnx,
+    .mlirbc, torch or linalg MLIR) or a module of bare matmuls (.mlir); without FILE, the
+    cfg's [Env] input_file. Its files go to generated/<FILE's stem>/ unless --output or the
+    cfg name them."""
     config = with_overrides(load_config(config_path), **overrides)
     path = input_file or config.input_file
     if path and os.path.isfile(path) and is_model(path):
@@ -231,12 +264,7 @@ def apply(model_file, spec_path, config_path, custom_spec, **overrides) -> None:
 @click.option("--config", "config_path", help="cfg file (default: ./auto-scheduler.cfg if present)")
 @click.option("--target", type=click.Choice(TARGETS), help="backend")
 @click.option("--arch", help="GPU architecture for --target cuda")
-@click.option(
-    "--inputs",
-    type=click.Path(exists=True, dir_okay=False),
-    help="the model's inputs (.npz, as for `run`): the module's outputs are compared with "
-    "IREE's default build's on them",
-)
+@inputs_option("on which the module's outputs are compared with IREE's default build's")
 def compile_(model_file, spec_path, custom_spec, out_path, config_path, **overrides) -> None:
     """Build the tuned MODEL for the target: IREE's build with the spec, and the custom
     kernels in place of their contractions, as the run's whole-model proof built it."""

@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from autosched import processes
+from autosched.startup_signals import STARTING_LINE, starting_up
+
+__all__ = ["STARTING_LINE", "starting_up"]  # the command's first handlers, used from here
 
 
 class Interrupted(KeyboardInterrupt):
@@ -123,35 +126,6 @@ def leave_now(code: int) -> None:
         except (OSError, ValueError, RuntimeError):  # closed, or cut in the middle of a write
             pass
     os._exit(code)
-
-
-STARTING_LINE = "stopped before any measurement; nothing to keep"
-
-
-def _leave_starting(signum, frame) -> None:
-    """A signal before a run's own handlers (imports, the starter spec, the analysis): no
-    record is being written, so the process ends at once with the signal's line and code,
-    its tools killed. A KeyboardInterrupt raised there landed inside an import or a native
-    library instead: a traceback, a C++ terminate (abort), or the signal swallowed."""
-    processes.stop_all()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, RuntimeError):  # closed, or cut in the middle of a write
-            pass
-    name = "SIGTERM" if signum == signal.SIGTERM else "interrupted"
-    try:
-        os.write(2, f"\n{name}: {STARTING_LINE}\n".encode())
-    except OSError:  # stderr closed: the exit code still says it
-        pass
-    os._exit(128 + signum)
-
-
-def starting_up() -> None:
-    """The command's first instruction: SIGINT and SIGTERM end it at once with their line
-    and code (130, 143) until a run installs its own handlers (`install`)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _leave_starting)
 
 
 def shutting_down() -> None:

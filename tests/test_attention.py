@@ -232,7 +232,8 @@ def test_a_run_searches_the_attention_on_its_dispatch(folder):
     assert row["kind"] == "attention" and row["trials"] >= 2
     assert "online_attention" in row["timed_form"] and row["not_applied"] == 0
     records = [
-        json.loads(line) for line in (folder / "generated/hf_llama_layer_f32/tuning.jsonl").read_text().splitlines()
+        json.loads(line)
+        for line in (folder / "generated/hf_llama_layer_f32/tuning.jsonl").read_text().splitlines()
     ]
     mine = [r for r in records if r["problem"] == LLAMA.format(t="f32")]
     assert any(r["baseline"] for r in mine)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import matmul_function
@@ -384,7 +385,8 @@ func.func @main(%a: tensor<32x32xf32>, %d: tensor<?x32xf32>) -> (tensor<32x32xf3
   %fd = linalg.fill ins(%z : f32) outs(%ed : tensor<?x32xf32>) -> tensor<?x32xf32>
   %cd = linalg.matmul ins(%d, %a : tensor<?x32xf32>, tensor<32x32xf32>)
       outs(%fd : tensor<?x32xf32>) -> tensor<?x32xf32>
-  return %c, %cd : tensor<32x32xf32>, tensor<?x32xf32>
+  %s = arith.addf %c, %c : tensor<32x32xf32>
+  return %s, %cd : tensor<32x32xf32>, tensor<?x32xf32>
 }
 """
 
@@ -395,7 +397,6 @@ func.func @main(%a: tensor<32x32xf32>, %d: tensor<?x32xf32>) -> (tensor<32x32xf3
         # of several functions is proved function by function, tests/test_causal_lm.py, but
         # one that returns its argument as it is has no output to read)
         (TWO_FUNCTIONS, "second: output 0 is !hal.buffer_view, not an exported tensor"),
-        (DYNAMIC_BESIDE_STATIC, "dynamic shapes are not supported"),
     ],
 )
 def test_a_model_the_proof_cannot_run_is_refused_before_the_search(folder, text, expected):
@@ -468,3 +469,73 @@ def test_run_help_says_what_a_ray_cluster_exposes():
     text = " ".join(invoke("run", "--help").output.split())
     assert "A Ray cluster runs any code from anyone who reaches its ports" in text
     assert "local (a private one of this host, on the loopback alone)" in text
+
+
+DYNAMIC_BARE_MATMUL = """
+func.func @dyn(%a: tensor<?x32xf32>, %b: tensor<32x32xf32>) -> tensor<?x32xf32> {
+  %z = arith.constant 0.0 : f32
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?x32xf32>
+  %e = tensor.empty(%n) : tensor<?x32xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x32xf32>) -> tensor<?x32xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x32xf32>, tensor<32x32xf32>)
+      outs(%f : tensor<?x32xf32>) -> tensor<?x32xf32>
+  return %r : tensor<?x32xf32>
+}
+"""
+
+
+def test_a_dynamic_matmul_beside_static_ones_leaves_the_model_to_tune(folder):
+    """Issue 50: a model with one dynamic-shape matmul beside a static one was refused whole
+    ("dynamic shapes are not supported"). Its static root is a problem, the dynamic one is
+    listed as not tuned with its reason, and the first lines say what the random inputs
+    make of the dynamic dim."""
+    (folder / "model.mlir").write_text(DYNAMIC_BESIDE_STATIC)
+    result = invoke("run", "model.mlir", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "input 1 is ?x32xf32: its dynamic dims are 16 in the random inputs" in result.output
+    assert "1 problem(s) to tune\n  matmul_32x32x32_f32_f32_f32" in result.output
+    assert "not tuned: 1 dynamic shape" in result.output
+
+
+def test_inputs_of_the_users_own_size_fit_a_dynamic_argument(folder):
+    """The user's inputs give a dynamic dim its size: any extent there, the static dims as
+    declared (an error says the declared type, `?` and all)."""
+    (folder / "model.mlir").write_text(DYNAMIC_BESIDE_STATIC)
+    np.savez("fits.npz", np.ones((32, 32), np.float32), np.ones((5, 32), np.float32))
+    result = invoke("compile", "model.mlir", "--inputs", "fits.npz", "-o", "model.vmfb")
+    assert result.exit_code == 0, result.output
+    assert "outputs match IREE's default build's on fits.npz" in result.output
+    np.savez("bad.npz", np.ones((32, 32), np.float32), np.ones((5, 31), np.float32))
+    assert_one_error(
+        invoke("compile", "model.mlir", "--inputs", "bad.npz"),
+        "bad.npz: argument 1 (arr_1) is 5x31 float32, expected ?x32xf32 (float32)",
+    )
+
+
+@pytest.mark.slow
+def test_a_dynamic_matmul_beside_static_ones_is_listed_and_the_rest_tuned(folder):
+    """The whole run: the static matmul searched, the model checked and timed on random
+    inputs whose dynamic dim is 16, the dynamic root in `skipped`, exit 0."""
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG + "dispatch_table = none\n")
+    (folder / "model.mlir").write_text(DYNAMIC_BESIDE_STATIC)
+    result = invoke("run", "model.mlir", "--budget", "2")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((folder / "generated/model/results.summary.json").read_text())
+    assert [(p["problem"], p["trials"]) for p in summary["problems"]] == [
+        ("matmul_32x32x32_f32_f32_f32", 2)
+    ]
+    assert summary["skipped"] == {"dynamic shape": 1}
+    assert summary["model"]["default_ms"] and "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_a_module_of_bare_matmuls_skips_its_dynamic_one_with_the_reason(folder):
+    """A module of bare matmuls with one of dynamic shape is still tuned op by op (it was
+    taken for a model, and refused for exporting several functions)."""
+    (folder / "auto-scheduler.cfg").write_text(GOOD_CFG)
+    (folder / "bare.mlir").write_text(matmul_function("mm", 32, 32, 32) + DYNAMIC_BARE_MATMUL)
+    result = invoke("run", "bare.mlir", "--n-trial", "2")
+    assert result.exit_code == 0, result.output
+    assert "@dyn: dynamic shape" in result.output
+    assert "tuning 1 matmul problem(s)" in result.output

@@ -251,7 +251,9 @@ def test_early_stopping_ends_a_problem_without_improvement(workdir):
     assert result.exit_code == 0, result.output
     # Eight trials in a row would each have to beat all before them (1 chance in 40320).
     assert len(rows()) < 9
-    assert "early stop: 1 trials without improvement" in (workdir / "generated/mm/run.log").read_text()
+    assert (
+        "early stop: 1 trials without improvement" in (workdir / "generated/mm/run.log").read_text()
+    )
 
 
 @pytest.mark.slow

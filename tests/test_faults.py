@@ -1005,3 +1005,32 @@ def test_a_smaller_budget_on_the_same_folder_agrees_with_the_database(tmp_path, 
     used, budget, resumed = map(int, line.groups())
     assert used == budget == 2, second.output
     assert resumed + used == sum(not r.get("baseline") for r in records), second.output
+
+
+def test_the_commands_first_line_sets_the_handlers_before_any_other_import():
+    """Issue 50: the handlers came after `autosched.interrupts` and its imports (20 ms and
+    more): a Ctrl-C then was a KeyboardInterrupt traceback from inside an import. Importing
+    the command's module sets both handlers and loads nothing else of the package, nor
+    Python's `signal` module (its enums alone took milliseconds)."""
+    code = (
+        "import sys, _signal\n"
+        "before = set(sys.modules)\n"
+        "import autosched.__main__\n"
+        "loaded = sorted(set(sys.modules) - before)\n"
+        "handlers = [_signal.getsignal(s).__name__ for s in (_signal.SIGINT, _signal.SIGTERM)]\n"
+        "print(loaded, handlers)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "['autosched', 'autosched.__main__', 'autosched.startup_signals'] "
+        "['_leave_starting', '_leave_starting']"
+    )
+
+
+@pytest.mark.parametrize("delay", [0.005, 0.02, 0.05])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_in_the_commands_first_tenth_of_a_second_ends_it_cleanly(tmp_path, signum, delay):
+    """Within the first 0.1 s of the command's own first line (the package's modules and
+    click importing, before IREE): its line and 130 or 143, no traceback, nothing left."""
+    test_a_signal_while_the_command_starts_ends_it_with_its_line_and_code(tmp_path, signum, delay)

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from autosched.cli import cli
 from autosched.errors import UserError
+from autosched.measure.input_files import input_files
 from autosched.measure.module_io import (
     EntryFunction,
     TensorSpec,
@@ -129,3 +130,137 @@ def test_compile_checks_the_module_on_the_users_inputs(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["compile", "bn.onnx", "--inputs", "in.npz", "-o", "bn.vmfb"])
     assert result.exit_code == 0, result.output
     assert "outputs match IREE's default build's on in.npz" in result.output
+
+
+# Several .npy files, one per argument in argument order, as iree-run-module takes them
+# (issue 47, item 2).
+
+
+def npy_inputs(folder, arrays) -> list[str]:
+    """Each array saved as its own .npy file under `folder`; their paths, in order."""
+    paths = []
+    for index, array in enumerate(arrays):
+        paths.append(str(folder / f"arg{index}.npy"))
+        np.save(paths[-1], array)
+    return paths
+
+
+def test_npy_files_are_the_arguments_in_the_order_given(tmp_path):
+    matrix, vector = np.full((4, 8), 3, np.float32), np.arange(8, dtype=np.float32)
+    paths = npy_inputs(tmp_path, [matrix, vector])
+    assert input_files(",".join(paths)) == paths
+    flags = load_inputs(",".join(paths), ENTRY, str(tmp_path / "out"))
+    assert np.array_equal(np.load(flags[0].removeprefix("@")), matrix)
+    assert np.array_equal(np.load(flags[1].removeprefix("@")), vector)
+    # In the other order, the vector is argument 0: the error names its file.
+    swapped = ",".join(reversed(paths))
+    with pytest.raises(UserError, match=r"arg1\.npy: argument 0 is 8 float32, expected 4x8xf32"):
+        load_inputs(swapped, ENTRY, str(tmp_path / "out"))
+
+
+def test_a_path_with_a_comma_that_names_a_file_is_one_file(tmp_path):
+    path = tmp_path / "a,b.npz"
+    np.savez(path, np.zeros((4, 8), np.float32), np.zeros(8, np.float32))
+    assert input_files(str(path)) == [str(path)]
+    assert len(load_inputs(str(path), ENTRY, str(tmp_path / "out"))) == 2
+
+
+@pytest.mark.parametrize(
+    ("contents", "expected"),
+    [
+        ("one", r"x\.npy: 1 \.npy file\(s\), but main takes 2 argument\(s\)"),
+        ("three", r": 3 \.npy file\(s\), but main takes 2"),
+        ("text", r"arg1\.npy: not a numpy \.npy file"),
+        ("cut", r"arg1\.npy: not a numpy \.npy file \(EOF"),
+        ("missing", r"gone\.npy: no such file"),
+        ("npz among npy", r"arg1\.npy: not a numpy \.npy file"),
+        ("npy as npz", r"x\.npz: one numpy array, not an \.npz file"),
+        ("f64", r"arg1\.npy: argument 1 is 8 float64, expected 8xf32 \(float32\)"),
+    ],
+)
+def test_a_bad_npy_file_is_one_error_naming_it(tmp_path, contents, expected):
+    matrix, vector = np.zeros((4, 8), np.float32), np.zeros(8, np.float32)
+    paths = npy_inputs(tmp_path, [matrix, vector])
+    if contents == "one":
+        given = str(tmp_path / "x.npy")
+        np.save(given, matrix)
+    elif contents == "three":
+        given = ",".join([*paths, paths[0]])
+    elif contents == "text":
+        (tmp_path / "arg1.npy").write_text("0 1 2 3\n")
+        given = ",".join(paths)
+    elif contents == "cut":
+        (tmp_path / "arg1.npy").write_bytes((tmp_path / "arg1.npy").read_bytes()[:70])
+        given = ",".join(paths)
+    elif contents == "missing":
+        given = ",".join([paths[0], str(tmp_path / "gone.npy")])
+    elif contents == "npz among npy":
+        np.savez(tmp_path / "arg1.npy.npz", vector)
+        (tmp_path / "arg1.npy.npz").rename(tmp_path / "arg1.npy")
+        given = ",".join(paths)
+    elif contents == "npy as npz":
+        np.save(tmp_path / "x.npy", matrix)
+        (tmp_path / "x.npy").rename(tmp_path / "x.npz")
+        given = str(tmp_path / "x.npz")
+    else:
+        np.save(paths[1], vector.astype(np.float64))
+        given = ",".join(paths)
+    with pytest.raises(UserError, match=expected):
+        load_inputs(given, ENTRY, str(tmp_path / "out"))
+
+
+def test_a_bad_npy_file_ends_the_run_before_any_work(tmp_path, monkeypatch):
+    """Checked against the model's arguments when the model is first read: one Error line
+    naming the file, exit 2, nothing searched, no traceback (it came after the search)."""
+    monkeypatch.chdir(tmp_path)
+    batch_norm_model("bn.onnx")
+    vector = np.ones(64, np.float32)
+    paths = npy_inputs(tmp_path, [np.ones((32, 64), np.float32), vector, vector, vector])
+    np.save(tmp_path / "var.npy", np.ones(3, np.float32))
+    options = [item for path in paths for item in ("--inputs", path)]
+    result = CliRunner().invoke(cli, ["run", "bn.onnx", *options, "--inputs", "var.npy"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: var.npy: argument 4 is 3 float32, expected 64xf32 (float32)"
+    )
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "generated" / "bn" / "tuning.jsonl").exists()
+    result = CliRunner().invoke(cli, ["run", "bn.onnx", "--inputs", f"{paths[0]},missing.npy"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == ["Error: missing.npy: no such file"]
+
+
+def test_compile_checks_the_module_on_npy_files_given_in_argument_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    batch_norm_model("bn.onnx")
+    vector = np.ones(64, np.float32)
+    paths = npy_inputs(tmp_path, [np.ones((32, 64), np.float32), vector, vector, vector, vector])
+    options = ["--inputs", paths[0], "--inputs", ",".join(paths[1:])]
+    result = CliRunner().invoke(cli, ["compile", "bn.onnx", *options, "-o", "bn.vmfb"])
+    assert result.exit_code == 0, result.output
+    assert f"outputs match IREE's default build's on {','.join(paths)}" in result.output
+
+
+@pytest.mark.slow
+def test_a_run_and_apply_check_and_prove_on_the_npy_files(tmp_path, monkeypatch):
+    """The user's .npy files are the model's inputs for the run's whole-model timing and
+    proof (its summary names them), and for `apply`'s: on a variance of -1 IREE's default
+    gives NaN, which apply says, where random inputs would have been drawn again."""
+    monkeypatch.chdir(tmp_path)
+    batch_norm_model("bn.onnx")
+    vector = np.ones(64, np.float32)
+    paths = npy_inputs(tmp_path, [np.ones((32, 64), np.float32), vector, vector, vector, vector])
+    (tmp_path / "auto-scheduler.cfg").write_text("[Benchmark]\ndispatch_table = none\n")
+    given = ["--inputs", paths[0], "--inputs", ",".join(paths[1:])]
+    result = CliRunner().invoke(cli, ["run", "bn.onnx", "--budget", "2", "--fresh", *given])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "generated" / "bn" / "results.summary.json").read_text())
+    assert summary["model"]["inputs"] == ",".join(paths)
+    np.save(paths[-1], -vector)
+    from test_verdict import _no_op_starter
+
+    spec = _no_op_starter(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", "bn.onnx", "--spec", str(spec), *given])
+    assert result.exit_code == 0, result.output
+    assert "outputs could not be compared" in result.output
+    assert "arg4.npy" in result.output and "Traceback" not in result.output

@@ -17,6 +17,7 @@ from autosched.config import RunConfig
 from autosched.measure.benchmark_tool import time_module
 from autosched.measure.contract import runtime_flags
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
+from autosched.outputs.dispatch_labels import dispatch_label
 from autosched.outputs.report import table
 
 DISPATCHES_PER_CALL = 10  # per timed call of a dispatch benchmark
@@ -31,6 +32,8 @@ class DispatchRow:
     default_ms: float | None
     tuned_ms: float | None = None
     tuned: str = ""  # the tuned problem whose root it is ("" for the rest)
+    root_op: str = ""  # its root op for a reader (outputs/dispatch_labels.py): "conv 3x3 64->64"
+    changed: bool = False  # the spec written configures it (its problem is in the spec)
 
     @property
     def default_total(self) -> float:
@@ -80,10 +83,12 @@ def time_dispatches(
     config: RunConfig,
     tuned: dict[str, str],
     folder: str = "",
+    changed: frozenset[str] = frozenset(),
 ) -> list[DispatchRow]:
     """Every dispatch timed with IREE's default and (with `spec_path`) with the spec, one
     after the other on the target's device; largest share of the default first. `tuned`
-    maps a tuned problem's dispatches to its name."""
+    maps a tuned problem's dispatches to its name; `changed` names the dispatches the spec
+    configures."""
     folder = folder or os.path.join(config.work_dir, "model", "dispatch_table")
     os.makedirs(folder, exist_ok=True)
     built = {
@@ -99,6 +104,8 @@ def time_dispatches(
     for entry, benchmark in benchmarks.items():
         default, after = (os.path.join(folder, f"{entry}.{w}.vmfb") for w in ("default", "tuned"))
         row = DispatchRow(entry, calls.get(entry, 1), None, tuned=tuned.get(entry, ""))
+        row.root_op = dispatch_label(benchmark.source)
+        row.changed = bool(spec_path) and entry in changed
         if default in built:
             row.default_ms = _time(default, benchmark, target.device, config, flags)
         if after in built:
@@ -169,21 +176,31 @@ def dispatch_lines(rows: list[DispatchRow]) -> str:
     """The table: each dispatch's time per model call and its share, before and after."""
     before = sum(r.default_total for r in rows) or 1.0
     after = sum(r.tuned_total for r in rows) or 1.0
-    headers = ["dispatch", "runs", "ms before", "share", "ms after", "share after", "tuned as"]
+    headers = ["dispatch", "root op", "runs", "ms before", "share", "ms after", "share after"]
+    headers.append("problem")
     cells = [
         [
             r.entry_point,
+            r.root_op or "-",
             str(r.calls),
             f"{r.default_total:.4g}" if r.default_ms is not None else "-",
             f"{r.default_total / before:.1%}",
             f"{r.tuned_total:.4g}" if r.default_ms is not None else "-",
             f"{r.tuned_total / after:.1%}",
-            r.tuned or "-",
+            _problem_cell(r),
         ]
         for r in rows
     ]
     total = f"all dispatches: {before:.4g} ms -> {after:.4g} ms per model call"
     return "\n".join([table(headers, cells), total, *layout_line(rows, after)])
+
+
+def _problem_cell(row: DispatchRow) -> str:
+    """The problem whose root the dispatch is, marked where the spec written configures it
+    (a problem searched but left out of the spec is its default, before and after)."""
+    if not row.tuned:
+        return "-"
+    return f"{row.tuned} (in spec)" if row.changed else row.tuned
 
 
 def outside_line(build: str, model_ms: float | None, rows: list[DispatchRow]) -> str | None:
@@ -244,15 +261,7 @@ def plot_dispatches(
         sharex=True,
         height_ratios=heights,
     )
-    axes = panels[0][0]
-    positions = range(len(shown))
-    axes.barh(
-        [p + 0.2 for p in positions], [r.default_total for r in shown], 0.4, label="IREE default"
-    )
-    axes.barh([p - 0.2 for p in positions], [r.tuned_total for r in shown], 0.4, label="tuned")
-    axes.set_yticks(list(positions), [_short(r) for r in shown], fontsize=7)
-    axes.set_title("IREE's dispatches, default and tuning spec", fontsize=9)
-    axes.legend()
+    _spec_panel(panels[0][0], picture_bars(shown))
     if extra:
         _custom_panel(panels[1][0], extra, sum(r.tuned_total for r in custom or []))
     panels[-1][0].set_xlabel("ms per model call")
@@ -262,18 +271,72 @@ def plot_dispatches(
     return path
 
 
+@dataclass(frozen=True)
+class Bar:
+    """One dispatch in the picture: its label, its times per model call before and after
+    the spec, and whether the spec configures it (drawn hatched)."""
+
+    label: str
+    default_ms: float
+    tuned_ms: float
+    changed: bool
+
+
+def picture_bars(rows: list[DispatchRow]) -> list[Bar]:
+    """The picture's bars, in the rows' order: each labelled by its root op."""
+    return [Bar(bar_label(r), r.default_total, r.tuned_total, r.changed) for r in rows]
+
+
+SPEC_HATCH = "///"
+
+
+def _spec_panel(axes, bars: list[Bar]) -> None:
+    """IREE's dispatches before and after the spec; those the spec configures hatched."""
+    positions = range(len(bars))
+    axes.barh([p + 0.2 for p in positions], [b.default_ms for b in bars], 0.4,
+              label="IREE default", color="tab:blue")  # fmt: skip
+    tuned = axes.barh(
+        [p - 0.2 for p in positions], [b.tuned_ms for b in bars], 0.4,
+        color="tab:orange", label="with the spec",
+    )  # fmt: skip
+    for patch, bar in zip(tuned.patches, bars, strict=True):
+        if bar.changed:
+            patch.set_hatch(SPEC_HATCH)
+            patch.set_edgecolor("black")
+    if any(b.changed for b in bars):
+        axes.barh([], [], color="tab:orange", hatch=SPEC_HATCH, edgecolor="black",
+                  label="configured by the spec")  # fmt: skip
+    axes.set_yticks(list(positions), [b.label for b in bars], fontsize=7)
+    for tick, bar in zip(axes.get_yticklabels(), bars, strict=True):
+        tick.set_fontweight("bold" if bar.changed else "normal")
+    axes.set_title("IREE's dispatches, default and tuning spec", fontsize=9)
+    axes.legend()
+
+
 def _custom_panel(axes, shown: list[DispatchRow], total: float) -> None:
     """The build with custom kernels: its dispatches' times, the kernels in green."""
     colors = ["tab:green" if _is_custom(r) else "tab:orange" for r in shown]
     axes.barh(range(len(shown)), [r.tuned_total for r in shown], 0.6, color=colors)
-    axes.set_yticks(range(len(shown)), [_short(r) for r in shown], fontsize=7)
+    axes.set_yticks(range(len(shown)), [bar_label(r) for r in shown], fontsize=7)
     axes.set_title(f"with the custom kernels (green): {total:.4g} ms", fontsize=9)
 
 
-def _short(row: DispatchRow) -> str:
+def bar_label(row: DispatchRow) -> str:
+    """A dispatch's label in the picture: its root op and IREE's number for it (`#7`), or
+    a custom kernel's name; IREE's own name where its ops could not be read."""
     if _is_custom(row):
         return f"custom kernel ({row.entry_point})"
-    return row.entry_point.split("_dispatch_")[-1][:48]
+    number = _dispatch_number(row.entry_point)
+    if row.root_op:
+        return f"{row.root_op} (#{number})" if number else row.root_op
+    return root_name(row.entry_point)[:48] or row.entry_point[-48:]
+
+
+def _dispatch_number(entry_point: str) -> str:
+    """IREE's number of a dispatch (`main$async_dispatch_7_...` -> 7), '' without one."""
+    _, found, rest = entry_point.partition("dispatch_")
+    number = rest.partition("_")[0]
+    return number if found and number.isdigit() else ""
 
 
 def _is_custom(row: DispatchRow) -> bool:

@@ -19,7 +19,7 @@ from autosched.ops.matmul_kernel import tuned_input_module, variant_path, write_
 from autosched.ops.registry import kind_of
 from autosched.outputs.commands import shell_line, tuned_model_steps
 from autosched.outputs.paths import RunPaths
-from autosched.outputs.report import no_winner_line, summary_rows
+from autosched.outputs.report import MODULE_NOTE, no_winner_line, summary_rows
 from autosched.outputs.spec import check_starter, write_spec
 from autosched.rewrite.apply import SPEC_FLAG
 from autosched.rewrite.spec import write_substitution
@@ -140,7 +140,8 @@ def tune_module(
         )
     click.echo(
         f"tuning {len(analysis.problems)} matmul problem(s) on {target.describe()} "
-        f"with the {config.tuner} tuner, {config.n_trial} trials each",
+        f"with the {config.tuner} tuner, {config.n_trial} trials each (after timing IREE's "
+        "default, which the progress counts too)",
         err=True,
     )
     start = time.perf_counter()
@@ -149,16 +150,18 @@ def tune_module(
     except KeyboardInterrupt as interrupt:
         exit_interrupted(interrupt, config, tuning.log, progress)
     best_path, spec_path = export_best(paths, target, results)
-    summary = summary_rows(results)
+    summary = summary_rows(results, MODULE_NOTE)
     tuning.log.section("result")
     tuning.log.write(summary)
     tuning.log.write(f"search time: {time.perf_counter() - start:.1f} s")
-    tuning.log.write(f"tuned module: {best_path}; tuning spec: {spec_path}")
+    tuning.log.write(f"tuned module: {best_path}; tuning spec: {spec_path or 'none'}")
     click.echo(summary)
     for line in time_lines(tuning.clock, tuning.measured):
         tuning.log.write(line)
         click.echo(line)
-    click.echo(f"\nCSV: {config.output_file}  log: {config.log_file}  tuned module: {best_path}")
+    # The tuned module is the input itself when nothing won: named only when it is not.
+    tuned = f"  tuned module: {best_path}" if spec_path else ""
+    click.echo(f"\nCSV: {config.output_file}  log: {config.log_file}{tuned}")
     if spec_path:
         steps = tuned_model_steps("MODEL.mlir", target, spec_path, "MODEL.vmfb")
         click.echo(f"tuning spec for any model: {shell_line(steps)}")

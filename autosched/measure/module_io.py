@@ -19,7 +19,6 @@ import math
 import os
 import re
 import tempfile
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,8 +26,9 @@ import numpy as np
 from iree.compiler import ir
 
 from autosched import processes
-from autosched.errors import UserError
+from autosched.errors import UserError, require_file
 from autosched.ir_walk import children, symbol, walk_ops
+from autosched.measure.input_files import in_argument_order, input_files, npy_array, npz_arrays
 from autosched.measure.worker import compare, run_tool
 from autosched.model.configured import (
     DEFAULT_TIMEOUT,
@@ -56,10 +56,30 @@ SHRINK = 4.0
 # The entry function and its inputs
 
 
+# A dynamic dim of the model's arguments is this long in its random inputs (the user's
+# inputs give their own sizes): the whole model can then be checked and timed, its static
+# roots tuned and its dynamic ones listed as not tuned (issue 50).
+DYNAMIC_EXTENT = 16
+
+
 @dataclass(frozen=True)
 class TensorSpec:
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # a dynamic dim (`dynamic`) as DYNAMIC_EXTENT
     element: str  # f32, f16, bf16, i64, i1, ...
+    dynamic: tuple[int, ...] = ()  # the dims the model leaves dynamic
+
+    @property
+    def declared(self) -> str:
+        """The type as the model declares it, `?` for a dynamic dim: ?x32xf32."""
+        dims = ["?" if i in self.dynamic else str(d) for i, d in enumerate(self.shape)]
+        return "x".join([*dims, self.element])
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether an array of `shape` is this tensor (any extent in a dynamic dim)."""
+        return len(shape) == len(self.shape) and all(
+            i in self.dynamic or a == b
+            for i, (a, b) in enumerate(zip(shape, self.shape, strict=True))
+        )
 
     @property
     def text(self) -> str:
@@ -84,9 +104,21 @@ def _tensor_spec(value_type: ir.Type, function: str, what: str) -> TensorSpec:
         tensor = ir.RankedTensorType(value_type)
     except ValueError:
         raise UserError(f"{function}: {what} is {value_type}, not a ranked tensor") from None
-    if not tensor.has_static_shape:
-        raise UserError(f"{function}: {what} is {tensor}: dynamic shapes are not supported")
-    return TensorSpec(tuple(tensor.shape), str(tensor.element_type))
+    dynamic = tuple(i for i in range(tensor.rank) if tensor.is_dynamic_dim(i))
+    shape = tuple(DYNAMIC_EXTENT if i in dynamic else d for i, d in enumerate(tensor.shape))
+    return TensorSpec(shape, str(tensor.element_type), dynamic)
+
+
+def dynamic_line(entry: EntryFunction) -> str:
+    """What the model's random inputs make of its dynamic dims ('' when it has none)."""
+    dynamic = [(i, spec) for i, spec in enumerate(entry.inputs) if spec.dynamic]
+    if not dynamic:
+        return ""
+    listed = ", ".join(f"input {i} is {spec.declared}" for i, spec in dynamic)
+    return (
+        f"{listed}: its dynamic dims are {DYNAMIC_EXTENT} in the random inputs that check and "
+        "time the whole model (--inputs gives yours); the roots of dynamic shape are not tuned"
+    )
 
 
 def _abi_functions(module: ir.Module) -> dict[str, ir.Operation]:
@@ -304,8 +336,9 @@ def _write_input(directory: str, index: int, spec: TensorSpec, values: np.ndarra
     """One input written under `directory` (bf16 as raw bits); its --input flag value."""
     if spec.element == "bf16":
         path = os.path.join(directory, f"input{index}.bin")
-        _bf16_bits(np.asarray(values, dtype=np.float32)).tofile(path)
-        return f"{spec.text}=@{path}"
+        values = np.asarray(values, dtype=np.float32)
+        _bf16_bits(values).tofile(path)
+        return f"{TensorSpec(values.shape, spec.element).text}=@{path}"
     path = os.path.join(directory, f"input{index}.npy")
     np.save(path, np.asarray(values).astype(_numpy_dtype(spec.element)))
     return f"@{path}"
@@ -314,37 +347,45 @@ def _write_input(directory: str, index: int, spec: TensorSpec, values: np.ndarra
 def load_inputs(
     path: str, entry: EntryFunction, directory: str, names: Sequence[str] = ()
 ) -> list[str]:
-    """The user's inputs: the arrays of an `.npz` file in argument order, as np.savez writes
-    them (`arr_0`, `arr_1`, ...) or named like the arguments (`names`, an ONNX model's
-    inputs), else in the file's own order; each checked against the entry function's type
-    and written under `directory` as `make_inputs` writes its own. A file that does not fit
-    is one UserError naming it, the argument and what was expected."""
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as error:
-        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
+    """The user's inputs (`input_files(path)`): the arrays of an `.npz` file in argument
+    order, as np.savez writes them (`arr_0`, `arr_1`, ...) or named like the arguments
+    (`names`, an ONNX model's inputs), else in the file's own order; or one `.npy` file per
+    argument, in argument order, as iree-run-module takes them. Each array is checked
+    against the entry function's type and written under `directory` as `make_inputs` writes
+    its own. A file that does not fit is one UserError naming it, the argument and what was
+    expected."""
+    files = input_files(path)
+    for name in files:
+        require_file(name)
+    archive = len(files) == 1 and not files[0].endswith(".npy")
+    if archive:
+        arrays = npz_arrays(files[0])
+        ordered = in_argument_order(arrays, names, len(entry.inputs))
+        where = [files[0]] * len(ordered)
+    else:
+        ordered = [("", npy_array(name)) for name in files]
+        where = files
     expected = len(entry.inputs)
-    if len(arrays) != expected:
+    if len(ordered) != expected:
+        what = "array(s)" if archive else ".npy file(s)"
         raise UserError(
-            f"{path}: {len(arrays)} array(s), but {entry.name} takes {expected} argument(s)"
+            f"{path}: {len(ordered)} {what}, but {entry.name} takes {expected} argument(s)"
         )
-    ordered = _in_argument_order(arrays, names, expected)
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     flags = []
     for index, ((key, array), spec) in enumerate(zip(ordered, entry.inputs, strict=True)):
-        _check_array(path, index, key, array, spec)
+        _check_array(where[index], index, key, array, spec)
         flags.append(_write_input(directory, index, spec, array))
     return flags
 
 
-def _in_argument_order(arrays: dict, names: Sequence[str], count: int) -> list[tuple]:
-    """(key, array) pairs in argument order: by `arr_<i>`, else by `names`, else as stored."""
-    for keys in ([f"arr_{i}" for i in range(count)], list(names)):
-        if keys and set(keys) == set(arrays):
-            return [(key, arrays[key]) for key in keys]
-    return list(arrays.items())
+def check_given_inputs(given: str, entry: EntryFunction, model_path: str, directory: str):
+    """The user's inputs (none: nothing to check) read and checked against the model's
+    arguments before any work: a file that does not fit is its UserError at once, not when
+    the whole-model proof first reads it after the search."""
+    if given:
+        load_inputs(given, entry, directory, argument_names(model_path))
 
 
 def _check_array(path: str, index: int, key: str, array: np.ndarray, spec: TensorSpec) -> None:
@@ -357,10 +398,11 @@ def _check_array(path: str, index: int, key: str, array: np.ndarray, spec: Tenso
         fits = wanted is not None and array.dtype == np.dtype(wanted)
         wanted_name = np.dtype(wanted).name if wanted is not None else spec.element
     shape = tuple(array.shape)
-    if shape != spec.shape or not fits:
+    if not spec.fits(shape) or not fits:
         raise UserError(
-            f"{path}: argument {index} ({key}) is {'x'.join(map(str, shape)) or 'a scalar'} "
-            f"{array.dtype.name}, expected {spec.text} ({wanted_name})"
+            f"{path}: argument {index}{f' ({key})' if key else ''} is "
+            f"{'x'.join(map(str, shape)) or 'a scalar'} "
+            f"{array.dtype.name}, expected {spec.declared} ({wanted_name})"
         )
 
 
@@ -441,7 +483,8 @@ def _read_output(path: str, spec: TensorSpec) -> np.ndarray:
         return np.load(path).astype(np.float64)
     if spec.element == "bf16":
         bits = np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16
-        return bits.view(np.float32).reshape(spec.shape).astype(np.float64)
+        shape = (-1,) if spec.dynamic else spec.shape  # both builds read back flat alike
+        return bits.view(np.float32).reshape(shape).astype(np.float64)
     raise UserError(f"output type {spec.text} cannot be read back")
 
 

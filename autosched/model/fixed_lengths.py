@@ -17,18 +17,23 @@ anything is measured, since they can be one function's only.
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Sequence
 
-import numpy as np
 from iree.compiler import ir
 
 from autosched.errors import UserError
+from autosched.measure.input_files import given_arrays
 from autosched.model.configured import ELIDE_FLAGS, compile_and_parse
 from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
 from autosched.model.torch_ops import VTensor
 
 CAST = "torch.tensor_static_info_cast"
+
+
+SIZE_HINT = (  # what tunes a model exported with dynamic sizes
+    "give --inputs FILE.npz with arrays of the size to tune at (np.savez, in argument order), "
+    "or export the model at a fixed size"
+)
 
 
 def _public_functions(module: ir.Module) -> list[ir.Operation]:
@@ -60,19 +65,6 @@ def _dynamic_arguments(function: ir.Operation) -> list[tuple[int, VTensor]]:
 
 def _name(function: ir.Operation) -> str:
     return ir.StringAttr(function.attributes["sym_name"]).value
-
-
-def _arrays(path: str) -> list[np.ndarray]:
-    """The .npz's arrays in argument order (`arr_0, arr_1, ...` as np.savez writes them,
-    else in the file's order)."""
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            names = archive.files
-            ordered = [f"arr_{i}" for i in range(len(names))]
-            keys = ordered if sorted(ordered) == sorted(names) else names
-            return [archive[key] for key in keys]
-    except (OSError, ValueError, zipfile.BadZipFile) as error:
-        raise UserError(f"{path}: not a numpy .npz file of arrays ({error})"[:300]) from None
 
 
 def _fixed(tensor: VTensor, shape: Sequence[int]) -> VTensor | None:
@@ -202,14 +194,15 @@ def fixed_length_model(
     name = _name(function)
     described = ", ".join(f"input {i} ({t.type_text()})" for i, t in arguments)
     where = f"{model_path}: {name}: {described} of dynamic size"
-    if len(functions) > 1 or not inputs:
+    if not inputs and len(functions) == 1:  # its static roots tuned, the dynamic ones not
+        return model_path, f"{where}: its dynamic roots are not tuned ({SIZE_HINT})"
+    if len(functions) > 1:
         raise UserError(
-            f"{where}: autosched tunes one size at a time: give --inputs FILE.npz with "
-            "arrays of the size to tune at (np.savez, in argument order), or export the model "
-            "at a fixed size"
+            f"{where}: a model of several functions is tuned at fixed sizes only: export "
+            "it at the size to tune at"
         )
-    arrays = _arrays(inputs)
     count = len(function.regions[0].blocks[0].arguments)
+    arrays = given_arrays(inputs, count)
     if len(arrays) != count:
         raise UserError(f"{inputs}: {len(arrays)} array(s), but {name} takes {count} argument(s)")
     fixed = {}

@@ -55,6 +55,7 @@ KERNEL_MODULE_OPS = {
     "util.return",
     "arith.constant",
     "tensor.empty",
+    "tensor.dim",  # a dynamic dim's size, for its tensor.empty: a bare matmul of dynamic shape
     "linalg.fill",
     "linalg.matmul",
     "linalg.batch_matmul",

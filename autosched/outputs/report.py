@@ -228,8 +228,9 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def summary_rows(results: list[ProblemResult]) -> str:
-    """The closing table: each problem's space, trials, default and best time, and winner."""
+def summary_rows(results: list[ProblemResult], note: str = "") -> str:
+    """The closing table: each problem's space, trials, default and best time, and winner;
+    under it `note` (BENCHMARK_NOTE, a model's, by default)."""
     rows = []
     for r in results:
         failed = sum(1 for t in r.trials if not t.ok)
@@ -258,13 +259,18 @@ def summary_rows(results: list[ProblemResult]) -> str:
         "speedup",
         "best config",
     ]
-    return table(headers, rows) + "\n" + BENCHMARK_NOTE
+    return table(headers, rows) + "\n" + (note or BENCHMARK_NOTE)
 
 
 BENCHMARK_NOTE = (
     "(times and speedups: each problem's own dispatch timed alone, as IREE's dispatch "
     "benchmark; inside the whole model it may gain less: see the model line and the "
     "dispatch table)"
+)
+# A module of bare matmuls has no model line and no dispatch table to point to.
+MODULE_NOTE = (
+    "(times: each matmul's function compiled and timed alone; speedup: IREE's default over "
+    "the best, timed again side by side)"
 )
 
 

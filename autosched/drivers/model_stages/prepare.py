@@ -20,7 +20,7 @@ from autosched.measure.module_io import source_entry_function
 from autosched.measure.worker import memory_problem
 from autosched.model.configured import DEFAULT_TIMEOUT, in_configured_form
 from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
-from autosched.model.fixed_lengths import fixed_length_model
+from autosched.model.fixed_lengths import SIZE_HINT, fixed_length_model
 from autosched.model.input_types import model_input_flags
 from autosched.model.layouts import ModelLayout, choose_layout
 from autosched.model.lowering import (
@@ -60,6 +60,7 @@ def prepare(config: RunConfig) -> Prepared:
             f"{path}: no linalg.matmul, batch_matmul or other contraction in the "
             f"{analysis.dispatches} dispatch(es) IREE forms can be tuned for {target.name}"
             + (f" (not tuned: {reasons})" if reasons else "")
+            + (f"; {SIZE_HINT}" if sizes_line and not config.inputs else "")
         )
     described = report.describe_analysis(path, analysis, problems, skipped)
     report.model_found([types_line, sizes_line, layout.describe(), *described])
@@ -113,7 +114,10 @@ def model_for_target(path: str, target: Target, work_dir: str) -> str:
 def typed_flags(target: Target, model_path: str, work: str) -> tuple[list[str], str, bool]:
     """The target's compile flags with what the model's types need (f64 kept as f64), the
     line that names the model's types, and whether a flag was needed."""
-    needed, line = model_input_flags(model_path, target.compile_flags(), work)
+    config = target.config
+    needed, line = model_input_flags(
+        model_path, target.compile_flags(), work, config.inputs, config.input_file
+    )
     target.use_input_flags(needed)
     return target.compile_flags(), line, bool(needed)
 

@@ -308,17 +308,25 @@ def chosen_configs(problems, searched: Searched, decided: Decided) -> set[tuple[
     return chosen
 
 
-def whole_model_table(prepared: Prepared, log: RunLog, spec_path: str | None) -> list[DispatchRow]:
+def whole_model_table(
+    prepared: Prepared, log: RunLog, spec_path: str | None, in_spec: frozenset[str] = frozenset()
+) -> list[DispatchRow]:
     """Every dispatch of the model timed before and after the spec: a table in run.log and
-    on the screen; its rows (none where the cfg turns the table off)."""
+    on the screen; its rows (none where the cfg turns the table off), those of the problems
+    `in_spec` marked as the spec's."""
     config, dispatches = prepared.config, prepared.dispatches
     if not config.times_dispatches or not dispatches.benchmarks:
         return []
     note("timing every dispatch of the model, before and after ...")
     tuned = {s.entry_point: e.problem.name for e in prepared.problems for s in e.contraction.sites}
+    changed = frozenset(
+        s.entry_point for e in prepared.problems if e.problem.name in in_spec
+        for s in e.contraction.sites
+    )  # fmt: skip
     rows = time_dispatches(
-        dispatches.benchmarks, dispatches.calls, prepared.target, spec_path, config, tuned
-    )
+        dispatches.benchmarks, dispatches.calls, prepared.target, spec_path, config, tuned,
+        changed=changed,
+    )  # fmt: skip
     text = dispatch_lines(rows)
     log.section("every dispatch")
     logged(log, text, gap=True)
@@ -365,7 +373,11 @@ def dispatch_tables(
     they won), with what the calls spend beside them and a picture; both tables' rows as
     the summary holds them."""
     config, layout = prepared.config, prepared.layout
-    rows = whole_model_table(prepared, log, decided.spec_path)
+    in_spec = frozenset(
+        e.problem.name for e, row in zip(prepared.problems, decided.rows, strict=True)
+        if row["in_spec"]
+    )  # fmt: skip
+    rows = whole_model_table(prepared, log, decided.spec_path, in_spec)
     dispatches = dispatch_summary(rows)
     if dispatches and layout.changed:
         logged(
