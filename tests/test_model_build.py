@@ -106,6 +106,8 @@ def test_a_model_run_compiles_no_model_to_the_same_phase_twice(tmp_path, monkeyp
     args = ["run", "hf_llama_mlp_f32.mlirbc", "--mode", "fast", "--budget", "2"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
+    every = calls.read_text().splitlines()
+    assert len(every) == len(set(every)), every  # no build at all made twice
     compiles = logged_compiles(calls)
     assert len(compiles) == len(set(compiles)), compiles
     phases = [flag for flags in compiles for flag in flags if flag.startswith("--compile-to=")]
