@@ -26,6 +26,7 @@ from autosched.model.configured import (
 from autosched.model.lowering import analyze_model
 from autosched.model.model_build import (
     CONFIGURED,
+    PRINT_FLAGS,
     analyze_build,
     build_key,
     cached_build,
@@ -72,8 +73,8 @@ def test_a_build_is_kept_per_source_flags_and_the_bytes_of_the_files_they_name(t
 
 def logged_compiles(calls) -> list[tuple[str, ...]]:
     """Each logged iree-compile of a whole model (its source named after the model), as
-    (flags less the output and the dump folders): the same tuple twice is the same model
-    compiled to the same phase twice."""
+    (flags less the output, the dump folders and how phases are printed): the same tuple
+    twice is the same model compiled to the same phase twice."""
     found = []
     for line in calls.read_text().splitlines():
         words = line.split()
@@ -87,7 +88,9 @@ def logged_compiles(calls) -> list[tuple[str, ...]]:
             if word == "-o":
                 skip = True
                 continue
-            if word.startswith(("--dump-compilation-phases-to=", "--iree-hal-dump-")):
+            if word in PRINT_FLAGS or word.startswith(
+                ("--dump-compilation-phases-to=", "--iree-hal-dump-")
+            ):
                 continue
             kept.append(word)
         found.append(tuple(kept))
