@@ -34,6 +34,7 @@ from autosched.measure.module_io import (
 from autosched.model.configured import tuning_spec_flags
 from autosched.model.fixed_lengths import model_at_input_sizes
 from autosched.model.lowering import prepare_model
+from autosched.model.model_build import build_cache, model_build
 from autosched.outputs.commands import TUNED_VMFB
 from autosched.outputs.paths import RunPaths
 from autosched.rewrite.spec import check_custom_spec
@@ -85,6 +86,11 @@ def compile_tuned(config: RunConfig, spec: str | None, custom: str | None, out: 
         flags, _, _ = typed_flags(target, model_path, work)
         layout, _ = laid_out(config, target, model_path, flags, work)
         source = layout.source
+        if not custom and not spec:  # IREE's default: the build the layout's analysis made
+            built = model_build(source, flags, build_cache(work), config.compile_timeout)
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            shutil.copyfile(built.vmfb, out)
+            return CompiledModel(out, None, None)
         if not custom:
             compile_model(source, flags, spec, out_path=out, spec_flag=target.tuning_spec_flag,
                           timeout=config.compile_timeout)  # fmt: skip

@@ -32,6 +32,7 @@ from autosched.measure.module_io import (
 )
 from autosched.model.configured import DEFAULT_TIMEOUT, iree_compile, tuning_spec_flags
 from autosched.model.lowering import prepare_model
+from autosched.model.model_build import linked, model_build
 from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 from autosched.rewrite.placement import placed_kernels
 from autosched.targets.base import Target
@@ -218,6 +219,7 @@ class _Run:
     given_inputs: str = ""  # the user's .npz file ("": seeded random inputs)
     seed: int = 0
     default_model: str = ""  # the model IREE's default is built from (its argument names)
+    build_cache: str = ""  # where the whole-model builds are kept (model_build.py); "": none
 
 
 @dataclass
@@ -251,6 +253,7 @@ def prove(
     runtime_flags: Sequence[str] = (),
     runtime_choices: Sequence[Sequence[str]] = (),
     inputs: str = "",
+    build_cache: str = "",
 ) -> ModelProof:
     """Compiles the model without and with the spec, compares outputs, times both.
 
@@ -274,6 +277,9 @@ def prove(
     call costs beside its kernels depends on the model (the Llama-3-8B layer's custom build
     spent 0.35 ms less of each call in IREE's runtime with its default flags than with the
     caching allocator on the H200, benchmarks/model_timeline.py).
+    With `build_cache` the default and tuned builds are taken from (or kept in) that cache
+    of whole-model builds (model_build.py): a run's own compile of the model is its
+    default build, and the spec check's build its tuned one.
     """
     if rounds < 1:
         raise UserError(f"rounds is {rounds}: at least 1")
@@ -282,7 +288,7 @@ def prove(
         run = _Run(
             model_path, device, timeout, work_dir or scratch, repetitions, min_time,
             tuple(runtime_flags), given_inputs=inputs, seed=seed,
-            default_model=default_model or model_path,
+            default_model=default_model or model_path, build_cache=build_cache,
         )  # fmt: skip
         source = prepare_model(model_path, run.work)
         baseline = prepare_model(default_model, run.work) if default_model else source
@@ -309,18 +315,30 @@ def _compile_builds(
     """The default build (from the first of `sources`); the spec's with a spec or a custom
     spec, and the custom kernels' (from the second)."""
     baseline, source = sources
-    out = os.path.join(run.work, "default.vmfb")
-    default = _Build("default", iree_compile(baseline, flags, out, run.timeout, run.model_path))
+    default_vmfb = _whole_model(run, (run.default_model, baseline), flags, "default.vmfb")
+    default = _Build("default", default_vmfb)
     builds = _Builds(default, _Build("tuned", None, runs=False), compiled=[default])
     if has_spec or custom_spec:
-        out = os.path.join(run.work, "tuned.vmfb")
-        builds.tuned.vmfb = iree_compile(source, [*flags, *spec], out, run.timeout, run.model_path)
+        builds.tuned.vmfb = _whole_model(
+            run, (run.model_path, source), [*flags, *spec], "tuned.vmfb"
+        )
         builds.tuned.runs = True
         builds.compiled.append(builds.tuned)
     if custom_spec:
         builds.custom = custom_build(source, custom_spec, flags, spec, run.work, run.timeout)
         builds.compiled.append(builds.custom[0])
     return builds
+
+
+def _whole_model(run: _Run, model: tuple[str, str], flags: Sequence[str], name: str) -> str:
+    """The model (as given, as prepared) built with `flags` at `name` in the proof's folder:
+    from the run's build cache where it has one, else compiled."""
+    out = os.path.join(run.work, name)
+    given, prepared = model
+    if run.build_cache:
+        build = model_build(given, flags, run.build_cache, run.timeout, named=run.model_path)
+        return linked(build.vmfb, out)
+    return iree_compile(prepared, flags, out, run.timeout, run.model_path)
 
 
 def _check_outputs(run: _Run, builds: _Builds, tolerance: float | None) -> None:

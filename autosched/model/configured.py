@@ -245,18 +245,24 @@ def spec_coverage(
     *,
     spec_flag: str = Target.tuning_spec_flag,
     timeout: float = DEFAULT_TIMEOUT,
+    default: list[DispatchConfig] | None = None,
+    tuned: list[DispatchConfig] | None = None,
 ) -> list[DispatchConfig]:
     """`dispatch_configs` with the spec, each paired with IREE's default for the same root.
 
-    Two compiles to `executable-configurations`, with and without the spec. A dispatch the
-    spec configured has `changed` set and `carries(...)` its configuration; one it missed
-    carries the default.
+    Two compiles to `executable-configurations`, with and without the spec, less those
+    given: `default` and `tuned` are the roots of such compiles done already (a run's
+    builds, model_build.py). A dispatch the spec configured has `changed` set and
+    `carries(...)` its configuration; one it missed carries the default.
     """
     spec = tuning_spec_flags(spec_path, spec_flag)
     with tempfile.TemporaryDirectory(prefix="autosched-apply-") as work:
-        source = prepare_model(model_path, work)
-        tuned = _configs(source, [*flags, *spec], work, "tuned.mlir", timeout, model_path)
-        default = _configs(source, flags, work, "default.mlir", timeout, model_path)
+        if tuned is None or default is None:
+            source = prepare_model(model_path, work)
+        if tuned is None:
+            tuned = _configs(source, [*flags, *spec], work, "tuned.mlir", timeout, model_path)
+        if default is None:
+            default = _configs(source, flags, work, "default.mlir", timeout, model_path)
     defaults: dict[tuple[str, str], list[DispatchConfig]] = {}
     for config in default:
         defaults.setdefault((config.entry_point, config.contraction), []).append(config)
@@ -274,23 +280,27 @@ def spec_coverage(
     return paired
 
 
-def in_configured_form(analysis: ModelAnalysis, model_path: str, flags: Sequence[str]):
+def in_configured_form(
+    analysis: ModelAnalysis, model_path: str, flags: Sequence[str], configured: str | None = None
+):
     """The analysis with each root of a kind that IREE re-forms before configuring it
     (`RootOpKind.configured_form`) replaced by its root as configured, with the same sites.
 
     On the CPU a convolution's dispatch at `flow` has its unit batch folded away, and gets it
     back by the time it is configured: a spec written from the `flow` form matches nothing.
-    One compile to `executable-configurations` (without a spec) gives the configured form.
+    One compile to `executable-configurations` (without a spec) gives the configured form,
+    unless `configured` names the module such a compile wrote already.
     """
     if not any(kind_of(r).configured_form for r in analysis.roots):
         return analysis
-    configured = {c.entry_point: c.root for c in dispatch_configs(model_path, flags)}
+    found = roots_in(configured) if configured else dispatch_configs(model_path, flags)
+    configured_roots = {c.entry_point: c.root for c in found}
     roots: dict = {}
     for root in analysis.roots:
         if kind_of(root).configured_form:
-            found = configured.get(root.sites[0].entry_point)
-            if found is not None and found.kind == root.kind:
-                root = dataclasses.replace(found, sites=list(root.sites))
+            same = configured_roots.get(root.sites[0].entry_point)
+            if same is not None and same.kind == root.kind:
+                root = dataclasses.replace(same, sites=list(root.sites))
         key = (type(root).__name__, root.key())
         if key in roots:
             roots[key].sites.extend(root.sites)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from iree.compiler import ir
@@ -35,6 +36,7 @@ from autosched.ir_walk import walk_ops
 DUMP_TIMEOUT = 1800.0  # one full compile of the model
 # How a dumped benchmark is compiled: its dispatch as the model formed it (see above).
 BENCHMARK_FLAGS = ("--compile-from=executable-sources",)
+STRIP_FLAG = "--iree-codegen-strip-compilation-info"  # IREE's configuration, left out
 
 
 @dataclass(frozen=True)
@@ -140,30 +142,46 @@ def dump_dispatch_benchmarks(
     if finished.timed_out or finished.returncode != 0:
         reason = processes.describe_failure(finished, "iree-compile")
         raise UserError(f"{model_path}: writing the dispatch benchmarks failed: {reason}")
-    found = {}
-    resources = None  # the model's, read once and only when a benchmark needs them
+    return strip_benchmarks(raw, folder, model_path)
+
+
+def strip_benchmarks(raw: str, folder: str, model_path: str) -> dict[str, DispatchBenchmark]:
+    """Entry point -> benchmark, for every benchmark IREE wrote to `raw` (from the model at
+    `model_path`): each written to `folder` with IREE's configuration stripped (one iree-opt
+    a benchmark, on every core: a model has tens of dispatches)."""
+    os.makedirs(folder, exist_ok=True)
+    found: dict[str, DispatchBenchmark] = {}
+    if not os.path.isdir(raw):  # no dispatch IREE could write one for
+        return found
+    dumped = {}
     for name in sorted(os.listdir(raw)):
         entries = _entries(os.path.join(raw, name))
-        if entries is None:
+        if entries is not None:
+            dumped[name] = entries
+
+    def strip(name: str) -> bool:
+        command = [
+            opt_path(),
+            os.path.join(raw, name),
+            STRIP_FLAG,
+            "-o",
+            os.path.join(folder, name),
+        ]
+        done = processes.run(command, DUMP_TIMEOUT)
+        return done.returncode == 0 and not done.timed_out
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        stripped = dict(zip(dumped, pool.map(strip, dumped), strict=True))
+    resources = None  # the model's, read once and only when a benchmark needs them
+    for name, (entry, function, needs_resources) in dumped.items():
+        if not stripped[name]:
             continue
-        entry, function, needs_resources = entries
-        stripped = os.path.join(folder, name)
-        done = processes.run(
-            [
-                opt_path(),
-                os.path.join(raw, name),
-                "--iree-codegen-strip-compilation-info",
-                "-o",
-                stripped,
-            ],
-            DUMP_TIMEOUT,
-        )
-        if done.returncode == 0 and not done.timed_out:
-            if needs_resources:
-                resources = resource_section(model_path) if resources is None else resources
-                with open(stripped, "a", encoding="utf-8") as handle:
-                    handle.write(resources)
-            found[entry] = DispatchBenchmark(entry, stripped, function)
+        path = os.path.join(folder, name)
+        if needs_resources:
+            resources = resource_section(model_path) if resources is None else resources
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(resources)
+        found[entry] = DispatchBenchmark(entry, path, function)
     return found
 
 

@@ -152,6 +152,8 @@ class CandidateBuilds:
                 check = default.job  # the default's whole model, built already
             elif search.check is not None:
                 check = self.dispatch_job(search, name, point, check=True)
+                if point is None and check.output in self.built:  # for the default's answer
+                    check = replace(check, built=True)
             else:
                 check = self.kernel_job(problem, name, point, repeat=1)
         else:

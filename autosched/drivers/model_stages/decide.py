@@ -24,8 +24,9 @@ from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
 from autosched.drivers.proof import FASTER, SLOWER
 from autosched.measure.contract import runtime_flag_choices, runtime_flags
-from autosched.model.configured import form_of, spec_coverage
+from autosched.model.configured import form_of, roots_in, spec_coverage, tuning_spec_flags
 from autosched.model.layouts import ModelLayout
+from autosched.model.model_build import CONFIGURED, build_cache, model_build
 from autosched.outputs.report import RunLog, no_winner_line
 from autosched.outputs.spec import write_spec
 from autosched.rewrite.placement import (
@@ -132,7 +133,8 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
         best = [(e.problem, target, e.result.best.point) for e in problems if e.result.best]
         spec_path = write_spec(prepared.paths.spec, best, starter)
         with prepared.clock.phase("spec_check"):
-            applied = check_applied(layout.source, target, spec_path, problems, log)
+            cache = build_cache(prepared.work)
+            applied = check_applied(layout.source, target, spec_path, problems, log, cache)
         for name in [name for name, ok in applied.items() if not ok]:
             report.warn(
                 log, f"WARNING: the spec's configuration for {name} is NOT applied in the model"
@@ -193,14 +195,28 @@ def leave_out_least(problems: list[ModelProblem]) -> str | None:
 
 
 def check_applied(
-    model_path: str, target: Target, spec_path, problems: list[ModelProblem], log: RunLog
+    model_path: str,
+    target: Target,
+    spec_path,
+    problems: list[ModelProblem],
+    log: RunLog,
+    cache: str = "",
 ) -> dict[str, bool]:
     """Problem name -> every dispatch of its contraction carries the tuned configuration,
-    on a root of the form its candidates were timed on."""
+    on a root of the form its candidates were timed on. With a build `cache` the model is
+    built whole with the spec (the proof's tuned build, kept there) and both
+    configurations are read from the builds' phases (model_build.py)."""
     if not spec_path:
         return {}
+    flags, known = target.compile_flags(), {}
+    if cache:
+        spec = tuning_spec_flags(spec_path, target.tuning_spec_flag)
+        known = {
+            "default": roots_in(model_build(model_path, flags, cache).phase(CONFIGURED)),
+            "tuned": roots_in(model_build(model_path, [*flags, *spec], cache).phase(CONFIGURED)),
+        }
     configs = spec_coverage(
-        model_path, target.compile_flags(), spec_path, spec_flag=target.tuning_spec_flag
+        model_path, flags, spec_path, spec_flag=target.tuning_spec_flag, **known
     )
     applied = {}
     for entry in problems:
@@ -232,8 +248,10 @@ def run_proof(
     """proof.prove with the run's target, device, seed and timing settings (its builds in
     `work`, by default the run's model/proof folder): IREE's default of the model as given
     against the tuned builds of its layout; each function of a model of several
-    (entry_points.prove_model)."""
+    (entry_points.prove_model). The whole-model builds come from the build cache of the
+    folder above `work` (the run's model folder: prepare's builds)."""
     report.proving(bool(spec_path or custom_spec))
+    work = work or os.path.join(config.work_dir, "model", "proof")
     return prove_model(
         layout.source,
         target.compile_flags(),
@@ -244,12 +262,13 @@ def run_proof(
         spec_flag=target.tuning_spec_flag,
         repetitions=config.repetitions,
         min_time=config.min_time,
-        work_dir=work or os.path.join(config.work_dir, "model", "proof"),
+        work_dir=work,
         custom_spec=custom_spec,
         default_model=layout.original if layout.changed else None,
         runtime_flags=runtime_flags(config),
         runtime_choices=runtime_flag_choices(config),
         inputs=config.inputs,
+        build_cache=build_cache(os.path.dirname(os.path.abspath(work))),
     )
 
 

@@ -18,17 +18,18 @@ from autosched.kernels.igemm_conv.kernel import takes
 from autosched.kernels.registry import family
 from autosched.measure.module_io import source_entry_function
 from autosched.measure.worker import memory_problem
-from autosched.model.configured import DEFAULT_TIMEOUT, in_configured_form
-from autosched.model.dispatch_benchmarks import dispatch_check_modules, dump_dispatch_benchmarks
+from autosched.model.configured import DEFAULT_TIMEOUT
+from autosched.model.dispatch_benchmarks import dispatch_check_modules, strip_benchmarks
 from autosched.model.fixed_lengths import SIZE_HINT, fixed_length_model
 from autosched.model.input_types import model_input_flags
 from autosched.model.layouts import ModelLayout, choose_layout
-from autosched.model.lowering import (
-    ModelAnalysis,
-    analyze_model,
-    dispatch_calls,
-    lower_to_dispatches,
-    prepare_model,
+from autosched.model.lowering import ModelAnalysis, dispatch_calls, prepare_model
+from autosched.model.model_build import (
+    FLOW,
+    ModelBuild,
+    analyze_build,
+    build_cache,
+    model_build,
 )
 from autosched.ops.convolution import STRIDED, ConvolutionProblem
 from autosched.ops.registry import kind_of
@@ -79,9 +80,8 @@ def with_dispatches(prepared: Prepared) -> Prepared:
     if config.time_on == "dispatch":
         folder = os.path.join(prepared.work, "dispatches")
         with prepared.clock.phase("dispatch_dump"):
-            dispatches = attach_benchmarks(
-                prepared.problems, prepared.layout.source, prepared.flags, folder
-            )
+            build = model_build(prepared.layout.source, prepared.flags, build_cache(prepared.work))
+            dispatches = attach_benchmarks(prepared.problems, build, prepared.flags, folder)
     problems = dispatch_only_roots(prepared.problems, prepared.skipped)
     if not problems:
         raise UserError(
@@ -151,8 +151,12 @@ def laid_out(
 ) -> tuple[ModelLayout, ModelAnalysis]:
     """(layout, analysis): the model every build starts from, with the layout the target
     needs (layouts.py; `layout = strided`: on any target; channels-last where the Triton
-    convolution kernels are searched) unless the cfg says `layout = none`, and its roots."""
-    analysis = in_configured_form(analyze_model(model_path, flags), model_path, flags)
+    convolution kernels are searched) unless the cfg says `layout = none`, and its roots.
+    Each model is compiled once (model_build.py, kept in `work`'s build cache): its
+    dispatches, their configured form, its dispatch benchmarks and IREE's default module
+    all come from that one compile."""
+    cache = build_cache(work)
+    analysis = analyze_build(model_build(model_path, flags, cache), flags)
     strided = [
         root
         for root in analysis.roots
@@ -170,7 +174,7 @@ def laid_out(
     layout = choose_layout(model_path, flags, work, reductions, channels_last)
     if not layout.changed:
         return layout, analysis
-    return layout, in_configured_form(analyze_model(layout.source, flags), layout.source, flags)
+    return layout, analyze_build(model_build(layout.source, flags, cache), flags)
 
 
 def triton_convolutions(config: RunConfig, target: Target, convolutions: list) -> bool:
@@ -190,13 +194,16 @@ def triton_convolutions(config: RunConfig, target: Target, convolutions: list) -
     return searched and all(takes(problem) for problem in convolutions)
 
 
-def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -> ModelDispatches:
-    """Each problem gets IREE's own dispatch of its first site to be timed on; returns every
-    dispatch's benchmark (for the whole model's table)."""
+def attach_benchmarks(
+    problems: list[ModelProblem], build: ModelBuild, flags, folder
+) -> ModelDispatches:
+    """Each problem gets IREE's own dispatch of its first site to be timed on (from the
+    benchmarks and the `flow` phase the model's build wrote); returns every dispatch's
+    benchmark (for the whole model's table)."""
     report.note("writing IREE's dispatches as benchmarks ...")
-    source = prepare_model(model_path, folder)  # an ONNX model is imported first
-    benchmarks = dump_dispatch_benchmarks(source, flags, folder)
-    flow = lower_to_dispatches(source, flags)
+    source = build.source
+    benchmarks = strip_benchmarks(build.benchmarks, folder, source)
+    flow = build.parse(FLOW)
     checks = dispatch_check_modules(flow, set(benchmarks), folder, source)
     for entry_point, (check, inputs, outputs) in checks.items():
         benchmarks[entry_point] = replace(
@@ -209,7 +216,7 @@ def attach_benchmarks(problems: list[ModelProblem], model_path, flags, folder) -
         if entry.benchmark is None:
             report.note(f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel")
         elif kind_of(entry.problem).checks_model:
-            whole_model = whole_model or model_check(source, flags, folder, model_path)
+            whole_model = whole_model or model_check(source, flags, folder, source)
             entry.benchmark = replace(entry.benchmark, model_check=whole_model)
             if not entry.benchmark.check_source:
                 entry.benchmark = entry.benchmark.on_whole_model()

@@ -1,0 +1,126 @@
+"""One iree-compile of a whole model for everything a run reads of it (issue 49): the build
+writes IREE's default module byte for byte as a plain compile does, its phases give the same
+dispatches and configurations as the separate compiles did, it is kept per source, flags and
+the files they name, and a model run compiles no model to the same phase twice (every
+iree-compile call logged by a wrapper around the real tool, `AUTOSCHED_IREE_COMPILE`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from conftest import MODEL_CFG
+from test_model_run import MODELS
+
+from autosched.cli import cli
+from autosched.compile import compiler_path
+from autosched.config import RunConfig
+from autosched.model.configured import (
+    dispatch_configs,
+    in_configured_form,
+    iree_compile,
+    roots_in,
+)
+from autosched.model.lowering import analyze_model
+from autosched.model.model_build import (
+    CONFIGURED,
+    PRINT_FLAGS,
+    analyze_build,
+    build_key,
+    cached_build,
+    model_build,
+)
+from autosched.targets.cpu import CpuTarget
+
+FLAGS = CpuTarget(RunConfig()).compile_flags()
+
+
+def test_one_compile_gives_iree_default_module_and_the_phases_a_run_reads(tmp_path):
+    model = os.path.join(MODELS, "llama_mlp.mlirbc")
+    cache = str(tmp_path / "builds")
+    build = model_build(model, FLAGS, cache)
+    plain = iree_compile(model, FLAGS, str(tmp_path / "plain.vmfb"), 600, model)
+    assert open(build.vmfb, "rb").read() == open(plain, "rb").read()  # IREE's default
+    assert analyze_build(build, FLAGS) == in_configured_form(
+        analyze_model(model, FLAGS), model, FLAGS
+    )
+    assert roots_in(build.phase(CONFIGURED)) == dispatch_configs(model, FLAGS)
+    assert len(os.listdir(build.benchmarks)) == 3  # one benchmark a dispatch
+    stamp = os.stat(build.vmfb).st_mtime_ns
+    again = model_build(model, FLAGS, cache)  # kept: not compiled again
+    assert again == build and os.stat(again.vmfb).st_mtime_ns == stamp
+    with pytest.raises(Exception, match="wrote no `nothing` phase"):
+        build.phase("nothing")
+
+
+def test_a_build_is_kept_per_source_flags_and_the_bytes_of_the_files_they_name(tmp_path):
+    source = tmp_path / "model.mlir"
+    source.write_text("module {}\n")
+    spec = tmp_path / "spec.mlir"
+    spec.write_text("// one\n")
+    with_spec = [*FLAGS, f"--iree-codegen-tuning-spec-path={spec}"]
+    first = build_key(str(source), with_spec)
+    assert first == build_key(str(source), list(with_spec))
+    assert first != build_key(str(source), FLAGS)
+    spec.write_text("// two\n")  # a spec rewritten in place is another build
+    assert build_key(str(source), with_spec) != first
+    source.write_text("module {}\n// changed\n")
+    assert build_key(str(source), FLAGS) != build_key(str(tmp_path / "spec.mlir"), FLAGS)
+    assert cached_build(str(source), FLAGS, str(tmp_path / "none")) is None
+
+
+def logged_compiles(calls) -> list[tuple[str, ...]]:
+    """Each logged iree-compile of a whole model (its source named after the model), as
+    (flags less the output, the dump folders and how phases are printed): the same tuple
+    twice is the same model compiled to the same phase twice."""
+    found = []
+    for line in calls.read_text().splitlines():
+        words = line.split()
+        if not words or not os.path.basename(words[0]).startswith("hf_llama_mlp_f32"):
+            continue
+        kept, skip = [], False
+        for word in words[1:]:
+            if skip:
+                skip = False
+                continue
+            if word == "-o":
+                skip = True
+                continue
+            if word in PRINT_FLAGS or word.startswith(
+                ("--dump-compilation-phases-to=", "--iree-hal-dump-")
+            ):
+                continue
+            kept.append(word)
+        found.append(tuple(kept))
+    return found
+
+
+def test_a_model_run_compiles_no_model_to_the_same_phase_twice(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    shutil.copy(f"{MODELS}/hf_llama_mlp_f32.mlirbc", tmp_path)
+    calls = tmp_path / "calls.txt"
+    wrapper = tmp_path / "compile.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {compiler_path()} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("AUTOSCHED_IREE_COMPILE", str(wrapper))
+    args = ["run", "hf_llama_mlp_f32.mlirbc", "--mode", "fast", "--budget", "2"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    every = calls.read_text().splitlines()
+    assert len(every) == len(set(every)), every  # no build at all made twice
+    compiles = logged_compiles(calls)
+    assert len(compiles) == len(set(compiles)), compiles
+    phases = [flag for flags in compiles for flag in flags if flag.startswith("--compile-to=")]
+    assert "--compile-to=flow" not in phases  # the dispatches come from the one build
+    assert "--compile-to=executable-configurations" not in phases
+    whole = [flags for flags in compiles if not any(f.startswith("--compile-to") for f in flags)]
+    assert tuple(FLAGS) in whole  # IREE's default, built once and proved against
+    assert "model: " in result.output and "where the time went" in result.output
+    # A second run in the same folder takes the model's build from the first one's.
+    calls.unlink()
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 0, again.output
+    assert tuple(FLAGS) not in logged_compiles(calls)
