@@ -578,8 +578,19 @@ def source_entry_functions(
         raise UserError(f"{model_path}: {error.message}") from None
 
 
+_ABI_MODULES: dict[tuple, object] = {}  # (source, its size and time, flags) -> the parsed phase
+
+
 def _abi_module(source: str, flags: Sequence[str], work: str, timeout: float, model_path: str):
-    """The model compiled to IREE's `abi` phase (its entry functions' plain types), parsed."""
-    out = os.path.join(work, "abi.mlir")
-    flags = [*flags, "--compile-to=abi", *ELIDE_FLAGS]
-    return compile_and_parse(source, flags, out, timeout, model_path, "ABI of the")
+    """The model compiled to IREE's `abi` phase (its entry functions' plain types), parsed;
+    once per source and flags in a process (the types, the proof and each function of a
+    model of several read it)."""
+    stat = os.stat(source)
+    key = (os.path.abspath(source), stat.st_size, stat.st_mtime_ns, tuple(flags))
+    if key not in _ABI_MODULES:
+        out = os.path.join(work, "abi.mlir")
+        abi_flags = [*flags, "--compile-to=abi", *ELIDE_FLAGS]
+        _ABI_MODULES[key] = compile_and_parse(
+            source, abi_flags, out, timeout, model_path, "ABI of the"
+        )
+    return _ABI_MODULES[key]
