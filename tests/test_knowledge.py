@@ -12,6 +12,7 @@ import pytest
 
 from autosched.config import RunConfig
 from autosched.drivers.campaign import ModelProblem, run_campaign
+from autosched.errors import UserError
 from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import Trial, TuningDatabase
 from autosched.run.problem import Progress
@@ -84,6 +85,14 @@ def test_the_nearest_class_s_winners_come_first():
 def test_the_shipped_base_loads_and_knows_the_cpu_quick_start():
     found = knowledge.load().nearest(shape_class(matmul(256, 1024, 512)))
     assert found and found[0][1] == "matmul_256x1024x512_f32_f32_f32"
+
+
+def test_a_knowledge_file_that_cannot_be_read_is_one_error_naming_it(tmp_path):
+    bad = tmp_path / "kb.json"
+    bad.write_text("{not json")
+    config = RunConfig(target="cpu", work_dir=str(tmp_path / "work"), knowledge=str(bad))
+    with pytest.raises(UserError, match=f"{bad}: not a knowledge base"):
+        Tuning(config, CpuTarget(config), resume=False)
 
 
 @dataclass

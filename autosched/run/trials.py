@@ -117,7 +117,10 @@ class TrialBook:
         self.database = TuningDatabase(config.database)
         self.csv = CsvReport(config.output_file, tuple(k.name for k in target.all_knobs()))
         self.warned_unreadable = False
-        self.known: knowledge.Knowledge | None = None  # the knowledge base, read once
+        # The knowledge base, read once and up front: a user's file that cannot be read
+        # is one error before anything is measured.
+        source = config.knowledge
+        self.known = knowledge.load(source) if source != "none" else knowledge.Knowledge()
         # Told of every trial, new or resumed, after the database: the CSV and run.log (a
         # caller may add its own).
         self.recorders: list[Callable[[ProblemSearch, Trial], None]] = [
@@ -191,8 +194,6 @@ class TrialBook:
         state, source = search.state, self.config.knowledge
         if state is None or source == "none":
             return []
-        if self.known is None:
-            self.known = knowledge.load(source)
         with self.lock:  # not while another problem's thread appends
             own = knowledge.from_trials(self.database.records())
         target = self.target.for_problem(search.problem)

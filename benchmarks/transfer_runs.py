@@ -1,0 +1,163 @@
+"""Fast mode with and without the knowledge base and the siblings' winners, against normal
+mode: the trials and wall time each run spends, and how near each problem comes to the
+best normal mode found (autosched/search/knowledge.py, drivers/campaign.py).
+
+Each variant is one real `autosched run MODEL` in its own work folder (no database shared):
+
+    normal     --mode normal, knowledge = none       (the reference: each problem's best)
+    fast       --mode fast,   knowledge = none       (the tuner and the target's points alone)
+    fast+kb    --mode fast,   knowledge = ""         (the shipped base, the siblings' winners)
+
+    python3 benchmarks/transfer_runs.py MODEL --out RESULT.md [--work DIR] [--n-trial N]
+        [--variants normal,fast,fast+kb] [--reuse]
+
+`--reuse` reads the work folders of an earlier call instead of running again. A problem
+"reaches" normal's best when a first-pass time within 3 % of normal's best first-pass time
+is measured; the table counts the run's trials (all problems, in the order measured) up to
+the moment its last problem reached it (or says how many never did).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+from autosched.outputs.records import Trial, TuningDatabase
+
+VARIANTS = {
+    "normal": ("normal", "none"),
+    "fast": ("fast", "none"),
+    "fast+kb": ("fast", ""),
+}
+WITHIN = 0.03  # "reaches normal's best": a first-pass time within 3 % of it
+CFG = """[Env]
+target = cpu
+work_dir = {work}
+[SearchStrategy]
+n_trial = {n_trial}
+knowledge = {knowledge}
+"""
+
+
+def run_variant(model: str, work: str, name: str, n_trial: int) -> float:
+    """One `autosched run` of the model; its wall seconds."""
+    mode, knowledge = VARIANTS[name]
+    os.makedirs(work, exist_ok=True)
+    cfg = os.path.join(work, "run.cfg")
+    with open(cfg, "w", encoding="utf-8") as handle:
+        handle.write(CFG.format(work=work, n_trial=n_trial, knowledge=knowledge))
+    command = [sys.executable, "-m", "autosched", "run", model, "--config", cfg, "--mode", mode]
+    started = time.perf_counter()
+    with open(os.path.join(work, "output.txt"), "w", encoding="utf-8") as out:
+        subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
+    wall = time.perf_counter() - started
+    with open(os.path.join(work, "wall_s.txt"), "w", encoding="utf-8") as handle:
+        handle.write(f"{wall:.1f}\n")
+    return wall
+
+
+def best_first_pass(trials: list[Trial]) -> dict[str, float]:
+    """Each problem's fastest correct first-pass time among its candidates."""
+    best: dict[str, float] = {}
+    for t in trials:
+        if t.ok and not t.baseline and t.median_ms:
+            best[t.problem] = min(best.get(t.problem, t.median_ms), t.median_ms)
+    return best
+
+
+def reached(trials: list[Trial], target: dict[str, float]) -> tuple[int | None, int]:
+    """The trial count (in the order measured) at which every problem had come within
+    WITHIN of `target` (None if some never did), and how many problems did."""
+    candidates = sorted((t for t in trials if not t.baseline), key=lambda t: t.time)
+    done: set[str] = set()
+    at = None
+    for count, t in enumerate(candidates, 1):
+        goal = target.get(t.problem)
+        if t.ok and goal and t.median_ms <= goal * (1 + WITHIN) and t.problem not in done:
+            done.add(t.problem)
+            at = count
+    return (at if done >= set(target) else None), len(done & set(target))
+
+
+def summary(work: str) -> dict:
+    path = os.path.join(work, "results.summary.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def row(name: str, work: str, reference: dict[str, float]) -> str:
+    trials = TuningDatabase(os.path.join(work, "tuning.jsonl")).records()
+    data = summary(work)
+    with open(os.path.join(work, "wall_s.txt"), encoding="utf-8") as handle:
+        wall = float(handle.read())
+    at, count = reached(trials, reference)
+    model = data.get("model") or {}
+    speedups = [p.get("speedup") or 1.0 for p in data.get("problems", [])]
+    wins = sum(1 for s in speedups if s > 1.0)
+    reach = f"{at}" if at is not None else f"never ({count} of {len(reference)})"
+    candidates = sum(1 for t in trials if not t.baseline)
+    return (
+        f"| {name} | {candidates} | {reach} | {data.get('search_s', 0):.0f} | {wall:.0f} | "
+        f"{wins} | {model.get('default_ms', 0):.3f} | {model.get('tuned_ms') or 0:.3f} | "
+        f"{model.get('speedup') or 1.0:.2f}x |"
+    )
+
+
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg", encoding="utf-8") as handle:
+            return " ".join(handle.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--work", default="generated/transfer_runs")
+    parser.add_argument("--n-trial", type=int, default=16)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--reuse", action="store_true")
+    args = parser.parse_args()
+    names = args.variants.split(",")
+    loads = [f"before: {load_average()}"]
+    for name in names:
+        work = os.path.abspath(os.path.join(args.work, name.replace("+", "_")))
+        if not args.reuse:
+            run_variant(os.path.abspath(args.model), work, name, args.n_trial)
+            loads.append(f"after {name}: {load_average()}")
+    folder = {n: os.path.abspath(os.path.join(args.work, n.replace("+", "_"))) for n in names}
+    normal = TuningDatabase(os.path.join(folder["normal"], "tuning.jsonl")).records()
+    reference = best_first_pass(normal)
+    lines = [
+        f"# Fast mode, the knowledge base and siblings' winners: {os.path.basename(args.model)}",
+        "",
+        f"Machine: {platform.node()} ({os.cpu_count()} cores, {platform.machine()}), shared; "
+        f"load average (1, 5, 15 min) {'; '.join(loads)}.",
+        "",
+        f"    python3 benchmarks/transfer_runs.py {args.model} --out {args.out} "
+        f"--n-trial {args.n_trial} --variants {args.variants}",
+        "",
+        "*reach*: trials (new candidates, in the order measured over all problems) until every "
+        f"problem had a first-pass time within {WITHIN:.0%} of normal mode's best for it.",
+        "",
+        "| run | candidates | reach | search s | wall s | problems won | model default ms "
+        "| tuned ms | model speedup |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [row(name, folder[name], reference) for name in names]
+    with open(args.out, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
