@@ -198,17 +198,9 @@ class CampaignReport:
     resumed: int = 0  # earlier trials resumed from the database (not counted in the budget)
 
 
-def run_campaign(
-    tuning: Tuning,
-    problems: list[ModelProblem],
-    progress: Progress,
-    budget: int,
-    mode: str,
-    time_budget_s: float | None = None,
-) -> CampaignReport:
-    """Searches the model's problems under one budget of trials and of wall time."""
-    started = time.perf_counter()
-    config = tuning.config
+def start_searches(tuning: Tuning, problems: list[ModelProblem], progress: Progress) -> None:
+    """Every problem's search started (its default, its resumed records, its known points),
+    several at once, and its shape class for its siblings."""
     searches = tuning.concurrently(
         [
             partial(
@@ -228,6 +220,20 @@ def run_campaign(
         entry.shape_class = ShapeClass.of(target.name, target.arch, entry.problem.record_shape())
         entry.history.extend(opening_history(search))
         entry.done = search.exhausted or entry.default_ms is None
+
+
+def run_campaign(
+    tuning: Tuning,
+    problems: list[ModelProblem],
+    progress: Progress,
+    budget: int,
+    mode: str,
+    time_budget_s: float | None = None,
+) -> CampaignReport:
+    """Searches the model's problems under one budget of trials and of wall time."""
+    started = time.perf_counter()
+    config = tuning.config
+    start_searches(tuning, problems, progress)
     # The budget is this run's new trials: every resumed record is told to the tuner and
     # kept in the CSV, and counted apart.
     resumed = sum(p.search.result.resumed for p in problems)
