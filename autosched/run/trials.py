@@ -188,8 +188,9 @@ class TrialBook:
 
     def seed(self, search: ProblemSearch) -> list[int]:
         """Puts the knowledge base's points for this problem's shape class (the shipped or
-        the cfg's base, and this run's database) at the front of its first batch, as
-        points of its own space; returns their indices. Call before resuming: a seed
+        the cfg's base, and this run's database) in its first batch, as points of its own
+        space (`knowledge.first_points`: its own class's before the target's starting
+        points, near classes' after them); returns their indices. Call before resuming: a seed
         already measured is then resumed, not measured again."""
         state, source = search.state, self.config.knowledge
         if state is None or source == "none":
@@ -199,12 +200,12 @@ class TrialBook:
         target = self.target.for_problem(search.problem)
         shape = knowledge.ShapeClass.of(target.name, target.arch, problem_shape(search.problem))
         found = self.known.merged(own).nearest(shape)
-        seeds = knowledge.seed_indices([p for p, _ in found], search.space.points)
+        queued = knowledge.first_points(found, search.space.points, state.queued)
+        seeds = [i for i in queued if i not in state.queued]
         if not seeds:
             return []
-        state.queued[:0] = [i for i in seeds if i not in state.queued]
-        state.queued = list(dict.fromkeys(state.queued))
-        sources = ", ".join(sorted({name for _, name in found}))
+        state.queued = queued
+        sources = ", ".join(sorted({s.problem for s in found}))
         names = ", ".join(search.names[i] for i in seeds)
         self.log.write(
             f"measured first: {names} (known-good points of {sources}; knowledge = none "

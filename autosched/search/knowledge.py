@@ -20,6 +20,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from autosched.errors import UserError
 from autosched.outputs.records import Trial
@@ -73,6 +74,14 @@ class ShapeClass:
         return sum(abs(a - b) for a, b in zip(self.sizes, other.sizes, strict=True))
 
 
+class Seed(NamedTuple):
+    """A known point for a problem: where it won, and how far that problem's class is."""
+
+    point: Point
+    problem: str
+    distance: float
+
+
 @dataclass
 class Winner:
     point: Point
@@ -109,20 +118,20 @@ class Knowledge:
                 by_key[key] = known
         return Knowledge(list(by_key.values()))
 
-    def nearest(self, shape_class: ShapeClass, limit: int = SEEDS) -> list[tuple[Point, str]]:
-        """Up to `limit` points of the nearest classes (nearest first), each with the
-        problem it won on; the nearest problem's winners first."""
+    def nearest(self, shape_class: ShapeClass, limit: int = SEEDS) -> list[Seed]:
+        """Up to `limit` points of the nearest classes, the nearest problem's winners
+        first, each with the problem it won on and that problem's distance."""
         ranked = []
         for known in self.problems:
             distance = known.shape_class.distance(shape_class)
             if distance is not None and distance <= FARTHEST and known.winners:
                 ranked.append((distance, -known.winners[0].speedup, known.problem, known))
         ranked.sort(key=lambda item: item[:3])
-        found: list[tuple[Point, str]] = []
-        for *_, known in ranked:
+        found: list[Seed] = []
+        for distance, _, _, known in ranked:
             for winner in known.winners:
-                if len(found) < limit and all(winner.point != p for p, _ in found):
-                    found.append((winner.point, known.problem))
+                if len(found) < limit and all(winner.point != s.point for s in found):
+                    found.append(Seed(winner.point, known.problem, distance))
         return found
 
     def to_json(self) -> str:
@@ -236,3 +245,12 @@ def seed_indices(points: list[Point], space: list[Point], skip: Iterable[int] = 
         if index is not None and index not in found and index not in skipped:
             found.append(index)
     return found
+
+
+def first_points(found: list[Seed], space: list[Point], starting: list[int]) -> list[int]:
+    """A problem's first points: the winners of its own class (the same sizes: the same
+    problem tuned before) first, then `starting` (the target's hand-picked points), then
+    the winners of near classes, each once."""
+    exact = seed_indices([s.point for s in found if s.distance == 0], space)
+    near = seed_indices([s.point for s in found if s.distance > 0], space)
+    return list(dict.fromkeys([*exact, *starting, *near]))
