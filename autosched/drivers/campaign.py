@@ -50,6 +50,7 @@ class ModelProblem:
     history: list[float] = field(default_factory=list)  # best first-pass ms after each batch
     done: bool = False  # searched to the end: space exhausted or a clear win in fast mode
     shape_class: ShapeClass | None = None  # its class on the run's target (siblings share)
+    new_trials: int = 0  # trials this run measured for it
 
     @property
     def occurrences(self) -> int:
@@ -239,6 +240,9 @@ def run_campaign(
     resumed = sum(p.search.result.resumed for p in problems)
     used = 0
     first = first_batch(budget - used, len(problems), config.batch_size)
+    # Fast mode: no problem takes more than its share, so that the trials a problem ended
+    # early (a clear win of known points) saves are not spent on the others.
+    share = math.ceil(budget / max(len(problems), 1)) if mode == "fast" else budget
     ended = f"the budget of {budget} trial{'s' * (budget != 1)} was used"
     while used < budget:
         if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
@@ -251,6 +255,7 @@ def run_campaign(
             if mode == "fast" and len(entry.history) == 1:
                 size = min(size, seeded(entry) or size)  # known points alone, then judged
             size = min(size, budget - used - sum(n for _, n in batches))
+            size = min(size, share - entry.new_trials)
             if size > 0:
                 batches.append((entry, size))
         if not batches:
@@ -260,6 +265,7 @@ def run_campaign(
         )
         for (entry, _), trials in zip(batches, measured, strict=True):
             used += len(trials)
+            entry.new_trials += len(trials)
             entry.history.append(entry.search.best_ms or math.inf)
             if config.knowledge != "none":
                 share_winners(entry, problems, tuning)
@@ -267,6 +273,7 @@ def run_campaign(
                 entry.done = True
             elif mode == "fast" and entry.default_ms and entry.search.best_ms:
                 entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
+            entry.done = entry.done or entry.new_trials >= share
     left = untried(problems)
     if left:
         names = ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")
