@@ -99,10 +99,15 @@ def main() -> None:
         f"Machine: {platform.node()} ({os.cpu_count()} cores); replay only. Tuner "
         f"{args.tuner}, {args.seeds} seeds, batches of 8.",
         "",
-        f"    python3 benchmarks/transfer_replay.py {' '.join(args.landscapes)} --out {args.out}",
+        f"    python3 benchmarks/transfer_replay.py {' '.join(args.landscapes)} --out {args.out} "
+        f"--seeds {args.seeds} --tuner {args.tuner}",
         "",
         f"*trials*: until a point within {WITHIN:.0%} of the landscape's best is measured "
         "(median and worst over seeds); *seeds' best*: the best seeded point's share of it.",
+        "",
+        "The target's starting points (CPU_STARTING, targets/cpu.py) were picked from these two "
+        "landscapes, so they know both problems; the knowledge base of each is the other's "
+        "winners only.",
         "",
         "| problem | space | first batch | trials (median) | worst | seeds' best |",
         "|---|---|---|---|---|---|",

@@ -9,9 +9,10 @@ Each variant is one real `autosched run MODEL` in its own work folder (no databa
     fast+kb    --mode fast,   knowledge = ""         (the shipped base, the siblings' winners)
 
     python3 benchmarks/transfer_runs.py MODEL --out RESULT.md [--work DIR] [--n-trial N]
-        [--variants normal,fast,fast+kb] [--reuse]
+        [--variants normal,fast,fast+kb] [--run fast+kb]
 
-`--reuse` reads the work folders of an earlier call instead of running again. A problem
+`--run` runs only the variants it names and reads the others' work folders from an
+earlier call. A problem
 "reaches" normal's best when a first-pass time within 3 % of normal's best first-pass time
 is measured; the table counts the run's trials (all problems, in the order measured) up to
 the moment its last problem reached it (or says how many never did).
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -47,17 +49,19 @@ knowledge = {knowledge}
 def run_variant(model: str, work: str, name: str, n_trial: int) -> float:
     """One `autosched run` of the model; its wall seconds."""
     mode, knowledge = VARIANTS[name]
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # no earlier database: it would teach the run
+    os.makedirs(work)
     cfg = os.path.join(work, "run.cfg")
     with open(cfg, "w", encoding="utf-8") as handle:
         handle.write(CFG.format(work=work, n_trial=n_trial, knowledge=knowledge))
     command = [sys.executable, "-m", "autosched", "run", model, "--config", cfg, "--mode", mode]
+    load = load_average()
     started = time.perf_counter()
     with open(os.path.join(work, "output.txt"), "w", encoding="utf-8") as out:
         subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
     wall = time.perf_counter() - started
     with open(os.path.join(work, "wall_s.txt"), "w", encoding="utf-8") as handle:
-        handle.write(f"{wall:.1f}\n")
+        handle.write(f"{wall:.1f}\n{load} -> {load_average()}\n")
     return wall
 
 
@@ -96,7 +100,8 @@ def row(name: str, work: str, reference: dict[str, float]) -> str:
     trials = TuningDatabase(os.path.join(work, "tuning.jsonl")).records()
     data = summary(work)
     with open(os.path.join(work, "wall_s.txt"), encoding="utf-8") as handle:
-        wall = float(handle.read())
+        wall_line, *load = handle.read().splitlines()
+    wall = float(wall_line)
     at, count = reached(trials, reference)
     model = data.get("model") or {}
     speedups = [p.get("speedup") or 1.0 for p in data.get("problems", [])]
@@ -106,7 +111,7 @@ def row(name: str, work: str, reference: dict[str, float]) -> str:
     return (
         f"| {name} | {candidates} | {reach} | {data.get('search_s', 0):.0f} | {wall:.0f} | "
         f"{wins} | {model.get('default_ms', 0):.3f} | {model.get('tuned_ms') or 0:.3f} | "
-        f"{model.get('speedup') or 1.0:.2f}x |"
+        f"{model.get('speedup') or 1.0:.2f}x | {load[0] if load else ''} |"
     )
 
 
@@ -125,23 +130,22 @@ def main() -> None:
     parser.add_argument("--work", default="generated/transfer_runs")
     parser.add_argument("--n-trial", type=int, default=16)
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--reuse", action="store_true")
+    parser.add_argument(
+        "--run", default=None, help="the variants to run (default: all); the others are read"
+    )
     args = parser.parse_args()
     names = args.variants.split(",")
-    loads = [f"before: {load_average()}"]
-    for name in names:
-        work = os.path.abspath(os.path.join(args.work, name.replace("+", "_")))
-        if not args.reuse:
-            run_variant(os.path.abspath(args.model), work, name, args.n_trial)
-            loads.append(f"after {name}: {load_average()}")
     folder = {n: os.path.abspath(os.path.join(args.work, n.replace("+", "_"))) for n in names}
+    for name in names if args.run is None else args.run.split(","):
+        run_variant(os.path.abspath(args.model), folder[name], name, args.n_trial)
     normal = TuningDatabase(os.path.join(folder["normal"], "tuning.jsonl")).records()
     reference = best_first_pass(normal)
     lines = [
         f"# Fast mode, the knowledge base and siblings' winners: {os.path.basename(args.model)}",
         "",
-        f"Machine: {platform.node()} ({os.cpu_count()} cores, {platform.machine()}), shared; "
-        f"load average (1, 5, 15 min) {'; '.join(loads)}.",
+        f"Machine: {platform.node()} ({os.cpu_count()} cores, {platform.machine()}), shared "
+        "with other work: the load column is its load average (1, 5, 15 min) before -> after "
+        "each run.",
         "",
         f"    python3 benchmarks/transfer_runs.py {args.model} --out {args.out} "
         f"--n-trial {args.n_trial} --variants {args.variants}",
@@ -150,8 +154,8 @@ def main() -> None:
         f"problem had a first-pass time within {WITHIN:.0%} of normal mode's best for it.",
         "",
         "| run | candidates | reach | search s | wall s | problems won | model default ms "
-        "| tuned ms | model speedup |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tuned ms | model speedup | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [row(name, folder[name], reference) for name in names]
     with open(args.out, "w", encoding="utf-8") as handle:
