@@ -7,11 +7,12 @@ through the campaign a model run uses; the shape classes and projections on thei
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
 from autosched.config import RunConfig
-from autosched.drivers.campaign import ModelProblem, run_campaign
+from autosched.drivers.campaign import ModelProblem, clear_win, run_campaign
 from autosched.errors import UserError
 from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import Trial, TuningDatabase
@@ -104,6 +105,27 @@ def test_a_knowledge_file_that_cannot_be_read_is_one_error_naming_it(tmp_path):
     config = RunConfig(target="cpu", work_dir=str(tmp_path / "work"), knowledge=str(bad))
     with pytest.raises(UserError, match=f"{bad}: not a knowledge base"):
         Tuning(config, CpuTarget(config), resume=False)
+
+
+def _searched(m: int, default_ms: float, best_ms: float) -> ModelProblem:
+    """A problem of the class of M x 1024 x 512 whose search found `best_ms`."""
+    entry = ModelProblem(matmul(m, 1024, 512), Runs(1))
+    entry.shape_class = shape_class(entry.problem)
+    baseline = SimpleNamespace(median_ms=default_ms, ok=True)
+    entry.search = SimpleNamespace(result=SimpleNamespace(baseline=baseline), best_ms=best_ms)
+    return entry
+
+
+def test_fast_mode_stops_a_sibling_only_near_the_best_its_class_reached():
+    searched = _searched(512, 10.0, 1.0)  # 10x
+    helped = _searched(256, 5.0, 2.5)  # 2x: a clear win, far from its sibling's 10x
+    assert not clear_win(helped, [searched, helped])
+    assert clear_win(_searched(256, 5.0, 0.52), [searched, helped])  # 9.6x: near it
+    assert clear_win(helped, [helped])  # alone in its class: a clear win is enough
+    far = _searched(64, 10.0, 1.0)  # 10x, but of a class too far to be a sibling
+    far.shape_class = shape_class(matmul(16, 64, 32))
+    assert clear_win(helped, [far, helped])
+    assert not clear_win(_searched(256, 5.0, 4.8), [helped])  # 1.04x: not a clear win
 
 
 @dataclass

@@ -29,7 +29,8 @@ from autosched.search.knowledge import ShapeClass
 
 FAST_TRIALS = 8  # trials per problem in fast mode
 EXTREME_FACTOR = 4  # extreme mode: this many times n_trial per problem
-CLEAR_WIN = 1.10  # fast mode: a first-pass speedup this large ends a problem's search
+CLEAR_WIN = 1.10  # fast mode: a first-pass speedup this large ends a problem's search ...
+CLASS_NOISE = 0.10  # ... when within this of the best speedup its siblings reached
 OPTIMISM = 0.2  # share of its time a problem not yet searched is assumed able to lose
 WINDOW = 2  # batches over which a problem's recent improvement is measured
 # Siblings: problems of one shape class whose sizes are this close (sum of |log2| ratios:
@@ -148,10 +149,33 @@ def siblings(entry: ModelProblem, problems: list[ModelProblem]) -> list[ModelPro
     for other in problems:
         if other is entry or other.done or other.search is None or other.search.state is None:
             continue
-        distance = entry.shape_class.distance(other.shape_class) if entry.shape_class else None
-        if distance is not None and distance <= SIBLING_DISTANCE:
+        distance = _distance(entry, other) if entry.shape_class else math.inf
+        if distance <= SIBLING_DISTANCE:
             near.append((distance, other))
     return [other for _, other in sorted(near, key=lambda item: item[0])]
+
+
+def first_pass_speedup(entry: ModelProblem) -> float:
+    """The problem's best first-pass time against its default's (1.0 when none)."""
+    if entry.search is None or not entry.default_ms or not entry.search.best_ms:
+        return 1.0
+    return entry.default_ms / entry.search.best_ms
+
+
+def clear_win(entry: ModelProblem, problems: list[ModelProblem]) -> bool:
+    """Fast mode ends a problem at a clear win (CLEAR_WIN over its default) that is also
+    within CLASS_NOISE of the best speedup seen in its class (its siblings, open or done):
+    a sibling's winner that helps a little is not where a sibling's search stops."""
+    speedup = first_pass_speedup(entry)
+    near = [p for p in problems if p is not entry and p.shape_class and entry.shape_class]
+    near = [p for p in near if _distance(entry, p) <= SIBLING_DISTANCE]
+    best = max((first_pass_speedup(p) for p in near), default=speedup)
+    return speedup >= CLEAR_WIN and speedup >= (1 - CLASS_NOISE) * best
+
+
+def _distance(entry: ModelProblem, other: ModelProblem) -> float:
+    distance = entry.shape_class.distance(other.shape_class)
+    return math.inf if distance is None else distance
 
 
 def share_winners(entry: ModelProblem, problems: list[ModelProblem], tuning: Tuning) -> None:
@@ -271,8 +295,8 @@ def run_campaign(
                 share_winners(entry, problems, tuning)
             if not trials:
                 entry.done = True
-            elif mode == "fast" and entry.default_ms and entry.search.best_ms:
-                entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
+            elif mode == "fast":
+                entry.done = clear_win(entry, problems)
             entry.done = entry.done or entry.new_trials >= share
     left = untried(problems)
     if left:
