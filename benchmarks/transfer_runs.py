@@ -149,7 +149,7 @@ def main() -> None:
     args = parser.parse_args()
     names = args.variants.split(",")
     folder = {n: os.path.abspath(os.path.join(args.work, n.replace("+", "_"))) for n in names}
-    for name in names if args.run is None else args.run.split(","):
+    for name in names if args.run is None else [n for n in args.run.split(",") if n]:
         run_variant(os.path.abspath(args.model), folder[name], name, args.n_trial)
     normal = TuningDatabase(os.path.join(folder["normal"], "tuning.jsonl")).records()
     reference = best_first_pass(normal)
