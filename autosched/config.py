@@ -57,6 +57,9 @@ class RunConfig:
     early_stopping: int = 0  # stop a problem after this many trials without improvement; 0: never
     starting_points: str = "target"  # target: its known-good points go first; none: tuner alone
     history: str = "none"  # database: other problems' records teach the cost model first
+    # known-good points first (search/knowledge.py): "" the shipped base and the run's
+    # database (and, in a model, siblings' winners); none: off; a path: that base instead
+    knowledge: str = ""
     mode: str = "normal"  # models: fast | normal | extreme, the budget when none is given
     budget: int = 0  # models: total trials over all problems; 0: from the mode
     time_budget: float = 0.0  # models: wall-clock minutes for the search; 0: no limit
@@ -160,6 +163,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "early_stopping": int,
         "starting_points": str,
         "history": str,
+        "knowledge": str,
         "mode": str,
         "budget": int,
         "time_budget": float,

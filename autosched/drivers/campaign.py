@@ -24,12 +24,19 @@ from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import json_text
 from autosched.run.problem import ProblemResult, ProblemSearch, Progress
 from autosched.run.tuning import Tuning
+from autosched.search import knowledge
+from autosched.search.knowledge import ShapeClass
 
 FAST_TRIALS = 8  # trials per problem in fast mode
 EXTREME_FACTOR = 4  # extreme mode: this many times n_trial per problem
-CLEAR_WIN = 1.10  # fast mode: a first-pass speedup this large ends a problem's search
+CLEAR_WIN = 1.10  # fast mode: a first-pass speedup this large ends a problem's search ...
+CLASS_NOISE = 0.10  # ... when within this of the best speedup its siblings reached
 OPTIMISM = 0.2  # share of its time a problem not yet searched is assumed able to lose
 WINDOW = 2  # batches over which a problem's recent improvement is measured
+# Siblings: problems of one shape class whose sizes are this close (sum of |log2| ratios:
+# 4 is a batch or an image side 16x apart, or one stage of a CNN to the next).
+SIBLING_DISTANCE = 4.0
+SIBLING_WINNERS = 2  # a problem's best points each sibling measures first
 
 
 @dataclass
@@ -43,6 +50,8 @@ class ModelProblem:
     benchmark: DispatchBenchmark | None = None  # IREE's own dispatch, to time candidates on
     history: list[float] = field(default_factory=list)  # best first-pass ms after each batch
     done: bool = False  # searched to the end: space exhausted or a clear win in fast mode
+    shape_class: ShapeClass | None = None  # its class on the run's target (siblings share)
+    new_trials: int = 0  # trials this run measured for it
 
     @property
     def occurrences(self) -> int:
@@ -128,6 +137,71 @@ def shares(times: dict[str, float], problems: list[ModelProblem]) -> dict[str, f
     return {name: value / total for name, value in weighted.items()}
 
 
+def seeded(entry: ModelProblem) -> int:
+    """Points queued before the tuner's own picks (known-good, a sibling's winners)."""
+    state = entry.search.state if entry.search else None
+    return len(state.queued) if state is not None else 0
+
+
+def siblings(entry: ModelProblem, problems: list[ModelProblem]) -> list[ModelProblem]:
+    """Open problems of `entry`'s shape class within SIBLING_DISTANCE, nearest first."""
+    near = []
+    for other in problems:
+        if other is entry or other.done or other.search is None or other.search.state is None:
+            continue
+        distance = _distance(entry, other) if entry.shape_class else math.inf
+        if distance <= SIBLING_DISTANCE:
+            near.append((distance, other))
+    return [other for _, other in sorted(near, key=lambda item: item[0])]
+
+
+def first_pass_speedup(entry: ModelProblem) -> float:
+    """The problem's best first-pass time against its default's (1.0 when none)."""
+    if entry.search is None or not entry.default_ms or not entry.search.best_ms:
+        return 1.0
+    return entry.default_ms / entry.search.best_ms
+
+
+def clear_win(entry: ModelProblem, problems: list[ModelProblem]) -> bool:
+    """Fast mode ends a problem at a clear win (CLEAR_WIN over its default) that is also
+    within CLASS_NOISE of the best speedup seen in its class (its siblings, open or done):
+    a sibling's winner that helps a little is not where a sibling's search stops."""
+    speedup = first_pass_speedup(entry)
+    near = [p for p in problems if p is not entry and p.shape_class and entry.shape_class]
+    near = [p for p in near if _distance(entry, p) <= SIBLING_DISTANCE]
+    best = max((first_pass_speedup(p) for p in near), default=speedup)
+    return speedup >= CLEAR_WIN and speedup >= (1 - CLASS_NOISE) * best
+
+
+def _distance(entry: ModelProblem, other: ModelProblem) -> float:
+    distance = entry.shape_class.distance(other.shape_class)
+    return math.inf if distance is None else distance
+
+
+def share_winners(entry: ModelProblem, problems: list[ModelProblem], tuning: Tuning) -> None:
+    """`entry`'s best points that beat its default beyond the noise go first in each
+    sibling's next batch (as the nearest point of the sibling's space), so that problems
+    that differ in batch or image size are not each searched from scratch."""
+    search = entry.search
+    default = search.result.baseline if search else None
+    if default is None:
+        return
+    wins = [t for t in search.trials if knowledge.beats_default(t, default) and t.point]
+    wins = sorted(wins, key=lambda t: t.median_ms)[:SIBLING_WINNERS]
+    for other in siblings(entry, problems) if wins else []:
+        state = other.search.state
+        points = other.search.space.points
+        seeds = knowledge.seed_indices([t.point for t in wins], points, skip=state.order)
+        if not seeds or state.queued[: len(seeds)] == seeds:
+            continue
+        state.queued = seeds + [i for i in state.queued if i not in seeds]
+        names = ", ".join(other.search.names[i] for i in seeds)
+        tuning.log.write(
+            f"{other.problem.name}: measured first: {names} "
+            f"(the winners of its sibling {entry.problem.name})"
+        )
+
+
 @dataclass
 class CampaignReport:
     """What the summary JSON holds besides the whole-model proof."""
@@ -149,17 +223,9 @@ class CampaignReport:
     resumed: int = 0  # earlier trials resumed from the database (not counted in the budget)
 
 
-def run_campaign(
-    tuning: Tuning,
-    problems: list[ModelProblem],
-    progress: Progress,
-    budget: int,
-    mode: str,
-    time_budget_s: float | None = None,
-) -> CampaignReport:
-    """Searches the model's problems under one budget of trials and of wall time."""
-    started = time.perf_counter()
-    config = tuning.config
+def start_searches(tuning: Tuning, problems: list[ModelProblem], progress: Progress) -> None:
+    """Every problem's search started (its default, its resumed records, its known points),
+    several at once, and its shape class for its siblings."""
     searches = tuning.concurrently(
         [
             partial(
@@ -175,13 +241,32 @@ def run_campaign(
     )
     for entry, search in zip(problems, searches, strict=True):
         entry.search = search
+        target = tuning.target.for_problem(entry.problem)
+        entry.shape_class = ShapeClass.of(target.name, target.arch, entry.problem.record_shape())
         entry.history.extend(opening_history(search))
         entry.done = search.exhausted or entry.default_ms is None
+
+
+def run_campaign(
+    tuning: Tuning,
+    problems: list[ModelProblem],
+    progress: Progress,
+    budget: int,
+    mode: str,
+    time_budget_s: float | None = None,
+) -> CampaignReport:
+    """Searches the model's problems under one budget of trials and of wall time."""
+    started = time.perf_counter()
+    config = tuning.config
+    start_searches(tuning, problems, progress)
     # The budget is this run's new trials: every resumed record is told to the tuner and
     # kept in the CSV, and counted apart.
     resumed = sum(p.search.result.resumed for p in problems)
     used = 0
     first = first_batch(budget - used, len(problems), config.batch_size)
+    # Fast mode: no problem takes more than its share, so that the trials a problem ended
+    # early (a clear win of known points) saves are not spent on the others.
+    share = math.ceil(budget / max(len(problems), 1)) if mode == "fast" else budget
     ended = f"the budget of {budget} trial{'s' * (budget != 1)} was used"
     while used < budget:
         if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
@@ -191,7 +276,10 @@ def run_campaign(
         batches = []  # (problem, trials) for this round, one batch per problem
         for entry in pick_round(problems, tuning.parallel):
             size = config.batch_size if len(entry.history) > 1 else first
+            if mode == "fast" and len(entry.history) == 1:
+                size = min(size, seeded(entry) or size)  # known points alone, then judged
             size = min(size, budget - used - sum(n for _, n in batches))
+            size = min(size, share - entry.new_trials)
             if size > 0:
                 batches.append((entry, size))
         if not batches:
@@ -201,11 +289,15 @@ def run_campaign(
         )
         for (entry, _), trials in zip(batches, measured, strict=True):
             used += len(trials)
+            entry.new_trials += len(trials)
             entry.history.append(entry.search.best_ms or math.inf)
+            if config.knowledge != "none":
+                share_winners(entry, problems, tuning)
             if not trials:
                 entry.done = True
-            elif mode == "fast" and entry.default_ms and entry.search.best_ms:
-                entry.done = entry.default_ms / entry.search.best_ms >= CLEAR_WIN
+            elif mode == "fast":
+                entry.done = clear_win(entry, problems)
+            entry.done = entry.done or entry.new_trials >= share
     left = untried(problems)
     if left:
         names = ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")

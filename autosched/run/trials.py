@@ -15,6 +15,7 @@ from autosched.outputs.records import Trial, TuningDatabase, problem_shape
 from autosched.outputs.report import CsvReport, RunLog
 from autosched.run.limits import OVER_LIMIT
 from autosched.run.problem import ProblemSearch, Progress
+from autosched.search import knowledge
 from autosched.search.history import database_history
 from autosched.search.space import SearchSpace
 from autosched.search.tuners import History
@@ -116,6 +117,10 @@ class TrialBook:
         self.database = TuningDatabase(config.database)
         self.csv = CsvReport(config.output_file, tuple(k.name for k in target.all_knobs()))
         self.warned_unreadable = False
+        # The knowledge base, read once and up front: a user's file that cannot be read
+        # is one error before anything is measured.
+        source = config.knowledge
+        self.known = knowledge.load(source) if source != "none" else knowledge.Knowledge()
         # Told of every trial, new or resumed, after the database: the CSV and run.log (a
         # caller may add its own).
         self.recorders: list[Callable[[ProblemSearch, Trial], None]] = [
@@ -180,3 +185,30 @@ class TrialBook:
             trials = self.database.records()
         columns = list(self.target.for_problem(problem).features(problem, space.points[0]))
         return database_history(trials, self.target, problem, columns)
+
+    def seed(self, search: ProblemSearch) -> list[int]:
+        """Puts the knowledge base's points for this problem's shape class (the shipped or
+        the cfg's base, and this run's database) in its first batch, as points of its own
+        space (`knowledge.first_points`: its own class's before the target's starting
+        points, near classes' after them); returns their indices. Call before resuming: a seed
+        already measured is then resumed, not measured again."""
+        state, source = search.state, self.config.knowledge
+        if state is None or source == "none":
+            return []
+        with self.lock:  # not while another problem's thread appends
+            own = knowledge.from_trials(self.database.records())
+        target = self.target.for_problem(search.problem)
+        shape = knowledge.ShapeClass.of(target.name, target.arch, problem_shape(search.problem))
+        found = self.known.merged(own).nearest(shape)
+        queued = knowledge.first_points(found, search.space.points, state.queued)
+        seeds = [i for i in queued if i not in state.queued]
+        if not seeds:
+            return []
+        state.queued = queued
+        sources = ", ".join(sorted({s.problem for s in found}))
+        names = ", ".join(search.names[i] for i in seeds)
+        self.log.write(
+            f"measured first: {names} (known-good points of {sources}; knowledge = none "
+            "leaves them out)"
+        )
+        return seeds

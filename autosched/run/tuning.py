@@ -211,6 +211,7 @@ class Tuning:
             return search
         history = self.book.history(problem, space) if config.history == "database" else []
         search.state = search_state(config, self.target, search, history, log)
+        self.book.seed(search)  # the knowledge base's points for its shape class first
         # A model's bar counts this run's trials: its resumed records are not shown on it.
         shown = Progress() if resume_all else progress
         for trial in resumable(search, earlier, None if resume_all else config.n_trial):

@@ -27,8 +27,9 @@ class SearchState:
     best: float = 0.0  # best score so far
     since_best: int = 0  # trials since the best improved
     exhausted: bool = False  # the tuner has nothing left to propose
-    # Points measured before the tuner's own picks (the target's known-good points): they
-    # make up the first batch, which the tuner tops up.
+    # Points measured before the tuner's own picks (the knowledge base's and the target's
+    # known-good points, a sibling problem's winners): they make up the next batch, which
+    # the tuner tops up. Anyone may add to it between batches; the tuner is told as usual.
     queued: list[int] = field(default_factory=list)
 
     def resume(self, index: int, score: float | None) -> None:
@@ -46,10 +47,14 @@ def step(state: SearchState, count: int, measure: Measure) -> list[int]:
     """Measures up to `count` more points the tuner proposes; [] when it has none left."""
     if state.exhausted or count <= 0:
         return []
-    batch, state.queued = state.queued[:count], state.queued[count:]
+    measured = set(state.order)
+    queued = [i for i in dict.fromkeys(state.queued) if i not in measured]
+    batch, state.queued = queued[:count], queued[count:]
     if len(batch) < count:
-        # The tuner does not know of the queued points yet: one it proposes too is dropped.
+        # The tuner does not know of the queued points yet: one it proposes too is dropped
+        # (from this batch, or from the queue, so that no point is measured twice).
         batch += [i for i in state.tuner.next_batch(count - len(batch)) if i not in batch]
+        state.queued = [i for i in state.queued if i not in batch]
     if not batch:
         state.exhausted = True
         return []
