@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,13 @@ def hopper_config(tmp_path):
         log_file=str(tmp_path / "generated/run.log"),
         database=str(tmp_path / "generated/tuning.jsonl"),
     )
+
+
+def attach_dispatches(problems, model: str, flags, folder: str):
+    """IREE's dispatches of `model` attached to `problems` as a run attaches them: from the
+    model's one build (`model_build`), kept under `folder`."""
+    from autosched.drivers.model_stages.prepare import attach_benchmarks
+    from autosched.model.model_build import model_build
+
+    build = model_build(model, flags, os.path.join(folder, "builds"))
+    return attach_benchmarks(problems, build, flags, folder)

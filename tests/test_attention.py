@@ -16,12 +16,12 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_CFG
+from conftest import MODEL_CFG, attach_dispatches
 
 from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
-from autosched.drivers.model_stages.prepare import attach_benchmarks, model_problems
+from autosched.drivers.model_stages.prepare import model_problems
 from autosched.drivers.proof import prove
 from autosched.model.configured import check_build, dispatch_configs
 from autosched.model.lowering import analyze_model
@@ -189,7 +189,7 @@ def test_cuda_attention_candidate_is_in_the_timed_dispatch(tmp_path):
     target = CudaTarget(RunConfig(target="cuda", arch="sm_80"))
     name = "hf_llama_layer_bf16.mlirbc"
     problems, _ = model_problems(analyze_model(model(name), target.compile_flags()), target)
-    attach_benchmarks(problems, model(name), target.compile_flags(), str(tmp_path / "d"))
+    attach_dispatches(problems, model(name), target.compile_flags(), str(tmp_path / "d"))
     (entry,) = [p for p in problems if p.problem.kind == "attention"]
     assert entry.benchmark is not None and entry.benchmark.check_source
     problem = entry.problem

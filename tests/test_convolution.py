@@ -17,13 +17,12 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_CFG, dispatch_check_takes_a_spec
+from conftest import MODEL_CFG, attach_dispatches, dispatch_check_takes_a_spec
 
 from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
 from autosched.drivers.campaign import ModelProblem
-from autosched.drivers.model_stages.prepare import attach_benchmarks
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW
@@ -138,7 +137,7 @@ def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, m
     when the check module is built from `flow`), so a run checks that one on the model."""
     conv = next(r for r in analysis(model).roots if r.name == name)
     entry = ModelProblem(conv, conv)
-    attach_benchmarks([entry], model, CPU.compile_flags(), str(tmp_path / "d"))
+    attach_dispatches([entry], model, CPU.compile_flags(), str(tmp_path / "d"))
     on_dispatch = dispatch_check_takes_a_spec(entry, CPU, str(tmp_path / "w"))
     assert on_dispatch == (conv.form != STRIDED)
     entry.benchmark = entry.benchmark.on_whole_model()

@@ -14,12 +14,12 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_CFG, dispatch_check_takes_a_spec
+from conftest import MODEL_CFG, attach_dispatches, dispatch_check_takes_a_spec
 
 from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
-from autosched.drivers.model_stages.prepare import attach_benchmarks, model_problems
+from autosched.drivers.model_stages.prepare import model_problems
 from autosched.model.configured import check_build, in_configured_form
 from autosched.model.lowering import analyze_model
 from autosched.ops.convolution import POINTWISE, STRIDED, WINDOW, ConvolutionProblem
@@ -195,7 +195,7 @@ def test_a_cuda_point_reaches_the_timed_dispatch_and_the_checked_module(tmp_path
     out of the root: it is checked on the whole model."""
     problems, _ = problems_of(model)
     (entry,) = [e for e in problems if e.problem.name == name]
-    attach_benchmarks([entry], model, CUDA.compile_flags(), str(tmp_path / "d"))
+    attach_dispatches([entry], model, CUDA.compile_flags(), str(tmp_path / "d"))
     conv: ConvolutionProblem = entry.problem
     on_dispatch = dispatch_check_takes_a_spec(entry, CUDA, str(tmp_path / "w"))
     assert on_dispatch == (conv.form != STRIDED)

@@ -18,12 +18,12 @@ from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_CFG
+from conftest import MODEL_CFG, attach_dispatches
 
 from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
-from autosched.drivers.model_stages.prepare import attach_benchmarks, model_problems
+from autosched.drivers.model_stages.prepare import model_problems
 from autosched.model.configured import check_build, dispatch_configs, form_of
 from autosched.model.lowering import analyze_model
 from autosched.outputs import spec
@@ -41,7 +41,7 @@ def cuda_problems(tmp_path, element: str):
     model = os.path.join(MODELS, f"hf_llama_mlp_{element}.mlirbc")
     flags = target.compile_flags()
     problems, _ = model_problems(analyze_model(model, flags), target)
-    attach_benchmarks(problems, model, flags, str(tmp_path / "dispatches"))
+    attach_dispatches(problems, model, flags, str(tmp_path / "dispatches"))
     return target, model, problems
 
 
