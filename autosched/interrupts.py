@@ -74,8 +74,7 @@ def _quiet() -> None:
 
 def install() -> None:
     """Routes SIGINT and SIGTERM through `_handler` (call from the main thread)."""
-    _pending.clear()
-    _received.clear()
+    forget()
     processes.reset()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _handler)
@@ -98,6 +97,13 @@ def kept_handlers() -> Iterator[None]:
             for signum, handler in saved.items():
                 if handler is not None:
                     signal.signal(signum, handler)
+
+
+def forget() -> None:
+    """No signal received nor waiting: a process that goes on after a run (tests, the Python
+    entry) starts the next one clean."""
+    _pending.clear()
+    _received.clear()
 
 
 def restore() -> None:

@@ -212,7 +212,8 @@ def test_a_dynamic_length_model_is_proved_at_the_length_of_the_inputs(tmp_path, 
     work = tmp_path / "generated" / "hf_tiny_causal_lm_dynamic_f32"
     report = json.loads((work / "results.summary.json").read_text())
     assert report["model"]["inputs"] == "at12.npz" and report["trials"] == 2
-    assert report["model"]["outputs_compared"]
+    # The tuned build's outputs compared on the inputs, or no tuned build (nothing faster).
+    assert report["model"]["outputs_compared"] or report["model"]["tuned_ms"] is None
     assert "\nmodel: " in result.output
     # `autosched compile` builds the model at the same length, and checks it on the inputs.
     args = ["compile", os.path.basename(DYNAMIC), "--inputs", "at12.npz", "-o", "at12.vmfb"]

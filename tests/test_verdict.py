@@ -94,6 +94,8 @@ def test_a_model_not_faster_writes_no_spec_and_prints_no_command(tmp_path, monke
     assert not (folder / "results.spec.mlir").exists()
     assert "tuned model:" not in result.output
     assert summary["model"]["spec_written"] is False
+    assert summary["model"]["no_spec"].startswith("no tuning spec: "), summary["model"]
+    assert not summary["model"]["outputs_compared"] or summary["model"]["tuned_ms"]
     model_lines = [line for line in result.output.splitlines() if line.startswith("model:")]
     words = {NO_CHANGE: "no change within noise", SLOWER: "slower"}
     assert words[verdict] in model_lines[0]

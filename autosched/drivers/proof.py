@@ -466,7 +466,8 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
         default_rounds_ms=default.rounds,
         tuned_rounds_ms=tuned.rounds,
         message=tuned.message,
-        outputs_compared=tuned.compared,
+        # Alone, the default is compared with nothing: the summary must not say it matched.
+        outputs_compared=tuned.compared and len(builds.compiled) > 1,
         custom=_custom_proof(custom, default_ms, tuned_ms) if custom else None,
         default_only=len(builds.compiled) == 1,
     )

@@ -139,10 +139,13 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
             report.warn(
                 log, f"WARNING: the spec's configuration for {name} is NOT applied in the model"
             )
-        if not spec_path and not custom_spec:
-            report.say(no_winner_line([e.result for e in problems]))
+        reason = "" if spec_path else no_winner_line([e.result for e in problems])
+        if reason and not custom_spec:
+            report.say(reason)
         if not spec_path:
-            return None, applied, proved_without_spec(prepared, log, custom_spec)
+            proof = proved_without_spec(prepared, log, custom_spec)
+            proof["no_spec"] = proof["no_spec"] or reason  # the summary says why, as the console
+            return None, applied, proof
         with prepared.clock.phase("proof"):
             proof = proved(layout, target, spec_path, config, log, custom_spec)
         if proof["verdict"] != SLOWER:
@@ -153,7 +156,11 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
         report.slower(log, proof, left_out)
         if left_out is None and not best:
             os.remove(spec_path)
-            return None, {}, proved_without_spec(prepared, log, custom_spec)
+            without = proved_without_spec(prepared, log, custom_spec)
+            without["no_spec"] = (
+                f"no tuning spec: the tuned model was slower ({proof['verdict_text']})"
+            )
+            return None, {}, without
 
 
 def kept_if_faster(spec_path: str, applied: dict, proof: dict, log: RunLog):
