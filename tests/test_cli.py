@@ -158,7 +158,10 @@ def test_rerun_resumes_and_measures_only_new_points(workdir):
     assert len(rows()) == 6
     resumed = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--resume"])
     assert resumed.exit_code == 0, resumed.output
-    assert "resuming 6 records from generated/mm/tuning.jsonl" in resumed.output
+    assert (
+        "resuming 5 trial(s) and 1 timing(s) of IREE's default from generated/mm/tuning.jsonl"
+        in resumed.output
+    )
     assert len(database.read_text().splitlines()) == 6  # nothing new to measure
     fresh = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "1", "--fresh"])
     assert fresh.exit_code == 0, fresh.output

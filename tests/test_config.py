@@ -159,7 +159,8 @@ def test_the_start_lines_say_where_a_run_writes_and_what_it_resumes(tmp_path):
     ]
     (tmp_path / "tuning.jsonl").write_text('{"a": 1}\n\n{"b": 2}\n')
     assert start_lines(paths, resume=True)[1] == (
-        f"resuming 2 records from {tmp_path}/tuning.jsonl (--fresh ignores them)"
+        f"resuming 2 trial(s) and 0 timing(s) of IREE's default from {tmp_path}/tuning.jsonl "
+        "(--fresh ignores them)"
     )
     assert "are not read" in start_lines(paths, resume=False)[1]
 

@@ -7,6 +7,7 @@ one `Error:` line.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -69,22 +70,32 @@ class RunPaths:
         return named
 
 
-def record_count(database: str) -> int:
-    """The tuning database's records (its non-empty lines; torn ones are compacted away
-    before a run counts them); 0 without a database."""
+def record_counts(database: str) -> tuple[int, int]:
+    """(trials, IREE defaults) among the tuning database's records (its non-empty lines;
+    torn ones are compacted away before a run counts them); (0, 0) without a database."""
     if not os.path.isfile(database):
-        return 0
+        return 0, 0
+    trials = defaults = 0
     with open(database, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
+        for line in filter(bytes.strip, handle):
+            try:
+                baseline = json.loads(line).get("baseline") is True
+            except (ValueError, AttributeError):  # unreadable: the run skips it with a warning
+                continue
+            defaults += baseline
+            trials += not baseline
+    return trials, defaults
 
 
 def start_lines(paths: RunPaths, resume: bool) -> list[str]:
     """The run's first lines: where it writes, and whether it resumes from its database."""
     named = f"CSV {paths.csv}, log {paths.log}, database {paths.database}"
     lines = [f"writing to {named} (builds under {paths.work_dir})"]
-    records = record_count(paths.database)
+    trials, defaults = record_counts(paths.database)
+    records = trials + defaults
     if records and resume:
-        lines.append(f"resuming {records} records from {paths.database} (--fresh ignores them)")
+        what = f"{trials} trial(s) and {defaults} timing(s) of IREE's default"
+        lines.append(f"resuming {what} from {paths.database} (--fresh ignores them)")
     elif records:
         lines.append(f"--fresh: the {records} records of {paths.database} are not read")
     return lines
