@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from iree.compiler import ir
 
 from autosched.errors import UserError
+from autosched.ir_walk import symbol
 from autosched.measure.input_files import given_arrays
 from autosched.model.configured import ELIDE_FLAGS, compile_and_parse
 from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
@@ -61,10 +62,6 @@ def _dynamic_arguments(function: ir.Operation) -> list[tuple[int, VTensor]]:
         if tensor is not None and None in tensor.shape:
             found.append((index, tensor))
     return found
-
-
-def _name(function: ir.Operation) -> str:
-    return ir.StringAttr(function.attributes["sym_name"]).value
 
 
 def _fixed(tensor: VTensor, shape: Sequence[int]) -> VTensor | None:
@@ -140,7 +137,7 @@ def _result_shapes(abi: ir.Module, name: str) -> dict[int, tuple[int, ...]] | No
     for op in abi.body.operations:
         op = op.operation
         if op.name in ("util.func", "func.func") and "sym_name" in op.attributes:
-            functions[_name(op)] = op
+            functions[symbol(op)] = op
     body = functions.get(name + "$async", functions.get(name))
     if body is None:
         return None
@@ -180,7 +177,7 @@ def fixed_length_model(
     module = ir.Module.parseFile(prepare_model(model_path, work), context)
     functions = _public_functions(module)
     if len(functions) > 1 and inputs:
-        names = ", ".join(_name(f) for f in functions)
+        names = ", ".join(symbol(f) for f in functions)
         raise UserError(
             f"{model_path}: --inputs {inputs} holds one function's inputs, but the model "
             f"exports {len(functions)} functions ({names}): leave --inputs out (each function "
@@ -191,7 +188,7 @@ def fixed_length_model(
     if not dynamic:
         return model_path, ""
     function, arguments = dynamic[0]
-    name = _name(function)
+    name = symbol(function)
     described = ", ".join(f"input {i} ({t.type_text()})" for i, t in arguments)
     where = f"{model_path}: {name}: {described} of dynamic size"
     if not inputs and len(functions) == 1:  # its static roots tuned, the dynamic ones not
