@@ -14,6 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from autosched.cli import BarProgress
@@ -58,6 +59,22 @@ def weights_as_arguments(module, inputs: int):
     return WeightsAsArguments()
 
 
+def to_numpy(tensor) -> np.ndarray:
+    """A torch tensor as a numpy array IREE's runtime takes: bf16 (which numpy lacks) as
+    ml_dtypes' bfloat16, through its bits."""
+    tensor = tensor.detach().cpu()
+    if str(tensor.dtype) == "torch.bfloat16":
+        return tensor.view(_torch_and_aot()[0].uint16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+def to_torch(torch, array: np.ndarray):
+    """A result of IREE's runtime as a torch tensor (bf16 through its bits)."""
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
 @dataclass
 class TunedModule:
     """The tuned build of a torch module: call it with the module's inputs (torch tensors;
@@ -73,8 +90,8 @@ class TunedModule:
         torch, _ = _torch_and_aot()
         if self.loaded is None:
             self.loaded = LoadedModule(self.vmfb, self.device)
-        arrays = [t.detach().cpu().numpy() for t in tensors]
-        results = [torch.from_numpy(r) for r in self.loaded(*arrays, *self.weights)]
+        arrays = [to_numpy(t) for t in tensors]
+        results = [to_torch(torch, r) for r in self.loaded(*arrays, *self.weights)]
         return results[0] if len(results) == 1 else tuple(results)
 
     def save(self, path: str) -> str:
@@ -117,5 +134,5 @@ def tune(
     spec, custom = run_files(config, None, None)
     compiled = compile_tuned(config, spec, custom, os.path.join(folder, TUNED_VMFB))
     device = make_target(config).device
-    arrays = [w.cpu().numpy() for w in weights]
+    arrays = [to_numpy(w) for w in weights]
     return TunedModule(compiled.vmfb, device, arrays, compiled.describe())

@@ -73,3 +73,22 @@ def test_tune_keeps_its_files_in_the_given_work_folder(tmp_path, monkeypatch):
     tuned = autosched.tune(model, torch.randn(8, 32), budget=1, work_dir=str(tmp_path / "w"))
     assert tuned.vmfb == str(tmp_path / "w" / "model.vmfb")
     assert (tmp_path / "w" / "tuning.jsonl").is_file() and not (tmp_path / "generated").exists()
+
+
+@needs_torch
+def test_tune_takes_and_returns_bf16_tensors(tmp_path, monkeypatch):
+    """numpy has no bf16: weights, inputs and results cross to IREE as ml_dtypes' bfloat16."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(TINY_CFG)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
+    model = model.to(torch.bfloat16)
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    tuned = autosched.tune(model, x, budget=2)
+    got = tuned(x)
+    assert got.dtype == torch.bfloat16 and got.shape == (16, 32)
+    torch.testing.assert_close(got, model(x).detach(), rtol=3e-2, atol=3e-2)
+    log = (tmp_path / "generated" / "sequential" / "run.log").read_text()
+    assert "bf16_bf16_f32" in log  # the bf16 matmuls were the problems tuned
