@@ -98,6 +98,9 @@ class BarProgress(Progress):
     def note(self, message: str) -> None:
         click.echo(click.style(f"\nwarning: {message}", fg="red", bold=True), err=True)
 
+    def info(self, message: str) -> None:
+        click.echo(f"\nnote: {message}", err=True)
+
     def retiming(self, problem, index: int, total: int) -> None:
         self.finish()
         click.echo(f"re-timing the finalists of {problem.name} ({index}/{total})", err=True)

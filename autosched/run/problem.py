@@ -65,6 +65,9 @@ class Progress:
     def note(self, message: str) -> None:
         """A warning the user should see (it is also in run.log)."""
 
+    def info(self, message: str) -> None:
+        """A plain line the user may want (it is also in run.log): no fault."""
+
     def start_model(self, label: str, total: int) -> None:
         """A model's problems are searched in turns: one display for all of them."""
 

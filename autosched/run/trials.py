@@ -155,6 +155,10 @@ class TrialBook:
         self.log.write(f"warning: {message}")
         progress.note(message)
 
+    def inform(self, message: str, progress: Progress) -> None:
+        self.log.write(f"note: {message}")
+        progress.info(message)
+
     def earlier(self, search: ProblemSearch, progress: Progress) -> list[Trial]:
         """This problem's records that can be resumed; unreadable lines are a warning."""
         problem, database = search.problem, self.database

@@ -206,7 +206,7 @@ class Tuning:
         if not baseline.ok:
             log.write("the default configuration failed: speedups are not available")
         if space.note:
-            self.book.warn(space.note, progress)
+            (self.book.inform if space.replaced else self.book.warn)(space.note, progress)
         if not space.points:
             return search
         history = self.book.history(problem, space) if config.history == "database" else []

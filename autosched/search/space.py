@@ -20,6 +20,7 @@ class SearchSpace:
     rejected: Counter = field(default_factory=Counter)  # reason -> points dropped for it
     raw: int = 0  # points of the families' products before the constraints
     note: str = ""  # what the user should know about it (the cfg's lists emptied it, ...)
+    replaced: bool = False  # the cfg's lists fit none of its points: generated ones stand in
 
     @property
     def total(self) -> int:
@@ -126,7 +127,13 @@ def fitted_space(
     if space.points or not user_lists:
         return space, "" if space.points else empty_space_message(problem, space)
     generated = build_space(problem, target, {})
-    why = empty_space_message(problem, space)
     if not generated.points:
-        return space, why
-    return generated, f"{why}. Searched with knobs generated from the problem instead"
+        return space, empty_space_message(problem, space)
+    # An ordinary case (the shipped cfg's tile lists and a model's small matmuls), not a fault.
+    generated.replaced = True
+    reasons = ", ".join(f"{n} {why}" for why, n in space.rejected.most_common(2))
+    listed = ", ".join(k for k in space.knob_values if k not in space.generated)
+    return generated, (
+        f"{problem.name}: the cfg's lists of {listed} fit none of its sizes (rejected: {reasons}): "
+        "searched with knobs generated from the problem"
+    )
