@@ -303,8 +303,14 @@ def test_a_signal_while_the_command_starts_ends_it_with_its_line_and_code(tmp_pa
     in a KeyboardInterrupt traceback (-2) or an abort, SIGTERM in -15. From the command's
     first instruction (its SIGTERM handler in place, seen in /proc) the signal ends it with
     one line, 130 or 143, nothing left running."""
+    signal_the_starting_command(tmp_path, signum, delay)
+
+
+def signal_the_starting_command(tmp_path, signum: int, delay: float, *arguments: str) -> None:
+    """Sends `signum` `delay` s after `autosched run` of the example (with `arguments`) set
+    its first handler; asserts its line, its code, a clean stderr and nothing left."""
     example = os.path.join(os.path.dirname(__file__), "..", "examples", "matmul.mlir")
-    command = [sys.executable, "-m", "autosched", "run", os.path.abspath(example)]
+    command = [sys.executable, "-m", "autosched", "run", os.path.abspath(example), *arguments]
     process = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,

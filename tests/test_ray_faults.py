@@ -17,7 +17,7 @@ import time
 
 import pytest
 from conftest import run_folder
-from test_faults import roomy_disk
+from test_faults import roomy_disk, signal_the_starting_command
 from test_ray_executor import (
     MODEL_CFG,
     MODELS,
@@ -517,3 +517,20 @@ def test_a_run_killed_under_a_local_cluster_leaves_nothing_running(
         os.kill(pid, signal.SIGKILL)
     assert any(line.startswith(b"ray::") for line in family.values()), family
     assert left == {}, list(left.values())
+
+
+@pytest.mark.slow  # about 10 s a case
+@pytest.mark.parametrize("delay", [0.005, 0.05, 0.5, 1.5])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_a_ray_run_starts_ends_it_cleanly(
+    tmp_path, tmp_path_factory, monkeypatch, no_token_auth, signum, delay
+):
+    """Issue 50: from the command's first instruction through importing Ray and starting
+    its private cluster: the signal's line and code, no traceback, nothing left running."""
+    temp = tmp_path_factory.mktemp("w")  # short: Ray's socket paths have a length limit
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    signal_the_starting_command(
+        tmp_path, signum, delay, "--executor", "ray", "--ray-address", "local"
+    )
+    time.sleep(3)  # what the run's shutdown stopped has exited
+    assert _pids(str(temp)) == []
