@@ -36,6 +36,7 @@ MODEL_NAME = "tv_resnet18_f32.mlirbc"
 MODEL = os.path.join(MODELS, MODEL_NAME)
 MOBILENET = os.path.join(MODELS, "tv_mobilenet_v3_small_f32.mlirbc")
 RESNET50 = os.path.join(MODELS, "tv_resnet50_f16.mlirbc")  # its strided 1x1s survive at 64x64
+TWO_FUNCTIONS = os.path.join(MODELS, "two_function_convs.mlir")
 CPU = CpuTarget(RunConfig())
 CONV = "conv_nfohowckhkw_2x128x8x8x128x3x3_s1x1_f32_f32_f32"
 POINTWISE_CONV = "conv_nfohowc_2x128x8x8x64_s1x1_f32_f32_f32"
@@ -234,3 +235,36 @@ def test_a_convolution_whose_dispatch_check_cannot_run_is_checked_on_the_whole_m
         assert "has no kernel of its own to check answers on: not searched" in result.output
         assert kinds == {"matmul"}  # the classifier's matmul searched, no convolution measured
     assert "model:" in result.output  # and the whole model proved
+
+
+@pytest.mark.slow
+def test_a_model_of_several_functions_checks_each_convolution_on_its_own_function(
+    tmp_path, monkeypatch
+):
+    """A model exporting two functions (as prefill and decode do), a convolution in each:
+    checked on the whole model, each problem runs the function its dispatch belongs to
+    (the check asked for "the" function and stopped the run with "name one")."""
+    from autosched.measure.module_io import RunFailed
+    from autosched.run.checks import AnswerChecks
+
+    answer = AnswerChecks.default_answer
+
+    def dispatch_check_fails(self, search, entry, name):
+        if name != "model":
+            return RunFailed("iree-run-module took over 20 s")
+        return answer(self, search, entry, name)
+
+    monkeypatch.setattr(AnswerChecks, "default_answer", dispatch_check_fails)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    shutil.copy(TWO_FUNCTIONS, tmp_path)
+    result = CliRunner().invoke(cli, ["run", os.path.basename(TWO_FUNCTIONS), "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "generated" / "two_function_convs"
+    records = [json.loads(line) for line in open(folder / "tuning.jsonl")]
+    assert {r["problem"] for r in records} == {
+        "conv_nfohowckhkw_2x16x14x14x8x3x3_s1x1_f32_f32_f32",
+        "conv_nfohowckhkw_2x32x12x12x16x3x3_s1x1_f32_f32_f32",
+    }
+    assert all(r["verification"] == "correct" for r in records if r["status"] == "ok")
+    assert (folder / "run.log").read_text().count("answers checked on the whole model") == 2

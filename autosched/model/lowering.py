@@ -342,6 +342,22 @@ def dispatch_calls(module: ir.Module) -> dict[str, int]:
     return dict(calls)
 
 
+def dispatch_callers(module: ir.Module) -> dict[str, str]:
+    """Entry point -> the exported function whose run launches it (its `$async` twin read
+    as the function), for a module of several functions (prefill and decode, ...)."""
+    callers: dict[str, str] = {}
+    for function in children(module.operation):
+        if function.name not in ("util.func", "func.func"):
+            continue
+        name = symbol(function).removesuffix("$async")
+        for op in walk_ops(function):
+            if op.name == "flow.dispatch":
+                for entry in ir.ArrayAttr(op.attributes["entry_points"]):
+                    path = ir.SymbolRefAttr(entry).value
+                    callers.setdefault(path[-1] if len(path) == 2 else path[0], name)
+    return callers
+
+
 def _dispatch_functions(module: ir.Module):
     """(executable name, entry point name, func op) for every dispatch function."""
     for executable in children(module.operation):

@@ -23,7 +23,12 @@ from autosched.model.dispatch_benchmarks import dispatch_check_modules, strip_be
 from autosched.model.fixed_lengths import SIZE_HINT, fixed_length_model
 from autosched.model.input_types import model_input_flags
 from autosched.model.layouts import ModelLayout, choose_layout
-from autosched.model.lowering import ModelAnalysis, dispatch_calls, prepare_model
+from autosched.model.lowering import (
+    ModelAnalysis,
+    dispatch_callers,
+    dispatch_calls,
+    prepare_model,
+)
 from autosched.model.model_build import (
     FLOW,
     ModelBuild,
@@ -209,24 +214,31 @@ def attach_benchmarks(
         benchmarks[entry_point] = replace(
             benchmarks[entry_point], check_source=check, check_inputs=inputs, check_outputs=outputs
         )
-    whole_model = None
+    whole_model: dict[str | None, dict] = {}  # per function of the model (several: by name)
+    callers = dispatch_callers(flow)
+    names = set(callers.values())
     for entry in problems:
         found = [benchmarks.get(site.entry_point) for site in entry.contraction.sites]
         entry.benchmark = next((b for b in found if b is not None), None)
         if entry.benchmark is None:
             report.note(f"  {entry.problem.name}: no dispatch benchmark; timed as a kernel")
         elif kind_of(entry.problem).checks_model:
-            whole_model = whole_model or model_check(source, flags, folder, source)
-            entry.benchmark = replace(entry.benchmark, model_check=whole_model)
+            caller = callers.get(entry.benchmark.entry_point) if len(names) > 1 else None
+            if caller not in whole_model:
+                whole_model[caller] = model_check(source, flags, folder, source, caller)
+            entry.benchmark = replace(entry.benchmark, model_check=whole_model[caller])
             if not entry.benchmark.check_source:
                 entry.benchmark = entry.benchmark.on_whole_model()
     return ModelDispatches(benchmarks, dispatch_calls(flow))
 
 
-def model_check(source: str, flags, folder: str, model_path: str) -> dict:
+def model_check(
+    source: str, flags, folder: str, model_path: str, function: str | None = None
+) -> dict:
     """A benchmark's check fields for checking answers on the whole model (`checks_model`):
-    the model's source, its entry function and the plain tensor types it takes."""
-    entry = source_entry_function(source, flags, None, folder, DEFAULT_TIMEOUT, model_path)
+    the model's source, its entry function (`function`, of a model of several) and the
+    plain tensor types it takes."""
+    entry = source_entry_function(source, flags, function, folder, DEFAULT_TIMEOUT, model_path)
     return {
         "check_source": source,
         "check_inputs": tuple((spec.shape, spec.element) for spec in entry.inputs),
