@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autosched.outputs.records import Trial
 from autosched.run.problem import BASELINE
-from autosched.run.retime import finalists, judge, paired_verdict, timed_rounds
+from autosched.run.retime import FAST_FLOOR, finalists, judge, paired_verdict, timed_rounds
 
 
 def rounds(default: list[float], candidate: list[float]) -> list[dict[str, float]]:
@@ -100,3 +100,14 @@ def test_a_noisy_near_win_says_so_and_what_to_do():
     slower = ProblemResult(Named(), None)
     slower.verdict = paired_verdict(rounds([10.0, 10.0, 10.0], [11.0, 11.0, 11.0]), "c")
     assert no_winner_line([slower]) == "no tuning spec: nothing beat IREE's default configurations"
+
+
+def test_fast_mode_re_times_no_clear_loser():
+    """With fast mode's floor, a candidate clearly slower than the default on the first pass
+    (against the default timed nearest to it) is not re-timed; one near it still is."""
+    default = trial(BASELINE, 10.0, 1.0, baseline=True)
+    loser, near = trial("loser", 12.0, 0.8), trial("near", 10.2, 0.98)
+    assert finalists([loser], default, top=1, floor=FAST_FLOOR) == ([], [])
+    assert finalists([loser], default, top=1)[0] == [loser]  # normal mode: re-timed
+    near.reference_ms = 10.0  # the default re-timed beside it
+    assert finalists([loser, near], default, top=2, floor=FAST_FLOOR)[0] == [near]

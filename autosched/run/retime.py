@@ -13,6 +13,7 @@ from autosched.run.problem import BASELINE
 
 RETIME_ROUNDS = 3
 DRIFT_WARNING = 0.10  # flag a default that moved more than this between start and end
+FAST_FLOOR = 0.95  # fast mode re-times only candidates at least this fast as the default
 
 
 @dataclass
@@ -49,13 +50,23 @@ def paired_verdict(rounds: list[dict[str, float]], name: str) -> PairedVerdict:
     return PairedVerdict(speedups, noise)
 
 
+def first_pass_speedup(trial: Trial, baseline: Trial | None) -> float | None:
+    """The trial's speedup over the default timed nearest to it, from the search's timing."""
+    default_ms = trial.reference_ms or (baseline.median_ms if baseline and baseline.ok else None)
+    return default_ms / trial.median_ms if default_ms and trial.ok and trial.median_ms else None
+
+
 def finalists(
-    trials: list[Trial], baseline: Trial | None, top: int
+    trials: list[Trial], baseline: Trial | None, top: int, floor: float = 0.0
 ) -> tuple[list[Trial], list[Trial]]:
     """The top few by score, and those with the default first: what is re-timed. By score:
     each trial's speedup over the default timed nearest to it (and on its own device), not
-    its raw time, which moves with the machine."""
+    its raw time, which moves with the machine. With a `floor`, a trial whose first-pass
+    speedup is below it is not re-timed (fast mode: a clear loser cannot turn into a win
+    beyond the noise, and its re-timing costs seconds)."""
     ranked = sorted((t for t in trials if t.ok), key=lambda t: -t.gflops)
+    if floor:
+        ranked = [t for t in ranked if (first_pass_speedup(t, baseline) or 0.0) >= floor]
     contenders = ranked[: max(top, 1)]
     with_default = baseline is not None and baseline.ok and contenders
     return contenders, ([baseline] if with_default else []) + contenders

@@ -53,6 +53,8 @@ class Retiming:
         self.builds, self.settings, self.lock = builds, settings, lock
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.finished: list[ProblemResult] = []  # problems searched to the end, in that order
+        # Fast mode leaves clear losers out of the re-timing (minutes count there).
+        self.floor = retime.FAST_FLOOR if config.mode == "fast" else 0.0
 
     def finish_problem(
         self,
@@ -114,7 +116,9 @@ class Retiming:
         if search.state is None:
             return {}
         result = search.result
-        _, entries = retime.finalists(result.trials, result.baseline, self.config.retime_top)
+        _, entries = retime.finalists(
+            result.trials, result.baseline, self.config.retime_top, self.floor
+        )
         if not entries:
             return {}
         return self.builds.modules_for(search.problem, entries, search.repeat, search)
@@ -126,10 +130,17 @@ class Retiming:
         winner only when it beats the default by more than the noise."""
         log, problem, result = self.log, search.problem, search.result
         contenders, entries = retime.finalists(
-            result.trials, result.baseline, self.config.retime_top
+            result.trials, result.baseline, self.config.retime_top, self.floor
         )
         if not contenders:
-            log.write("no candidate compiled, ran and gave the right answer")
+            best = max(filter(None, (retime.first_pass_speedup(t, result.baseline)
+                                     for t in result.trials)), default=None)  # fmt: skip
+            log.write(
+                "no candidate compiled, ran and gave the right answer"
+                if best is None
+                else f"not re-timed: the best candidate was {best:.2f}x IREE's default on "
+                f"the first pass (fast mode re-times those from {retime.FAST_FLOOR:g}x)"
+            )
             return
         log.write(
             f"{problem.name}: the top {len(contenders)} re-timed beside the default"
