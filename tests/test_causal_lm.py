@@ -12,11 +12,13 @@ import shutil
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_CFG
+from conftest import MODEL_CFG, attach_dispatches
 from iree.compiler import ir
 
 from autosched.cli import cli
+from autosched.compile import compile_one
 from autosched.config import RunConfig
+from autosched.drivers.campaign import ModelProblem
 from autosched.drivers.decode_proof import (
     DECODE_STEPS,
     GreedyCheck,
@@ -28,10 +30,14 @@ from autosched.drivers.decode_proof import (
 from autosched.drivers.entry_points import model_functions
 from autosched.drivers.proof import compile_model
 from autosched.measure.module_io import EntryFunction, TensorSpec
+from autosched.model.configured import check_build
 from autosched.model.lowering import analyze_model
 from autosched.model.torch_ops import VTensor
 from autosched.outputs.spec import tuning_spec
+from autosched.run.builds import dispatch_job, expected_config
+from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
+from autosched.targets.cuda_attention import CudaAttentionTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 CACHED = os.path.join(MODELS, "hf_tiny_llama_cached_f32.mlirbc")
@@ -237,3 +243,24 @@ def test_inputs_for_a_model_of_several_functions_are_refused_before_the_search(
         " function is proved on seeded inputs)"
     )
     assert not (tmp_path / "generated" / "hf_tiny_llama_cached_f32" / "tuning.jsonl").exists()
+
+
+def test_a_decode_steps_single_query_row_attention_is_tuned_on_its_dispatch(tmp_path):
+    """The decode step's attention has one query row, whose unit loop IREE folds away (loops
+    b, n, k1, k2): it is a problem (it was 'not tuned'), its space the value-column and
+    key-row tiles, and a point's spec reaches its root in IREE's own dispatch."""
+    target = CpuTarget(RunConfig())
+    analysis = analyze_model(CACHED, target.compile_flags())
+    (decode,) = [r for r in analysis.roots if r.kind == "attention" and r.single_row]
+    assert decode.name == "attention_4x1x16x64x16_f32_mask_i1"
+    assert decode.loops == ("b", "n", "k1", "k2") and decode.flops == 2 * 4 * 64 * (16 + 16)
+    space = build_space(decode, target, {})
+    assert len(space.points) == 15 and {p["q_tile"] for p in space.points} == {1}
+    entry = ModelProblem(decode, decode)
+    attach_dispatches([entry], CACHED, target.compile_flags(), str(tmp_path / "d"))
+    point = {"q_tile": 1, "q_vec": 1, "n_vec": 16, "kv_tile": 16}
+    timed = dispatch_job(entry.benchmark, decode, target, point, str(tmp_path / "timed"))
+    assert compile_one(timed, 300).status == "ok"
+    assert check_build(timed.output, expected_config(decode, target, point)).ok
+    why = CudaAttentionTarget.supports(None, decode)  # not read as a tensor-core attention
+    assert why == "a single query row (a decode step): no tensor-core configuration"

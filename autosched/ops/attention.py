@@ -136,6 +136,11 @@ class AttentionProblem(AttentionCheck):
         return [i for i, r in enumerate(self.loops) if r == role]
 
     @property
+    def single_row(self) -> bool:
+        """One query row (a decode step): IREE folds its unit loop, so no loop is m."""
+        return "m" not in self.loops
+
+    @property
     def batch_sizes(self) -> list[int]:
         return [self.loop_sizes[i] for i in self.positions("b")]
 
@@ -296,7 +301,8 @@ def read_attention(op: ir.Operation, site: DispatchSite) -> AttentionProblem | S
         for position, extent in zip(positions, tensor.shape if tensor else (), strict=True):
             sizes[position] = extent
     roles = _roles(set(maps[0]), set(maps[1]), set(maps[2]), out_loops, loops)
-    if any(roles.count(r) != 1 for r in ("m", "n", "k1", "k2")):
+    # A decode step's attention has one query row, its unit loop folded away: no m.
+    if any(roles.count(r) != 1 for r in ("n", "k1", "k2")) or roles.count("m") > 1:
         return SkippedRoot(op.name, "attention", f"loops {roles} are not one m, n, k1, k2", site)
     types = [str(operands[i].element_type) for i in range(3)]
     if not set(types) <= set(ATTENTION_TYPES):

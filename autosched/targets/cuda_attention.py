@@ -63,6 +63,8 @@ class CudaAttentionTarget(CudaTarget):
 
     def supports(self, problem: AttentionProblem) -> str | None:
         """The tensor-core intrinsic must exist for the types (no f32 attention here)."""
+        if problem.single_row:
+            return "a single query row (a decode step): no tensor-core configuration"
         kind = MMA_FOR_TYPES.get((problem.query_type, "f32"))
         types = {problem.query_type, problem.key_type, problem.value_type}
         if len(types) > 1 or kind not in self.mma_intrinsics:
