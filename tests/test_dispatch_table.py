@@ -159,3 +159,31 @@ def test_the_table_names_each_root_op_and_marks_only_the_problems_in_the_spec():
     ]  # fmt: skip
     assert lines[2].rstrip().endswith("matmul_64x64x64 (in spec)") and "matmul 64x64x64" in lines[2]
     assert lines[3].rstrip().endswith("matmul_32x32x32") and "softmax 64x128" in lines[4]
+
+
+def test_without_a_spec_the_picture_has_the_defaults_bars_alone():
+    """A run that wrote no spec times nothing after: its picture had orange bars "with the
+    spec", each equal to the default's."""
+    matplotlib = pytest.importorskip("matplotlib", reason="the plots extra is not installed")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [
+        DispatchRow("m$async_dispatch_0_matmul_64x64x64_f32", 2, 1.0, root_op="matmul 64x64x64"),
+        DispatchRow("m$async_dispatch_1_reduction_64x128_f32", 1, 0.3, root_op="softmax 64x128"),
+    ]
+    bars = picture_bars(rows)
+    assert [b.tuned_ms for b in bars] == [None, None] and bars[0].default_ms == 2.0
+    figure, axes = plt.subplots()
+    _spec_panel(axes, bars)
+    assert len(axes.containers) == 1
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["IREE default"]
+    assert "no spec written" in axes.get_title()
+    plt.close(figure)
+
+
+def test_without_a_spec_the_table_has_no_after_columns():
+    rows = [DispatchRow("m$async_dispatch_0_matmul_64x64x64_f32", 2, 1.0, root_op="matmul")]
+    lines = dispatch_lines(rows).splitlines()
+    assert "ms after" not in lines[0] and "share after" not in lines[0]
+    assert lines[-1] == "all dispatches: 2 ms per model call (IREE's default; no spec written)"

@@ -173,25 +173,27 @@ def layout_line(rows: list[DispatchRow], total: float) -> list[str]:
 
 
 def dispatch_lines(rows: list[DispatchRow]) -> str:
-    """The table: each dispatch's time per model call and its share, before and after."""
+    """The table: each dispatch's time per model call and its share, before and after (the
+    default alone when no spec was written: nothing was timed after)."""
     before = sum(r.default_total for r in rows) or 1.0
     after = sum(r.tuned_total for r in rows) or 1.0
+    with_spec = any(r.tuned_ms is not None for r in rows)
     headers = ["dispatch", "root op", "runs", "ms before", "share", "ms after", "share after"]
-    headers.append("problem")
-    cells = [
-        [
-            r.entry_point,
-            r.root_op or "-",
-            str(r.calls),
-            f"{r.default_total:.4g}" if r.default_ms is not None else "-",
-            f"{r.default_total / before:.1%}",
-            f"{r.tuned_total:.4g}" if r.default_ms is not None else "-",
-            f"{r.tuned_total / after:.1%}",
-            _problem_cell(r),
-        ]
-        for r in rows
-    ]
-    total = f"all dispatches: {before:.4g} ms -> {after:.4g} ms per model call"
+    headers = [*(headers if with_spec else headers[:5]), "problem"]
+    cells = []
+    for r in rows:
+        cell = [r.entry_point, r.root_op or "-", str(r.calls)]
+        cell += [f"{r.default_total:.4g}" if r.default_ms is not None else "-"]
+        cell += [f"{r.default_total / before:.1%}"]
+        if with_spec:
+            cell += [f"{r.tuned_total:.4g}" if r.default_ms is not None else "-"]
+            cell += [f"{r.tuned_total / after:.1%}"]
+        cells.append([*cell, _problem_cell(r)])
+    total = (
+        f"all dispatches: {before:.4g} ms -> {after:.4g} ms per model call"
+        if with_spec
+        else f"all dispatches: {before:.4g} ms per model call (IREE's default; no spec written)"
+    )
     return "\n".join([table(headers, cells), total, *layout_line(rows, after)])
 
 
@@ -278,21 +280,35 @@ class Bar:
 
     label: str
     default_ms: float
-    tuned_ms: float
+    tuned_ms: float | None  # None: no build with a spec (the run wrote none)
     changed: bool
 
 
 def picture_bars(rows: list[DispatchRow]) -> list[Bar]:
-    """The picture's bars, in the rows' order: each labelled by its root op."""
-    return [Bar(bar_label(r), r.default_total, r.tuned_total, r.changed) for r in rows]
+    """The picture's bars, in the rows' order: each labelled by its root op. Without a
+    spec (no row timed after), there is no second bar: the default stays."""
+    with_spec = any(r.tuned_ms is not None for r in rows)
+    return [
+        Bar(bar_label(r), r.default_total, r.tuned_total if with_spec else None, r.changed)
+        for r in rows
+    ]
 
 
 SPEC_HATCH = "///"
 
 
 def _spec_panel(axes, bars: list[Bar]) -> None:
-    """IREE's dispatches before and after the spec; those the spec configures hatched."""
+    """IREE's dispatches before and after the spec; those the spec configures hatched.
+    Without a spec, the default's bars alone (an orange bar "with the spec" equal to the
+    default's said a spec had been tried on every dispatch)."""
     positions = range(len(bars))
+    if any(b.tuned_ms is None for b in bars):
+        axes.barh(list(positions), [b.default_ms for b in bars], 0.6,
+                  label="IREE default", color="tab:blue")  # fmt: skip
+        axes.set_yticks(list(positions), [b.label for b in bars], fontsize=7)
+        axes.set_title("IREE's dispatches (no spec written: IREE's default stays)", fontsize=9)
+        axes.legend()
+        return
     axes.barh([p + 0.2 for p in positions], [b.default_ms for b in bars], 0.4,
               label="IREE default", color="tab:blue")  # fmt: skip
     tuned = axes.barh(
