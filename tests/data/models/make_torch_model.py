@@ -30,6 +30,8 @@ Models (f32, weights small so the files stay small):
   x[2, 3, 64, 64] (a batch of 2: see targets/cpu_convolution.py), its parameters as arguments
   (issue 25). Needs torchvision and pillow beside torch; a CPU-only torch cannot load
   torchvision's compiled ops, which resnet18 does not use, so their registration is skipped.
+- `tv_resnet18_f32_96.mlirbc`: the same on x[2, 3, 96, 96] (shape classes near the 64x64
+  one's: what a knowledge base learnt on one teaches the other).
 - `tv_resnet18_f16.mlirbc`: the same in f16, for the CUDA convolutions (tensor cores need
   16-bit operands).
 - `tv_resnet50_f16.mlirbc`: torchvision's own `resnet50` (10 classes, eval mode, f16) on
@@ -148,8 +150,8 @@ def hf_bert_layer(dtype: torch.dtype = torch.float32, seq: int = 32) -> tuple[nn
     return LayerWithWeights(layer, ()), (torch.randn(2, seq, 128, dtype=dtype), *weights)
 
 
-def torchvision_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
-    """torchvision's own `name` (10 classes, eval mode) on x[2, 3, 64, 64] in `dtype`."""
+def torchvision_model(name: str, dtype: torch.dtype, side: int = 64) -> tuple[nn.Module, tuple]:
+    """torchvision's own `name` (10 classes, eval mode) on x[2, 3, side, side] in `dtype`."""
     import importlib
     import sys
     import types
@@ -162,7 +164,7 @@ def torchvision_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     models = importlib.import_module("torchvision.models")
     model = getattr(models, name)(num_classes=10).eval().to(dtype)
     weights = [p.detach() for p in model.parameters()]
-    return weights_as_arguments(model, 1), (torch.randn(2, 3, 64, 64).to(dtype), *weights)
+    return weights_as_arguments(model, 1), (torch.randn(2, 3, side, side).to(dtype), *weights)
 
 
 def timm_vit_tiny(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
@@ -241,6 +243,9 @@ def models() -> dict:
         ("efficientnet_b0", torch.float32, "tv_efficientnet_b0_f32.mlirbc"),
     ):
         found[name] = lambda n=net, d=dtype: torchvision_model(n, d)
+    # The same resnet18 on 96x96 images: each convolution's image 1.5x as wide, the shape
+    # classes near the 64x64 one's (benchmarks/transfer_runs.py: what its runs teach).
+    found["tv_resnet18_f32_96.mlirbc"] = lambda: torchvision_model("resnet18", torch.float32, 96)
     for dtype, name in ((torch.float32, "f32"), (torch.float16, "f16")):
         found[f"timm_vit_tiny_{name}.mlirbc"] = lambda d=dtype: timm_vit_tiny(d)
     found["hf_tiny_causal_lm_f32.mlirbc"] = hf_tiny_causal_lm
