@@ -139,7 +139,7 @@ SPACE = {"tile_m": [16, 32, 64], "tile_n": [32, 64, 128], "vec_m": [4, 8],
          "vec_n": [8, 16], "vec_k": [1, 4]}  # fmt: skip
 
 
-def _campaign(tmp_path, base: Knowledge, problems: list[MatmulProblem], budget: int):
+def _campaign(tmp_path, base: Knowledge, problems: list[MatmulProblem], budget: int, space=None):
     """A fast-mode campaign over `problems` on the CPU, timed on their kernels, with `base`
     as the knowledge base; its entries, run.log and database records."""
     path = tmp_path / "knowledge.json"
@@ -147,7 +147,7 @@ def _campaign(tmp_path, base: Knowledge, problems: list[MatmulProblem], budget: 
     config = RunConfig(
         target="cpu", work_dir=str(tmp_path / "work"), jobs=2, tuner="random", batch_size=4,
         repetitions=2, min_time=0.01, retime_top=1, time_on="kernel", knowledge=str(path),
-        search_space=SPACE, starting_points="none",
+        search_space=space or SPACE, starting_points="none", mode="fast",
     )  # fmt: skip
     tuning = Tuning(config, CpuTarget(config), resume=False)
     entries = [ModelProblem(p, Runs(1)) for p in problems]
@@ -210,3 +210,15 @@ def test_siblings_share_their_winners(tmp_path):
     size = int(log.split(f"{small.name}: a batch of up to ")[1].split()[0])
     first_batch = [r.config for r in records if r.problem == small.name and not r.baseline]
     assert set(shared) <= set(first_batch[:size])
+
+
+def test_fast_mode_re_times_no_clear_loser_and_keeps_the_defaults_time(tmp_path):
+    """Vectors of 1x8x1 are several times slower than IREE's default: fast mode does
+    not re-time them beside it, says so, and the problem keeps its default's first time."""
+    problem = matmul(256, 1024, 512)
+    slow = {"tile_m": [16], "tile_n": [32, 64], "vec_m": [1], "vec_n": [8], "vec_k": [1]}
+    entries, log, _ = _campaign(tmp_path, Knowledge([]), [problem], budget=2, space=slow)
+    assert "not re-timed: the best candidate was" in log
+    assert "re-timed beside the default" not in log
+    result = entries[0].search.result
+    assert result.best is None and result.baseline_ms == result.baseline.median_ms

@@ -141,6 +141,8 @@ class Retiming:
                 else f"not re-timed: the best candidate was {best:.2f}x IREE's default on "
                 f"the first pass (fast mode re-times those from {retime.FAST_FLOOR:g}x)"
             )
+            baseline = result.baseline  # the table's default time: its search's own timing
+            result.baseline_ms = baseline.median_ms if baseline and baseline.ok else None
             return
         log.write(
             f"{problem.name}: the top {len(contenders)} re-timed beside the default"
