@@ -40,15 +40,22 @@ def test_without_the_torch_extra_tune_says_how_to_install_it():
     assert "\n" not in message
 
 
-@needs_torch
-def test_tune_returns_a_callable_that_runs_the_tuned_build(tmp_path, monkeypatch):
+def _mlp_in(tmp_path, monkeypatch, dtype):
+    """A two-layer MLP in `dtype` and an example input, in `tmp_path` with the tiny cfg."""
     import torch
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "auto-scheduler.cfg").write_text(TINY_CFG)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
-    x = torch.randn(16, 64)
+    return model.to(dtype), torch.randn(16, 64, dtype=dtype)
+
+
+@needs_torch
+def test_tune_returns_a_callable_that_runs_the_tuned_build(tmp_path, monkeypatch):
+    import torch
+
+    model, x = _mlp_in(tmp_path, monkeypatch, torch.float32)
     tuned = autosched.tune(model, x, budget=2)
     assert isinstance(tuned, autosched.TunedModule)
     expected = model(x).detach()
@@ -80,12 +87,7 @@ def test_tune_takes_and_returns_bf16_tensors(tmp_path, monkeypatch):
     """numpy has no bf16: weights, inputs and results cross to IREE as ml_dtypes' bfloat16."""
     import torch
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "auto-scheduler.cfg").write_text(TINY_CFG)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
-    model = model.to(torch.bfloat16)
-    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    model, x = _mlp_in(tmp_path, monkeypatch, torch.bfloat16)
     tuned = autosched.tune(model, x, budget=2)
     got = tuned(x)
     assert got.dtype == torch.bfloat16 and got.shape == (16, 32)

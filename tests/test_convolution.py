@@ -205,23 +205,12 @@ def test_a_convolution_whose_dispatch_check_cannot_run_is_checked_on_the_whole_m
     cannot run (on the H200 resnet50's and mobilenet_v3's 1x1 ones ran past the run
     timeout), its answers are checked on the whole model. When that cannot run either, the
     problem is not searched (not even timed) and says why, and the run goes on."""
-    from autosched.measure.module_io import RunFailed
-    from autosched.run.checks import AnswerChecks
 
-    answer = AnswerChecks.default_answer
-
-    def check_times_out(self, search, entry, name):
+    def fails(search, name: str) -> bool:
         on_model = name == "model"
-        if search.problem.kind == "convolution" and (not on_model or failing != "dispatch"):
-            return RunFailed("iree-run-module took over 20 s")
-        return answer(self, search, entry, name)
+        return search.problem.kind == "convolution" and (not on_model or failing != "dispatch")
 
-    monkeypatch.setattr(AnswerChecks, "default_answer", check_times_out)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
-    shutil.copy(MODEL, tmp_path)
-    result = CliRunner().invoke(cli, ["run", "tv_resnet18_f32.mlirbc", "--budget", "4"])
-    assert result.exit_code == 0, result.output
+    result = _run_with_failing_checks(tmp_path, monkeypatch, MODEL, fails)
     records = [json.loads(line) for line in open("generated/tv_resnet18_f32/tuning.jsonl")]
     kinds = {r["shape"].get("kind", "matmul") for r in records}
     log = open("generated/tv_resnet18_f32/run.log").read()
@@ -244,22 +233,9 @@ def test_a_model_of_several_functions_checks_each_convolution_on_its_own_functio
     """A model exporting two functions (as prefill and decode do), a convolution in each:
     checked on the whole model, each problem runs the function its dispatch belongs to
     (the check asked for "the" function and stopped the run with "name one")."""
-    from autosched.measure.module_io import RunFailed
-    from autosched.run.checks import AnswerChecks
-
-    answer = AnswerChecks.default_answer
-
-    def dispatch_check_fails(self, search, entry, name):
-        if name != "model":
-            return RunFailed("iree-run-module took over 20 s")
-        return answer(self, search, entry, name)
-
-    monkeypatch.setattr(AnswerChecks, "default_answer", dispatch_check_fails)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
-    shutil.copy(TWO_FUNCTIONS, tmp_path)
-    result = CliRunner().invoke(cli, ["run", os.path.basename(TWO_FUNCTIONS), "--budget", "4"])
-    assert result.exit_code == 0, result.output
+    _run_with_failing_checks(
+        tmp_path, monkeypatch, TWO_FUNCTIONS, lambda search, name: name != "model"
+    )
     folder = tmp_path / "generated" / "two_function_convs"
     records = [json.loads(line) for line in open(folder / "tuning.jsonl")]
     assert {r["problem"] for r in records} == {
@@ -268,3 +244,25 @@ def test_a_model_of_several_functions_checks_each_convolution_on_its_own_functio
     }
     assert all(r["verification"] == "correct" for r in records if r["status"] == "ok")
     assert (folder / "run.log").read_text().count("answers checked on the whole model") == 2
+
+
+def _run_with_failing_checks(tmp_path, monkeypatch, model: str, fails):
+    """`autosched run MODEL --budget 4` in `tmp_path` where each default-answer check that
+    `fails(search, name)` names ("model": the whole model's) times out; its result."""
+    from autosched.measure.module_io import RunFailed
+    from autosched.run.checks import AnswerChecks
+
+    answer = AnswerChecks.default_answer
+
+    def check(self, search, entry, name):
+        if fails(search, name):
+            return RunFailed("iree-run-module took over 20 s")
+        return answer(self, search, entry, name)
+
+    monkeypatch.setattr(AnswerChecks, "default_answer", check)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
+    shutil.copy(model, tmp_path)
+    result = CliRunner().invoke(cli, ["run", os.path.basename(model), "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    return result
