@@ -59,12 +59,12 @@ def weights_as_arguments(module, inputs: int):
     return WeightsAsArguments()
 
 
-def to_numpy(tensor) -> np.ndarray:
+def to_numpy(torch, tensor) -> np.ndarray:
     """A torch tensor as a numpy array IREE's runtime takes: bf16 (which numpy lacks) as
     ml_dtypes' bfloat16, through its bits."""
     tensor = tensor.detach().cpu()
-    if str(tensor.dtype) == "torch.bfloat16":
-        return tensor.view(_torch_and_aot()[0].uint16).numpy().view(ml_dtypes.bfloat16)
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
     return tensor.numpy()
 
 
@@ -90,7 +90,7 @@ class TunedModule:
         torch, _ = _torch_and_aot()
         if self.loaded is None:
             self.loaded = LoadedModule(self.vmfb, self.device)
-        arrays = [to_numpy(t) for t in tensors]
+        arrays = [to_numpy(torch, t) for t in tensors]
         results = [to_torch(torch, r) for r in self.loaded(*arrays, *self.weights)]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -134,5 +134,5 @@ def tune(
     spec, custom = run_files(config, None, None)
     compiled = compile_tuned(config, spec, custom, os.path.join(folder, TUNED_VMFB))
     device = make_target(config).device
-    arrays = [to_numpy(w) for w in weights]
+    arrays = [to_numpy(torch, w) for w in weights]
     return TunedModule(compiled.vmfb, device, arrays, compiled.describe())

@@ -101,8 +101,8 @@ def _enumerate(space: SearchSpace, problem, order: list[str], lists, constraints
 
 def empty_space_message(problem: Problem, space: SearchSpace) -> str:
     """Why a problem has nothing to search, and which of the cfg's lists to change."""
-    reasons = ", ".join(f"{n} {why}" for why, n in space.rejected.most_common(3))
-    listed = [knob for knob in space.knob_values if knob not in space.generated]
+    reasons = _reasons(space, 3)
+    listed = _listed(space)
     empty = [knob for knob, values in space.knob_values.items() if not values]
     message = f"{problem.name}: no point of its space passes the constraints"
     if reasons:
@@ -131,9 +131,17 @@ def fitted_space(
         return space, empty_space_message(problem, space)
     # An ordinary case (the shipped cfg's tile lists and a model's small matmuls), not a fault.
     generated.replaced = True
-    reasons = ", ".join(f"{n} {why}" for why, n in space.rejected.most_common(2))
-    listed = ", ".join(k for k in space.knob_values if k not in space.generated)
     return generated, (
-        f"{problem.name}: the cfg's lists of {listed} fit none of its sizes (rejected: {reasons}): "
-        "searched with knobs generated from the problem"
+        f"{problem.name}: the cfg's lists of {', '.join(_listed(space))} fit none of its sizes "
+        f"(rejected: {_reasons(space, 2)}): searched with knobs generated from the problem"
     )
+
+
+def _reasons(space: SearchSpace, most: int) -> str:
+    """The `most` commonest reasons points were rejected, with their counts."""
+    return ", ".join(f"{n} {why}" for why, n in space.rejected.most_common(most))
+
+
+def _listed(space: SearchSpace) -> list[str]:
+    """The knobs whose candidates the cfg listed (not generated from the problem)."""
+    return [knob for knob in space.knob_values if knob not in space.generated]
