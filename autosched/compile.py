@@ -31,6 +31,7 @@ class CompileJob:
     flags: list[str]
     before: list[str] = field(default_factory=list)  # a command that writes `source` first
     built: bool = False  # compiled already by this run (a build problems share): reused
+    built_s: float = 0.0  # ... and the seconds that compile took, for the record
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _assemble(build: list[str], job: CompileJob, timeout: float, folder: str) ->
 def compile_one(job: CompileJob, timeout: float) -> CompileResult:
     """iree-compile on one variant (after the command that writes it, if it has one)."""
     if job.built and os.path.exists(job.output):
-        return CompileResult(job, "ok", 0.0)
+        return CompileResult(job, "ok", job.built_s)
     os.makedirs(os.path.dirname(job.output) or ".", exist_ok=True)
     seconds = 0.0
     if job.before:

@@ -120,6 +120,24 @@ class RunConfig:
         return SEARCH_SPACE
 
     @property
+    def first_pass_repetitions(self) -> int:
+        """Repetitions of a candidate's first timing: fewer in fast mode, where the paired
+        re-timing, not the first pass, names the winner."""
+        return min(self.repetitions, FAST_REPETITIONS) if self.mode == "fast" else self.repetitions
+
+    @property
+    def repetition_s(self) -> float:
+        """Seconds a timing's repetition (and its warm-up) lasts at least: shorter in fast
+        mode, where 0.05 s repetitions made timing half of a CPU search's wall time."""
+        return min(self.min_time, FAST_MIN_TIME) if self.mode == "fast" else self.min_time
+
+    @property
+    def finalists(self) -> int:
+        """Candidates a problem re-times beside its default (`retime_top`; fewer in fast
+        mode, where each costs three paired rounds)."""
+        return min(self.retime_top, FAST_RETIME_TOP) if self.mode == "fast" else self.retime_top
+
+    @property
     def times_dispatches(self) -> bool:
         """Whether a model run times every dispatch for its tables (`dispatch_table`)."""
         if self.dispatch_table == "auto":
@@ -181,6 +199,9 @@ _SECTIONS: dict[str, dict[str, type]] = {
     },
 }
 MODES = ("fast", "normal", "extreme")
+FAST_REPETITIONS = 3  # fast mode: a candidate's first timing repeats at most this often
+FAST_RETIME_TOP = 2  # fast mode: at most this many finalists re-timed a problem
+FAST_MIN_TIME = 0.02  # fast mode: seconds a timing's repetition lasts at least
 TIME_ON = ("dispatch", "kernel")
 TIMERS = ("auto", "tool", "worker")
 EXECUTORS = ("local", "ray")

@@ -131,14 +131,16 @@ def main() -> None:
                 name, SimpleNamespace(config=name, point=by_name[name], baseline=False)
             )
     from autosched.measure.worker import make_problem_data
+    from autosched.run.retiming import time_on
 
     repeat = sweep_tuning.config.dispatch_repeat or sweep_tuning.target.dispatch_repeat(problem)
-    modules = sweep_tuning.modules_for(problem, list(contenders.values()), repeat)
+    modules = sweep_tuning.builds.modules_for(problem, list(contenders.values()), repeat)
     data = make_problem_data(problem, os.path.join(options.out, "inputs"), seed=0)
     samples: dict[str, list[float]] = {name: [] for name in modules}
     for _ in range(ROUNDS):
         for name, module in modules.items():
-            timing = sweep_tuning.time_candidate(module, data, 3, repeat)
+            bench, settings = sweep_tuning.executor.primary, sweep_tuning.settings
+            timing = time_on(bench, settings, module, data, 3, repeat)
             if timing.status == "ok":
                 samples[name].append(timing.median_ms)
     final = {name: statistics.median(v) for name, v in samples.items() if v}

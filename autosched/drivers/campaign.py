@@ -202,6 +202,24 @@ def share_winners(entry: ModelProblem, problems: list[ModelProblem], tuning: Tun
         )
 
 
+def queue_neighbours(entry: ModelProblem, tuning: Tuning) -> None:
+    """Fast mode: the problem's next batch goes one step around its fastest point (after
+    any sibling's winners) rather than to the cost model's first spread over the whole
+    space. On resnet18 (CPU) that spread was the tuner's corners: 45 trials, none within
+    reach of the known points' times, some 10-100x slower than IREE's default."""
+    search = entry.search
+    timed = [t for t in search.trials if t.timed and t.point]
+    if search.state is None or not timed:
+        return
+    best = min(timed, key=lambda t: t.median_ms)
+    state = search.state
+    skip = [*state.order, *state.queued]
+    around = knowledge.neighbours(best.point, search.space.points, skip, tuning.config.seed)
+    if around:
+        state.queued = [*state.queued, *around]
+        tuning.log.write(f"{entry.problem.name}: next, the points around {best.config}")
+
+
 @dataclass
 class CampaignReport:
     """What the summary JSON holds besides the whole-model proof."""
@@ -225,7 +243,11 @@ class CampaignReport:
 
 def start_searches(tuning: Tuning, problems: list[ModelProblem], progress: Progress) -> None:
     """Every problem's search started (its default, its resumed records, its known points),
-    several at once, and its shape class for its siblings."""
+    several at once, and its shape class for its siblings. What the starts compile is
+    compiled first, on every core at once."""
+    opened = [tuning.open_search(entry.problem, entry.benchmark) for entry in problems]
+    with tuning.clock.phase("defaults"):
+        tuning.builds.prebuild(opened)
     searches = tuning.concurrently(
         [
             partial(
@@ -235,8 +257,9 @@ def start_searches(tuning: Tuning, problems: list[ModelProblem], progress: Progr
                 own_bar=False,
                 benchmark=entry.benchmark,
                 resume_all=True,
+                search=search,
             )
-            for entry in problems
+            for entry, search in zip(problems, opened, strict=True)
         ]
     )
     for entry, search in zip(problems, searches, strict=True):
@@ -298,6 +321,8 @@ def run_campaign(
             elif mode == "fast":
                 entry.done = clear_win(entry, problems)
             entry.done = entry.done or entry.new_trials >= share
+            if mode == "fast" and not entry.done:
+                queue_neighbours(entry, tuning)
     left = untried(problems)
     if left:
         names = ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")

@@ -69,6 +69,9 @@ class MeasureTask:
     # A dispatch slower than this (ms) cannot win: the worker times it once, not
     # `repetitions` times (None: every candidate gets every repetition).
     slow_ms: float | None = None
+    # What the bench does, in order: check then time; or one of them (fast mode times
+    # first and checks only a candidate that can still win: run/timed_first.py).
+    steps: tuple[str, ...] = (CHECK, TIMED)
 
 
 @dataclass
@@ -192,7 +195,8 @@ class PendingBuilds:
 def measure_settings(config, target) -> MeasureSettings:
     """How long and how often to time, with `timer = auto` resolved by the target."""
     timer = target.default_timer if config.timer == "auto" else config.timer
-    return MeasureSettings(config.repetitions, config.min_time, config.run_timeout, timer)
+    repetitions = config.first_pass_repetitions
+    return MeasureSettings(repetitions, config.repetition_s, config.run_timeout, timer)
 
 
 # `runtime_flags = auto`: each target's. On CUDA, IREE's caching allocator: by default its

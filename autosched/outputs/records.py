@@ -21,6 +21,9 @@ from autosched.ops.registry import BASE_KIND, kind
 # not_applied: the module built for the point does not carry its configuration (a spec whose
 # matcher missed the root op IREE configures): never timed as if it were the candidate.
 FAILED = ("invalid", "compile_error", "not_applied", "runtime_error", "timeout", "wrong_answer")
+# Timed, but out of reach of the default, so its answer was never checked (fast mode checks
+# only what can still win): its time counts for the search, and it is never a winner.
+UNCHECKED = "unchecked"
 
 
 @dataclass
@@ -59,6 +62,11 @@ class Trial:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def timed(self) -> bool:
+        """Timed to the end: ok, or unchecked (a time, but never a winner)."""
+        return self.status in ("ok", UNCHECKED) and bool(self.median_ms)
 
 
 def finite(value):

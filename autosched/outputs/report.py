@@ -82,9 +82,7 @@ class CsvReport:
             raise
 
     def row_for(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
-        speedup = (
-            baseline_ms / trial.median_ms if trial.ok and baseline_ms and trial.median_ms else None
-        )
+        speedup = baseline_ms / trial.median_ms if trial.timed and baseline_ms else None
         row = {
             "problem": problem.name,
             "function": ";".join(sorted({s.function for s in problem.sites})),
@@ -233,7 +231,7 @@ def summary_rows(results: list[ProblemResult], note: str = "") -> str:
     under it `note` (BENCHMARK_NOTE, a model's, by default)."""
     rows = []
     for r in results:
-        failed = sum(1 for t in r.trials if not t.ok)
+        failed = sum(1 for t in r.trials if not t.timed)
         best = r.best
         rows.append(
             [

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import threading
 
-from autosched.compile import compile_one
 from autosched.config import RunConfig
 from autosched.measure.contract import DispatchCheck, Executor
 from autosched.measure.module_io import EntryFunction, RunFailed, TensorSpec, checked_inputs
@@ -105,7 +104,7 @@ class AnswerChecks:
             built = self.builds.default_model_check(search)
         else:
             job = self.builds.dispatch_job(search, BASELINE, None, check=True)
-            built = compile_one(job, self.config.compile_timeout)
+            built = self.builds.compile_one(job)
             if built.status == "ok":  # the default's measurement checks on it: not again
                 self.builds.built.add(job.output)
         if built.status != "ok":

@@ -117,7 +117,7 @@ class Retiming:
             return {}
         result = search.result
         _, entries = retime.finalists(
-            result.trials, result.baseline, self.config.retime_top, self.floor
+            result.trials, result.baseline, self.config.finalists, self.floor
         )
         if not entries:
             return {}
@@ -130,7 +130,7 @@ class Retiming:
         winner only when it beats the default by more than the noise."""
         log, problem, result = self.log, search.problem, search.result
         contenders, entries = retime.finalists(
-            result.trials, result.baseline, self.config.retime_top, self.floor
+            result.trials, result.baseline, self.config.finalists, self.floor
         )
         if not contenders:
             best = max(filter(None, (retime.first_pass_speedup(t, result.baseline)

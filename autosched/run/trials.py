@@ -11,7 +11,7 @@ from autosched.compile import CompileResult
 from autosched.config import RunConfig
 from autosched.measure.contract import TIMED, Candidate, Measurement
 from autosched.ops.base import Problem
-from autosched.outputs.records import Trial, TuningDatabase, problem_shape
+from autosched.outputs.records import UNCHECKED, Trial, TuningDatabase, problem_shape
 from autosched.outputs.report import CsvReport, RunLog
 from autosched.run.limits import OVER_LIMIT
 from autosched.run.problem import ProblemSearch, Progress
@@ -85,7 +85,7 @@ def make_trial(
     trial.status, trial.message = outcome.status, outcome.message
     if outcome.status == "timeout" and search.limit_s is not None and not trial.baseline:
         trial.message = f"{OVER_LIMIT} ({outcome.message})"  # stopped by its own limit
-    if outcome.status != "ok":
+    if outcome.status not in ("ok", UNCHECKED):
         return trial
     timing = outcome.timing
     trial.median_ms, trial.cv, trial.samples_ms = timing.median_ms, timing.cv, timing.samples_ms

@@ -22,7 +22,7 @@ import numpy as np
 from autosched import processes
 from autosched.config import RunConfig
 from autosched.interrupts import critical
-from autosched.measure.contract import BenchContract, Executor, measure_settings
+from autosched.measure.contract import Executor, measure_settings
 from autosched.measure.registry import make_executor
 from autosched.measure.worker import make_problem_data
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
@@ -37,7 +37,8 @@ from autosched.run.defaults import DefaultTimings
 from autosched.run.limits import TimedOut, not_tried
 from autosched.run.phases import PhaseClock
 from autosched.run.problem import BASELINE, ProblemResult, ProblemSearch, Progress
-from autosched.run.retiming import Retiming, time_on
+from autosched.run.retiming import Retiming
+from autosched.run.timed_first import separate_check, timed_first
 from autosched.run.trials import TrialBook, describe, make_trial, not_tried_trial
 from autosched.search.loop import SearchState
 from autosched.search.loop import search as run_search
@@ -97,29 +98,6 @@ class Tuning:
             config, self.log, self.executor, self.builds, self.settings, self.lock
         )
 
-    def time_candidate(
-        self,
-        vmfb: str,
-        data,
-        repetitions: int,
-        repeat: int,
-        benchmark: DispatchBenchmark | None = None,
-        bench: BenchContract | None = None,
-    ):
-        """Time per dispatch on `bench`, the primary device unless told."""
-        bench = bench or self.executor.primary
-        return time_on(bench, self.settings, vmfb, data, repetitions, repeat, benchmark)
-
-    def modules_for(
-        self,
-        problem: MatmulProblem,
-        trials: list[Trial],
-        repeat: int,
-        search: ProblemSearch | None = None,
-    ) -> dict[str, str]:
-        """Each trial's timed module by config name (see `CandidateBuilds.modules_for`)."""
-        return self.builds.modules_for(problem, trials, repeat, search)
-
     def measure(
         self, search: ProblemSearch, entries: list[tuple[str, Point | None]], progress: Progress
     ) -> list[Trial]:
@@ -143,15 +121,27 @@ class Tuning:
         candidates = [self.builds.candidate(search, name, point) for name, point in entries]
         candidates = self._not_timed_out(search, candidates, trials, progress)
         settings = self.settings
-        if candidates:
-            self.executor.run(
-                candidates,
-                lambda cand, built: self.builds.task(search, cand, built, settings),
-                done,
-            )
+
+        def prepare(candidate, built):
+            return self.builds.task(search, candidate, built, settings)
+
+        reach_ms = self._reach_ms(search)
+        first = [c for c in candidates if reach_ms and c.point and separate_check(c)]
+        if first:
+            timed_first(self.executor, first, prepare, done, reach_ms)
+        rest = [c for c in candidates if c not in first]
+        if rest:
+            self.executor.run(rest, prepare, done)
         log_executor_events(self.executor, self.log, self.lock)
         order = {name: i for i, (name, _) in enumerate(entries)}
         return sorted(trials, key=lambda t: order[t.config])
+
+    def _reach_ms(self, search: ProblemSearch) -> float | None:
+        """Fast mode: the time a candidate must beat to be checked (run/timed_first.py),
+        from the default's latest timing and the re-timing's floor; None otherwise."""
+        floor = self.retiming.floor
+        default_ms = search.reference_ms.get(self.executor.primary.device)
+        return default_ms / floor if floor and default_ms else None
 
     def _not_timed_out(
         self, search: ProblemSearch, candidates: list, trials: list[Trial], progress: Progress
@@ -183,9 +173,11 @@ class Tuning:
         benchmark: DispatchBenchmark | None = None,
         resume_all: bool = False,
         custom_only: bool = False,
+        search: ProblemSearch | None = None,
     ) -> ProblemSearch:
         """The space, the inputs, the default (measured or resumed) and the resumed trials;
-        then a one-point spec probe, before any candidate is built.
+        then a one-point spec probe, before any candidate is built. `search`: the problem's
+        search opened already (`open_search`, its opening builds compiled ahead).
 
         With `own_bar` the progress display starts a bar for this problem alone (a model's
         campaign keeps one bar for all its problems instead). With `resume_all` (a model's
@@ -193,10 +185,10 @@ class Tuning:
         of them advances the progress; without it, up to n_trial, each advancing it.
         """
         config, log = self.config, self.log
-        space = problem_space(problem, self.target, config.knob_space, benchmark, custom_only)
+        search = search or self.open_search(problem, benchmark, custom_only)
+        space = search.space
         if own_bar:
             progress.start(problem, min(config.n_trial, len(space.points)) + 1)
-        search = new_search(config, self.target, self.context, problem, space, benchmark)
         log.section(f"problem {problem.name}")
         with self.clock.phase("defaults"):
             earlier = self._start_default(search, progress)
@@ -224,6 +216,17 @@ class Tuning:
         elif verdict is not None:
             self._stop_not_applied(search, progress, verdict.message)
         return search
+
+    def open_search(
+        self,
+        problem: MatmulProblem,
+        benchmark: DispatchBenchmark | None = None,
+        custom_only: bool = False,
+    ) -> ProblemSearch:
+        """A problem's space and search, before anything is built or measured."""
+        config = self.config
+        space = problem_space(problem, self.target, config.knob_space, benchmark, custom_only)
+        return new_search(config, self.target, self.context, problem, space, benchmark)
 
     def _start_default(self, search: ProblemSearch, progress: Progress) -> list[Trial] | None:
         """The default's check on its dispatch, then its measurement (or its record) and its
@@ -271,7 +274,9 @@ class Tuning:
         names, points = search.names, search.space.points
 
         def measure(batch: list[int]) -> list[float | None]:
-            if search.trials:  # each batch after the first is scored against a fresh default
+            # Each batch after the first is scored against a fresh default; not in fast
+            # mode, where a problem has one or two batches and the re-timing judges.
+            if search.trials and self.config.mode != "fast":
                 with self.clock.phase("defaults"):
                     self.defaults.again(search)
             trials = self.measure(search, [(names[i], points[i]) for i in batch], progress)
@@ -281,7 +286,7 @@ class Tuning:
             search.trials.extend(measured)
             if all(t.status == "not_applied" for t in search.trials):
                 self._stop_not_applied(search, progress, measured[0].message)
-            return [t.gflops if t.ok else None for t in measured]
+            return [t.gflops if t.timed else None for t in measured]
 
         return measure
 
@@ -502,7 +507,7 @@ def resumable(search: ProblemSearch, earlier: list[Trial], limit: int | None) ->
     )
     kept = []
     for index, trial in resumed[:limit]:
-        search.state.resume(index, trial.gflops if trial.ok else None)
+        search.state.resume(index, trial.gflops if trial.timed else None)
         search.trials.append(trial)
         kept.append(trial)
     search.result.resumed = len(search.trials)

@@ -61,7 +61,7 @@ def database_history(
                 rows.append([float(features[c]) for c in columns])
             except (KeyError, TypeError, ValueError, ZeroDivisionError):
                 continue  # a point today's target cannot describe
-            ok = trial.ok and trial.gflops is not None and trial.gflops > 0
+            ok = trial.timed and trial.gflops is not None and trial.gflops > 0
             scores.append(float(trial.gflops) if ok else math.nan)
         if sum(np.isfinite(scores)) >= MIN_POINTS:
             history.append((np.array(rows, dtype=np.float64), np.array(scores)))

@@ -22,7 +22,7 @@ import numpy as np
 
 from autosched.config import RunConfig
 from autosched.errors import UserError
-from autosched.outputs.records import problem_from_shape
+from autosched.outputs.records import UNCHECKED, problem_from_shape
 from autosched.search.space import matching_points
 from autosched.targets import make_target
 from autosched.targets.base import recorded_point
@@ -261,7 +261,8 @@ def _is_number(value: object) -> bool:
 
 def _record_score(record: dict) -> float:
     gflops = record.get("gflops")
-    if record.get("status", "ok") != "ok" or not _is_number(gflops) or gflops <= 0:
+    timed = record.get("status", "ok") in ("ok", UNCHECKED)  # unchecked: timed, out of reach
+    if not timed or not _is_number(gflops) or gflops <= 0:
         return math.nan
     return float(gflops)
 
