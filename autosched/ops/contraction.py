@@ -222,7 +222,7 @@ def _loop_roles(maps: list[list[int]], loops: int) -> list[str] | None:
 
 def _contraction_form(op: ir.Operation) -> tuple[list[str], list[list[int]]] | None:
     """(loop roles, per-operand loop lists) when the op is a two-input contraction."""
-    if op.name in MATVEC_OPS:
+    if op.name in MATVEC_OPS or op.name not in CONTRACTION_OPS:
         return None
     if "indexing_maps" not in op.attributes or len(op.operands) != 3:
         return None
@@ -267,8 +267,6 @@ def recognise_contraction(op: ir.Operation, site: DispatchSite) -> Contraction |
         return SkippedRoot(op.name, "matrix-vector", "no m or no n dimension", site)
     if op.name == "linalg.dot":  # a 1-D x 1-D MatMul
         return SkippedRoot(op.name, "dot product", "vector x vector: no m and no n", site)
-    if op.name not in CONTRACTION_OPS:
-        return None
     form = _contraction_form(op)
     if form is None:
         return None
@@ -360,8 +358,6 @@ class ContractionPattern:
 
 def contraction_pattern(op: ir.Operation) -> ContractionPattern | None:
     """The op as a ContractionPattern, dynamic sizes and all; None for no contraction."""
-    if op.name not in CONTRACTION_OPS:
-        return None
     form = _contraction_form(op)
     if form is None:
         return None
