@@ -51,6 +51,26 @@ def inputs_option(purpose: str):
     )
 
 
+def _joined_buckets(context, parameter, values: tuple[str, ...]) -> str | None:
+    """`--bucket` given once or more, comma-joined as the cfg's `buckets` holds them; a file
+    that is not there is one `Error:` line naming it (exit 2)."""
+    files = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    for name in files:
+        require_file(name)
+    return ",".join(files) if files else None
+
+
+BUCKET_OPTION = click.option(
+    "--bucket",
+    "buckets",
+    multiple=True,
+    callback=_joined_buckets,
+    metavar="FILE.npz",
+    help="models exported with a dynamic length: the inputs of one length (np.savez, in "
+    "argument order); repeat it for each length to tune on. One spec serves the dynamic "
+    "model at every length, proved on each bucket's inputs (docs/causal-lm.md)",
+)
+
 INPUTS_OPTION = inputs_option(
     "for every whole-model check and timing (default: seeded random inputs)"
 )
@@ -143,6 +163,7 @@ def cli() -> None:
 )
 @click.option("--seed", type=int, help="seed for the tuner and the random inputs")
 @INPUTS_OPTION
+@BUCKET_OPTION
 @click.option(
     "--early-stopping", type=int, help="stop a problem after N trials without improvement"
 )

@@ -45,6 +45,7 @@ class RunConfig:
     ptxas: str = ""  # cuda: ptxas to assemble kernels at compile time; empty: look for one
     starter_spec: str = ""  # a tuning spec of the user's, merged with the tuned one
     inputs: str = ""  # models: the user's inputs (.npz) for every whole-model check; "": random
+    buckets: str = ""  # a dynamic-length model: .npz files, one length each, comma-joined
     devices: str = ""  # measure on several devices: a comma list of URIs, or all; empty: device
     executor: str = "local"  # local: this host's cores and devices; ray: a Ray cluster
     ray_address: str = "auto"  # the Ray cluster to join (ray.init's address)
@@ -168,6 +169,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "ptxas": str,
         "starter_spec": str,
         "inputs": str,
+        "buckets": str,
         "devices": str,
         "executor": str,
         "ray_address": str,

@@ -37,7 +37,7 @@ SIZE_HINT = (  # what tunes a model exported with dynamic sizes
 )
 
 
-def _public_functions(module: ir.Module) -> list[ir.Operation]:
+def public_functions(module: ir.Module) -> list[ir.Operation]:
     return [
         op.operation
         for op in module.body.operations
@@ -54,7 +54,7 @@ def _torch_type(value: ir.Value) -> VTensor | None:
         return None
 
 
-def _dynamic_arguments(function: ir.Operation) -> list[tuple[int, VTensor]]:
+def dynamic_arguments(function: ir.Operation) -> list[tuple[int, VTensor]]:
     """(index, type) of each argument of a torch function with a dynamic dimension."""
     found = []
     for index, argument in enumerate(function.regions[0].blocks[0].arguments):
@@ -157,7 +157,52 @@ def _result_shapes(abi: ir.Module, name: str) -> dict[int, tuple[int, ...]] | No
     return shapes
 
 
-def _write(module: ir.Module, path: str) -> str:
+def fixed_arguments(
+    function: ir.Operation, arguments: list[tuple[int, VTensor]], inputs: str
+) -> dict[int, VTensor]:
+    """Each dynamic argument (`arguments`, from `dynamic_arguments`) typed at the size of
+    its array in the `inputs` file; a UserError naming the file where they do not fit."""
+    name = symbol(function)
+    count = len(function.regions[0].blocks[0].arguments)
+    arrays = given_arrays(inputs, count)
+    if len(arrays) != count:
+        raise UserError(f"{inputs}: {len(arrays)} array(s), but {name} takes {count} argument(s)")
+    fixed = {}
+    for index, tensor in arguments:
+        fixed[index] = _fixed(tensor, arrays[index].shape)
+        if fixed[index] is None:
+            shape = "x".join(str(d) for d in arrays[index].shape)
+            raise UserError(f"{inputs}: array {index} is {shape}, not {tensor.type_text()}")
+    return fixed
+
+
+def retype_arguments(function: ir.Operation, fixed: dict[int, VTensor]) -> None:
+    """The function's arguments in `fixed` made static (cast back for the body)."""
+    with function.context, ir.Location.unknown():
+        _retype(function, {index: tensor.type() for index, tensor in fixed.items()})
+
+
+def static_results(
+    module: ir.Module, names: Sequence[str], typed: str, build: tuple, where: str
+) -> None:
+    """The named functions' dynamic results made static (cast before the return), their
+    sizes read from IREE's `abi` phase of `typed` (the module with static arguments);
+    `build` is (flags, work folder, the model's path for messages)."""
+    flags, work, model_path = build
+    abi_flags = [*flags, "--compile-to=abi", *ELIDE_FLAGS]
+    out = os.path.join(work, "fixed-abi.mlir")
+    abi = compile_and_parse(typed, abi_flags, out, LOWERING_TIMEOUT, model_path, "ABI of the")
+    functions = {symbol(f): f for f in public_functions(module)}
+    for name in names:
+        shapes = _result_shapes(abi, name)
+        if shapes is None:
+            raise UserError(f"{where}: its outputs' sizes do not follow from the inputs' sizes")
+        with module.context, ir.Location.unknown():
+            _retype_results(functions[name], shapes)
+
+
+def write_module(module: ir.Module, path: str) -> str:
+    """The module as bytecode at `path`."""
     with open(path, "wb") as handle:
         module.operation.write_bytecode(handle)
     return path
@@ -175,7 +220,7 @@ def fixed_length_model(
     os.makedirs(work, exist_ok=True)
     context = ir.Context()
     module = ir.Module.parseFile(prepare_model(model_path, work), context)
-    functions = _public_functions(module)
+    functions = public_functions(module)
     if len(functions) > 1 and inputs:
         names = ", ".join(symbol(f) for f in functions)
         raise UserError(
@@ -183,7 +228,7 @@ def fixed_length_model(
             f"exports {len(functions)} functions ({names}): leave --inputs out (each function "
             "is proved on seeded inputs)"
         )
-    dynamic = [(f, _dynamic_arguments(f)) for f in functions]
+    dynamic = [(f, dynamic_arguments(f)) for f in functions]
     dynamic = [(f, arguments) for f, arguments in dynamic if arguments]
     if not dynamic:
         return model_path, ""
@@ -198,29 +243,12 @@ def fixed_length_model(
             f"{where}: a model of several functions is tuned at fixed sizes only: export "
             "it at the size to tune at"
         )
-    count = len(function.regions[0].blocks[0].arguments)
-    arrays = given_arrays(inputs, count)
-    if len(arrays) != count:
-        raise UserError(f"{inputs}: {len(arrays)} array(s), but {name} takes {count} argument(s)")
-    fixed = {}
-    for index, tensor in arguments:
-        fixed[index] = _fixed(tensor, arrays[index].shape)
-        if fixed[index] is None:
-            shape = "x".join(str(d) for d in arrays[index].shape)
-            raise UserError(f"{inputs}: array {index} is {shape}, not {tensor.type_text()}")
+    fixed = fixed_arguments(function, arguments, inputs)
     stem = os.path.splitext(os.path.basename(model_path))[0]
-    with context, ir.Location.unknown():
-        _retype(function, {index: tensor.type() for index, tensor in fixed.items()})
-    typed = _write(module, os.path.join(work, f"{stem}.fixed-inputs.mlirbc"))
-    abi_flags = [*flags, "--compile-to=abi", *ELIDE_FLAGS]
-    out = os.path.join(work, "fixed-abi.mlir")
-    abi = compile_and_parse(typed, abi_flags, out, LOWERING_TIMEOUT, model_path, "ABI of the")
-    shapes = _result_shapes(abi, name)
-    if shapes is None:
-        raise UserError(f"{where}: its outputs' sizes do not follow from the inputs' sizes")
-    with context, ir.Location.unknown():
-        _retype_results(function, shapes)
-    path = _write(module, os.path.join(work, f"{stem}.fixed.mlirbc"))
+    retype_arguments(function, fixed)
+    typed = write_module(module, os.path.join(work, f"{stem}.fixed-inputs.mlirbc"))
+    static_results(module, [name], typed, (flags, work, model_path), where)
+    path = write_module(module, os.path.join(work, f"{stem}.fixed.mlirbc"))
     sizes = ", ".join(f"input {i} at {t.type_text()}" for i, t in fixed.items())
     line = f"{where}: tuned at the sizes of {inputs} ({sizes}); the spec serves these sizes"
     return path, line

@@ -222,7 +222,7 @@ def _loop_roles(maps: list[list[int]], loops: int) -> list[str] | None:
 
 def _contraction_form(op: ir.Operation) -> tuple[list[str], list[list[int]]] | None:
     """(loop roles, per-operand loop lists) when the op is a two-input contraction."""
-    if op.name in MATVEC_OPS:
+    if op.name in MATVEC_OPS or op.name not in CONTRACTION_OPS:
         return None
     if "indexing_maps" not in op.attributes or len(op.operands) != 3:
         return None
@@ -267,8 +267,6 @@ def recognise_contraction(op: ir.Operation, site: DispatchSite) -> Contraction |
         return SkippedRoot(op.name, "matrix-vector", "no m or no n dimension", site)
     if op.name == "linalg.dot":  # a 1-D x 1-D MatMul
         return SkippedRoot(op.name, "dot product", "vector x vector: no m and no n", site)
-    if op.name not in CONTRACTION_OPS:
-        return None
     form = _contraction_form(op)
     if form is None:
         return None
@@ -304,13 +302,17 @@ def recognise_contraction(op: ir.Operation, site: DispatchSite) -> Contraction |
     )
 
 
-def contraction_matcher(problem, handle: str, dims: dict[str, list[int]]) -> str:
+def contraction_matcher(
+    problem, handle: str, dims: dict[str, list[int]], free: frozenset[str] = frozenset()
+) -> str:
     """Transform ops that match `handle` to a contraction of the problem's element types and
     indexing maps whose batch, m, n and k dims (`dims`, each a list of sizes in loop order)
-    are those given."""
+    are those given; the roles in `free` are not checked (a dynamic model's length: one
+    entry serves every size)."""
     checks = "".join(
         f"    transform.iree.match.dims_equal %{name}, {dims.get(name, [])} : {PARAM}\n"
         for name in ("batch", "m", "n", "k")
+        if name not in free
     )
     return (
         f"    %batch, %m, %n, %k = transform.iree.match.contraction {handle},"
@@ -318,4 +320,60 @@ def contraction_matcher(problem, handle: str, dims: dict[str, list[int]]) -> str
         f" output_type = {problem.acc_type}, indexing_maps = {problem.indexing_maps}"
         f" : {ANY_OP} -> {PARAM}\n"
         f"{checks}"
+    )
+
+
+ROLE_NAMES = {"b": "batch", "m": "m", "n": "n", "k": "k"}  # a loop role as a matcher names it
+
+
+@dataclass(frozen=True)
+class ContractionPattern:
+    """A contraction root of a dynamic model: its maps, element types, loop roles and sizes,
+    None where a loop is of dynamic size. The bucket roots it came from match it."""
+
+    indexing_maps: str
+    element_types: tuple[str, str, str]
+    loops: tuple[str, ...]
+    sizes: tuple[int | None, ...]
+
+    def matches(self, root: Contraction) -> bool:
+        """`root` (a static root) is this op at some sizes of its dynamic loops."""
+        types = (root.lhs_type, root.rhs_type, root.acc_type)
+        same = (root.indexing_maps, types, root.loops) == (
+            self.indexing_maps,
+            self.element_types,
+            self.loops,
+        )
+        sizes = zip(self.sizes, root.loop_sizes, strict=True) if same else ()
+        return same and all(mine is None or mine == size for mine, size in sizes)
+
+    def free_roles(self) -> frozenset[str]:
+        """The roles (as a matcher names them) with a loop of dynamic size."""
+        return frozenset(
+            ROLE_NAMES[role]
+            for role, size in zip(self.loops, self.sizes, strict=True)
+            if size is None
+        )
+
+
+def contraction_pattern(op: ir.Operation) -> ContractionPattern | None:
+    """The op as a ContractionPattern, dynamic sizes and all; None for no contraction."""
+    form = _contraction_form(op)
+    if form is None:
+        return None
+    roles, maps = form
+    try:
+        tensors = [ir.RankedTensorType(operand.type) for operand in op.operands]
+    except ValueError:
+        return None
+    sizes: dict[int, int | None] = {}
+    for dims, tensor in zip(maps, tensors, strict=True):
+        for position, dim in enumerate(dims):
+            sizes[dim] = None if tensor.is_dynamic_dim(position) else tensor.shape[position]
+    types = tuple(str(t.element_type) for t in tensors)
+    return ContractionPattern(
+        str(op.attributes["indexing_maps"]),
+        (types[0], types[1], types[2]),
+        tuple(roles),
+        tuple(sizes[d] for d in range(len(roles))),
     )

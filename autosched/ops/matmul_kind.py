@@ -20,12 +20,15 @@ class MatmulKind(RootOpKind):
     def recognise(self, op: ir.Operation, site: DispatchSite):
         return recognise_contraction(op, site)
 
-    def spec_matcher(self, problem: MatmulProblem, handle: str = "%op") -> str:
+    def spec_matcher(
+        self, problem: MatmulProblem, handle: str = "%op", free: frozenset[str] = frozenset()
+    ) -> str:
         """Transform ops that match `handle` to the problem's contractions, in whatever form
-        (named op or linalg.generic): element types, indexing maps and every dimension."""
+        (named op or linalg.generic): element types, indexing maps and every dimension but
+        the `free` ones (batch, m, n, k: a dynamic model's lengths)."""
         dims = {"m": [problem.m], "n": [problem.n], "k": [problem.k]}
         return contraction_matcher(
-            problem, handle, dims | ({"batch": [problem.batch]} if problem.batch else {})
+            problem, handle, dims | ({"batch": [problem.batch]} if problem.batch else {}), free
         )
 
     def kernel_module(self, problem: MatmulProblem, target, point) -> str:

@@ -23,8 +23,11 @@ from autosched.targets.base import Point, Target
 LINK_TIMEOUT = 120.0
 
 
-def match_contraction(problem: Problem, handle: str = "%op") -> str:
-    """The problem's kind's matcher for `handle` (see ops/base.py)."""
+def match_contraction(problem: Problem, handle: str = "%op", free: frozenset = frozenset()) -> str:
+    """The problem's kind's matcher for `handle` (see ops/base.py); with `free` loop roles
+    (a contraction of a dynamic model), one that leaves their sizes unchecked."""
+    if free:
+        return kind_of(problem).spec_matcher(problem, handle, free)
     return kind_of(problem).spec_matcher(problem, handle)
 
 
@@ -46,10 +49,12 @@ APPLY_CONFIG = ("apply_op_config", ["compilation_info"])
 APPLY_ATTENTION = ("apply_attention_config", ["compilation_info", "decomposition_config"])
 
 
-def _matcher(problem: Problem, target: Target, point: Point) -> tuple[str, str, str]:
+def _matcher(
+    problem: Problem, target: Target, point: Point, free: frozenset = frozenset()
+) -> tuple[str, str, str]:
     """(name, named_sequence text, the apply sequence it feeds) matching the problem's roots
-    and giving its configuration."""
-    name = f"match_{problem.name}"
+    (any size of the `free` loop roles) and giving its configuration."""
+    name = f"match_{problem.name}" + (f"_any_{'_'.join(sorted(free))}" if free else "")
     target = target.for_problem(problem)
     values = [target.lowering_config(problem, point)]
     decomposition = target.decomposition_config(problem, point)
@@ -64,7 +69,7 @@ def _matcher(problem: Problem, target: Target, point: Point) -> tuple[str, str, 
     text = (
         f"  transform.named_sequence @{name}(%op: {ANY_OP} {{transform.readonly}})"
         f" -> ({types}) {{\n"
-        f"{match_contraction(problem)}"
+        f"{match_contraction(problem, free=free)}"
         f"{constants}"
         f"    transform.yield %op, {', '.join(params)} : {types}\n"
         f"  }}\n"
@@ -73,16 +78,23 @@ def _matcher(problem: Problem, target: Target, point: Point) -> tuple[str, str, 
     return name, text, apply[0]
 
 
-def tuning_spec(best: list[tuple[Problem, Target, Point]]) -> str | None:
+def tuning_spec(
+    best: list[tuple[Problem, Target, Point]], free: dict[str, frozenset] | None = None
+) -> str | None:
     """The spec text for the chosen points, parsed once here so that it is valid MLIR.
 
     None when there is nothing to configure (IREE requires the entry point to match).
-    Points a lowering configuration cannot carry (custom kernels) are left out.
+    Points a lowering configuration cannot carry (custom kernels) are left out. `free`
+    (problem name -> loop roles) leaves those roles' sizes unmatched (model/buckets.py).
     """
+    free = free or {}
     best = [(p, target, point) for p, target, point in best if target.for_problem(p).in_spec(point)]
     if not best:
         return None
-    matchers = [_matcher(problem, target, point) for problem, target, point in best]
+    matchers = [
+        _matcher(problem, target, point, free.get(problem.name, frozenset()))
+        for problem, target, point in best
+    ]
     arms = ",\n        ".join(f"@{name} -> @{apply}" for name, _, apply in matchers)
     applies = [a for a in (APPLY_CONFIG, APPLY_ATTENTION) if any(m[2] == a[0] for m in matchers)]
     body = (
@@ -171,21 +183,26 @@ def merge_with_starter(tuned: str, starter_path: str) -> str:
 
 
 def write_spec(
-    path: str, best: list[tuple[Problem, Target, Point]], starter: str = ""
+    path: str,
+    best: list[tuple[Problem, Target, Point]],
+    starter: str = "",
+    free: dict[str, frozenset] | None = None,
+    header: str = "",
 ) -> str | None:
     """Writes the winners' spec (linked with `starter` when given); None when there is none.
 
     A spec left by an earlier run is removed first, so that it never outlives its results.
     With a starter spec and no winner, the starter alone is written: it still applies.
+    `free` is tuning_spec's; `header` (comment lines) goes first, as what the spec serves.
     """
     if os.path.exists(path):
         os.remove(path)
-    text = tuning_spec(best)
+    text = tuning_spec(best, free)
     if starter:
         text = merge_with_starter(text, starter) if text else open(starter, encoding="utf-8").read()
     if not text:
         return None
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+        handle.write(header + text)
     return path

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import asdict, replace
 
 from autosched.config import RunConfig
+from autosched.drivers.bucket_proof import bucket_fields, prove_buckets
 from autosched.drivers.campaign import ModelProblem, problem_rows
 from autosched.drivers.custom_route import (
     CustomSpec,
@@ -24,6 +25,7 @@ from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
 from autosched.drivers.proof import FASTER, SLOWER
 from autosched.measure.contract import runtime_flag_choices, runtime_flags
+from autosched.model.buckets import BucketModel, bucket_spec
 from autosched.model.configured import form_of, roots_in, spec_coverage, tuning_spec_flags
 from autosched.model.layouts import ModelLayout
 from autosched.model.model_build import CONFIGURED, build_cache, model_build
@@ -131,10 +133,12 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
     starter = config.starter_spec
     while True:
         best = [(e.problem, target, e.result.best.point) for e in problems if e.result.best]
-        spec_path = write_spec(prepared.paths.spec, best, starter)
+        spec_path, expected = write_run_spec(prepared, best, starter)
         with prepared.clock.phase("spec_check"):
             cache = build_cache(prepared.work)
-            applied = check_applied(layout.source, target, spec_path, problems, log, cache)
+            applied = check_applied(
+                layout.source, target, spec_path, problems, log, cache, expected
+            )
         for name in [name for name, ok in applied.items() if not ok]:
             report.warn(
                 log, f"WARNING: the spec's configuration for {name} is NOT applied in the model"
@@ -147,7 +151,7 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
             proof["no_spec"] = proof["no_spec"] or reason  # the summary says why, as the console
             return None, applied, proof
         with prepared.clock.phase("proof"):
-            proof = proved(layout, target, spec_path, config, log, custom_spec)
+            proof = proved(layout, target, spec_path, config, log, custom_spec, prepared.buckets)
         if proof["verdict"] != SLOWER:
             return kept_if_faster(spec_path, applied, proof, log)
         left_out = leave_out_least(problems)
@@ -161,6 +165,18 @@ def spec_never_slower(prepared: Prepared, log: RunLog, custom_spec: str | None):
                 f"no tuning spec: the tuned model was slower ({proof['verdict_text']})"
             )
             return None, {}, without
+
+
+def write_run_spec(prepared: Prepared, best: list, starter: str):
+    """(the spec's path or None, problem name -> the configuration its dispatches must carry,
+    or None: each its own winner's). A model tuned on buckets gets the spec that serves its
+    dynamic model (model/buckets.py: one entry per dynamic root, its lengths left free)."""
+    if prepared.buckets is None:
+        return write_spec(prepared.paths.spec, best, starter), None
+    entries = bucket_spec(prepared.buckets, prepared.problems, prepared.target)
+    header = entries.header(prepared.buckets)
+    path = write_spec(prepared.paths.spec, entries.best, starter, entries.free, header)
+    return path, entries.expected
 
 
 def kept_if_faster(spec_path: str, applied: dict, proof: dict, log: RunLog):
@@ -178,7 +194,7 @@ def proved_without_spec(prepared: Prepared, log: RunLog, custom_spec: str | None
     default of the model as given, else of the model as given."""
     config, target, layout = prepared.config, prepared.target, prepared.layout
     with prepared.clock.phase("proof"):
-        proof = proved(layout, target, None, config, log, custom_spec)
+        proof = proved(layout, target, None, config, log, custom_spec, prepared.buckets)
     if not layout.changed or proof["verdict"] != SLOWER:
         return proof
     report.warn(
@@ -208,11 +224,13 @@ def check_applied(
     problems: list[ModelProblem],
     log: RunLog,
     cache: str = "",
+    expected_configs: dict[str, str] | None = None,
 ) -> dict[str, bool]:
-    """Problem name -> every dispatch of its contraction carries the tuned configuration,
-    on a root of the form its candidates were timed on. With a build `cache` the model is
-    built whole with the spec (the proof's tuned build, kept there) and both
-    configurations are read from the builds' phases (model_build.py)."""
+    """Problem name -> every dispatch of its contraction carries the tuned configuration
+    (its winner's, or the one `expected_configs` names), on a root of the form its
+    candidates were timed on. With a build `cache` the model is built whole with the spec
+    (the proof's tuned build, kept there) and both configurations are read from the
+    builds' phases (model_build.py)."""
     if not spec_path:
         return {}
     flags, known = target.compile_flags(), {}
@@ -230,7 +248,9 @@ def check_applied(
         best = entry.result.best if entry.result else None
         if best is None or not has_config(target, entry.problem, best.point):
             continue  # a custom kernel: not in the spec
-        expected = target.for_problem(entry.problem).lowering_config(entry.problem, best.point)
+        expected = (expected_configs or {}).get(entry.problem.name) or target.for_problem(
+            entry.problem
+        ).lowering_config(entry.problem, best.point)
         # By dispatch, not by the root's name: GPU codegen turns a named batch_matmul into
         # a linalg.generic before it configures it.
         dispatches = {site.entry_point for site in entry.contraction.sites}
@@ -251,14 +271,31 @@ def run_proof(
     config: RunConfig,
     custom_spec: str | None = None,
     work: str | None = None,
+    buckets: BucketModel | None = None,
 ):
     """proof.prove with the run's target, device, seed and timing settings (its builds in
     `work`, by default the run's model/proof folder): IREE's default of the model as given
     against the tuned builds of its layout; each function of a model of several
-    (entry_points.prove_model). The whole-model builds come from the build cache of the
-    folder above `work` (the run's model folder: prepare's builds)."""
+    (entry_points.prove_model); with `buckets`, the dynamic model on each bucket's inputs
+    (bucket_proof.py). The whole-model builds come from the build cache of the folder above
+    `work` (the run's model folder: prepare's builds)."""
     report.proving(bool(spec_path or custom_spec))
     work = work or os.path.join(config.work_dir, "model", "proof")
+    if buckets is not None:
+        return prove_buckets(
+            buckets,
+            target.compile_flags(),
+            spec_path,
+            target.device,
+            work_dir=work,
+            spec_flag=target.tuning_spec_flag,
+            seed=config.seed,
+            rounds=PROOF_ROUNDS,
+            repetitions=config.repetitions,
+            min_time=config.min_time,
+            runtime_flags=runtime_flags(config),
+            runtime_choices=runtime_flag_choices(config),
+        )
     return prove_model(
         layout.source,
         target.compile_flags(),
@@ -286,9 +323,11 @@ def proved(
     config: RunConfig,
     log: RunLog,
     custom_spec: str | None,
+    buckets: BucketModel | None = None,
 ) -> dict:
-    """The whole model with and without the spec: its lines, and the summary's numbers."""
-    proof = run_proof(layout, target, spec_path, config, custom_spec)
+    """The whole model with and without the spec: its lines, and the summary's numbers
+    (with `buckets`: the dynamic model on each bucket's inputs, and `buckets`)."""
+    proof = run_proof(layout, target, spec_path, config, custom_spec, buckets=buckets)
     report.proof_lines(log, proof)
     for line in function_lines(proof):  # a model of several functions: each one's line
         report.logged(log, line)
@@ -300,7 +339,7 @@ def proved(
         "ratio_median": verdict.median,
         "spec_written": False,
         "no_spec": "",
-        "inputs": config.inputs or "random",
+        "inputs": config.inputs or config.buckets or "random",
         "outputs_compared": proof.outputs_compared,
         "custom": asdict(proof.custom) if proof.custom else None,
         "function": proof.function,
@@ -316,4 +355,14 @@ def proved(
         "runtime_flags": proof.runtime_flags,
         "runtime_choices": [asdict(c) for c in proof.runtime_choices],
         **function_fields(proof),
+        **bucket_summary(buckets, target, spec_path, config),
     }
+
+
+def bucket_summary(buckets: BucketModel | None, target: Target, spec_path, config) -> dict:
+    """The summary's `buckets` (bucket_proof.bucket_fields); empty without buckets."""
+    if buckets is None:
+        return {}
+    work = os.path.join(config.work_dir, "model")
+    flags, spec_flag = target.compile_flags(), target.tuning_spec_flag
+    return {"buckets": bucket_fields(buckets, flags, spec_path, spec_flag, work)}

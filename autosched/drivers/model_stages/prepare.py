@@ -18,6 +18,7 @@ from autosched.kernels.igemm_conv.kernel import takes
 from autosched.kernels.registry import family
 from autosched.measure.module_io import source_entry_function
 from autosched.measure.worker import memory_problem
+from autosched.model.buckets import BucketModel, bucket_model, dynamic_patterns
 from autosched.model.configured import DEFAULT_TIMEOUT
 from autosched.model.dispatch_benchmarks import dispatch_check_modules, strip_benchmarks
 from autosched.model.fixed_lengths import SIZE_HINT, fixed_length_model
@@ -54,12 +55,21 @@ def prepare(config: RunConfig) -> Prepared:
     check_starter(config.starter_spec)  # before anything is compiled, dry runs too
     paths = RunPaths.of(config)
     work = os.path.join(config.work_dir, "model")
+    buckets = None
     with clock.phase("lowering"):
-        fixed, sizes_line = fixed_length_model(path, config.inputs, target.compile_flags(), work)
+        if config.buckets:
+            buckets = model_buckets(config, target, work)
+            fixed, sizes_line = buckets.path, buckets.line
+        else:
+            fixed, sizes_line = fixed_length_model(
+                path, config.inputs, target.compile_flags(), work
+            )
         model_path = model_for_target(fixed, target, work)
         flags, types_line, _ = typed_flags(target, model_path, work)
         layout, analysis = laid_out(config, target, model_path, flags, work)
     problems, skipped = model_problems(analysis, target)
+    if buckets is not None:
+        problems = contractions_only(problems, skipped)
     if not problems:
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
         raise UserError(
@@ -72,8 +82,44 @@ def prepare(config: RunConfig) -> Prepared:
     report.model_found([types_line, sizes_line, layout.describe(), *described])
     budget = config.budget or budget_for(config.mode, config.n_trial, problems)
     return Prepared(
-        config, target, paths, work, layout, flags, problems, skipped, budget, clock=clock
+        config,
+        target,
+        paths,
+        work,
+        layout,
+        flags,
+        problems,
+        skipped,
+        budget,
+        clock=clock,
+        buckets=buckets,
     )
+
+
+def model_buckets(config: RunConfig, target: Target, work: str) -> BucketModel:
+    """The buckets' module (model/buckets.py) and the dynamic model's contraction roots."""
+    if config.inputs:
+        raise UserError(
+            f"{config.inputs}: --inputs and --bucket both given: each bucket's file holds the "
+            "inputs of its length (give --bucket alone)"
+        )
+    files = [name for name in config.buckets.split(",") if name]
+    buckets = bucket_model(config.input_file, files, target.compile_flags(), work)
+    buckets.patterns = dynamic_patterns(buckets, target.compile_flags(), work)
+    return buckets
+
+
+def contractions_only(problems: list[ModelProblem], skipped: dict[str, int]) -> list:
+    """The matmul-family problems: a spec serves a dynamic model's contractions at any
+    length; the other kinds' matchers are of one size, so they are counted as not tuned."""
+    kept = []
+    for entry in problems:
+        if entry.problem.kind == "matmul":
+            kept.append(entry)
+            continue
+        reason = f"{entry.problem.kind} (buckets tune contractions only)"
+        skipped[reason] = skipped.get(reason, 0) + 1
+    return kept
 
 
 def with_dispatches(prepared: Prepared) -> Prepared:

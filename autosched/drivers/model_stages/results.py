@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from autosched.config import RunConfig
 from autosched.drivers.campaign import CampaignReport, ModelProblem
+from autosched.model.buckets import BucketModel
 from autosched.model.layouts import ModelLayout
 from autosched.outputs.paths import RunPaths
 from autosched.outputs.records import Trial
@@ -39,6 +40,7 @@ class Prepared:
     budget: int  # trials in all
     dispatches: ModelDispatches = field(default_factory=ModelDispatches)
     clock: PhaseClock = field(default_factory=PhaseClock)  # every stage's phases, from the start
+    buckets: BucketModel | None = None  # a dynamic model tuned on buckets (model/buckets.py)
 
 
 @dataclass

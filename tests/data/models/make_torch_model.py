@@ -50,6 +50,10 @@ Models (f32, weights small so the files stay small):
   2 layers, 4 heads, 2 KV heads, MLP 128, no cache) on token ids [1, 16], parameters as
   arguments, returning the logits: a whole causal LM, its mask built by transformers' own code
   (which calls `torch.diff`).
+- `llama_mlp_dynamic_f32.mlirbc`: the Llama-style MLP above (hidden 64, intermediate 128), its
+  weights as arguments, on x[1, L, 64] with the sequence length L dynamic (2 to 4096;
+  exported at 16): three matmuls of dynamic M, what a model tuned on buckets of lengths
+  serves with one spec.
 """
 
 from __future__ import annotations
@@ -209,9 +213,18 @@ def hf_tiny_causal_lm() -> tuple[nn.Module, tuple]:
     return LogitsOf(lm), (torch.randint(0, 256, (1, 16)), *weights)
 
 
-def save(module: nn.Module, args: tuple, name: str) -> None:
+def llama_mlp_dynamic() -> tuple[nn.Module, tuple, dict]:
+    """The MLP on x[1, L, 64], L dynamic; the weights (static) as arguments."""
+    mlp = LlamaMLP().eval()
+    weights = [p.detach() for p in mlp.parameters()]
+    length = torch.export.Dim("length", min=2, max=4096)
+    dynamic = [({1: length}, *[None] * len(weights))]  # forward(*args): one tuple
+    return weights_as_arguments(mlp, 1), (torch.randn(1, 16, 64), *weights), dynamic
+
+
+def save(module: nn.Module, args: tuple, name: str, dynamic_shapes=None) -> None:
     path = os.path.join(HERE, name)
-    aot.export(module, *args).save_mlir(path)
+    aot.export(module, *args, dynamic_shapes=dynamic_shapes).save_mlir(path)
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")
 
 
@@ -249,6 +262,7 @@ def models() -> dict:
     for dtype, name in ((torch.float32, "f32"), (torch.float16, "f16")):
         found[f"timm_vit_tiny_{name}.mlirbc"] = lambda d=dtype: timm_vit_tiny(d)
     found["hf_tiny_causal_lm_f32.mlirbc"] = hf_tiny_causal_lm
+    found["llama_mlp_dynamic_f32.mlirbc"] = llama_mlp_dynamic
     return found
 
 
@@ -260,6 +274,7 @@ if __name__ == "__main__":
         if not wanted or name in wanted:
             torch.manual_seed(0)
             try:
-                save(*build(), name)
+                module, args, *dynamic = build()  # and the dynamic dims, if any
+                save(module, args, name, *dynamic)
             except Exception as error:  # one model's failure leaves the others to be written
                 print(f"{name}: {type(error).__name__}: {error}"[:2000])
