@@ -32,7 +32,7 @@ from autosched.model.fixed_lengths import (
     static_results,
     write_module,
 )
-from autosched.model.lowering import _dispatch_functions, is_linalg_op, prepare_model
+from autosched.model.lowering import dispatch_functions, is_linalg_op, prepare_model
 from autosched.model.model_build import CONFIGURED, FLOW, build_cache, model_build
 from autosched.ops.contraction import ContractionPattern, contraction_pattern
 from autosched.targets.base import has_config
@@ -132,7 +132,7 @@ def dynamic_patterns(model: BucketModel, flags, work: str) -> list[ContractionPa
     `work`'s build cache), their dynamic loops as None."""
     flow = model_build(model.model, flags, build_cache(work)).parse(FLOW)
     found = []
-    for _, _, function in _dispatch_functions(flow):
+    for _, _, function in dispatch_functions(flow):
         for op in walk_ops(function):
             pattern = contraction_pattern(op) if is_linalg_op(op) else None
             if pattern is not None and pattern not in found:

@@ -358,7 +358,7 @@ def dispatch_callers(module: ir.Module) -> dict[str, str]:
     return callers
 
 
-def _dispatch_functions(module: ir.Module):
+def dispatch_functions(module: ir.Module):
     """(executable name, entry point name, func op) for every dispatch function."""
     for executable in children(module.operation):
         if executable.name != "flow.executable":
@@ -383,7 +383,7 @@ def find_contractions(module: ir.Module) -> ModelAnalysis:
     found: dict[tuple, Contraction] = {}
     skipped: list[SkippedRoot] = []
     dispatches = 0
-    for executable, entry_point, function in _dispatch_functions(module):
+    for executable, entry_point, function in dispatch_functions(module):
         dispatches += 1
         ops = [op for op in walk_ops(function) if is_linalg_op(op)]
         for op in ops:
