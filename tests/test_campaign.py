@@ -9,6 +9,7 @@ from autosched.drivers.campaign import (
     ModelProblem,
     budget_for,
     first_batch,
+    minor,
     opening_history,
     pick_next,
     shares,
@@ -85,3 +86,18 @@ def test_a_resumed_problem_counts_as_tried():
     assert pick_next([resumed, fresh]) is fresh
     fresh.history.append(0.5)
     assert pick_next([resumed, fresh]) is resumed  # every problem tried: the largest gain
+
+
+def test_fast_mode_gives_a_problem_under_two_percent_of_the_time_one_batch():
+    def timed(name: str, occurrences: int, default_ms: float) -> ModelProblem:
+        problem = entry(name, occurrences, [default_ms])
+        baseline = SimpleNamespace(median_ms=default_ms, ok=True)
+        problem.search = SimpleNamespace(result=SimpleNamespace(baseline=baseline))
+        return problem
+
+    conv, head, small = timed("conv", 3, 3.0), timed("head", 1, 0.01), timed("small", 1, 0.2)
+    problems = [conv, head, small]  # 9 ms, 0.01 ms (0.1 %) and 0.2 ms (2.2 %) of 9.21
+    assert minor(head, problems)
+    assert not minor(small, problems) and not minor(conv, problems)
+    untimed = entry("untimed", 1, [1.0])  # no default: never judged minor
+    assert not minor(untimed, [*problems, untimed])
