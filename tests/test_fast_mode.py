@@ -17,7 +17,7 @@ from autosched.measure.benchmark_tool import Timing
 from autosched.measure.contract import Measurement
 from autosched.outputs.records import UNCHECKED, Trial
 from autosched.run.retime import FAST_FLOOR
-from autosched.run.timed_first import merged
+from autosched.run.timed_first import Reach, merged
 from autosched.search import knowledge
 
 FAST_CFG = """
@@ -76,8 +76,16 @@ def test_a_fast_run_checks_every_candidate_within_reach_of_the_default(tmp_path,
         reach = record["reference_ms"] / FAST_FLOOR
         if record["status"] == "ok":
             assert record["verification"] == "correct" and record["median_ms"] <= reach
+        elif record["median_ms"] <= reach:  # within reach, but not among the 2 fastest
+            assert record["status"] == UNCHECKED and "fastest checked" in record["message"]
+            faster = [
+                r for r in candidates
+                if r["problem"] == record["problem"] and r["status"] == "ok"
+                and r["median_ms"] < record["median_ms"]
+            ]  # fmt: skip
+            assert len(faster) >= 2
         else:
-            assert record["status"] == UNCHECKED and record["median_ms"] > reach
+            assert record["status"] == UNCHECKED and "out of reach" in record["message"]
     chosen = {row["problem"] for row in summary["problems"] if row["in_spec"]}
     checked = {r["problem"] for r in candidates if r["status"] == "ok"}
     assert chosen <= checked  # a winner was checked
@@ -132,3 +140,12 @@ def test_a_checked_candidate_keeps_its_time_and_takes_the_checks_verdict():
     wrong = Measurement("local-task", "wrong_answer", "off by 3", verification="wrong_answer")
     assert merged(timed, wrong).status == "wrong_answer"
     assert merged(timed, None) is None  # its check did not build: the build's failure stands
+
+
+def test_a_candidate_is_checked_only_while_it_can_still_be_a_finalist():
+    reach = Reach(limit_ms=10.0, kept_ms=(4.0,), keep=2)
+    assert reach.cutoff([]) == 10.0  # one checked so far: room for another finalist
+    assert reach.cutoff([6.0, 8.0]) == 6.0  # 4 and 6 are the two fastest
+    assert reach.cutoff([3.0, 2.0]) == 3.0
+    assert Reach(limit_ms=5.0, kept_ms=(1.0, 9.0), keep=2).cutoff([]) == 5.0  # the default's
+    assert Reach(limit_ms=5.0).cutoff([1.0, 2.0, 3.0]) == 5.0  # no finalist cut

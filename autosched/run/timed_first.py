@@ -5,10 +5,11 @@ A candidate's answer is checked on a build of its own (the dispatch as a functio
 inputs), the same compile again as its timed build: on resnet18 (CPU, 2 cores) half of a
 fast search's compile work went into check builds of candidates slower than IREE's
 default, which fast mode never re-times. Here a batch's timed builds are compiled and timed
-first; a candidate within reach of the default (`reach_ms`) then has its check built and
-run, and is recorded with both; the rest are recorded as `unchecked`, with their times
-(the tuner learns from them) but never as winners. Executor-neutral: both passes go
-through `Executor.run`, local or Ray.
+first. A candidate within reach (`Reach`: at least 0.95x as fast as the default, and among
+the problem's fastest checked candidates, so that it can still be a finalist) then has its
+check built and run, and is recorded with both; the rest are recorded as `unchecked`, with
+their times (the tuner learns from them) but never as winners. Executor-neutral: both
+passes go through `Executor.run`, local or Ray.
 """
 
 from __future__ import annotations
@@ -55,31 +56,58 @@ def merged(timed: Measurement, checked: Measurement | None) -> Measurement | Non
     return outcome
 
 
+@dataclass(frozen=True)
+class Reach:
+    """What a candidate's first-pass time must beat to have its answer checked: the
+    default's time over the re-timing's floor, and the problem's `keep` fastest checked
+    candidates (a slower one could never be among the finalists re-timed)."""
+
+    limit_ms: float
+    kept_ms: tuple[float, ...] = ()  # the problem's checked candidates' first-pass times
+    keep: int = 0  # finalists a problem re-times (0: no cut but the limit)
+
+    def cutoff(self, batch_ms: list[float]) -> float:
+        """The slowest time checked, given this batch's times within the limit."""
+        times = sorted([*self.kept_ms, *batch_ms])
+        if self.keep and len(times) >= self.keep:
+            return min(self.limit_ms, times[self.keep - 1])
+        return self.limit_ms
+
+
+def _unchecked(outcome: Measurement, why: str) -> Measurement:
+    outcome.status = UNCHECKED
+    outcome.message = f"{outcome.timing.median_ms:.4g} ms, {why}: answer not checked"
+    return outcome
+
+
 def timed_first(
     executor: Executor,
     candidates: list[Candidate],
     prepare: Prepare,
     done: Done,
-    reach_ms: float,
+    reach: Reach,
 ) -> None:
-    """Times `candidates` (their timed builds only), then checks those at most `reach_ms`;
+    """Times `candidates` (their timed builds only), then checks those within `reach`;
     `done` hears of each candidate once, with every build it had and one outcome."""
     waiting: dict[str, Timed] = {}
     whole = {c.name: c for c in candidates}  # with both builds: the executor sees one each
 
     def after_timing(candidate: Candidate, builds, outcome: Measurement | None) -> None:
         if outcome is not None and outcome.status == "ok" and outcome.timing is not None:
-            if outcome.timing.median_ms <= reach_ms:
+            if outcome.timing.median_ms <= reach.limit_ms:
                 waiting[candidate.name] = Timed(whole[candidate.name], builds, outcome)
                 return
-            outcome.status = UNCHECKED
-            outcome.message = (
-                f"{outcome.timing.median_ms:.4g} ms, out of reach of the default "
-                f"(within {reach_ms:.4g} ms is checked): answer not checked"
-            )
+            why = f"out of reach of the default (within {reach.limit_ms:.4g} ms is checked)"
+            outcome = _unchecked(outcome, why)
         done(whole[candidate.name], builds, outcome)
 
     executor.run([_only(c, TIMED) for c in candidates], prepare, after_timing)
+    cutoff = reach.cutoff([w.outcome.timing.median_ms for w in waiting.values()])
+    for name, timed in list(waiting.items()):
+        if timed.outcome.timing.median_ms > cutoff:
+            why = f"slower than the problem's {reach.keep} fastest checked ({cutoff:.4g} ms)"
+            done(timed.candidate, timed.builds, _unchecked(timed.outcome, why))
+            del waiting[name]
 
     def after_check(candidate: Candidate, builds, outcome: Measurement | None) -> None:
         timed = waiting[candidate.name]

@@ -38,7 +38,7 @@ from autosched.run.limits import TimedOut, not_tried
 from autosched.run.phases import PhaseClock
 from autosched.run.problem import BASELINE, ProblemResult, ProblemSearch, Progress
 from autosched.run.retiming import Retiming
-from autosched.run.timed_first import separate_check, timed_first
+from autosched.run.timed_first import Reach, separate_check, timed_first
 from autosched.run.trials import TrialBook, describe, make_trial, not_tried_trial
 from autosched.search.loop import SearchState
 from autosched.search.loop import search as run_search
@@ -125,10 +125,10 @@ class Tuning:
         def prepare(candidate, built):
             return self.builds.task(search, candidate, built, settings)
 
-        reach_ms = self._reach_ms(search)
-        first = [c for c in candidates if reach_ms and c.point and separate_check(c)]
+        reach = self._reach(search)
+        first = [c for c in candidates if reach and c.point and separate_check(c)]
         if first:
-            timed_first(self.executor, first, prepare, done, reach_ms)
+            timed_first(self.executor, first, prepare, done, reach)
         rest = [c for c in candidates if c not in first]
         if rest:
             self.executor.run(rest, prepare, done)
@@ -136,12 +136,16 @@ class Tuning:
         order = {name: i for i, (name, _) in enumerate(entries)}
         return sorted(trials, key=lambda t: order[t.config])
 
-    def _reach_ms(self, search: ProblemSearch) -> float | None:
-        """Fast mode: the time a candidate must beat to be checked (run/timed_first.py),
-        from the default's latest timing and the re-timing's floor; None otherwise."""
+    def _reach(self, search: ProblemSearch) -> Reach | None:
+        """Fast mode: what a candidate must beat to be checked (run/timed_first.py): the
+        default's latest time over the re-timing's floor, and the problem's finalists so
+        far; None in the other modes (every candidate is checked)."""
         floor = self.retiming.floor
         default_ms = search.reference_ms.get(self.executor.primary.device)
-        return default_ms / floor if floor and default_ms else None
+        if not floor or not default_ms:
+            return None
+        kept = tuple(t.median_ms for t in search.trials if t.ok and not t.baseline)
+        return Reach(default_ms / floor, kept, self.config.finalists)
 
     def _not_timed_out(
         self, search: ProblemSearch, candidates: list, trials: list[Trial], progress: Progress
