@@ -11,6 +11,7 @@ import numpy as np
 from click.testing import CliRunner
 from conftest import MODEL_CFG
 from iree.compiler import ir
+from test_causal_lm import dynamic_inputs
 
 from autosched.cli import cli
 from autosched.config import RunConfig
@@ -20,6 +21,7 @@ from autosched.model.buckets import bucket_model, bucket_spec, dynamic_coverage,
 from autosched.model.configured import tuning_spec_flags
 from autosched.model.lowering import analyze_model
 from autosched.model.torch_ops import VTensor
+from autosched.ops.attention import AttentionPattern
 from autosched.outputs.records import Trial
 from autosched.outputs.spec import write_spec
 from autosched.run.problem import ProblemResult
@@ -28,6 +30,7 @@ from autosched.targets.cpu import CpuTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 DYNAMIC = os.path.join(MODELS, "llama_mlp_dynamic_f32.mlirbc")  # x[1, ?, 64], three matmuls
+CAUSAL_LM = os.path.join(MODELS, "hf_tiny_causal_lm_dynamic_f32.mlirbc")  # token ids [1, ?]
 
 
 def bucket_inputs(path, length: int, shape=None) -> str:
@@ -137,3 +140,48 @@ def test_bad_buckets_are_one_line_naming_the_file(tmp_path, monkeypatch):
         last = result.output.strip().splitlines()[-1]
         assert last.startswith("Error: ") and line in last, result.output
         assert "Traceback" not in result.output
+
+
+def test_one_attention_entry_serves_the_dynamic_causal_lm_at_every_length(tmp_path):
+    """A causal LM's attention at two lengths: one spec entry whose operand types leave the
+    query and key lengths `?`, with the longer bucket's configuration (a query tile of 10,
+    which 12 tokens do not fill twice); the dynamic model's attention dispatch carries it,
+    and the dynamic build gives the default's outputs at both lengths."""
+    target = CpuTarget(RunConfig())
+    flags, work = target.compile_flags(), str(tmp_path / "model")
+    files = []
+    for length in (12, 20):
+        dynamic_inputs(tmp_path / f"at{length}.npz", length)
+        files.append(str(tmp_path / f"at{length}.npz"))
+    model = bucket_model(CAUSAL_LM, files, flags, work)
+    model.patterns = dynamic_patterns(model, flags, work)
+    (pattern,) = [p for p in model.patterns if isinstance(p, AttentionPattern)]
+    assert pattern.dynamic
+    problems = []
+    for root in analyze_model(model.path, flags).roots:
+        entry = ModelProblem(root.as_problem(), root)
+        if entry.problem.kind != "attention":
+            continue
+        space = build_space(entry.problem, target, {})
+        names = [target.for_problem(entry.problem).config_name(p) for p in space.points]
+        chosen = "q10_vec_1x8_kv4" if entry.problem.size("m") == 20 else names[0]
+        point = space.points[names.index(chosen)]
+        entry.result = ProblemResult(entry.problem, space, baseline_ms=1.0, best_ms=0.5)
+        entry.result.best = _trial(entry.problem, point)
+        problems.append(entry)
+    assert sorted(p.problem.size("m") for p in problems) == [12, 20]
+    spec = bucket_spec(model, problems, target)
+    assert len(spec.best) == 1 and spec.best[0][0].size("m") == 20
+    assert set(spec.free.values()) == {frozenset({"m", "k2"})}
+    path = write_spec(str(tmp_path / "spec.mlir"), spec.best, "", spec.free, spec.header(model))
+    assert "x?x" in open(path).read()
+    configured, dynamic = dynamic_coverage(
+        model, flags, tuning_spec_flags(path, target.tuning_spec_flag), work
+    )
+    assert (configured, dynamic) == (1, 9)  # the attention dispatch of 9 dynamic roots
+    proof = prove_buckets(
+        model, flags, path, target.device, work_dir=str(tmp_path / "model" / "proof"),
+        spec_flag=target.tuning_spec_flag, rounds=1, repetitions=1, min_time=0.001,
+    )  # fmt: skip
+    assert [p.function for p in proof.functions] == ["main at len12", "main at len20"]
+    assert all(p.outputs_match and p.outputs_compared for p in proof.functions)

@@ -34,8 +34,11 @@ from autosched.model.fixed_lengths import (
 )
 from autosched.model.lowering import dispatch_functions, is_linalg_op, prepare_model
 from autosched.model.model_build import CONFIGURED, FLOW, build_cache, model_build
+from autosched.ops.attention import AttentionPattern, attention_pattern
 from autosched.ops.contraction import ContractionPattern, contraction_pattern
 from autosched.targets.base import has_config
+
+Pattern = ContractionPattern | AttentionPattern  # a root of the dynamic model
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class BucketModel:
     function: str  # its dynamic function's name
     buckets: list[Bucket]
     line: str  # what was tuned, for the run's first lines
-    patterns: list[ContractionPattern] = field(default_factory=list)  # its dynamic roots
+    patterns: list[Pattern] = field(default_factory=list)  # its roots, dynamic sizes None
 
     def labels(self) -> str:
         return ", ".join(b.describe() for b in self.buckets)
@@ -127,14 +130,20 @@ def bucket_model(model_path: str, files: Sequence[str], flags, work: str) -> Buc
     return model
 
 
-def dynamic_patterns(model: BucketModel, flags, work: str) -> list[ContractionPattern]:
-    """The contraction roots of the dynamic model's dispatches (IREE's `flow` phase, kept in
-    `work`'s build cache), their dynamic loops as None."""
+def _pattern(op: ir.Operation) -> Pattern | None:
+    """The op as a contraction or an attention pattern; None for neither."""
+    found = contraction_pattern(op) if is_linalg_op(op) else None
+    return found or attention_pattern(op)
+
+
+def dynamic_patterns(model: BucketModel, flags, work: str) -> list[Pattern]:
+    """The contraction and attention roots of the dynamic model's dispatches (IREE's `flow`
+    phase, kept in `work`'s build cache), their dynamic sizes as None."""
     flow = model_build(model.model, flags, build_cache(work)).parse(FLOW)
     found = []
     for _, _, function in dispatch_functions(flow):
         for op in walk_ops(function):
-            pattern = contraction_pattern(op) if is_linalg_op(op) else None
+            pattern = _pattern(op)
             if pattern is not None and pattern not in found:
                 found.append(pattern)
     return found
@@ -155,11 +164,14 @@ class BucketSpec:
         return f"// tuned on buckets {model.labels()} of {model.model}; serves any length\n"
 
 
-def free_roles(contraction, patterns: Sequence[ContractionPattern]) -> frozenset[str] | None:
-    """The loop roles of the dynamic root this bucket root came from that are of dynamic
+def free_roles(entry, patterns: Sequence[Pattern]) -> frozenset[str] | None:
+    """The loop roles of the dynamic root this bucket problem came from that are of dynamic
     size (empty: a static root); None where no dynamic root matches it."""
     for pattern in patterns:
-        if pattern.matches(contraction):
+        if isinstance(pattern, AttentionPattern):
+            if pattern.matches(entry.problem):
+                return pattern.free_roles(entry.problem)
+        elif entry.problem.kind == "matmul" and pattern.matches(entry.contraction):
             return pattern.free_roles()
     return None
 
@@ -174,7 +186,7 @@ def bucket_spec(model: BucketModel, problems: list, target) -> BucketSpec:
         best = entry.result.best if entry.result else None
         if best is None or not has_config(target, entry.problem, best.point):
             continue
-        free = free_roles(entry.contraction, model.patterns) or frozenset()
+        free = free_roles(entry, model.patterns) or frozenset()
         key = (entry.problem.key() if not free else _relaxed_key(entry.problem, free), free)
         groups.setdefault(key, []).append(entry)
     for (_, free), members in groups.items():
@@ -192,6 +204,12 @@ def bucket_spec(model: BucketModel, problems: list, target) -> BucketSpec:
 
 def _relaxed_key(problem, free: frozenset[str]) -> tuple:
     """What a matcher with the `free` roles left out checks of the problem."""
+    if problem.kind == "attention":
+        sizes = tuple(
+            None if role in free else size
+            for role, size in zip(problem.loops, problem.loop_sizes, strict=True)
+        )
+        return (problem.kind, tuple(problem.operand_types(free)), problem.operand_loops, sizes)
     dims = {"m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch}
     kept = tuple((role, size) for role, size in dims.items() if role not in free)
     return (problem.lhs_type, problem.rhs_type, problem.acc_type, problem.indexing_maps, kept)
@@ -206,8 +224,8 @@ def _dynamic_configs(path: str) -> dict[str, str | None]:
         if op.name != "func.func" or "translation_info" not in op.attributes:
             continue
         for inner in walk_ops(op):
-            pattern = contraction_pattern(inner) if is_linalg_op(inner) else None
-            if pattern is not None and None in pattern.sizes:
+            pattern = _pattern(inner)
+            if pattern is not None and pattern.dynamic:
                 config = inner.attributes
                 text = config["lowering_config"] if "lowering_config" in config else None
                 found[symbol(op)] = f"{text} {op.attributes['translation_info']}"

@@ -187,15 +187,20 @@ class AttentionProblem(AttentionCheck):
     def as_problem(self) -> AttentionProblem:
         return self
 
-    def operand_types(self) -> list[str | None]:
+    def operand_types(self, free: frozenset[str] = frozenset()) -> list[str | None]:
         """The online form's operand types in order: q, k, v, None for the scale, [mask],
-        the f32 output; the mask's element type as IREE configures it (an i1 mask as i8)."""
+        the f32 output; the mask's element type as IREE configures it (an i1 mask as i8).
+        A loop whose role is in `free` is `?` (a dynamic model's lengths)."""
         q, k, v, *rest = self.operand_loops
         types = [self.query_type, self.key_type, self.value_type]
         mask = CONFIGURED_MASK_TYPES.get(self.mask_type, self.mask_type)
         types += [mask] * (len(rest) - 1) + [ACCUMULATOR]
+        sizes = [
+            "?" if role in free else str(size)
+            for role, size in zip(self.loops, self.loop_sizes, strict=True)
+        ]
         tensors = [
-            f"tensor<{'x'.join(str(self.loop_sizes[i]) for i in loops)}x{element}>"
+            f"tensor<{'x'.join(sizes[i] for i in loops)}x{element}>"
             for loops, element in zip([q, k, v, *rest], types, strict=True)
         ]
         return [*tensors[:3], None, *tensors[3:]]
@@ -433,17 +438,21 @@ class AttentionKind(RootOpKind):
             raise NotImplementedError("a flow attention is timed on IREE's dispatch")
         return op_module_text(problem, target.module_attributes())
 
-    def spec_matcher(self, problem: AttentionProblem, handle: str = "%op") -> str:
+    def spec_matcher(
+        self, problem: AttentionProblem, handle: str = "%op", free: frozenset[str] = frozenset()
+    ) -> str:
         """Transform ops that match `handle` to the problem's online_attention by the exact
         type of each tensor operand (q, k, v, the mask, the f32 output): shapes in the
         op's layout and element types as IREE configures them (an i1 mask is i8 there).
+        Loops of the `free` roles are `?`, which a cast-compatible type matches at any size
+        (a dynamic model's sequence lengths).
 
         Why not `transform.iree.match.online_attention`: in IREE 3.13 it matches no
         attention that has a mask (checked on the CPU with every map order), and a causal
         SDPA from torch always has one.
         """
         lines = [f'    transform.match.operation_name {handle} ["{ONLINE}"] : {ANY_OP}\n']
-        for index, tensor in enumerate(problem.operand_types()):
+        for index, tensor in enumerate(problem.operand_types(free)):
             if tensor is None:
                 continue  # the scale
             lines.append(
@@ -453,3 +462,56 @@ class AttentionKind(RootOpKind):
                 " : !transform.any_value\n"
             )
         return "".join(lines)
+
+
+@dataclass(frozen=True)
+class AttentionPattern:
+    """An attention root of a dynamic model: its q, k and v shapes (None where a dimension
+    is of dynamic size) and element types. The bucket problems it came from match it."""
+
+    shapes: tuple[tuple[int | None, ...], ...]
+    element_types: tuple[str, ...]
+
+    def matches(self, problem: AttentionProblem) -> bool:
+        """`problem` (a static root) is this op at some sizes of its dynamic dimensions."""
+        if problem.kind != "attention":
+            return False
+        types = (problem.query_type, problem.key_type, problem.value_type)
+        if types != self.element_types:
+            return False
+        for operand, shape in enumerate(self.shapes):
+            static = problem.operand_shape(operand)
+            if len(static) != len(shape):
+                return False
+            pairs = zip(shape, static, strict=True)
+            if any(mine is not None and mine != size for mine, size in pairs):
+                return False
+        return True
+
+    @property
+    def dynamic(self) -> bool:
+        return any(size is None for shape in self.shapes for size in shape)
+
+    def free_roles(self, problem: AttentionProblem) -> frozenset[str]:
+        """The loop roles of `problem` at the dimensions of dynamic size."""
+        return frozenset(
+            problem.loops[problem.operand_loops[operand][position]]
+            for operand, shape in enumerate(self.shapes)
+            for position, size in enumerate(shape)
+            if size is None
+        )
+
+
+def attention_pattern(op: ir.Operation) -> AttentionPattern | None:
+    """The op as an AttentionPattern (q, k, v: its first three operands), dynamic sizes and
+    all; None for another op."""
+    if op.name not in (AttentionProblem.op_name, ONLINE):
+        return None
+    try:
+        tensors = [ir.RankedTensorType(op.operands[i].type) for i in range(3)]
+    except (ValueError, IndexError):
+        return None
+    shapes = tuple(
+        tuple(None if t.is_dynamic_dim(i) else t.shape[i] for i in range(t.rank)) for t in tensors
+    )
+    return AttentionPattern(shapes, tuple(str(t.element_type) for t in tensors))

@@ -347,6 +347,10 @@ class ContractionPattern:
         sizes = zip(self.sizes, root.loop_sizes, strict=True) if same else ()
         return same and all(mine is None or mine == size for mine, size in sizes)
 
+    @property
+    def dynamic(self) -> bool:
+        return None in self.sizes
+
     def free_roles(self) -> frozenset[str]:
         """The roles (as a matcher names them) with a loop of dynamic size."""
         return frozenset(

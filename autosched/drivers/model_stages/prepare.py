@@ -69,7 +69,7 @@ def prepare(config: RunConfig) -> Prepared:
         layout, analysis = laid_out(config, target, model_path, flags, work)
     problems, skipped = model_problems(analysis, target)
     if buckets is not None:
-        problems = contractions_only(problems, skipped)
+        problems = bucket_kinds_only(problems, skipped)
     if not problems:
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
         raise UserError(
@@ -109,15 +109,19 @@ def model_buckets(config: RunConfig, target: Target, work: str) -> BucketModel:
     return buckets
 
 
-def contractions_only(problems: list[ModelProblem], skipped: dict[str, int]) -> list:
-    """The matmul-family problems: a spec serves a dynamic model's contractions at any
-    length; the other kinds' matchers are of one size, so they are counted as not tuned."""
+BUCKET_KINDS = ("matmul", "attention")  # kinds whose matchers can leave a length free
+
+
+def bucket_kinds_only(problems: list[ModelProblem], skipped: dict[str, int]) -> list:
+    """The contractions and attention: a spec serves a dynamic model's roots of these kinds
+    at any length; the other kinds' matchers are of one size, so they are counted as not
+    tuned."""
     kept = []
     for entry in problems:
-        if entry.problem.kind == "matmul":
+        if entry.problem.kind in BUCKET_KINDS:
             kept.append(entry)
             continue
-        reason = f"{entry.problem.kind} (buckets tune contractions only)"
+        reason = f"{entry.problem.kind} (buckets tune contractions and attention only)"
         skipped[reason] = skipped.get(reason, 0) + 1
     return kept
 
