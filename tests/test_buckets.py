@@ -77,16 +77,23 @@ def test_one_spec_from_two_buckets_serves_the_dynamic_model(tmp_path):
     text = open(path).read()
     assert text.startswith("// tuned on buckets len16 (")
     assert "dims_equal %m_dims" not in text and "dims_equal %n_dims, [128]" in text
-    configured, dynamic = dynamic_coverage(
-        model, flags, tuning_spec_flags(path, target.tuning_spec_flag), work
-    )
-    assert (configured, dynamic) == (3, 3)  # every dispatch of the dynamic model
+    coverage = _serves_every_bucket(model, target, path, tmp_path, ["len16", "len40"])
+    assert coverage == (3, 3)  # every dispatch of the dynamic model
+
+
+def _serves_every_bucket(model, target, spec: str, tmp_path, labels: list[str]):
+    """The dynamic model built with `spec` gives the default's outputs at every bucket;
+    returns (dynamic dispatches the spec configures, dynamic dispatches)."""
+    flags, work = target.compile_flags(), str(tmp_path / "model")
+    spec_flags = tuning_spec_flags(spec, target.tuning_spec_flag)
+    coverage = dynamic_coverage(model, flags, spec_flags, work)
     proof = prove_buckets(
-        model, flags, path, target.device, work_dir=str(tmp_path / "model" / "proof"),
+        model, flags, spec, target.device, work_dir=str(tmp_path / "model" / "proof"),
         spec_flag=target.tuning_spec_flag, rounds=1, repetitions=1, min_time=0.001,
     )  # fmt: skip
-    assert [p.function for p in proof.functions] == ["main at len16", "main at len40"]
+    assert [p.function for p in proof.functions] == [f"main at {label}" for label in labels]
     assert all(p.outputs_match and p.outputs_compared for p in proof.functions)
+    return coverage
 
 
 def _trial(problem, point) -> Trial:
@@ -175,13 +182,5 @@ def test_one_attention_entry_serves_the_dynamic_causal_lm_at_every_length(tmp_pa
     assert set(spec.free.values()) == {frozenset({"m", "k2"})}
     path = write_spec(str(tmp_path / "spec.mlir"), spec.best, "", spec.free, spec.header(model))
     assert "x?x" in open(path).read()
-    configured, dynamic = dynamic_coverage(
-        model, flags, tuning_spec_flags(path, target.tuning_spec_flag), work
-    )
-    assert (configured, dynamic) == (1, 9)  # the attention dispatch of 9 dynamic roots
-    proof = prove_buckets(
-        model, flags, path, target.device, work_dir=str(tmp_path / "model" / "proof"),
-        spec_flag=target.tuning_spec_flag, rounds=1, repetitions=1, min_time=0.001,
-    )  # fmt: skip
-    assert [p.function for p in proof.functions] == ["main at len12", "main at len20"]
-    assert all(p.outputs_match and p.outputs_compared for p in proof.functions)
+    coverage = _serves_every_bucket(model, target, path, tmp_path, ["len12", "len20"])
+    assert coverage == (1, 9)  # the attention dispatch, of 9 dynamic roots
