@@ -139,7 +139,9 @@ def test_a_spec_that_misses_the_root_stops_the_search_loudly(folder, monkeypatch
     IREE's default on the root, and the problem stops with a warning naming both."""
     real = spec.match_contraction
     monkeypatch.setattr(
-        spec, "match_contraction", lambda p, h="%op": real(replace(p, m=p.m + 1), h)
+        spec,
+        "match_contraction",
+        lambda p, h="%op", free=frozenset(): real(replace(p, m=p.m + 1), h, free),
     )
     result = CliRunner().invoke(cli, ["run", "hf_llama_mlp_f32.mlirbc", "--budget", "4"])
     assert result.exit_code == 0, result.output
@@ -154,7 +156,9 @@ def test_a_candidate_that_does_not_apply_is_recorded_not_timed(folder, monkeypat
     timed, the search stops after its first batch, and the summary counts them."""
     real = spec.match_contraction
     monkeypatch.setattr(
-        spec, "match_contraction", lambda p, h="%op": real(replace(p, m=p.m + 1), h)
+        spec,
+        "match_contraction",
+        lambda p, h="%op", free=frozenset(): real(replace(p, m=p.m + 1), h, free),
     )
     monkeypatch.setattr(CandidateBuilds, "probe", lambda self, search: None)
     result = CliRunner().invoke(cli, ["run", "hf_llama_mlp_f32.mlirbc", "--budget", "8"])

@@ -234,7 +234,7 @@ def queue_neighbours(entry: ModelProblem, tuning: Tuning) -> None:
     space. On resnet18 (CPU) that spread was the tuner's corners: 45 trials, none within
     reach of the known points' times, some 10-100x slower than IREE's default."""
     search = entry.search
-    timed = [t for t in search.trials if t.timed and t.point]
+    timed = [t for t in search.trials if t.timed and t.point and t.median_ms]
     if search.state is None or not timed:
         return
     best = min(timed, key=lambda t: t.median_ms)

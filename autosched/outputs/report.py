@@ -82,7 +82,8 @@ class CsvReport:
             raise
 
     def row_for(self, problem: MatmulProblem, trial: Trial, baseline_ms: float | None) -> dict:
-        speedup = baseline_ms / trial.median_ms if trial.timed and baseline_ms else None
+        timed = trial.timed and trial.median_ms and baseline_ms
+        speedup = baseline_ms / trial.median_ms if timed else None
         row = {
             "problem": problem.name,
             "function": ";".join(sorted({s.function for s in problem.sites})),

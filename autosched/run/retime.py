@@ -53,7 +53,8 @@ def paired_verdict(rounds: list[dict[str, float]], name: str) -> PairedVerdict:
 def first_pass_speedup(trial: Trial, baseline: Trial | None) -> float | None:
     """The trial's speedup over the default timed nearest to it, from the search's timing."""
     default_ms = trial.reference_ms or (baseline.median_ms if baseline and baseline.ok else None)
-    return default_ms / trial.median_ms if default_ms and trial.timed else None
+    timed = trial.timed and trial.median_ms
+    return default_ms / trial.median_ms if default_ms and timed else None
 
 
 def finalists(
