@@ -1,9 +1,24 @@
 """Walking MLIR with IREE's bindings: an op's children, all ops below it, a symbol's name,
-the op that defines a value, a structured op's indexing maps."""
+the op that defines a value, a structured op's indexing maps, a context for small parses."""
 
 from __future__ import annotations
 
+import threading
+
 from iree.compiler import ir
+
+_PER_THREAD = threading.local()
+
+
+def scratch_context() -> ir.Context:
+    """This thread's MLIR context for small parses (an attribute, a one-point spec, one
+    configured executable). A new context costs about 7 ms, and a fast model run made
+    hundreds (3.5 s of resnet18's 60 s on the CPU). Not for modules with large constants:
+    what a context uniques lives as long as the context."""
+    context = getattr(_PER_THREAD, "context", None)
+    if context is None:
+        context = _PER_THREAD.context = ir.Context()
+    return context
 
 
 def children(operation: ir.Operation):

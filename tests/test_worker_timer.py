@@ -75,7 +75,8 @@ def test_a_run_with_the_worker_timer(tmp_path, monkeypatch):
 
 def test_timer_auto_is_the_worker_where_it_was_checked_against_the_tool():
     """`timer = auto`: CUDA times in the worker (within 1.4 % of iree-benchmark-module on
-    the H200), the CPU target with the tool; an explicit timer wins."""
+    the H200), the CPU target with the tool, except in fast mode (the worker: about half
+    the tool's wall time a timing); an explicit timer wins."""
     from dataclasses import replace
 
     from autosched.config import RunConfig
@@ -90,6 +91,9 @@ def test_timer_auto_is_the_worker_where_it_was_checked_against_the_tool():
     assert measure_settings(config, cuda).timer == "worker"
     assert measure_settings(config, CpuTarget(config, Machine())).timer == "tool"
     assert measure_settings(replace(config, timer="tool"), cuda).timer == "tool"
+    cpu = CpuTarget(config, Machine())
+    assert measure_settings(replace(config, mode="fast"), cpu).timer == "worker"
+    assert measure_settings(replace(config, mode="fast", timer="tool"), cpu).timer == "tool"
 
 
 def test_a_slow_dispatch_benchmark_dispatches_less_often_per_call(tmp_path):

@@ -32,7 +32,7 @@ from autosched import processes
 from autosched.compile import compiler_path
 from autosched.errors import UserError
 from autosched.interrupts import critical
-from autosched.ir_walk import children, symbol, walk_ops
+from autosched.ir_walk import children, scratch_context, symbol, walk_ops
 from autosched.model.lowering import ModelAnalysis, is_linalg_op, prepare_model
 from autosched.ops.base import DispatchSite, SkippedRoot
 from autosched.ops.registry import classify_root, kind_of
@@ -134,7 +134,7 @@ class DispatchConfig:
 
         Compared as parsed attributes, so spacing and aliases in the text do not matter.
         """
-        with ir.Context():
+        with scratch_context():
             expected = ir.Attribute.parse(compilation_info)
             if self.compilation_info is not None:
                 return str(expected) == str(ir.Attribute.parse(self.compilation_info))
@@ -329,7 +329,7 @@ def dump_flag(output: str) -> str:
 def roots_in(path: str) -> list[DispatchConfig]:
     """The contraction roots of a module at `executable-configurations` (or of one dumped
     configured executable), read with the bindings."""
-    return read_dispatch_configs(ir.Module.parseFile(path, ir.Context()))
+    return read_dispatch_configs(ir.Module.parseFile(path, scratch_context()))
 
 
 def configured_roots(folder: str) -> list[DispatchConfig]:

@@ -35,6 +35,7 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import linalg
 
+from autosched.ir_walk import scratch_context
 from autosched.ops.base import DispatchSite, Operand, SkippedRoot, accumulated_tolerance
 from autosched.ops.contraction import (
     Contraction,
@@ -236,7 +237,7 @@ class ConvolutionProblem:
 
 def parsed_maps(indexing_maps: str) -> list[ir.AffineMap]:
     """A problem's indexing maps (as the bindings print them), parsed again."""
-    with ir.Context():
+    with scratch_context():
         return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(ir.Attribute.parse(indexing_maps))]
 
 

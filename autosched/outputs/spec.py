@@ -15,7 +15,7 @@ from iree.compiler import ir
 from autosched import processes
 from autosched.compile import opt_path
 from autosched.errors import UserError
-from autosched.ir_walk import children, symbol
+from autosched.ir_walk import children, scratch_context, symbol
 from autosched.ops.base import ANY_OP, Problem
 from autosched.ops.registry import kind_of
 from autosched.targets.base import Point, Target
@@ -111,7 +111,7 @@ def tuning_spec(
         f" -> {ANY_OP} attributes {{iree_codegen.tuning_spec_entrypoint}} {{\n"
         f"{body}  }}\n}}\n"
     )
-    return str(ir.Module.parse(text, ir.Context()))
+    return str(ir.Module.parse(text, scratch_context()))
 
 
 def read_starter(starter_path: str, context: ir.Context) -> ir.Module:
