@@ -156,14 +156,16 @@ def test_a_cpu_spec_reaches_the_timed_dispatch_and_the_checked_model(tmp_path, m
 
 
 @pytest.mark.slow
-def test_a_run_checks_convolution_candidates_on_their_dispatch(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["normal", "fast"])
+def test_a_run_checks_convolution_candidates_on_their_dispatch(tmp_path, monkeypatch, mode):
     """resnet18's convolutions (its 1x1 downsampling ones are pointwise by the time IREE forms
     their dispatches) are checked on their dispatches' own modules: the whole model is never
-    built for a check."""
+    built for a check. Fast mode too, which probes no timed module but still the check's."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)
     shutil.copy(MODEL, tmp_path)
-    result = CliRunner().invoke(cli, ["run", "tv_resnet18_f32.mlirbc", "--budget", "12"])
+    command = ["run", "tv_resnet18_f32.mlirbc", "--budget", "12", "--mode", mode]
+    result = CliRunner().invoke(cli, command)
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in open("generated/tv_resnet18_f32/tuning.jsonl")]
     convs = [r for r in records if r["shape"].get("kind") == "convolution" and not r["baseline"]]

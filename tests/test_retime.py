@@ -111,3 +111,13 @@ def test_fast_mode_re_times_no_clear_loser():
     assert finalists([loser], default, top=1)[0] == [loser]  # normal mode: re-timed
     near.reference_ms = 10.0  # the default re-timed beside it
     assert finalists([loser, near], default, top=2, floor=FAST_FLOOR)[0] == [near]
+
+
+def test_fast_mode_re_times_no_finalist_far_behind_the_fastest():
+    """Fast mode re-times a second finalist only within FAST_GAP of the fastest's first-pass
+    speedup: 1.8x behind it, it cannot overtake it; close behind, it can."""
+    default = trial(BASELINE, 10.0, 1.0, baseline=True)
+    fast, far, close = trial("fast", 5.0, 2.0), trial("far", 9.0, 1.11), trial("close", 6.0, 1.67)
+    assert finalists([fast, far], default, top=2, floor=FAST_FLOOR)[0] == [fast]
+    assert finalists([fast, close], default, top=2, floor=FAST_FLOOR)[0] == [fast, close]
+    assert finalists([fast, far], default, top=2)[0] == [fast, far]  # normal mode: both

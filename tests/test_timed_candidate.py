@@ -173,6 +173,26 @@ def test_a_candidate_that_does_not_apply_is_recorded_not_timed(folder, monkeypat
     assert "not applied" in result.output
 
 
+def test_fast_mode_builds_no_probe_and_stops_where_a_batch_does_not_apply(folder, monkeypatch):
+    """Fast mode builds no probe (its first batch of known points tells as much): with a
+    matcher that cannot match, each problem's first batch is recorded `not_applied`, none
+    timed, and its search stops there with the same warning."""
+    real = spec.match_contraction
+    monkeypatch.setattr(
+        spec,
+        "match_contraction",
+        lambda p, h="%op", free=frozenset(): real(replace(p, m=p.m + 1), h, free),
+    )
+    command = ["run", "hf_llama_mlp_f32.mlirbc", "--mode", "fast", "--budget", "16"]
+    result = CliRunner().invoke(cli, command)
+    assert result.exit_code == 0, result.output
+    assert not list((folder / "generated").rglob("spec_probe.dispatch*"))
+    tuned = [r for r in records(folder) if not r["baseline"]]
+    assert tuned and {r["status"] for r in tuned} == {"not_applied"}
+    assert "does not reach the root op IREE configures" in result.output
+    assert all(p["stopped"] for p in summary(folder)["problems"])
+
+
 @pytest.mark.slow
 def test_a_tuned_model_slower_than_the_default_gets_no_spec(folder):
     """A starter spec that configures every matmul with 1x1 tiles makes the tuned model

@@ -14,6 +14,9 @@ from autosched.run.problem import BASELINE
 RETIME_ROUNDS = 3
 DRIFT_WARNING = 0.10  # flag a default that moved more than this between start and end
 FAST_FLOOR = 0.95  # fast mode re-times only candidates at least this fast as the default
+# ... and, after the fastest, only those within this factor of its first-pass speedup: on
+# resnet18 (CPU) a third of the second finalists were 1.8-4x slower than the first.
+FAST_GAP = 1.5
 
 
 @dataclass
@@ -64,10 +67,13 @@ def finalists(
     each trial's speedup over the default timed nearest to it (and on its own device), not
     its raw time, which moves with the machine. With a `floor`, a trial whose first-pass
     speedup is below it is not re-timed (fast mode: a clear loser cannot turn into a win
-    beyond the noise, and its re-timing costs seconds)."""
+    beyond the noise, and its re-timing costs seconds), nor one over FAST_GAP slower than
+    the fastest (it cannot overtake it)."""
     ranked = sorted((t for t in trials if t.ok), key=lambda t: -t.gflops)
     if floor:
-        ranked = [t for t in ranked if (first_pass_speedup(t, baseline) or 0.0) >= floor]
+        speedups = [(t, first_pass_speedup(t, baseline) or 0.0) for t in ranked]
+        best = max((s for _, s in speedups), default=0.0)
+        ranked = [t for t, s in speedups if s >= floor and s * FAST_GAP >= best]
     contenders = ranked[: max(top, 1)]
     with_default = baseline is not None and baseline.ok and contenders
     return contenders, ([baseline] if with_default else []) + contenders
