@@ -109,6 +109,8 @@ COMPILE_NICENESS = 15
 
 
 PTXAS_FLAG = "--iree-cuda-use-ptxas-from="
+# A build's configured executables go to this flag's folder (model/configured.py reads them).
+CONFIGS_FLAG = "--iree-hal-dump-executable-configurations-to"
 DUMPED_SUFFIX = "_cuda_nvptx_fb.ptx"  # IREE's dump: {module}_{executable}_{variant}.ptx
 
 
@@ -169,11 +171,21 @@ def _assemble(build: list[str], job: CompileJob, timeout: float, folder: str) ->
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _empty_config_dumps(flags: list[str]) -> None:
+    """Empties the folder a build dumps its configured executables to, just before the
+    build, so that what is read back is this build's. (Emptied when the job was written
+    instead, a build compiled ahead lost its dumps when its job was written again.)"""
+    for flag in flags:
+        if flag.startswith(CONFIGS_FLAG + "="):
+            shutil.rmtree(flag.split("=", 1)[1], ignore_errors=True)
+
+
 def compile_one(job: CompileJob, timeout: float) -> CompileResult:
     """iree-compile on one variant (after the command that writes it, if it has one)."""
     if job.built and os.path.exists(job.output):
         return CompileResult(job, "ok", job.built_s)
     os.makedirs(os.path.dirname(job.output) or ".", exist_ok=True)
+    _empty_config_dumps(job.flags)
     seconds = 0.0
     if job.before:
         made = processes.run(job.before, timeout, niceness=COMPILE_NICENESS)

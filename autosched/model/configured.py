@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen
 
 from autosched import processes
-from autosched.compile import compiler_path
+from autosched.compile import CONFIGS_FLAG, compiler_path
 from autosched.errors import UserError
 from autosched.interrupts import critical
 from autosched.ir_walk import children, scratch_context, symbol, walk_ops
@@ -46,7 +45,6 @@ ELIDE_FLAGS = (
     "--mlir-elide-elementsattrs-if-larger=64",
     "--mlir-elide-resource-strings-if-larger=64",
 )
-CONFIGS_FLAG = "--iree-hal-dump-executable-configurations-to"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,11 +317,9 @@ def configs_folder(output: str) -> str:
 
 
 def dump_flag(output: str) -> str:
-    """The flag that makes the build of `output` write its configured executables; the
-    folder is emptied first, so that what is read back is this build's."""
-    folder = configs_folder(output)
-    shutil.rmtree(folder, ignore_errors=True)
-    return f"{CONFIGS_FLAG}={folder}"
+    """The flag that makes the build of `output` write its configured executables (the
+    folder is emptied as the build starts: `compile.compile_one`)."""
+    return f"{CONFIGS_FLAG}={configs_folder(output)}"
 
 
 def roots_in(path: str) -> list[DispatchConfig]:

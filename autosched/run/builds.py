@@ -12,7 +12,7 @@ import os
 import threading
 from dataclasses import replace
 
-from autosched.compile import CompileJob, CompileResult, compile_all, compile_one
+from autosched.compile import CONFIGS_FLAG, CompileJob, CompileResult, compile_all, compile_one
 from autosched.config import RunConfig
 from autosched.measure.contract import (
     CHECK,
@@ -23,7 +23,6 @@ from autosched.measure.contract import (
 )
 from autosched.model.configured import (
     CONFIG_PHASE,
-    CONFIGS_FLAG,
     Applied,
     check_build,
     check_roots,
