@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 from click.testing import CliRunner
@@ -92,6 +93,9 @@ def test_a_fast_run_checks_every_candidate_within_reach_of_the_default(tmp_path,
     chosen = {row["problem"] for row in summary["problems"] if row["in_spec"]}
     checked = {r["problem"] for r in candidates if r["status"] == "ok"}
     assert chosen <= checked  # a winner was checked
+    log = (tmp_path / "generated" / MODEL / "run.log").read_text()
+    ahead = re.search(r"the first batches' (\d+) timed builds compiled on every core", log)
+    assert ahead and int(ahead.group(1)) >= len(summary["problems"])
 
 
 def test_fast_mode_times_shorter_and_re_times_fewer():

@@ -124,7 +124,11 @@ class CandidateBuilds:
         problems, 2 cores) these were four compiles a problem in a row, most of the 22 s
         the defaults took."""
         jobs = [job for search in searches if search.benchmark for job in self._opening(search)]
-        unique = list({_job_key(job): job for job in jobs}.values())
+        self.compile_ahead(jobs)
+
+    def compile_ahead(self, jobs: list[CompileJob]) -> None:
+        """Compiles `jobs` on every core at once, for `compile_one` and `reused` to find."""
+        unique = list({_job_key(job): job for job in jobs if not job.built}.values())
         for result in compile_all(unique, self.config.compile_timeout, self.jobs):
             self.compiled[_job_key(result.job)] = result
             if result.status == "ok":
