@@ -241,6 +241,7 @@ def run(input_file, config_path, resume, dry_run, **overrides) -> None:
 @click.option("--device", help="IREE device URI for the runs")
 @click.option("--seed", type=int, help="seed for the random inputs")
 @INPUTS_OPTION
+@BUCKET_OPTION
 @click.option(
     "--custom",
     "custom_spec",

@@ -62,23 +62,30 @@ def test_one_spec_from_two_buckets_serves_the_dynamic_model(tmp_path):
     names = [r.name for r in roots]
     assert "batch_matmul_1x16x64x128_f32_f32_f32" in names
     assert "batch_matmul_1x40x64x128_f32_f32_f32" in names
+    spec, path = _bucket_spec(model, target, tmp_path)
+    assert len(spec.best) == 2  # one entry per dynamic root, not one per bucket
+    assert {p.m for p, _, _ in spec.best} == {40}  # the bucket with the most work
+    assert set(spec.free.values()) == {frozenset({"m"})}
+    text = open(path).read()
+    assert text.startswith("// tuned on buckets len16 (")
+    assert "dims_equal %m_dims" not in text and "dims_equal %n_dims, [128]" in text
+    coverage = _serves_every_bucket(model, target, path, tmp_path, ["len16", "len40"])
+    assert coverage == (3, 3)  # every dispatch of the dynamic model
+
+
+def _bucket_spec(model, target, tmp_path):
+    """The buckets' spec (and its file) where every bucket's problem has a winner of its
+    own, a point of its space other than the others'."""
     problems = []
-    for root in roots:  # a winner of its own for every bucket's problem
+    for root in analyze_model(model.path, target.compile_flags()).roots:
         entry = ModelProblem(root.as_problem(), root)
         space = build_space(entry.problem, target, {})
         entry.result = ProblemResult(entry.problem, space, baseline_ms=1.0, best_ms=0.5)
         entry.result.best = _trial(entry.problem, space.points[len(problems)])
         problems.append(entry)
     spec = bucket_spec(model, problems, target)
-    assert len(spec.best) == 2  # one entry per dynamic root, not one per bucket
-    assert {p.m for p, _, _ in spec.best} == {40}  # the bucket with the most work
-    assert set(spec.free.values()) == {frozenset({"m"})}
     path = write_spec(str(tmp_path / "spec.mlir"), spec.best, "", spec.free, spec.header(model))
-    text = open(path).read()
-    assert text.startswith("// tuned on buckets len16 (")
-    assert "dims_equal %m_dims" not in text and "dims_equal %n_dims, [128]" in text
-    coverage = _serves_every_bucket(model, target, path, tmp_path, ["len16", "len40"])
-    assert coverage == (3, 3)  # every dispatch of the dynamic model
+    return spec, path
 
 
 def _serves_every_bucket(model, target, spec: str, tmp_path, labels: list[str]):
@@ -184,3 +191,27 @@ def test_one_attention_entry_serves_the_dynamic_causal_lm_at_every_length(tmp_pa
     assert "x?x" in open(path).read()
     coverage = _serves_every_bucket(model, target, path, tmp_path, ["len12", "len20"])
     assert coverage == (1, 9)  # the attention dispatch, of 9 dynamic roots
+
+
+def test_apply_proves_a_spec_on_each_bucket_of_the_dynamic_model(tmp_path, monkeypatch):
+    """`autosched apply MODEL --spec S --bucket A --bucket B`: the dynamic model built with the
+    spec, proved on each bucket's inputs (a line each), and how many of its dispatches of
+    dynamic size the spec configures; a custom-kernel spec with buckets is one Error line."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(DYNAMIC, tmp_path)
+    for length in (16, 40):
+        bucket_inputs(tmp_path / f"at{length}.npz", length)
+    target = CpuTarget(RunConfig())
+    model = bucket_model(DYNAMIC, [str(tmp_path / "at16.npz")], target.compile_flags(), "work")
+    model.patterns = dynamic_patterns(model, target.compile_flags(), "work")
+    _, spec = _bucket_spec(model, target, tmp_path)
+    args = ["apply", os.path.basename(DYNAMIC), "--spec", spec]
+    result = CliRunner().invoke(cli, [*args, "--bucket", "at16.npz", "--bucket", "at40.npz"])
+    assert result.exit_code == 0, result.output
+    assert "\n  main at len16: " in result.output and "\n  main at len40: " in result.output
+    assert "the spec configures 3 of the dynamic model's 3 dispatches of dynamic size" in (
+        result.output
+    )
+    result = CliRunner().invoke(cli, [*args, "--bucket", "at16.npz", "--custom", spec])
+    assert result.exit_code == 2 and "Error: " in result.output
+    assert "static sizes only" in result.output and "Traceback" not in result.output

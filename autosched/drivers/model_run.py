@@ -13,18 +13,21 @@ import shutil
 
 from autosched.compile import check_temp_dir
 from autosched.config import RunConfig
+from autosched.drivers.bucket_proof import bucket_fields
 from autosched.drivers.entry_points import function_lines
 from autosched.drivers.guard import guarded_run
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.decide import decide, run_proof
 from autosched.drivers.model_stages.prepare import (
     laid_out,
+    model_buckets,
     model_for_target,
     prepare,
     typed_flags,
     with_dispatches,
 )
 from autosched.drivers.model_stages.search import search
+from autosched.errors import UserError
 from autosched.model.configured import spec_coverage
 from autosched.model.fixed_lengths import fixed_length_model
 from autosched.rewrite.spec import check_custom_spec
@@ -50,6 +53,11 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
     target = make_target(config)
     target.check_device()
     check_temp_dir()  # as a run does: a full one would fail every build with a linker error
+    if custom_spec and config.buckets:
+        raise UserError(
+            f"{custom_spec}: --custom and --bucket: custom kernels are placed in models of "
+            "static sizes only (give --spec alone)"
+        )
     if custom_spec:
         check_custom_spec(custom_spec)
     # Its own folder: a run (or another apply) in the same work_dir keeps its builds.
@@ -61,6 +69,9 @@ def apply_spec(config: RunConfig, spec_path: str | None, custom_spec: str | None
 
 
 def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> None:
+    if config.buckets:
+        _apply_on_buckets(config, target, spec_path, work)
+        return
     fixed, sizes_line = fixed_length_model(
         config.input_file, config.inputs, target.compile_flags(), work
     )
@@ -80,6 +91,28 @@ def _apply_in(config: RunConfig, target, spec_path, custom_spec, work: str) -> N
             )
         )
     proof = run_proof(layout, target, spec_path, config, custom_spec, os.path.join(work, "proof"))
+    _said(proof)
+
+
+def _apply_on_buckets(config: RunConfig, target, spec_path, work: str) -> None:
+    """`apply --bucket`: the dynamic model proved on each bucket's inputs with the spec, as
+    a run tuned on buckets proves it, and how many of its dispatches of dynamic size the
+    spec configures."""
+    buckets = model_buckets(config, target, work)
+    report.note(buckets.line)
+    proof = run_proof(None, target, spec_path, config, None, os.path.join(work, "proof"), buckets)
+    fields = bucket_fields(
+        buckets, target.compile_flags(), spec_path, target.tuning_spec_flag, work
+    )
+    report.note(
+        f"the spec configures {fields['configured_by_spec']} of the dynamic model's "
+        f"{fields['dynamic_dispatches']} dispatches of dynamic size ({buckets.model})"
+    )
+    _said(proof)
+
+
+def _said(proof) -> None:
+    """The proof's lines (one per function or bucket); exit 1 when the outputs differ."""
     differ = report.applied_proof(proof)
     for line in function_lines(proof):  # a model of several functions: each one's line
         report.say(line)

@@ -265,7 +265,7 @@ def check_applied(
 
 
 def run_proof(
-    layout: ModelLayout,
+    layout: ModelLayout | None,
     target: Target,
     spec_path: str | None,
     config: RunConfig,
@@ -277,8 +277,8 @@ def run_proof(
     `work`, by default the run's model/proof folder): IREE's default of the model as given
     against the tuned builds of its layout; each function of a model of several
     (entry_points.prove_model); with `buckets`, the dynamic model on each bucket's inputs
-    (bucket_proof.py). The whole-model builds come from the build cache of the folder above
-    `work` (the run's model folder: prepare's builds)."""
+    (bucket_proof.py; no `layout` needed). The whole-model builds come from the build cache
+    of the folder above `work` (the run's model folder: prepare's builds)."""
     report.proving(bool(spec_path or custom_spec))
     work = work or os.path.join(config.work_dir, "model", "proof")
     if buckets is not None:
