@@ -103,9 +103,9 @@ def _serves_every_bucket(model, target, spec: str, tmp_path, labels: list[str]):
     return coverage
 
 
-def _trial(problem, point) -> Trial:
-    """A winner's record of `point` (what bucket_spec reads of it: its point)."""
-    return Trial(problem.name, "cpu", "", "picked", point, False, "ok", median_ms=0.5)
+def _trial(problem, point, ms: float = 0.5, baseline: bool = False) -> Trial:
+    """A checked record of `point` at `ms` (what bucket_spec reads: its point and time)."""
+    return Trial(problem.name, "cpu", "", "picked", point, baseline, "ok", median_ms=ms)
 
 
 def test_a_run_on_two_buckets_says_the_speedup_of_each(tmp_path, monkeypatch):
@@ -215,3 +215,37 @@ def test_apply_proves_a_spec_on_each_bucket_of_the_dynamic_model(tmp_path, monke
     result = CliRunner().invoke(cli, [*args, "--bucket", "at16.npz", "--custom", spec])
     assert result.exit_code == 2 and "Error: " in result.output
     assert "static sizes only" in result.output and "Traceback" not in result.output
+
+
+def test_the_winner_fastest_over_every_bucket_is_the_dynamic_roots_entry(tmp_path):
+    """Each bucket timed the other's winner (as siblings do): the entry takes the winner the
+    buckets together run fastest, not the largest bucket's, and the spec's header says why.
+    A winner not timed on every bucket leaves the largest bucket's."""
+    target = CpuTarget(RunConfig())
+    flags, work = target.compile_flags(), str(tmp_path / "model")
+    files = [bucket_inputs(tmp_path / f"at{n}.npz", n) for n in (16, 40)]
+    model = bucket_model(DYNAMIC, files, flags, work)
+    model.patterns = dynamic_patterns(model, flags, work)
+    roots = [
+        r for r in analyze_model(model.path, flags).roots if r.name.endswith("x64x128_f32_f32_f32")
+    ]
+    short, long = sorted(
+        (ModelProblem(r.as_problem(), r) for r in roots), key=lambda e: e.problem.m
+    )
+    space = build_space(long.problem, target, {})
+    mine, theirs = space.points[0], space.points[1]  # the short bucket's winner, the long's
+    # default ms, then ms of the short bucket's winner and of the long bucket's, per bucket
+    for entry, default_ms, times in ((short, 1.0, (0.6, 2.0)), (long, 2.0, (1.1, 1.0))):
+        trials = [_trial(entry.problem, p, ms) for p, ms in zip((mine, theirs), times, strict=True)]
+        best = min(trials, key=lambda t: t.median_ms)
+        entry.result = ProblemResult(entry.problem, space, trials, best=best)
+        entry.result.baseline = _trial(entry.problem, {}, default_ms, baseline=True)
+    spec = bucket_spec(model, [short, long], target)
+    assert [(p.name, point) for p, _, point in spec.best] == [(short.problem.name, mine)]
+    header = spec.header(model)
+    assert f"// picked of {short.problem.name}: the fastest timed on every bucket" in header
+    long.result.trials = long.result.trials[1:]  # neither winner timed on both buckets
+    short.result.trials = short.result.trials[:1]
+    spec = bucket_spec(model, [short, long], target)
+    assert [(p.name, point) for p, _, point in spec.best] == [(long.problem.name, theirs)]
+    assert "the winner of the bucket of the most work" in spec.header(model)

@@ -36,6 +36,7 @@ from autosched.model.lowering import dispatch_functions, is_linalg_op, prepare_m
 from autosched.model.model_build import CONFIGURED, FLOW, build_cache, model_build
 from autosched.ops.attention import AttentionPattern, attention_pattern
 from autosched.ops.contraction import ContractionPattern, contraction_pattern
+from autosched.run.retime import first_pass_speedup
 from autosched.targets.base import has_config
 
 Pattern = ContractionPattern | AttentionPattern  # a root of the dynamic model
@@ -159,9 +160,11 @@ class BucketSpec:
     free: dict[str, frozenset[str]] = field(default_factory=dict)
     expected: dict[str, str] = field(default_factory=dict)
     chosen: dict[str, str] = field(default_factory=dict)  # problem name -> its entry's problem
+    why: list[str] = field(default_factory=list)  # how each dynamic root's entry was chosen
 
     def header(self, model: BucketModel) -> str:
-        return f"// tuned on buckets {model.labels()} of {model.model}; serves any length\n"
+        lines = [f"tuned on buckets {model.labels()} of {model.model}; serves any length"]
+        return "".join(f"// {line}\n" for line in [*lines, *self.why])
 
 
 def free_roles(entry, patterns: Sequence[Pattern]) -> frozenset[str] | None:
@@ -177,29 +180,66 @@ def free_roles(entry, patterns: Sequence[Pattern]) -> frozenset[str] | None:
 
 
 def bucket_spec(model: BucketModel, problems: list, target) -> BucketSpec:
-    """One spec entry per dynamic root: its bucket problems with winners grouped by the
-    matcher that leaves the dynamic loops free, each group given the winner of its member
-    of the most work. Problems of no dynamic root keep their own exact entry."""
+    """One spec entry per dynamic root: its bucket problems grouped by the matcher that
+    leaves the dynamic loops free, each group given one of its winners (`_chosen`).
+    Problems of no dynamic root keep their own exact entry."""
     groups: dict[tuple, list] = {}
     spec = BucketSpec()
     for entry in problems:
-        best = entry.result.best if entry.result else None
-        if best is None or not has_config(target, entry.problem, best.point):
-            continue
         free = free_roles(entry, model.patterns) or frozenset()
         key = (entry.problem.key() if not free else _relaxed_key(entry.problem, free), free)
         groups.setdefault(key, []).append(entry)
     for (_, free), members in groups.items():
-        chosen = max(members, key=lambda e: e.problem.flops * e.occurrences)
+        winners = [e for e in members if _winner(e, target) is not None]
+        if not winners:
+            continue
+        chosen, why = _chosen(winners, members)
         point = chosen.result.best.point
         spec.best.append((chosen.problem, target, point))
         if free:
             spec.free[chosen.problem.name] = free
+            spec.why.append(f"{chosen.result.best.config} of {chosen.problem.name}: {why}")
         config = target.for_problem(chosen.problem).lowering_config(chosen.problem, point)
-        for member in members:
+        for member in winners:
             spec.expected[member.problem.name] = config
             spec.chosen[member.problem.name] = chosen.problem.name
     return spec
+
+
+def _winner(entry, target):
+    best = entry.result.best if entry.result else None
+    return best if best is not None and has_config(target, entry.problem, best.point) else None
+
+
+def _chosen(winners: list, members: list) -> tuple:
+    """The winner the buckets together run fastest: each member's own first-pass timing
+    of that point (sibling sharing hands each bucket the others' winners), as its default's
+    time x runs over the point's speedup, added over the members. Where no winner was
+    timed and checked on every member, the winner of the member of the most work: long
+    prompts are where a server spends its time. (member, why)."""
+    largest = max(winners, key=lambda e: e.problem.flops * e.occurrences)
+    scored = [(_all_buckets_ms(members, w.result.best.point), w) for w in winners]
+    scored = [(ms, w) for ms, w in scored if ms is not None]
+    if not scored:
+        return largest, "the winner of the bucket of the most work (none timed on every bucket)"
+    ms, best = min(scored, key=lambda item: item[0])
+    others = ", ".join(f"{w.result.best.config} {m:.4g} ms" for m, w in scored if w is not best)
+    why = f"the fastest timed on every bucket ({ms:.4g} ms a call of each"
+    return best, why + (f"; {others})" if others else ")")
+
+
+def _all_buckets_ms(members: list, point: dict) -> float | None:
+    """Expected ms of one call at every member's length with `point`; None where a member
+    has no checked timing of it."""
+    total = 0.0
+    for member in members:
+        result = member.result
+        trial = next((t for t in result.trials if t.ok and t.point == point), None)
+        speedup = first_pass_speedup(trial, result.baseline) if trial else None
+        if not speedup or result.baseline is None or not result.baseline.ok:
+            return None
+        total += result.baseline.median_ms * member.occurrences / speedup
+    return total
 
 
 def _relaxed_key(problem, free: frozenset[str]) -> tuple:
