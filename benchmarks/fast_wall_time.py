@@ -4,8 +4,9 @@ at batch 2, 64x64); writes a markdown table.
 
     python benchmarks/fast_wall_time.py --out benchmarks/results/cpu_resnet18_fast_wall_time.md
     python benchmarks/fast_wall_time.py --repo /path/to/other/checkout --label before --out ...
+    python benchmarks/fast_wall_time.py MODEL --target cuda --arch sm_90 --mode normal ...
 
-One plain `iree-compile` of the model (the CPU target's flags, as the run's printed
+One plain `iree-compile` of the model (the target's flags, as the run's printed
 commands use them) is timed before the run and again after it; the ratio is the run's wall
 time over the mean of the two, so that a change of the machine's load during the run
 touches both sides. The run starts in a fresh work folder (no database, no build cache),
@@ -30,26 +31,31 @@ sys.path.insert(0, HERE)
 
 from autosched.compile import compiler_path  # noqa: E402
 from autosched.config import RunConfig  # noqa: E402
-from autosched.targets.cpu import CpuTarget  # noqa: E402
+from autosched.targets import make_target  # noqa: E402
 
 DEFAULT_MODEL = os.path.join(HERE, "tests", "data", "models", "tv_resnet18_f32.mlirbc")
 TARGET_RATIO = 8.0  # issue 49's CPU target
 
 
-def plain_compile(model: str, folder: str) -> tuple[float, list[str]]:
-    """Seconds of one `iree-compile MODEL <CPU flags> -o model.vmfb`, and the command."""
-    flags = CpuTarget(RunConfig()).compile_flags()
+def plain_compile(model: str, folder: str, target: list[str]) -> tuple[float, list[str]]:
+    """Seconds of one `iree-compile MODEL <the target's flags> -o model.vmfb`, and the
+    command (`target`: the run's `--target`/`--arch` options, none for the CPU)."""
+    options = dict(zip(target[::2], target[1::2], strict=True))
+    config = RunConfig(target=options.get("--target", "cpu"), arch=options.get("--arch", ""))
+    flags = make_target(config).compile_flags()
     command = [compiler_path(), model, *flags, "-o", os.path.join(folder, "model.vmfb")]
     start = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True)
     return time.perf_counter() - start, command
 
 
-def fast_run(model: str, folder: str, repo: str, mode: str) -> tuple[float, str, list[str]]:
-    """Seconds of `autosched run MODEL --mode MODE` in `folder` (fresh), its output, and
-    the command."""
+def fast_run(
+    model: str, folder: str, repo: str, mode: str, target: list[str]
+) -> tuple[float, str, list[str]]:
+    """Seconds of `autosched run MODEL --mode MODE [--target ...]` in `folder` (fresh), its
+    output, and the command."""
     env = {**os.environ, "PYTHONPATH": repo}
-    command = [sys.executable, "-m", "autosched", "run", model, "--mode", mode]
+    command = [sys.executable, "-m", "autosched", "run", model, "--mode", mode, *target]
     start = time.perf_counter()
     finished = subprocess.run(
         command, cwd=folder, env=env, capture_output=True, text=True, check=False
@@ -95,20 +101,21 @@ def machine() -> str:
     return f"{platform.node()}: {os.cpu_count()} cores, {cpu}"
 
 
-def measure(model: str, repo: str, mode: str) -> dict:
+def measure(model: str, repo: str, mode: str, target: list[str]) -> dict:
     """Compile, run, compile again: every number of one table."""
     with tempfile.TemporaryDirectory(prefix="fast-wall-time-") as scratch:
         started_load = load()
-        compile_before, compile_command = plain_compile(model, scratch)
+        compile_before, compile_command = plain_compile(model, scratch, target)
         work = os.path.join(scratch, "run")
         os.makedirs(work)
-        run_s, output, run_command = fast_run(os.path.abspath(model), work, repo, mode)
-        compile_after, _ = plain_compile(model, scratch)
+        run_s, output, run_command = fast_run(os.path.abspath(model), work, repo, mode, target)
+        compile_after, _ = plain_compile(model, scratch, target)
         ended_load = load()
         shutil.rmtree(work, ignore_errors=True)
     compile_s = (compile_before + compile_after) / 2
     return {
         "compile_command": " ".join(compile_command),
+        "options": " ".join(["autosched run MODEL --mode", mode, *target]),
         "run_command": " ".join(run_command[1:]).replace("-m autosched", "autosched", 1),
         "compile_before": compile_before,
         "compile_after": compile_after,
@@ -133,7 +140,7 @@ def table(numbers: dict, label: str, repo: str) -> str:
         "",
         "| machine | command | iree-compile s | run s | ratio |",
         "| --- | --- | --- | --- | --- |",
-        f"| {platform.node()} ({os.cpu_count()} cores) | `autosched run MODEL --mode fast` | "
+        f"| {platform.node()} ({os.cpu_count()} cores) | `{numbers['options']}` | "
         f"{numbers['compile_s']:.1f} ({numbers['compile_before']:.1f} before, "
         f"{numbers['compile_after']:.1f} after) | {numbers['run_s']:.1f} | "
         f"**{numbers['ratio']:.1f}x** (target {TARGET_RATIO:g}x) |",
@@ -153,10 +160,14 @@ def main() -> None:
     parser.add_argument("model", nargs="?", default=DEFAULT_MODEL)
     parser.add_argument("--repo", default=HERE, help="the checkout whose autosched runs")
     parser.add_argument("--mode", default="fast")
+    parser.add_argument("--target", default="cpu", help="cpu, or cuda (on a GPU machine)")
+    parser.add_argument("--arch", default="", help="with --target cuda: sm_90 ...")
     parser.add_argument("--label", default="measured", help="the section's heading")
     parser.add_argument("--out", help="a markdown file to append the section to")
     args = parser.parse_args()
-    numbers = measure(args.model, os.path.abspath(args.repo), args.mode)
+    target = [] if args.target == "cpu" else ["--target", args.target]
+    target += ["--arch", args.arch] if args.arch else []
+    numbers = measure(args.model, os.path.abspath(args.repo), args.mode, target)
     section = table(numbers, args.label, os.path.abspath(args.repo))
     print(section)
     if args.out:
