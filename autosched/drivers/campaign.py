@@ -297,17 +297,17 @@ def start_searches(tuning: Tuning, problems: list[ModelProblem], progress: Progr
         entry.done = search.exhausted or entry.default_ms is None
 
 
-def compile_first_batches(tuning: Tuning, problems: list[ModelProblem]) -> None:
-    """Fast mode: every problem's first batch (its queued known points) has its timed
-    builds compiled at once, on every core, before the first round. A batch at a time,
-    the two or three compiles of each left a core idle for part of it (resnet18 on 2
-    cores: 12 such batches)."""
+def compile_first_batches(tuning: Tuning, problems: list[ModelProblem], size: int) -> None:
+    """Fast mode: every problem's first batch (its queued known points, at most `size`)
+    has its timed builds compiled at once, on every core, before the first round. A batch
+    at a time, the two or three compiles of each left a core idle for part of it (resnet18
+    on 2 cores: 12 such batches)."""
     jobs = []
     for entry in problems:
         search = entry.search
         if entry.done or search is None or search.state is None or not search.benchmark:
             continue
-        for index in search.state.queued:
+        for index in search.state.queued[:size]:
             name, point = search.names[index], search.space.points[index]
             jobs.append(tuning.builds.candidate(search, name, point).jobs[TIMED])
     if jobs:
@@ -327,8 +327,6 @@ def run_campaign(
     started = time.perf_counter()
     config = tuning.config
     start_searches(tuning, problems, progress)
-    if mode == "fast":
-        compile_first_batches(tuning, problems)
     # The budget is this run's new trials: every resumed record is told to the tuner and
     # kept in the CSV, and counted apart.
     resumed = sum(p.search.result.resumed for p in problems)
@@ -337,6 +335,8 @@ def run_campaign(
     # Fast mode: no problem takes more than its share, so that the trials a problem ended
     # early (a clear win of known points) saves are not spent on the others.
     share = math.ceil(budget / max(len(problems), 1)) if mode == "fast" else budget
+    if mode == "fast":
+        compile_first_batches(tuning, problems, min(first, share))
     ended = f"the budget of {budget} trial{'s' * (budget != 1)} was used"
     while used < budget:
         if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
