@@ -307,7 +307,8 @@ def compile_first_batches(tuning: Tuning, problems: list[ModelProblem], size: in
         search = entry.search
         if entry.done or search is None or search.state is None or not search.benchmark:
             continue
-        for index in search.state.queued[:size]:
+        measured = set(search.state.order)  # resumed points are not measured again
+        for index in [i for i in search.state.queued if i not in measured][:size]:
             name, point = search.names[index], search.space.points[index]
             jobs.append(tuning.builds.candidate(search, name, point).jobs[TIMED])
     if jobs:
