@@ -307,8 +307,7 @@ def compile_first_batches(tuning: Tuning, problems: list[ModelProblem], size: in
         search = entry.search
         if entry.done or search is None or search.state is None or not search.benchmark:
             continue
-        measured = set(search.state.order)  # resumed points are not measured again
-        for index in [i for i in search.state.queued if i not in measured][:size]:
+        for index in search.state.queued[:size]:  # (a resumed point left the queue)
             name, point = search.names[index], search.space.points[index]
             jobs.append(tuning.builds.candidate(search, name, point).jobs[TIMED])
     if jobs:
