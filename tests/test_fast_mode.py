@@ -105,7 +105,7 @@ def test_a_fast_run_checks_every_candidate_within_reach_of_the_default(tmp_path,
 
 def test_fast_mode_times_shorter_and_re_times_fewer():
     fast = RunConfig(mode="fast", repetitions=5, min_time=0.05, retime_top=3)
-    assert (fast.first_pass_repetitions, fast.repetition_s, fast.finalists) == (3, 0.02, 2)
+    assert (fast.first_pass_repetitions, fast.repetition_s, fast.finalists) == (3, 0.01, 2)
     normal = RunConfig(mode="normal", repetitions=5, min_time=0.05, retime_top=3)
     assert (normal.first_pass_repetitions, normal.repetition_s, normal.finalists) == (5, 0.05, 3)
     assert RunConfig(mode="fast", repetitions=1, min_time=0.005).repetition_s == 0.005
