@@ -133,6 +133,13 @@ class RunConfig:
         return min(self.min_time, FAST_MIN_TIME) if self.mode == "fast" else self.min_time
 
     @property
+    def retime_repetition_s(self) -> float:
+        """Seconds a re-timing's repetition lasts at least: in fast mode longer than a first
+        pass's, since its paired rounds name the winner (at 0.01 s, one resnet18 run on the
+        CPU kept none of its large convolutions' winners)."""
+        return min(self.min_time, FAST_RETIME_MIN_TIME) if self.mode == "fast" else self.min_time
+
+    @property
     def finalists(self) -> int:
         """Candidates a problem re-times beside its default (`retime_top`; fewer in fast
         mode, where each costs three paired rounds)."""
@@ -203,7 +210,8 @@ _SECTIONS: dict[str, dict[str, type]] = {
 MODES = ("fast", "normal", "extreme")
 FAST_REPETITIONS = 3  # fast mode: a candidate's first timing repeats at most this often
 FAST_RETIME_TOP = 2  # fast mode: at most this many finalists re-timed a problem
-FAST_MIN_TIME = 0.01  # fast mode: seconds a timing's repetition lasts at least
+FAST_MIN_TIME = 0.01  # fast mode: seconds a first-pass timing's repetition lasts at least
+FAST_RETIME_MIN_TIME = 0.02  # ... and a re-timing's, whose paired rounds name the winner
 TIME_ON = ("dispatch", "kernel")
 TIMERS = ("auto", "tool", "worker")
 EXECUTORS = ("local", "ray")

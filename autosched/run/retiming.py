@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from autosched.config import RunConfig
@@ -50,7 +51,8 @@ class Retiming:
         lock: threading.RLock,
     ):
         self.config, self.log, self.executor = config, log, executor
-        self.builds, self.settings, self.lock = builds, settings, lock
+        self.builds, self.lock = builds, lock
+        self.settings = replace(settings, min_time=config.retime_repetition_s)
         self.retimed: dict[tuple[str, str], float] = {}  # (problem, config) -> final median ms
         self.finished: list[ProblemResult] = []  # problems searched to the end, in that order
         # Fast mode leaves clear losers out of the re-timing (minutes count there).
