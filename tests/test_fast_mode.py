@@ -65,6 +65,12 @@ def test_a_candidate_out_of_reach_is_timed_but_never_built_for_its_check(tmp_pat
     for baseline in (r for r in records if r["baseline"]):
         assert baseline["verification"] == "correct" and baseline["compile_s"] > 0
     assert all(not row["in_spec"] and row["trials"] == 2 for row in summary["problems"])
+    # Run again in the folder: the unchecked records are resumed, never measured twice.
+    again, _ = _fast_run(tmp_path, FAST_CFG + SLOW_SPACE, budget=8)
+    points = [(r["problem"], r["config"]) for r in again if not r["baseline"]]
+    assert len(points) > len(candidates) and len(points) == len(set(points))
+    log = (tmp_path / "generated" / MODEL / "run.log").read_text()
+    assert "unreadable" not in log and "resumed 2 trials" in log
     assert not os.path.exists(tmp_path / "generated" / MODEL / "results.spec.mlir")
     # Without a probe, the default's own timed build names the root's form as timed (its
     # configured executables kept, though its job was written again after it was built).

@@ -150,7 +150,7 @@ def trial_from_record(raw: object) -> Trial:
     for key in _TEXT:
         if not isinstance(raw.get(key), str):
             raise ValueError(f"{key} is not a string")
-    if raw["status"] not in ("ok", *FAILED):
+    if raw["status"] not in ("ok", UNCHECKED, *FAILED):
         raise ValueError(f"unknown status {raw['status']!r}")
     if not isinstance(raw.get("point"), dict):
         raise ValueError("point is not an object")
