@@ -6,10 +6,13 @@ Marked `gpu`: skipped where nvidia-smi finds no GPU (as in CI); run on the GPU m
 from __future__ import annotations
 
 import csv
+import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
 from conftest import ONE_F16_TILE_AND_FUSE_POINT, matmul_function
+from test_model_run import MODELS
 
 from autosched.cli import cli
 from autosched.compile import CompileJob, compile_one
@@ -17,10 +20,12 @@ from autosched.config import RunConfig
 from autosched.measure.worker import make_problem_data, verify_module
 from autosched.ops.matmul import analyze_file
 from autosched.ops.matmul_kernel import kernel_variant
+from autosched.outputs.records import UNCHECKED
 from autosched.search.space import build_space
 from autosched.targets.cuda import CudaTarget
 
 pytestmark = pytest.mark.gpu
+FAST_MODEL = "hf_llama_mlp_f32"
 
 
 @pytest.mark.parametrize("element", ["f32", "f16"])
@@ -65,3 +70,29 @@ def test_wrong_answer_is_caught_on_the_gpu(tmp_path):
         assert compiled.status == "ok", compiled.message
         statuses[name] = verify_module(compiled.job.output, "cuda", data, problem, 60).status
     assert statuses == {"good": "correct", "wrong": "wrong_answer"}
+
+
+def test_a_fast_run_on_the_gpu_times_first_and_checks_what_can_win(tmp_path, monkeypatch):
+    """Fast mode's timed-first path on CUDA: candidates are timed in the worker, only those
+    within reach of the default get a check build, and a winner is always a checked one."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(f"{MODELS}/{FAST_MODEL}.mlirbc", tmp_path)
+    result = CliRunner().invoke(
+        cli, ["run", f"{FAST_MODEL}.mlirbc", "--target", "cuda", "--mode", "fast", "--budget", "12"]
+    )
+    assert result.exit_code == 0, result.output
+    work = tmp_path / "generated" / FAST_MODEL
+    records = [json.loads(line) for line in (work / "tuning.jsonl").read_text().splitlines()]
+    candidates = [r for r in records if not r["baseline"]]
+    assert candidates and all(r["target"].startswith("cuda:sm_") for r in records)
+    assert {r["status"] for r in candidates} <= {"ok", UNCHECKED, "compile_error", "timeout"}
+    for record in candidates:
+        if record["status"] == UNCHECKED:
+            assert record["verification"] == "" and record["median_ms"] > 0
+        elif record["status"] == "ok":
+            assert record["verification"] == "correct"
+    summary = json.loads((work / "results.summary.json").read_text())
+    checked = {r["problem"] for r in candidates if r["status"] == "ok"}
+    assert {row["problem"] for row in summary["problems"] if row["in_spec"]} <= checked
+    model = summary["model"]
+    assert model["outputs_match"] or model["default_only"], result.output

@@ -89,20 +89,17 @@ def test_a_model_not_faster_writes_no_spec_and_prints_no_command(tmp_path, monke
     assert result.exit_code == 0, result.output
     folder = tmp_path / "generated" / "llama_mlp"
     summary = json.loads((folder / "results.summary.json").read_text())
-    verdict = summary["model"]["verdict"]
-    # The same build twice: no change, or (noise on a loaded machine) slower, in which case
-    # the starter is dropped and IREE's default alone timed at the end (no verdict).
-    assert verdict in (NO_CHANGE, SLOWER, None), result.output
+    # The same module twice (the starter configures none of the model's dispatches): no
+    # change, whatever noise the rounds saw (one CI run's 5 rounds were all 1.03x-1.28x).
+    assert summary["model"]["verdict"] == NO_CHANGE, result.output
     assert not (folder / "results.spec.mlir").exists()
     assert "tuned model:" not in result.output
     assert summary["model"]["spec_written"] is False
     assert summary["model"]["no_spec"].startswith("no tuning spec: "), summary["model"]
     assert not summary["model"]["outputs_compared"] or summary["model"]["tuned_ms"]
     model_lines = [line for line in result.output.splitlines() if line.startswith("model:")]
-    words = {NO_CHANGE: "no change within noise", SLOWER: "slower", None: "slower"}
-    assert words[verdict] in model_lines[0]
-    if verdict is None:
-        assert "the tuned model was slower" in summary["model"]["no_spec"], summary["model"]
+    assert "the tuned build is IREE's default byte for byte" in model_lines[0]
+    assert summary["model"]["ratio_rounds"] == [1.0] * 5
     assert all(not row["in_spec"] for row in summary["problems"])
     with open(folder / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -114,13 +114,14 @@ def combine(proofs: Sequence[ModelProof]) -> EntryPointsProof:
     errors = [p.max_error for p in proofs if p.max_error is not None]
     messages = [f"{p.function}: {p.message}" for p in proofs if p.message]
     first = proofs[0]
+    identical = all(p.identical for p in proofs)
     return EntryPointsProof(
         function="+".join(p.function for p in proofs),
         default_ms=default_ms or 0.0,
         tuned_ms=tuned_ms,
         default_cv=default_cv or 0.0,
         tuned_cv=tuned_cv,
-        speedup=model_verdict(default_rounds, tuned_rounds).speedup,
+        speedup=model_verdict(default_rounds, tuned_rounds, identical).speedup,
         outputs_match=all(p.outputs_match for p in proofs),
         max_error=max(errors) if errors else None,
         outputs=sum(p.outputs for p in proofs),
@@ -132,6 +133,7 @@ def combine(proofs: Sequence[ModelProof]) -> EntryPointsProof:
         default_only=all(p.default_only for p in proofs),
         runtime_flags=first.runtime_flags,
         runtime_choices=first.runtime_choices,
+        identical=identical,
         functions=list(proofs),
     )
 

@@ -13,6 +13,7 @@ iree-compile and the real runtime.
 from __future__ import annotations
 
 import dataclasses
+import filecmp
 import os
 import statistics
 import tempfile
@@ -83,6 +84,8 @@ class ModelVerdict:
     noise."""
 
     ratios: tuple[float, ...]  # tuned / default, one per paired round
+    # The tuned module is IREE's default byte for byte: no change, whatever the rounds say.
+    identical: bool = False
 
     @property
     def median(self) -> float | None:
@@ -96,7 +99,7 @@ class ModelVerdict:
 
     @property
     def verdict(self) -> str:
-        if len(self.ratios) < VERDICT_ROUNDS:
+        if self.identical or len(self.ratios) < VERDICT_ROUNDS:
             return NO_CHANGE
         if max(self.ratios) < 1.0 - NOISE_FLOOR:
             return FASTER
@@ -106,6 +109,8 @@ class ModelVerdict:
 
     def describe(self) -> str:
         """`1.23x: faster (5 paired rounds, 1.10x-1.31x)`, in speedups (default/tuned)."""
+        if self.identical:
+            return "1.00x: no change, the tuned build is IREE's default byte for byte"
         if not self.ratios:
             return "no paired rounds"
         low, high = 1.0 / max(self.ratios), 1.0 / min(self.ratios)
@@ -114,10 +119,12 @@ class ModelVerdict:
         return f"{self.speedup:.2f}x: {words} ({rounds}, {low:.2f}x-{high:.2f}x)"
 
 
-def model_verdict(default_rounds: Sequence[float], tuned_rounds: Sequence[float]):
+def model_verdict(
+    default_rounds: Sequence[float], tuned_rounds: Sequence[float], identical: bool = False
+) -> ModelVerdict:
     """The ModelVerdict of rounds timed in pairs (a cut run pairs what it has)."""
     pairs = zip(default_rounds, tuned_rounds, strict=False)
-    return ModelVerdict(tuple(t / d for d, t in pairs if d and t))
+    return ModelVerdict(tuple(t / d for d, t in pairs if d and t), identical)
 
 
 @dataclass
@@ -175,11 +182,14 @@ class ModelProof:
     # With several candidates (`runtime_flags = auto` on CUDA): each one's time of the
     # reported build; the fastest became `runtime_flags`.
     runtime_choices: list[RuntimeChoice] = dataclasses.field(default_factory=list)
+    # The tuned module is the default's byte for byte (the spec configures none of its
+    # dispatches): timed once a round, its rounds are the default's.
+    identical: bool = False
 
     @property
     def verdict(self) -> ModelVerdict:
         """The paired statistic of the default's and the tuned build's rounds."""
-        return model_verdict(self.default_rounds_ms, self.tuned_rounds_ms)
+        return model_verdict(self.default_rounds_ms, self.tuned_rounds_ms, self.identical)
 
 
 def _summary(rounds: list[float]) -> tuple[float, float]:
@@ -201,6 +211,9 @@ class _Build:
     compared: bool = True  # False: the default's answer has NaN or inf
     rounds: list[float] = dataclasses.field(default_factory=list)
     placed: dict[str, int] = dataclasses.field(default_factory=dict)  # custom: winner -> ops
+    # The default's module byte for byte: two timings of one module differ by noise alone
+    # (a 2-core machine once saw one such pair 1.03x-1.28x apart over all 5 rounds).
+    identical: bool = False
 
 
 @dataclass
@@ -294,6 +307,7 @@ def prove(
         baseline = prepare_model(default_model, run.work) if default_model else source
         tuned = spec_path is not None or baseline != source
         builds = _compile_builds(run, (baseline, source), flags, spec, tuned, custom_spec)
+        _mark_identical(builds)
         run.entry = source_entry_function(source, flags, function, run.work, timeout, model_path)
         _check_outputs(run, builds, tolerance)
         choices = _choose_runtime_flags(run, builds, runtime_choices)
@@ -412,12 +426,23 @@ def _choose_runtime_flags(run: _Run, builds: _Builds, choices) -> list[RuntimeCh
     return timed
 
 
+def _mark_identical(builds: _Builds) -> None:
+    """Marks each build whose module is the default's byte for byte."""
+    for build in builds.compiled[1:]:
+        if build.vmfb and filecmp.cmp(builds.default.vmfb, build.vmfb, shallow=False):
+            build.identical = True
+
+
 def _time_round(run: _Run, builds: _Builds, round_index: int) -> None:
-    """One round: every build that runs timed once, starting one build later each round."""
+    """One round: every build that runs timed once, starting one build later each round; a
+    build identical to the default takes the default's time of the round."""
     shift = round_index % len(builds.compiled)
     for build in builds.compiled[shift:] + builds.compiled[:shift]:
-        if build.runs:
+        if build.runs and not build.identical:
             _time_build(run, build, is_default=build is builds.default)
+    for build in builds.compiled[1:]:
+        if build.runs and build.identical:
+            build.rounds.append(builds.default.rounds[-1])
 
 
 def _time_build(run: _Run, build: _Build, is_default: bool) -> None:
@@ -452,7 +477,7 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
     tuned_ms = tuned_cv = None
     if tuned.rounds:
         tuned_ms, tuned_cv = _summary(tuned.rounds)
-    speedup = model_verdict(default.rounds, tuned.rounds).speedup
+    speedup = model_verdict(default.rounds, tuned.rounds, tuned.identical).speedup
     return ModelProof(
         function=entry.name,
         default_ms=default_ms,
@@ -470,6 +495,7 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
         outputs_compared=tuned.compared and len(builds.compiled) > 1,
         custom=_custom_proof(custom, default_ms, tuned_ms) if custom else None,
         default_only=len(builds.compiled) == 1,
+        identical=tuned.identical,
     )
 
 
