@@ -7,7 +7,7 @@ the cache its next call reads. Generating does: the default and the tuned build 
 prefill on one prompt, then DECODE_STEPS decode calls, each fed the previous call's cache and
 greedy token, and the tokens must be equal.
 
-The functions follow the recipe of `benchmarks/export_causal_lm.py` (docs/causal-lm.md):
+The functions follow the recipe of `tools/export_causal_lm.py` (docs/causal-lm.md):
 
     prefill(tokens[1, P] int, cache..., weights...)                -> (logits, cache...)
     decode(token[1, 1] int, position[1] int, cache..., weights...) -> (logits, cache...)

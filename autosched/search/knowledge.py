@@ -7,7 +7,7 @@ its kind, op, element types, layout and loops (which must be equal) and its size
 may differ; problems are near when their sizes are, on a log2 scale). A new problem's
 first batch takes the winners of the nearest class, each as the point of its own space
 nearest to it (`project`). The shipped base (`knowledge.json`, package data) is built
-from the committed tuning databases by `benchmarks/build_knowledge.py`; a run adds its own
+from the committed tuning databases by `tools/build_knowledge.py`; a run adds its own
 database's winners, and a model run hands each problem's winners to its siblings
 (`drivers/campaign.py`). Seeded points are ordinary trials: recorded, resumed and counted
 in the budget like the tuner's own picks.

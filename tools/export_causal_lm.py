@@ -24,7 +24,7 @@ environment, from the repository's root:
     python3.11 -m venv /tmp/turbine-venv
     /tmp/turbine-venv/bin/pip install torch==2.13.0 transformers==4.57.6 iree-turbine click \
         'iree-base-compiler==3.13.*' 'iree-base-runtime==3.13.*'
-    PYTHONPATH=. /tmp/turbine-venv/bin/python benchmarks/export_causal_lm.py \
+    PYTHONPATH=. /tmp/turbine-venv/bin/python tools/export_causal_lm.py \
         tests/data/models/hf_tiny_llama_cached_f32.mlirbc
 """
 

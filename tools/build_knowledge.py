@@ -3,8 +3,8 @@ tuning databases: every `benchmarks/results/**/*.jsonl` (run databases, landscap
 each tuned problem's points that beat its default beyond the noise, by target, arch and
 shape class (autosched/search/knowledge.py).
 
-    python3 benchmarks/build_knowledge.py                  # writes the shipped file
-    python3 benchmarks/build_knowledge.py --out FILE DB.jsonl ...   # other databases
+    python3 tools/build_knowledge.py                  # writes the shipped file
+    python3 tools/build_knowledge.py --out FILE DB.jsonl ...   # other databases
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A run's results.csv as a replayable landscape: the tool's own JSON-lines records, trimmed
 to what `autosched simulate` and benchmarks/repeatability.py read.
 
-    python3 benchmarks/landscape_from_csv.py RESULTS.csv --arch sm_90 --out LANDSCAPE.jsonl
+    python3 tools/landscape_from_csv.py RESULTS.csv --arch sm_90 --out LANDSCAPE.jsonl
 
 The CSV's target column names the architecture (`cuda:sm_90`) only as text; give it with
 `--arch`. The matmul's operand layout is not in the CSV and is taken as plain (no transposed
