@@ -211,7 +211,7 @@ def auto_timer(mode: str, target) -> str:
 # driver allocates a call's transients from a stream-ordered pool that gives its memory back
 # at every wait; through the caching device allocator they are kept, as torch's caching
 # allocator keeps them and a server would run the model (a call that adds 1024 floats: 147
-# us -> 35 us on the H200, benchmarks/results/h200_models/call_overhead_session22b.md).
+# us -> 35 us on the H200, benchmarks/results/h200_models/call_overhead.md).
 TARGET_RUNTIME_FLAGS = {"cuda": "--cuda_async_allocations=false --device_allocator=caching"}
 
 
