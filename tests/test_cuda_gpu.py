@@ -84,7 +84,7 @@ def test_a_fast_run_on_the_gpu_times_first_and_checks_what_can_win(tmp_path, mon
     work = tmp_path / "generated" / FAST_MODEL
     records = [json.loads(line) for line in (work / "tuning.jsonl").read_text().splitlines()]
     candidates = [r for r in records if not r["baseline"]]
-    assert candidates and all(r["target"].startswith("cuda:sm_") for r in records)
+    assert candidates and all(r["target"] == "cuda" for r in records)
     assert {r["status"] for r in candidates} <= {"ok", UNCHECKED, "compile_error", "timeout"}
     for record in candidates:
         if record["status"] == UNCHECKED:

@@ -212,3 +212,26 @@ def test_warp_specialized_kernels_give_the_default_builds_outputs(
     assert result.exit_code == 0, result.output
     assert "with custom kernels (7 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+def test_a_winner_whose_kernel_does_not_fit_the_gpu_is_refused_with_its_reason(
+    llama_epilogues, monkeypatch
+):
+    """A kernel over the GPU's shared memory (in the BERT zoo model, a warp-specialized
+    winner timed with an f16 output needed 278552 bytes in its op's f32 form) stops no run:
+    the winner is refused with the reason, named as not placed, and no spec is written."""
+    from autosched.kernels import triton as triton_kernels
+    from autosched.rewrite.narrow_reshapes import model_reshape_chains
+    from autosched.rewrite.spec import write_substitution
+
+    target, model, problems, epilogues, folder = llama_epilogues
+    # The point's kernels take 49152 bytes: a GPU with less cannot launch them.
+    monkeypatch.setitem(triton_kernels.SHARED_MEMORY_BYTES, "sm_90", 32768)
+    chains = model_reshape_chains(model, target.compile_flags(), str(folder / "narrow"))
+    path = folder / "too_large.mlir"
+    refused = write_substitution(
+        str(path), [(p, POINT) for p in problems], target, chains, epilogues
+    )
+    assert [why.split(": ")[0] for why in refused] == [p.name for p in problems]
+    assert all("49152 bytes of shared memory, over sm_90's 32768" in why for why in refused)
+    assert not path.exists()

@@ -28,6 +28,11 @@ HOPPER = ("sm_90",)  # the archs of the families written for Hopper's wgmma
 COMPILE_STEP = "autosched.kernels.compile"  # the compile pool's step (`python -m`)
 
 
+class KernelDoesNotFit(RuntimeError):
+    """A kernel the GPU cannot launch (more shared memory than a workgroup has): a form of
+    a winner its compiler refuses, which the rewrite leaves to IREE, never a user's error."""
+
+
 @dataclass(frozen=True)
 class KernelBinary:
     """What a family's compiler produced for one point: its code on disk and its launch

@@ -14,7 +14,7 @@ import re
 import tempfile
 
 from autosched.errors import UserError
-from autosched.kernels.base import WARP, KernelBinary
+from autosched.kernels.base import WARP, KernelBinary, KernelDoesNotFit
 
 TRITON_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 TRITON_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -90,7 +90,7 @@ def triton_binary(
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
     shared = int(compiled.metadata.shared)
     if shared > SHARED_MEMORY_BYTES.get(arch, shared):
-        raise UserError(
+        raise KernelDoesNotFit(
             f"the kernel needs {shared} bytes of shared memory, over {arch}'s "
             f"{SHARED_MEMORY_BYTES[arch]} per workgroup"
         )

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from autosched.kernels.base import KernelBinary, KernelFamily
+from autosched.kernels.base import KernelBinary, KernelDoesNotFit, KernelFamily
 from autosched.kernels.matmul_triton.kernel import MIN_DOT
 from autosched.kernels.registry import families_for
 from autosched.ops.epilogue import Epilogue
@@ -80,18 +80,30 @@ def substitutable(problem: MatmulProblem) -> str | None:
     return reasons[0] if reasons else f"no kernel family for {problem.kind} ops"
 
 
+def _fitting(family: KernelFamily, *arguments) -> KernelBinary | None:
+    """The family's kernel for a form around a winner's op; None where it does not fit the
+    GPU (a form's epilogue or narrow store can need more shared memory than the winner's
+    own kernel): that form stays IREE's, the winner's own kernel still replaces its op."""
+    try:
+        return family.compile(*arguments)
+    except KernelDoesNotFit:
+        return None
+
+
 def _attention_substitute(family, problem, point, forms: ModelForms, arch: str, folder: str):
     """A flash winner's kernel, and one for each of its forms over copied operands."""
     params = family.params(point)
     binary = family.compile(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
     found = forms.absorbed.get(problem.name, []) if family.absorbs.copied_operands else []
     usable = [f for f in found if not family.unsupported(f.problem)]
-    absorbed = tuple(
-        (form, family.compile(
-            form.problem, params, arch, os.path.join(folder, f"{problem.name}.absorbed{j}.ptx")
+    kernels = [
+        (form, _fitting(
+            family, form.problem, params, arch,
+            os.path.join(folder, f"{problem.name}.absorbed{j}.ptx"),
         ))
         for j, form in enumerate(usable)
-    )  # fmt: skip
+    ]  # fmt: skip
+    absorbed = tuple((form, kernel) for form, kernel in kernels if kernel is not None)
     return Substitute(problem, params, binary, absorbed=absorbed, family=family)
 
 
@@ -109,13 +121,16 @@ def _convolution_substitute(family, problem, point, forms: ModelForms, arch: str
     narrow = narrowed(problem) if absorbs.narrow_output else None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
-        narrow = (narrow, family.compile(narrow, params, arch, ptx))
-    fused = tuple(
-        (e, family.compile(
-            problem, params, arch, os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e
-        ), None)
+        kernel = _fitting(family, narrow, params, arch, ptx)
+        narrow = (narrow, kernel) if kernel is not None else None
+    kernels = [
+        (e, _fitting(
+            family, problem, params, arch,
+            os.path.join(folder, f"{problem.name}.epilogue{j}.ptx"), e,
+        ))
         for j, e in enumerate(found)
-    )  # fmt: skip
+    ]  # fmt: skip
+    fused = tuple((e, kernel, None) for e, kernel in kernels if kernel is not None)
     return Substitute(problem, params, binary, narrow, epilogues=fused, family=family)
 
 
@@ -129,7 +144,8 @@ def _matmul_substitute(family, problem, point, forms: ModelForms, arch: str, fol
     narrow = narrowed(problem) if absorbs.narrow_output else None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
-        narrow = (narrow, family.compile(narrow, family.narrow_params(params), arch, ptx))
+        kernel = _fitting(family, narrow, family.narrow_params(params), arch, ptx)
+        narrow = (narrow, kernel) if kernel is not None else None
     stored = None
     if absorbs.stored_weights:
         stored = _stored_kernels(family, problem, params, narrow, arch, folder)
@@ -150,13 +166,15 @@ def _matmul_epilogue_kernels(family, problem, params, narrow, stored, epilogues,
         if epilogue.period > 1 and params.block_n < 2 * MIN_DOT:
             continue
         ptx = os.path.join(folder, f"{problem.name}.epilogue{j}.ptx")
-        binary = family.compile(narrow[0], family.narrow_params(params), arch, ptx, epilogue)
+        binary = _fitting(family, narrow[0], family.narrow_params(params), arch, ptx, epilogue)
+        if binary is None:
+            continue
         stored_binary = None
         if stored is not None and stored[3] is not None:
             narrow_stored = dataclasses.replace(stored[1], acc_type=epilogue.narrow)
             ptx = os.path.join(folder, f"{problem.name}.stored.epilogue{j}.ptx")
-            stored_binary = family.compile(
-                narrow_stored, family.narrow_params(params), arch, ptx, epilogue
+            stored_binary = _fitting(
+                family, narrow_stored, family.narrow_params(params), arch, ptx, epilogue
             )
         kernels.append((epilogue, binary, stored_binary))
     return tuple(kernels)
@@ -170,12 +188,14 @@ def _stored_kernels(family, problem, params, narrow, arch: str, folder: str):
         return None
     stored = stored_problem(problem)
     ptx = os.path.join(folder, f"{problem.name}.stored.ptx")
-    binary = family.compile(stored, params, arch, ptx)
+    binary = _fitting(family, stored, params, arch, ptx)
+    if binary is None:
+        return None
     narrow_binary = None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.stored.to_{narrow[0].acc_type}.ptx")
         narrow_stored = dataclasses.replace(stored, acc_type=narrow[0].acc_type)
-        narrow_binary = family.compile(narrow_stored, family.narrow_params(params), arch, ptx)
+        narrow_binary = _fitting(family, narrow_stored, family.narrow_params(params), arch, ptx)
     return layout, stored, binary, narrow_binary
 
 

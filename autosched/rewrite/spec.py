@@ -31,6 +31,7 @@ from iree.compiler import ir
 
 from autosched.errors import UserError
 from autosched.ir_walk import children, symbol
+from autosched.kernels.base import KernelDoesNotFit
 from autosched.kernels.registry import family_of
 from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
@@ -99,7 +100,10 @@ def write_substitution(
         if why:
             refused.append(f"{problem.name}: {why}")
             continue
-        kept.append(build_substitute(family, problem, point, forms, target.arch, folder))
+        try:
+            kept.append(build_substitute(family, problem, point, forms, target.arch, folder))
+        except KernelDoesNotFit as error:  # its own kernel, as the model's op form needs it
+            refused.append(f"{problem.name}: {error}")
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))
