@@ -32,6 +32,9 @@ class CompileJob:
     before: list[str] = field(default_factory=list)  # a command that writes `source` first
     built: bool = False  # compiled already by this run (a build problems share): reused
     built_s: float = 0.0  # ... and the seconds that compile took, for the record
+    # A candidate's own limit, shorter than the pool's (run/limits.compile_limit): IREE
+    # 3.13 compiles some implicit-GEMM points for sm_90 for minutes, or for ever.
+    timeout: float | None = None
 
 
 @dataclass
@@ -184,6 +187,8 @@ def compile_one(job: CompileJob, timeout: float) -> CompileResult:
     """iree-compile on one variant (after the command that writes it, if it has one)."""
     if job.built and os.path.exists(job.output):
         return CompileResult(job, "ok", job.built_s)
+    if job.timeout is not None and job.timeout < timeout:
+        timeout = job.timeout
     os.makedirs(os.path.dirname(job.output) or ".", exist_ok=True)
     _empty_config_dumps(job.flags)
     seconds = 0.0

@@ -6,22 +6,29 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 
 import pytest
 from conftest import matmul_function
 from test_faults import HANG_BENCHMARK, Run, assert_clean_stderr, real_benchmark
 
+from autosched.compile import CompileJob, compile_one
+from autosched.config import RunConfig
 from autosched.measure.contract import MeasureSettings
 from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import Trial
 from autosched.run.limits import (
+    COMPILE_FACTOR,
+    COMPILE_FLOOR_S,
     LIMIT_FACTOR,
     OVER_LIMIT,
     TimedOut,
     candidate_limit,
+    compile_limit,
     run_limit,
     timed_calls,
 )
+from autosched.targets.cpu import CpuTarget
 
 SETTINGS = MeasureSettings(repetitions=5, min_time=0.05, run_timeout=60.0, timer="worker")
 
@@ -74,6 +81,20 @@ def test_a_problems_limit_comes_from_its_defaults_record():
     assert candidate_limit(tool, 1, SETTINGS) == pytest.approx(10.0)
 
 
+def test_a_candidates_compile_limit_follows_its_defaults_compile(tmp_path):
+    assert compile_limit(trial("iree_default", compile_s=2.0), 120.0) == COMPILE_FLOOR_S
+    assert compile_limit(trial("iree_default", compile_s=5.0), 120.0) == 5.0 * COMPILE_FACTOR
+    assert compile_limit(trial("iree_default", compile_s=20.0), 120.0) is None  # the cfg's
+    assert compile_limit(trial("iree_default"), 120.0) is None  # no compile timed
+    # A job's own limit stops a real iree-compile before the pool's.
+    (tmp_path / "mm.mlir").write_text(matmul_function("mm", 512, 512, 512))
+    flags = CpuTarget(RunConfig()).compile_flags()
+    job = CompileJob(str(tmp_path / "mm.mlir"), str(tmp_path / "mm.vmfb"), flags, timeout=0.01)
+    stopped = compile_one(job, 120)
+    assert (stopped.status, stopped.message) == ("timeout", "over 0.01 s")
+    assert compile_one(replace(job, timeout=None), 120).status == "ok"
+
+
 MAPS = "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, affine_map<(m, n, k) -> (m, n)>]"
 
 
@@ -92,11 +113,14 @@ def test_a_timed_out_configuration_is_remembered_for_its_family_only():
     )
     memory.remember(first, trial("slow", "timeout", message=OVER_LIMIT))
     memory.remember(first, trial("hung_compile", "timeout", verification=""))  # a compile's
+    memory.remember(first, trial("failed_compile", "compile_error", verification=""))
     memory.remember(first, trial("wrong", "wrong_answer"))
     assert memory.earlier(same_family, "slow") == first.name
     assert memory.earlier(first, "slow") is None  # its own problem measured it already
     assert memory.earlier(other_types, "slow") is None
-    assert memory.earlier(same_family, "hung_compile") is None
+    # IREE 3.13 compiled some sm_90 implicit-GEMM points for ever on every convolution.
+    assert memory.earlier(same_family, "hung_compile") == first.name
+    assert memory.earlier(same_family, "failed_compile") is None
     assert memory.earlier(same_family, "wrong") is None
 
 

@@ -206,6 +206,9 @@ class CandidateBuilds:
             timed = self.kernel_job(problem, name, point, search.repeat)
             in_place = search.repeat > 1 and not problem.zero_init
             check = self.kernel_job(problem, name, point, repeat=1) if in_place else timed
+        if point is not None and search.compile_limit_s is not None:
+            limit = search.compile_limit_s
+            timed, check = replace(timed, timeout=limit), replace(check, timeout=limit)
         return Candidate(name, point, {CHECK: check, TIMED: timed})
 
     def task(

@@ -9,7 +9,13 @@ from autosched.measure.benchmark_tool import Timing
 from autosched.measure.contract import Executor, MeasureSettings
 from autosched.outputs.report import RunLog
 from autosched.run.builds import CandidateBuilds
-from autosched.run.limits import LIMIT_FACTOR, candidate_limit
+from autosched.run.limits import (
+    COMPILE_FACTOR,
+    COMPILE_FLOOR_S,
+    LIMIT_FACTOR,
+    candidate_limit,
+    compile_limit,
+)
 from autosched.run.problem import BASELINE, ProblemSearch
 
 
@@ -31,6 +37,13 @@ class DefaultTimings:
         search.device_default_ms[primary] = search.reference_ms[primary] = baseline.median_ms
         search.result.default_ms = [baseline.median_ms]
         search.limit_s = candidate_limit(baseline, search.repeat, self.settings)
+        search.compile_limit_s = compile_limit(baseline, self.builds.config.compile_timeout)
+        if search.compile_limit_s is not None:
+            self.log.write(
+                f"a candidate's compile stops after {search.compile_limit_s:.3g} s "
+                f"({COMPILE_FACTOR:g}x the default's {baseline.compile_s:.3g} s, at least "
+                f"{COMPILE_FLOOR_S:g} s)"
+            )
         if search.limit_s is not None:
             self.log.write(
                 f"a candidate's check or timing stops after {search.limit_s:.3g} s "

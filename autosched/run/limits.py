@@ -22,6 +22,12 @@ from autosched.outputs.records import Trial
 LIMIT_FACTOR = 20.0  # a candidate may take this many times the default's time
 LIMIT_FLOOR_S = 1.0  # ... and at least this long, whatever the default's time
 OVER_LIMIT = f"ran over {LIMIT_FACTOR:g}x the default's time"  # a stopped candidate's reason
+# A candidate's compile may take this many times its default's, and at least this long (a
+# loaded machine compiles slower; the cfg's compile_timeout stays the ceiling): on the H200's
+# host, IREE 3.13 compiled resnet18's convolutions in 1-3 s, and some implicit-GEMM points
+# for sm_90 for more than 600 s, each holding a compile slot for the whole compile_timeout.
+COMPILE_FACTOR = 10.0
+COMPILE_FLOOR_S = 30.0
 
 
 def timed_calls(call_s: float, repetitions: int, min_time: float) -> int:
@@ -65,6 +71,16 @@ def candidate_limit(baseline: Trial | None, repeat: int, settings: MeasureSettin
     return limit if limit < settings.run_timeout else None
 
 
+def compile_limit(baseline: Trial | None, compile_timeout: float) -> float | None:
+    """Seconds a problem's candidate may compile: COMPILE_FACTOR x its default's compile,
+    at least COMPILE_FLOOR_S; None (the cfg's compile_timeout) without a timed compile of
+    the default, or where that would not be shorter."""
+    if baseline is None or not baseline.compile_s:
+        return None
+    limit = max(COMPILE_FLOOR_S, COMPILE_FACTOR * baseline.compile_s)
+    return limit if limit < compile_timeout else None
+
+
 def family_key(problem: Problem) -> tuple:
     """What a configuration's timeout carries over to: problems of the same kind and element
     types (the config name, which holds the point's tiles, is the rest of the key)."""
@@ -82,9 +98,9 @@ class TimedOut:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def remember(self, problem: Problem, trial: Trial) -> None:
-        """Notes a candidate whose check or timing timed out (not its compile: that says
-        nothing of its kernel's time)."""
-        if trial.baseline or trial.status != "timeout" or not trial.verification:
+        """Notes a candidate whose compile, check or timing timed out: a configuration
+        that IREE compiles for ever on one convolution did on the others of its kind."""
+        if trial.baseline or trial.status != "timeout":
             return
         with self.lock:
             self.where.setdefault((trial.config, family_key(problem)), problem.name)

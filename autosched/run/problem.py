@@ -101,6 +101,8 @@ class ProblemSearch:
     # Seconds a candidate's check or timing may take (limits.candidate_limit), from the
     # default's record; None: the cfg's run_timeout.
     limit_s: float | None = None
+    # Seconds a candidate's compile may take (limits.compile_limit), from its default's.
+    compile_limit_s: float | None = None
 
     @property
     def trials(self) -> list[Trial]:
