@@ -15,7 +15,7 @@ from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
-from autosched.errors import UserError
+from autosched.kernels.base import KernelDoesNotFit
 from autosched.kernels.matmul_triton.kernel import (
     KernelParams,
     compile_ptx,
@@ -27,6 +27,8 @@ from autosched.kernels.matmul_triton.kernel import (
 from autosched.measure.worker import Verifier, make_problem_data
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
 from autosched.outputs.records import problem_from_shape
+from autosched.rewrite.arms import winner_arms
+from autosched.rewrite.custom_functions import winner_functions
 from autosched.targets import make_target
 
 pytest.importorskip("triton")
@@ -349,7 +351,9 @@ def test_persistent_points_are_one_workgroup_per_sm_where_tma_can_load(tmp_path)
     blocks = {(p["tile_m"], p["tile_n"], p["tile_k"], p["pipeline_depth"]) for p in persistent}
     assert (128, 256, 64, 3) in blocks and (128, 256, 64, 4) not in blocks
     wide = KernelParams(128, 256, 64, 8, 3, 8, 1, 132)
-    with pytest.raises(UserError, match="278552 bytes of shared memory, over sm_90's 232448"):
+    with pytest.raises(
+        KernelDoesNotFit, match="278552 bytes of shared memory, over sm_90's 232448"
+    ):
         compile_ptx(problem, wide, "sm_90", str(tmp_path / "wide.ptx"))
     narrow = _problem(512, 1024, 512, "bf16", "bf16", transpose_b=True)
     assert compile_ptx(narrow, wide, "sm_90", str(tmp_path / "n.ptx")).shared_bytes < 232448
@@ -885,3 +889,28 @@ def test_custom_kernels_are_timed_in_the_form_the_model_runs(tmp_path):
         "batch_matmul_1x64x256x128_bf16_bf16_f32": "bf16",  # gate and up
         "batch_matmul_1x64x128x256_bf16_bf16_f32": "bf16",  # down
     }
+
+
+def test_a_winner_whose_f32_kernel_does_not_fit_keeps_its_bf16_form(tmp_path):
+    """The BERT zoo model's case: a persistent winner timed with a narrow C (bf16) whose
+    f32 form needs 278552 bytes of sm_90's 232448. Its narrow kernel replaces the ops that
+    round their result; the plain form is left out (IREE keeps an op that does not round);
+    a point whose narrow form does not fit either is refused with the reason."""
+    from autosched.kernels.registry import family_of
+    from autosched.rewrite.replacements import ModelForms, build_substitute
+
+    problem = _problem(512, 1024, 512, "bf16", "f32", transpose_b=True)
+    wide = {"tile_m": 128, "tile_n": 256, "tile_k": 64, "warps": 8, "pipeline_depth": 3,
+            "group_m": 8, "split_k": 1, "persistent": 132}  # fmt: skip
+    family, forms = family_of(wide, "matmul"), ModelForms({}, {}, {}, {})
+    substitute = build_substitute(family, problem, wide, forms, "sm_90", str(tmp_path / "w"))
+    assert substitute.binary is None and substitute.narrow is not None
+    assert substitute.narrow[0].acc_type == "bf16"
+    assert substitute.narrow[1].shared_bytes <= 232448
+    functions = "\n".join(winner_functions(0, substitute, "#executable"))
+    assert "@autosched_custom_0_narrow(" in functions and "@autosched_custom_0(" not in functions
+    arms = winner_arms(0, substitute)
+    assert arms[1] and not arms[2]  # narrow arms, no plain one
+    deeper = {**wide, "pipeline_depth": 5}  # 5 stages of A and B alone: 245760 bytes
+    with pytest.raises(KernelDoesNotFit, match="shared memory"):
+        build_substitute(family, problem, deeper, forms, "sm_90", str(tmp_path / "d"))

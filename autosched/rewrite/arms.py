@@ -138,6 +138,8 @@ def winner_arms(
                 (f"{prefix}_absorbed{j}_kernel",),
             )
         )  # fmt: skip
+    if w.binary is None:  # the op's own form does not fit: its narrow forms alone
+        return epilogue_arms, narrow_arms, plain_arms, matchers, callers
     plain_arms.append((f"match_custom_{i}", f"call_custom_{i}"))
     matchers.append(contraction_matcher(i, w.problem))
     # A convolution's function puts its operands channels-last and calls its kernel.

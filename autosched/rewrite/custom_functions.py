@@ -27,7 +27,7 @@ def winner_functions(i: int, w: Substitute, executable_target: str) -> list[str]
     def kernel(problem, params, binary, called):
         return extern(problem, params, binary, executable_target, called, "util.func")
 
-    functions = [kernel(w.problem, w.params, w.binary, name)]
+    functions = [kernel(w.problem, w.params, w.binary, name)] if w.binary is not None else []
     functions += _epilogue_functions(name, w, executable_target)
     for j, (absorbed, binary) in enumerate(w.absorbed):
         called = f"{name}_absorbed{j}"

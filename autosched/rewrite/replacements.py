@@ -36,7 +36,9 @@ class Substitute:
 
     problem: MatmulProblem
     params: object  # the family's kernel parameters
-    binary: KernelBinary
+    # None: the op's own form does not fit the GPU (a persistent kernel at 128x256x64 in 3
+    # stages needs 278552 bytes with an f32 C, and fits with a bf16 one): narrow forms alone.
+    binary: KernelBinary | None
     narrow: tuple[MatmulProblem, KernelBinary] | None = None
     # B made by transposing a stored weight (rewrite/stored_weights.py): the layout, the
     # kernel that reads the weight as stored, and its narrow twin.
@@ -140,12 +142,18 @@ def _matmul_substitute(family, problem, point, forms: ModelForms, arch: str, fol
     family absorbs)."""
     params = family.params(point)
     absorbs = family.absorbs
-    binary = family.compile(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
+    too_large = None
+    try:
+        binary = family.compile(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
+    except KernelDoesNotFit as error:  # its narrow form (timed so, as a rule) may still fit
+        binary, too_large = None, error
     narrow = narrowed(problem) if absorbs.narrow_output else None
     if narrow is not None:
         ptx = os.path.join(folder, f"{problem.name}.to_{narrow.acc_type}.ptx")
         kernel = _fitting(family, narrow, family.narrow_params(params), arch, ptx)
         narrow = (narrow, kernel) if kernel is not None else None
+    if too_large is not None and narrow is None:
+        raise too_large
     stored = None
     if absorbs.stored_weights:
         stored = _stored_kernels(family, problem, params, narrow, arch, folder)
