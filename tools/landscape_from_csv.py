@@ -19,6 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosched.config import RunConfig  # noqa: E402
 from autosched.targets import make_target  # noqa: E402
 
 
@@ -28,8 +29,6 @@ def main() -> None:
     parser.add_argument("--arch", required=True)
     parser.add_argument("--out", required=True)
     options = parser.parse_args()
-    from autosched.config import RunConfig
-
     with open(options.csv, newline="") as handle:
         rows = list(csv.DictReader(handle))
     name = rows[0]["target"].split(":")[0]  # the CSV names the target as cuda:sm_90
