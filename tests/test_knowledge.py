@@ -222,3 +222,19 @@ def test_fast_mode_re_times_no_clear_loser_and_keeps_the_defaults_time(tmp_path)
     assert "re-timed beside the default" not in log
     result = entries[0].search.result
     assert result.best is None and result.baseline_ms == result.baseline.median_ms
+
+
+def test_fast_mode_ends_a_problem_whose_known_points_are_out_of_reach(tmp_path):
+    """Known points of 1x8x1 vectors, several times slower than IREE's default: fast mode
+    measures them, says why it stops, and spends none of the problem's share on the points
+    around them (a known point within reach would have gone on: the clear-win test above)."""
+    problem = matmul(256, 1024, 512)
+    slow = {"tile_m": [16], "tile_n": [32, 64, 128], "vec_m": [1], "vec_n": [8], "vec_k": [1]}
+    known = KnownProblem("slow", "cpu", "", problem.record_shape())
+    known.winners = [Winner({"tile_m": 16, "tile_n": 32, "vec_m": 1, "vec_n": 8, "vec_k": 1}, 2)]
+    entries, log, records = _campaign(tmp_path, Knowledge([known]), [problem], budget=8, space=slow)
+    (entry,) = entries
+    assert entry.known_first and entry.done
+    assert f"{problem.name}: fast mode ends its search: its known points are out of reach" in log
+    assert [r.config for r in records if not r.baseline] == ["tile_16x32_vec_1x8x1"]
+    assert "next, the points around" not in log

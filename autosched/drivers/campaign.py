@@ -23,6 +23,7 @@ from autosched.model.lowering import ModelAnalysis
 from autosched.ops.contraction import Contraction
 from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import json_text
+from autosched.run import retime
 from autosched.run.problem import ProblemResult, ProblemSearch, Progress
 from autosched.run.tuning import Tuning
 from autosched.search import knowledge
@@ -54,6 +55,7 @@ class ModelProblem:
     done: bool = False  # searched to the end: space exhausted or a clear win in fast mode
     shape_class: ShapeClass | None = None  # its class on the run's target (siblings share)
     new_trials: int = 0  # trials this run measured for it
+    known_first: bool = False  # its first batch was known points (knowledge base, siblings)
 
     @property
     def occurrences(self) -> int:
@@ -188,10 +190,36 @@ def minor(entry: ModelProblem, problems: list[ModelProblem]) -> bool:
     )
 
 
+def best_candidate_speedup(entry: ModelProblem) -> float | None:
+    """The fastest first-pass speedup of the problem's candidates over the default timed
+    nearest to each (the default itself left out); None before any candidate timed."""
+    search = entry.search
+    baseline = search.result.baseline if search else None
+    speedups = [retime.first_pass_speedup(t, baseline) for t in (search.trials if search else [])]
+    return max(filter(None, speedups), default=None)
+
+
+def known_points_lose(entry: ModelProblem) -> bool:
+    """Whether the problem's first batch, known points only (the knowledge base's, its
+    siblings'), left every candidate out of reach of its default (under FAST_FLOOR, where
+    fast mode does not even re-time them). The points around them rarely do better: on
+    resnet18 (CPU) the three strided 3x3 convolutions' 18 neighbours of their known points
+    ran 0.26-0.76x, and normal mode's 72 trials on them found nothing faster either."""
+    if not entry.known_first or len(entry.history) != 2:
+        return False
+    best = best_candidate_speedup(entry)
+    return best is not None and best < retime.FAST_FLOOR
+
+
 def fast_stop(entry: ModelProblem, problems: list[ModelProblem], tuning: Tuning) -> bool:
     """Whether fast mode ends the problem's search after this batch (run.log says why)."""
     if clear_win(entry, problems):
         why = f"a clear win ({first_pass_speedup(entry):.2f}x on the first pass)"
+    elif known_points_lose(entry):
+        why = (
+            f"its known points are out of reach of IREE's default (at best "
+            f"{best_candidate_speedup(entry):.2f}x on the first pass): the default stays"
+        )
     elif minor(entry, problems):
         why = f"under {MINOR_SHARE:.0%} of the tuned problems' time"
     else:
@@ -347,6 +375,7 @@ def run_campaign(
         for entry in pick_round(problems, tuning.parallel):
             size = config.batch_size if len(entry.history) > 1 else first
             if mode == "fast" and len(entry.history) == 1:
+                entry.known_first = seeded(entry) > 0
                 size = min(size, seeded(entry) or size)  # known points alone, then judged
             size = min(size, budget - used - sum(n for _, n in batches))
             size = min(size, share - entry.new_trials)
