@@ -77,6 +77,18 @@ class Retiming:
             self.finished.append(search.result)
         return search.result
 
+    def reopen(self, search: ProblemSearch) -> None:
+        """Takes back a finish whose verdict did not end the search (fast mode's paired
+        check of a first-pass win): the problem is searched on and re-timed at its end."""
+        result = search.result
+        with self.lock:
+            if result in self.finished:
+                self.finished.remove(result)
+            for key in [k for k in self.retimed if k[0] == search.problem.name]:
+                del self.retimed[key]
+        result.best = result.best_ms = result.verdict = result.baseline_ms = None
+        result.search_s = 0.0
+
     def finish_all(
         self, searches: list[ProblemSearch], parallel: int, progress: Progress | None = None
     ) -> list[ProblemResult]:
