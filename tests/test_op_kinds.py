@@ -1,6 +1,6 @@
 """Root-op kinds are plug-ins: the registry offers every dispatch op to each kind in turn,
 so a kind registered from here is consulted on a real model's dispatches like the shipped
-ones (attention, convolution, matmul)."""
+ones (attention, convolution, gather, matmul)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from autosched.ops import registry
 from autosched.ops.attention import AttentionProblem
 from autosched.ops.base import DispatchSite, RootOpKind, SkippedRoot
 from autosched.ops.convolution import nchw_problem
+from autosched.ops.gather import GatherProblem
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kind import MatmulKind
 from autosched.outputs.records import problem_from_shape
@@ -63,7 +64,8 @@ def test_a_problem_names_its_kind_and_the_spec_uses_its_matcher():
     assert isinstance(kind, MatmulKind) and kind.tuned
     assert match_contraction(problem) == kind.spec_matcher(problem)
     assert "transform.iree.match.contraction" in kind.spec_matcher(problem)
-    assert [k.name for k in registry.root_kinds()] == ["attention", "convolution", "matmul"]
+    names = ["attention", "convolution", "gather", "matmul"]
+    assert [k.name for k in registry.root_kinds()] == names
     assert registry.kind("attention").tuned and registry.kind("convolution").tuned
 
 
@@ -113,3 +115,10 @@ def test_each_kind_answers_for_its_record_and_its_check(tmp_path):
     flow = _attention("flow")
     assert flow.check_operands() is None and flow.reference_bytes() == 0
     assert make_problem_data(flow, str(tmp_path / "flow")).inputs == []
+    # A gather (an embedding's lookup) too: read back from its record, checked on IREE's
+    # dispatch only, exactly (a copy).
+    gather = GatherProblem(tokens=16, width=64, rows=256, element="f16", index_type="i64")
+    again = problem_from_shape(gather.record_shape())
+    assert type(again) is GatherProblem and again.key() == gather.key()
+    assert gather.check_operands() is None and gather.tolerance() == 0.0
+    assert make_problem_data(gather, str(tmp_path / "gather")).inputs == []

@@ -156,6 +156,8 @@ def test_a_model_with_nothing_to_rewrite_is_taken_as_it_is(tmp_path):
 
 LM_HEAD = "batch_matmul_1x16x256x64_f32_f32_f32"  # N = vocab: the model's widest matmul
 LM_HEAD_POINT = {"tile_m": 16, "tile_n": 32, "vec_m": 8, "vec_n": 16, "vec_k": 4}
+EMBEDDING = "gather_16x64_from_256_f32_i64"
+EMBEDDING_POINT = {"t_tile": 4, "d_tile": 32, "d_vec": 8}
 
 
 @pytest.mark.slow  # about 2 minutes on two cores: a whole run with a budget of 6
@@ -184,8 +186,13 @@ def test_a_transformers_causal_lm_is_tuned_end_to_end(tmp_path, monkeypatch):
     target = CpuTarget(RunConfig())
     analysis = analyze_model("hf_tiny_causal_lm_f32.mlirbc", target.compile_flags())
     head = next(p for p in analysis.matmul_problems() if p.name == LM_HEAD)
-    (tmp_path / "head.mlir").write_text(tuning_spec([(head, target, LM_HEAD_POINT)]))
+    # ... and on the embedding's lookup, a gather root (tokens and width per workgroup).
+    assert EMBEDDING in problems
+    (gather,) = [r for r in analysis.roots if r.kind == "gather"]
+    best = [(head, target, LM_HEAD_POINT), (gather, target, EMBEDDING_POINT)]
+    (tmp_path / "head.mlir").write_text(tuning_spec(best))
     args = ["apply", "hf_tiny_causal_lm_f32.mlirbc", "--spec", "head.mlir"]
     applied = CliRunner().invoke(cli, args)
     assert applied.exit_code == 0, applied.output
     assert f"{LM_HEAD} (spec)" in applied.output and "outputs match" in applied.output
+    assert f"{EMBEDDING} (spec)" in applied.output

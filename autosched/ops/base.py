@@ -1,6 +1,6 @@
 """What every root-op kind provides, and where a root is found.
 
-A kind (matmul, attention and convolution, each tuned) says how its root ops are recognised
+A kind (matmul, attention, convolution and gather, each tuned) says how its root ops are recognised
 in the dispatches IREE forms, what problem one becomes, the spec matcher that finds its roots
 again and, where it has one, the kernel module that rebuilds one alone. A recognised root is
 a `Root`; the problem a target tunes is a `Problem`, the one type that generic code (measure/,
@@ -48,10 +48,13 @@ class Operand(NamedTuple):
 
 class Problem(Protocol):
     """One signature of a root op that a target tunes: what generic code asks of any kind's
-    problem (MatmulProblem, AttentionProblem, ConvolutionProblem answer it structurally)."""
+    problem (MatmulProblem, AttentionProblem, ConvolutionProblem and GatherProblem answer it
+    structurally)."""
 
     kind: ClassVar[str]  # its root-op kind (ops/registry.py)
     zero_init: bool  # its kernel takes no accumulator to add into
+    op_name: str  # the root op's name (its builds' folder, the configured form)
+    indexing_maps: str  # the root op's maps as MLIR prints them (its configured form)
     sites: list  # where it occurs: OpSites of a module, or DispatchSites of a model
 
     @property

@@ -20,6 +20,7 @@ BASE_KIND = "matmul"
 KINDS = {
     "attention": ("autosched.ops.attention", "AttentionKind"),
     "convolution": ("autosched.ops.convolution_kind", "ConvolutionKind"),
+    "gather": ("autosched.ops.gather", "GatherKind"),
     "matmul": ("autosched.ops.matmul_kind", "MatmulKind"),
 }
 

@@ -79,6 +79,8 @@ def _root_label(root, op: ir.Operation) -> str:
         return convolution_label(problem)
     if problem is not None and problem.kind == "attention":
         return "attention"
+    if problem is not None:  # another kind: its name and its output's shape (gather 16x64)
+        return f"{problem.kind} {'x'.join(map(str, problem.output_shape))}"
     sizes = getattr(root, "loop_sizes", ())
     return f"contraction {'x'.join(map(str, sizes))}".strip()
 

@@ -43,6 +43,7 @@ class CpuTarget(Target):
     kind_targets = {
         "attention": ("autosched.targets.cpu_attention", "CpuAttentionTarget"),
         "convolution": ("autosched.targets.cpu_convolution", "CpuConvolutionTarget"),
+        "gather": ("autosched.targets.cpu_gather", "CpuGatherTarget"),
     }
     knobs = (
         KnobSpec("tile_m", "rows of C per workgroup (distribution tile)"),

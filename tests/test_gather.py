@@ -1,0 +1,57 @@
+"""An embedding's lookup as a root op: found in transformers' causal LM where IREE forms its
+dispatches, tuned on the CPU over its tokens and width per workgroup and its vector width,
+and a point's spec carried by IREE's own dispatch of it (the whole model with it: the
+end-to-end test in test_torch_ops.py)."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import attach_dispatches
+
+from autosched.compile import compile_one
+from autosched.config import RunConfig
+from autosched.drivers.campaign import ModelProblem
+from autosched.model.configured import check_build
+from autosched.model.lowering import analyze_model
+from autosched.ops.gather import GatherProblem
+from autosched.outputs.dispatch_labels import dispatch_label
+from autosched.run.builds import dispatch_job, expected_config
+from autosched.search.space import build_space
+from autosched.targets.cpu import CpuTarget
+from autosched.targets.cuda import CudaTarget
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+TINY_LM = os.path.join(MODELS, "hf_tiny_causal_lm_f32.mlirbc")
+EMBEDDING = "gather_16x64_from_256_f32_i64"  # 16 token ids, rows of 64 from a vocabulary of 256
+
+
+def test_the_embedding_of_a_causal_lm_is_a_gather_tuned_on_its_dispatch(tmp_path):
+    """The lookup of 16 ids in the 256 x 64 table is the gather root of IREE's first
+    dispatch; its space is tokens and width per workgroup and the vector width; a point's
+    one-point spec reaches its root in IREE's own dispatch (compiled and configured so)."""
+    target = CpuTarget(RunConfig())
+    analysis = analyze_model(TINY_LM, target.compile_flags())
+    (gather,) = [r for r in analysis.roots if r.kind == "gather"]
+    assert isinstance(gather, GatherProblem) and gather.name == EMBEDDING
+    assert (gather.tokens, gather.width, gather.rows) == (16, 64, 256)
+    assert gather.occurrences == 1 and gather.flops == 16 * 64  # elements copied
+    assert GatherProblem.from_shape(gather.record_shape()).name == EMBEDDING
+    space = build_space(gather, target, {})
+    assert {p["t_tile"] for p in space.points} == {1, 2, 4, 8, 16}
+    assert all(p["d_tile"] % p["d_vec"] == 0 for p in space.points)
+    entry = ModelProblem(gather, gather)
+    attach_dispatches([entry], TINY_LM, target.compile_flags(), str(tmp_path / "d"))
+    assert entry.benchmark is not None and entry.benchmark.check_source
+    assert dispatch_label(entry.benchmark.check_source) == "gather 16x64"  # the table's label
+    point = {"t_tile": 4, "d_tile": 32, "d_vec": 8}
+    timed = dispatch_job(entry.benchmark, gather, target, point, str(tmp_path / "timed"))
+    assert compile_one(timed, 300).status == "ok"
+    applied = check_build(timed.output, expected_config(gather, target, point))
+    assert applied.ok, applied.message
+    assert "distribution = [4, 32]" in expected_config(gather, target, point)
+
+
+def test_a_gather_is_not_tuned_on_cuda_yet():
+    """CUDA lists a gather as not tuned there: the kind has no knobs on that backend yet."""
+    assert CpuTarget.tunes(CpuTarget, "gather") and not CudaTarget.tunes(CudaTarget, "gather")
