@@ -8,6 +8,7 @@ import os
 import shutil
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 from conftest import MODEL_CFG
 from iree.compiler import ir
@@ -17,6 +18,7 @@ from autosched.cli import cli
 from autosched.config import RunConfig
 from autosched.drivers.bucket_proof import prove_buckets
 from autosched.drivers.campaign import ModelProblem
+from autosched.drivers.decode_proof import seeded_weights
 from autosched.model.buckets import bucket_model, bucket_spec, dynamic_coverage, dynamic_patterns
 from autosched.model.configured import tuning_spec_flags
 from autosched.model.lowering import analyze_model
@@ -88,7 +90,7 @@ def _bucket_spec(model, target, tmp_path):
     return spec, path
 
 
-def _serves_every_bucket(model, target, spec: str, tmp_path, labels: list[str]):
+def _serves_every_bucket(model, target, spec: str, tmp_path, labels: list[str], name="main"):
     """The dynamic model built with `spec` gives the default's outputs at every bucket;
     returns (dynamic dispatches the spec configures, dynamic dispatches)."""
     flags, work = target.compile_flags(), str(tmp_path / "model")
@@ -98,7 +100,7 @@ def _serves_every_bucket(model, target, spec: str, tmp_path, labels: list[str]):
         model, flags, spec, target.device, work_dir=str(tmp_path / "model" / "proof"),
         spec_flag=target.tuning_spec_flag, rounds=1, repetitions=1, min_time=0.001,
     )  # fmt: skip
-    assert [p.function for p in proof.functions] == [f"main at {label}" for label in labels]
+    assert [p.function for p in proof.functions] == [f"{name} at {label}" for label in labels]
     assert all(p.outputs_match and p.outputs_compared for p in proof.functions)
     return coverage
 
@@ -249,3 +251,80 @@ def test_the_winner_fastest_over_every_bucket_is_the_dynamic_roots_entry(tmp_pat
     spec = bucket_spec(model, [short, long], target)
     assert [(p.name, point) for p, _, point in spec.best] == [(long.problem.name, theirs)]
     assert "the winner of the bucket of the most work" in spec.header(model)
+
+
+DECODE = os.path.join(MODELS, "hf_tiny_llama_decode_dynamic_f32.mlirbc")  # cache [1, 2, ?, 16]
+
+
+def decode_inputs(path, cache: int) -> str:
+    """The dynamic decode step's inputs with a cache of `cache` positions: one token, its
+    position (the cache's last), each layer's keys and values, then the weights."""
+    with open(DECODE, "rb") as handle:
+        module = ir.Module.parse(handle.read(), ir.Context())
+    function = next(op.operation for op in module.body.operations)
+    shapes = [VTensor.of(a).shape for a in function.regions[0].blocks[0].arguments]
+    rng = np.random.default_rng(cache)
+    layers = [(rng.standard_normal((1, 2, cache, 16)) * 0.5).astype(np.float32) for _ in range(4)]
+    token, position = np.array([[5]], dtype=np.int64), np.array([cache - 1], dtype=np.int64)
+    np.savez(path, token, position, *layers, *seeded_weights(shapes[6:], 0))
+    return str(path)
+
+
+def test_one_decode_attention_entry_serves_every_cache_length(tmp_path):
+    """transformers' decode step exported with the KV cache's length dynamic
+    (tools/export_causal_lm.py --decode-dynamic), tuned on caches of 64 and 128: the single
+    query row's attention at each length is a problem (loops b, n, k1, k2); one spec entry
+    leaves the key length free, and the dynamic build with it gives the default's outputs
+    with either cache."""
+    target = CpuTarget(RunConfig())
+    flags, work = target.compile_flags(), str(tmp_path / "model")
+    files = [decode_inputs(tmp_path / f"cache{n}.npz", n) for n in (64, 128)]
+    model = bucket_model(DECODE, files, flags, work)
+    assert [b.function for b in model.buckets] == ["decode$len64", "decode$len128"]
+    model.patterns = dynamic_patterns(model, flags, work)
+    (pattern,) = [p for p in model.patterns if isinstance(p, AttentionPattern)]
+    assert pattern.dynamic
+    problems = []
+    for root in analyze_model(model.path, flags).roots:
+        if root.kind != "attention":
+            continue
+        entry = ModelProblem(root.as_problem(), root)
+        assert entry.problem.loops == ("b", "n", "k1", "k2")  # one query row: no m
+        space = build_space(entry.problem, target, {})
+        entry.result = ProblemResult(entry.problem, space, baseline_ms=1.0, best_ms=0.5)
+        entry.result.best = _trial(entry.problem, space.points[-1])
+        problems.append(entry)
+    assert sorted(p.problem.size("k2") for p in problems) == [64, 128]
+    spec = bucket_spec(model, problems, target)
+    assert len(spec.best) == 1 and spec.best[0][0].size("k2") == 128
+    assert set(spec.free.values()) == {frozenset({"k2"})}
+    path = write_spec(str(tmp_path / "spec.mlir"), spec.best, "", spec.free, spec.header(model))
+    assert "x?x" in open(path).read()
+    labels = ["len64", "len128"]
+    configured, dynamic = _serves_every_bucket(model, target, path, tmp_path, labels, "decode")
+    # The attention dispatch (both layers run it): the one root of dynamic size in decode,
+    # whose matmuls are of one token whatever the cache's length.
+    assert (configured, dynamic) == (1, 1)
+
+
+@pytest.mark.slow  # about 20 s on two cores: a whole run and its proof
+def test_a_decode_run_on_two_cache_lengths_proves_each(tmp_path, monkeypatch):
+    """`autosched run DECODE --bucket cache64.npz --bucket cache128.npz`: the decode step's
+    problems at both cache lengths (its single-row attention at each), and the dynamic
+    build proved on each cache's inputs, a line and a summary entry per cache length."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG + "dispatch_table = none\n")
+    shutil.copy(DECODE, tmp_path)
+    for cache in (64, 128):
+        decode_inputs(tmp_path / f"cache{cache}.npz", cache)
+    model = os.path.basename(DECODE)
+    buckets = ["--bucket", "cache64.npz", "--bucket", "cache128.npz"]
+    result = CliRunner().invoke(cli, ["run", model, *buckets, "--budget", "4"])
+    assert result.exit_code == 0, result.output
+    assert "attention_4x1x16x64x16_f32_mask_i1" in result.output
+    assert "attention_4x1x16x128x16_f32_mask_i1" in result.output
+    work = tmp_path / "generated" / "hf_tiny_llama_decode_dynamic_f32"
+    summary = json.loads((work / "results.summary.json").read_text())["model"]
+    per_bucket = {f["function"]: f for f in summary["functions"]}
+    assert set(per_bucket) == {"decode at len64", "decode at len128"}
+    assert all(b["outputs_match"] and b["default_ms"] > 0 for b in per_bucket.values())

@@ -18,6 +18,11 @@ a test without torch rebuilds them from the seed alone; the greedy tokens torch 
 them (prefill, then DECODE_STEPS decode steps) are saved next to the model as
 `<stem>.tokens.npz` (`prompt`, `tokens`, `seed`).
 
+`--decode-dynamic` exports the decode step alone with the cache's length C dynamic
+(`torch.export.Dim` on each cache tensor's third dim; the mask is as long as the cache the
+call is given), for one build that serves a cache of any length, tuned on `--bucket` files
+at two or more lengths (the committed `tests/data/models/hf_tiny_llama_decode_dynamic_f32.mlirbc`).
+
 iree-turbine and torch are not dependencies of autosched; run this from a separate
 environment, from the repository's root:
 
@@ -89,7 +94,11 @@ def cached_functions(lm, shape: Shape):
         cache = StaticCache(config=lm.config, max_cache_len=shape.cache)
         for index, layer in enumerate(cache.layers):
             keys, values = tensors[2 * index].clone(), tensors[2 * index + 1].clone()
-            layer.max_batch_size, layer.num_heads, _, layer.head_dim = keys.shape
+            # The cache's length is the arguments' (dynamic in `--decode-dynamic`: the mask
+            # is then as long as the cache the call is given).
+            layer.max_batch_size, layer.num_heads, layer.max_cache_len, layer.head_dim = (
+                keys.shape
+            )
             layer.dtype, layer.device = keys.dtype, keys.device
             layer.keys, layer.values, layer.is_initialized = keys, values, True
         return cache
@@ -193,6 +202,31 @@ def export_dynamic(path: str, shape: Shape, seed: int) -> None:
     print(f"wrote {path} ({os.path.getsize(path)} bytes), sequence length dynamic")
 
 
+def export_decode_dynamic(path: str, shape: Shape, seed: int) -> None:
+    """The decode step alone, the cache's length C dynamic (DECODE_STEPS + 2 to 4096): one
+    build serves a cache of any length (`--bucket` files at two or more lengths tune it)."""
+    import iree.turbine.aot as aot  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    lm = llama(shape, seed)
+    _, decode = cached_functions(lm, shape)
+    weights = tuple(p.detach() for p in lm.parameters())
+    cache = tuple(empty_cache(lm, shape))
+    length = torch.export.Dim("cache", min=DECODE_STEPS + 2, max=4096)
+    token, position = torch.zeros((1, 1), dtype=torch.int64), torch.tensor([shape.prompt])
+    rest = (*({2: length} for _ in cache), *(None for _ in weights))  # decode's *args
+    builder = aot.FxProgramsBuilder(lm)
+    builder.export_program(
+        decode,
+        name="decode",
+        args=(token, position, *cache, *weights),
+        dynamic_shapes=(None, None, rest),
+        strict=False,
+    )
+    aot.export(builder).save_mlir(path)
+    print(f"wrote {path} ({os.path.getsize(path)} bytes), the cache's length dynamic")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", help="the .mlirbc (or .mlir) to write")
@@ -200,8 +234,15 @@ def main() -> None:
     parser.add_argument(
         "--dynamic", action="store_true", help="the plain forward, its sequence length dynamic"
     )
+    parser.add_argument(
+        "--decode-dynamic",
+        action="store_true",
+        help="the decode step alone, the KV cache's length dynamic",
+    )
     args = parser.parse_args()
-    (export_dynamic if args.dynamic else export)(args.output, Shape(), args.seed)
+    chosen = export_decode_dynamic if args.decode_dynamic else None
+    chosen = chosen or (export_dynamic if args.dynamic else export)
+    chosen(args.output, Shape(), args.seed)
 
 
 if __name__ == "__main__":
