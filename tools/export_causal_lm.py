@@ -96,9 +96,7 @@ def cached_functions(lm, shape: Shape):
             keys, values = tensors[2 * index].clone(), tensors[2 * index + 1].clone()
             # The cache's length is the arguments' (dynamic in `--decode-dynamic`: the mask
             # is then as long as the cache the call is given).
-            layer.max_batch_size, layer.num_heads, layer.max_cache_len, layer.head_dim = (
-                keys.shape
-            )
+            layer.max_batch_size, layer.num_heads, layer.max_cache_len, layer.head_dim = keys.shape
             layer.dtype, layer.device = keys.dtype, keys.device
             layer.keys, layer.values, layer.is_initialized = keys, values, True
         return cache
