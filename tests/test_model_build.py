@@ -17,11 +17,13 @@ from test_model_run import MODELS
 from autosched.cli import cli
 from autosched.compile import compiler_path
 from autosched.config import RunConfig
+from autosched.model import model_build as model_build_module
 from autosched.model.configured import (
     dispatch_configs,
     in_configured_form,
     iree_compile,
     roots_in,
+    tuning_spec_flags,
 )
 from autosched.model.lowering import analyze_model
 from autosched.model.model_build import (
@@ -30,8 +32,10 @@ from autosched.model.model_build import (
     analyze_build,
     build_key,
     cached_build,
+    known_seconds,
     model_build,
 )
+from autosched.outputs.spec import tuning_spec
 from autosched.targets.cpu import CpuTarget
 
 FLAGS = CpuTarget(RunConfig()).compile_flags()
@@ -69,6 +73,39 @@ def test_a_build_is_kept_per_source_flags_and_the_bytes_of_the_files_they_name(t
     source.write_text("module {}\n// changed\n")
     assert build_key(str(source), FLAGS) != build_key(str(tmp_path / "spec.mlir"), FLAGS)
     assert cached_build(str(source), FLAGS, str(tmp_path / "none")) is None
+
+
+def test_a_spec_build_runs_on_every_thread_and_on_one_where_that_hangs(tmp_path, monkeypatch):
+    """A whole-model build with a spec compiles on every thread first, stopped at a
+    multiple of the model's build without the spec (its DONE file's seconds): the same
+    bytes as one thread makes. Where it runs past that limit (set to nothing here), the
+    build is compiled again on one thread, as every spec build was before."""
+    model = os.path.join(MODELS, "llama_mlp.mlirbc")
+    plain = model_build(model, FLAGS, str(tmp_path / "cache"))
+    assert known_seconds(plain.source, str(tmp_path / "cache")) > 0
+    spec = tmp_path / "spec.mlir"
+    spec.write_text(tuning_spec([(p, CpuTarget(RunConfig()), POINT) for p in _problems(model)][:1]))
+    with_spec = [*FLAGS, *tuning_spec_flags(str(spec), CpuTarget.tuning_spec_flag)]
+    assert "--mlir-disable-threading" in with_spec
+    threaded = model_build(model, with_spec, str(tmp_path / "cache"))
+    done = open(os.path.join(threaded.folder, "DONE")).read()
+    assert "--mlir-disable-threading" not in done.splitlines()[0]  # compiled threaded
+    monkeypatch.setattr(model_build_module, "HANG_FLOOR", 0.0)
+    monkeypatch.setattr(model_build_module, "HANG_FACTOR", 0.0)  # "hangs" at once
+    again = model_build(model, with_spec, str(tmp_path / "again"))  # no plain build known
+    assert "--mlir-disable-threading" in open(os.path.join(again.folder, "DONE")).read()
+    model_build(model, FLAGS, str(tmp_path / "hung"))
+    hung = model_build(model, with_spec, str(tmp_path / "hung"))  # known, and stopped at 0 s
+    assert "--mlir-disable-threading" in open(os.path.join(hung.folder, "DONE")).read()
+    with open(threaded.vmfb, "rb") as one, open(hung.vmfb, "rb") as other:
+        assert one.read() == other.read()
+
+
+POINT = {"tile_m": 16, "tile_n": 32, "vec_m": 8, "vec_n": 16, "vec_k": 4}
+
+
+def _problems(model: str):
+    return analyze_model(model, FLAGS).matmul_problems()
 
 
 def logged_compiles(calls) -> list[tuple[str, ...]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from autosched.compile import compiler_path
 from autosched.errors import UserError
 from autosched.model.configured import in_configured_form
 from autosched.model.lowering import ModelAnalysis, find_contractions, prepare_model
+from autosched.outputs.spec_flags import SPEC_SAFE_FLAGS
 
 BUILD_TIMEOUT = 1800.0  # one full compile of the model
 PHASES_FLAG = "--dump-compilation-phases-to"
@@ -44,6 +46,10 @@ PRINT_FLAGS = (
     "--mlir-print-debuginfo",
 )
 DONE = "DONE"
+SECONDS = "seconds"  # DONE's second line: how long the build took
+# A spec's whole-model build on every thread stops after this many times the model's build
+# without the spec, at least HANG_FLOOR seconds (then one thread: `threaded_first`).
+HANG_FACTOR, HANG_FLOOR = 4.0, 30.0
 FLOW, CONFIGURED = "flow", "executable-configurations"  # the phases a run reads
 
 
@@ -152,15 +158,49 @@ def model_build(
         "-o",
         build.vmfb,
     ]
-    finished = processes.run(command, timeout)
+    started = time.perf_counter()
+    ran = threaded_first(command, known_seconds(source, cache))
+    finished, command = ran or (processes.run(command, timeout), command)
     if finished.timed_out:
         raise UserError(f"{named}: iree-compile took over {timeout:g} s")
     if finished.returncode != 0:
         reason = processes.describe_failure(finished, "iree-compile").replace(source, named)
         raise UserError(f"{named}: iree-compile failed: {reason}")
     with open(os.path.join(build.folder, DONE), "w", encoding="utf-8") as handle:
-        handle.write(" ".join(command) + "\n")
+        handle.write(" ".join(command) + f"\n{SECONDS} {time.perf_counter() - started:.3f}\n")
     return build
+
+
+def threaded_first(
+    command: list[str], seconds: float | None
+) -> tuple[processes.Finished, list[str]] | None:
+    """A spec's whole-model build compiled on every thread, stopped at HANG_FACTOR times
+    the model's build without the spec (`seconds`, at least HANG_FLOOR): iree-compile 3.13
+    with a spec hangs in about 1 compile in 200 on several threads (spec_flags.py), and one
+    thread took resnet18 8.1 s against 6.1 s on two cores (more cores, more to gain). None
+    where the command is no spec build, no build of the model is known to time it by, or
+    the threaded compile hung or failed: the caller compiles on one thread, as before.
+    Else the compile's result and the command that made it."""
+    if seconds is None or not set(SPEC_SAFE_FLAGS) <= set(command):
+        return None
+    threaded = [part for part in command if part not in SPEC_SAFE_FLAGS]
+    finished = processes.run(threaded, max(HANG_FLOOR, HANG_FACTOR * seconds))
+    ok = not finished.timed_out and finished.returncode == 0
+    return (finished, threaded) if ok else None
+
+
+def known_seconds(source: str, cache: str) -> float | None:
+    """The fastest finished build of `source` under `cache` (its DONE file's seconds)."""
+    found = []
+    for folder in os.listdir(cache) if os.path.isdir(cache) else []:
+        try:
+            with open(os.path.join(cache, folder, DONE), encoding="utf-8") as handle:
+                command, _, timed = handle.read().partition(f"\n{SECONDS} ")
+        except OSError:
+            continue
+        if timed and command.split(" ")[1:2] == [source]:
+            found.append(float(timed.split()[0]))
+    return min(found, default=None)
 
 
 def analyze_build(build: ModelBuild, flags: Sequence[str]) -> ModelAnalysis:
