@@ -24,6 +24,17 @@ def _widest(problem: MatmulProblem) -> int:
     return max(BYTES[t] for t in (problem.lhs_type, problem.rhs_type, problem.acc_type))
 
 
+def cpu_compilation_info(tiles: dict[str, str], pipeline: str = "DoubleTilingExpert") -> str:
+    """The `compilation_info` of an llvm-cpu configuration: the lowering config's tile lists
+    (`distribution`, `vector_common_parallel`, ... in IREE's order) and the pipeline."""
+    listed = ", ".join(f"{name} = {value}" for name, value in tiles.items())
+    return (
+        f"#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<{listed}>, "
+        "translation_info = #iree_codegen.translation_info<pipeline = "
+        f"#iree_cpu.pipeline<{pipeline}>>>"
+    )
+
+
 def _list(values: list[int]) -> str:
     return "[" + ", ".join(str(v) for v in values) + "]"
 
@@ -105,18 +116,12 @@ class CpuTarget(Target):
 
     def lowering_config(self, problem: MatmulProblem, point: Point) -> str:
         lead = _lead(problem)
-        config = (
-            f"#iree_cpu.lowering_config<"
-            f"distribution = {_list([*lead, point['tile_m'], point['tile_n'], 0])}, "
-            f"vector_common_parallel = {_list([*lead, point['vec_m'], point['vec_n'], 0])}, "
-            f"vector_reduction = {_list([*[0] * len(lead), 0, 0, point['vec_k']])}>"
-        )
-        translation = (
-            "#iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>"
-        )
-        return (
-            f"#iree_codegen.compilation_info<lowering_config = {config}, "
-            f"translation_info = {translation}>"
+        return cpu_compilation_info(
+            {
+                "distribution": _list([*lead, point["tile_m"], point["tile_n"], 0]),
+                "vector_common_parallel": _list([*lead, point["vec_m"], point["vec_n"], 0]),
+                "vector_reduction": _list([*[0] * len(lead), 0, 0, point["vec_k"]]),
+            }
         )
 
     def compile_flags(self) -> list[str]:

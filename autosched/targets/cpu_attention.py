@@ -21,7 +21,7 @@ from autosched.targets.base import (
     divides_role,
     problem_candidates,
 )
-from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget
+from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget, cpu_compilation_info
 
 ATTENTION_KNOBS = (
     KnobSpec("q_tile", "query rows per workgroup (attention)"),
@@ -77,19 +77,13 @@ class CpuAttentionTarget(CpuTarget):
     def lowering_config(self, problem: AttentionProblem, point: Point) -> str:
         distribution = {"b": 1, "m": point["q_tile"], "n": problem.size("n")}
         vectors = {"b": 1, "m": point["q_vec"], "n": point["n_vec"]}
-        config = (
-            "#iree_cpu.lowering_config<"
-            f"distribution = {by_role(problem, distribution)}, "
-            f"vector_common_parallel = {by_role(problem, vectors)}, "
-            f"vector_reduction = {by_role(problem, {'k2': point['kv_tile']})}>"
-        )
-        translation = (
-            "#iree_codegen.translation_info<pipeline = "
-            "#iree_cpu.pipeline<LinalgExtTileAndVectorize>>"
-        )
-        return (
-            f"#iree_codegen.compilation_info<lowering_config = {config}, "
-            f"translation_info = {translation}>"
+        return cpu_compilation_info(
+            {
+                "distribution": by_role(problem, distribution),
+                "vector_common_parallel": by_role(problem, vectors),
+                "vector_reduction": by_role(problem, {"k2": point["kv_tile"]}),
+            },
+            "LinalgExtTileAndVectorize",
         )
 
     def config_name(self, point: Point) -> str:

@@ -30,7 +30,7 @@ from autosched.targets.base import (
     divides_role,
     problem_candidates,
 )
-from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget
+from autosched.targets.cpu import MAX_VECTOR_BYTES, CpuTarget, cpu_compilation_info
 
 CONVOLUTION_KNOBS = (
     KnobSpec("f_tile", "output channels per workgroup (convolution)"),
@@ -109,20 +109,16 @@ class CpuConvolutionTarget(CpuTarget):
         distribution.update(oh=point["oh_tile"], ow=point["ow_tile"])
         vectors = {**one, channel: point["f_vec"], "oh": 1, "ow": point["ow_vec"]}
         reduction = {"c": point["c_vec"], "kh": 1, "kw": 1}
-        config = (
-            "#iree_cpu.lowering_config<"
-            f"distribution = {by_role(problem, distribution)}, "
-            f"vector_common_parallel = {by_role(problem, vectors)}, "
-            f"vector_reduction = {by_role(problem, reduction)}>"
-        )
         # A pointwise convolution is a contraction, and IREE builds a strided 1x1 or a
         # depthwise one as generic loops too: DoubleTilingExpert, as their defaults.
         generic = problem.form in (POINTWISE, STRIDED) or problem.depthwise
-        pipeline = "DoubleTilingExpert" if generic else "ConvTileAndDecomposeExpert"
-        translation = f"#iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<{pipeline}>>"
-        return (
-            f"#iree_codegen.compilation_info<lowering_config = {config}, "
-            f"translation_info = {translation}>"
+        return cpu_compilation_info(
+            {
+                "distribution": by_role(problem, distribution),
+                "vector_common_parallel": by_role(problem, vectors),
+                "vector_reduction": by_role(problem, reduction),
+            },
+            "DoubleTilingExpert" if generic else "ConvTileAndDecomposeExpert",
         )
 
     def config_name(self, point: Point) -> str:

@@ -20,7 +20,7 @@ from autosched.targets.base import (
     divides_role,
     problem_candidates,
 )
-from autosched.targets.cpu import BYTES, CpuTarget
+from autosched.targets.cpu import BYTES, CpuTarget, cpu_compilation_info
 
 GATHER_KNOBS = (
     KnobSpec("t_tile", "tokens per workgroup (gather)"),
@@ -63,17 +63,11 @@ class CpuGatherTarget(CpuTarget):
 
     def lowering_config(self, problem: GatherProblem, point: Point) -> str:
         distribution = {"t": point["t_tile"], "d": point["d_tile"]}
-        config = (
-            "#iree_cpu.lowering_config<"
-            f"distribution = {by_role(problem, distribution)}, "
-            f"vector_common_parallel = {by_role(problem, {'t': 1, 'd': point['d_vec']})}>"
-        )
-        translation = (
-            "#iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>"
-        )
-        return (
-            f"#iree_codegen.compilation_info<lowering_config = {config}, "
-            f"translation_info = {translation}>"
+        return cpu_compilation_info(
+            {
+                "distribution": by_role(problem, distribution),
+                "vector_common_parallel": by_role(problem, {"t": 1, "d": point["d_vec"]}),
+            }
         )
 
     def config_name(self, point: Point) -> str:
