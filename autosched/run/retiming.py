@@ -82,8 +82,7 @@ class Retiming:
         check of a first-pass win): the problem is searched on and re-timed at its end."""
         result = search.result
         with self.lock:
-            if result in self.finished:
-                self.finished.remove(result)
+            self.finished[:] = [r for r in self.finished if r is not result]
             for key in [k for k in self.retimed if k[0] == search.problem.name]:
                 del self.retimed[key]
         result.best = result.best_ms = result.verdict = result.baseline_ms = None
