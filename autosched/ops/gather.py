@@ -152,6 +152,8 @@ def read_gather(op: ir.Operation, site: DispatchSite) -> GatherProblem | None:
     iterators = [str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"])]
     if len(iterators) != 2 or any("parallel" not in i for i in iterators):
         return None
+    if str(op.attributes["indexing_maps"]) != GatherProblem.indexing_maps:
+        return None  # a token per row of the output, its columns in order
     table = _table_read(op)
     types = static_types(op)
     if table is None or isinstance(types, str) or len(types) != 2:
