@@ -109,7 +109,7 @@ SLIDING = [  # keys at most 8 rows back: constant, but not causal
 def test_a_constant_mask_that_is_not_causal_is_not_taken_for_one(tmp_path):
     (op,) = op_attentions(_with_mask(tmp_path, SLIDING), str(tmp_path))
     assert op.mask_type == "bf16" and not op.causal
-    assert "not a mask tensor" in unsupported(op)
+    assert unsupported(op) is None and op.mask_tensor  # the kernel adds the mask it is given
 
 
 def test_a_mask_given_as_an_argument_is_not_causal(tmp_path):
@@ -386,3 +386,87 @@ def test_the_flash_route_pairs_each_attention_unless_the_cfg_leaves_it_out(tmp_p
     else:
         ((flow, op),) = forms.items()
         assert flow.startswith("attention_2x2x64") and op.name.endswith("_causal")
+
+
+DECODE_SHAPE = {  # the tiny cached Llama's decode step: one query row, an i1 mask of the cache
+    "kind": "attention",
+    "loops": ["b", "n", "k1", "k2"],
+    "loop_sizes": [4, 16, 16, 64],
+    "query_type": "f32",
+    "key_type": "f32",
+    "value_type": "f32",
+    "mask_type": "i1",
+    "form": "op",
+    "causal": False,
+    "scale": 0.25,
+    "output_type": "f32",
+    "operand_loops": [[0, 2], [0, 3, 2], [0, 1, 3], [0, 3], [0, 1]],
+}
+
+
+@pytest.mark.parametrize("mask_type", ["i1", "f32"])
+def test_a_masked_single_row_op_and_numpys_reference_agree_on_the_cpu(tmp_path, mask_type):
+    """A decode step's attention (one query row, a mask tensor of the cache's keys): IREE's
+    build of the op alone gives the reference's answer, i1 masks keeping the keys where true
+    and float masks added to the scaled scores."""
+    op = problem_from_shape(dict(DECODE_SHAPE, mask_type=mask_type))
+    assert op.single_row and op.mask_tensor
+    source = tmp_path / "op.mlir"
+    source.write_text(op_module_text(op, {}))
+    built = compile_one(CompileJob(str(source), str(tmp_path / "op.vmfb"), CPU_FLAGS), 120)
+    assert built.status == "ok", built.message
+    data = make_problem_data(op, str(tmp_path / "inputs"))
+    check = verify_module(built.job.output, "local-task", data, op, 60)
+    assert check.status == "correct", check.message
+
+
+@pytest.mark.parametrize("mask_type", ["i1", "bf16"])
+def test_a_masked_decode_attention_is_replaced_with_its_mask_an_operand(tmp_path, mask_type):
+    """A decode step's attention (one query row, the cache's keys masked by a tensor) is the
+    flash family's: the kernel takes the mask as its fourth operand, the substitution passes
+    the op's mask to it, and the module builds for sm_90."""
+    pytest.importorskip("triton")
+    types = {f"{role}_type": "bf16" for role in ("query", "key", "value", "output")}
+    sizes = {"loop_sizes": [8, 64, 64, 256], "mask_type": mask_type}
+    op = problem_from_shape({**DECODE_SHAPE, **types, **sizes})
+    source = tmp_path / "decode.mlir"
+    source.write_text(op_module_text(op, {}))
+    (found,) = op_attentions(str(source), str(tmp_path))
+    assert found.single_row and found.mask_tensor and unsupported(found) is None
+    spec = str(tmp_path / "custom.mlir")
+    assert write_substitution(spec, [(found, FLASH_POINT)], SM90) == []
+    assert f"tensor<8x256x{mask_type}>) -> tensor<8x64xbf16>" in open(spec).read()
+    out, replaced = rewrite_model(
+        str(source), spec, SM90.compile_flags(), str(tmp_path / "m.mlir"), 300
+    )
+    assert replaced == 1
+    text = open(out).read()
+    assert (
+        "iree_linalg_ext.attention" not in text and 'hal.dispatch.extern "flash_attention"' in text
+    )
+    flags = [*SM90.compile_flags(), "--compile-from=global-optimization"]
+    built = compile_one(CompileJob(out, str(tmp_path / "m.vmfb"), flags), 300)
+    assert built.status == "ok", built.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mask_type", ["i1", "bf16"])
+def test_a_masked_decode_attention_gives_numpys_answer_on_the_gpu(tmp_path, mask_type):
+    types = {f"{role}_type": "bf16" for role in ("query", "key", "value", "output")}
+    sizes = {"loop_sizes": [8, 64, 64, 200], "mask_type": mask_type}  # keys not a block's multiple
+    op = problem_from_shape({**DECODE_SHAPE, **types, **sizes})
+    view = SM90.for_problem(op)
+    source = str(tmp_path / "fa.mlir")
+    job = CompileJob(
+        source, str(tmp_path / "fa.vmfb"), SM90.compile_flags(),
+        view.source_command(op, FLASH_POINT, source),
+    )  # fmt: skip
+    built = compile_one(job, 300)
+    assert built.status == "ok", built.message
+    data = make_problem_data(op, str(tmp_path / "inputs"))
+    verifier = Verifier("cuda")
+    try:
+        check = verifier.check(built.job.output, data, op, 120)
+    finally:
+        verifier.close()
+    assert check.status == "correct", check.message

@@ -66,9 +66,10 @@ def triton_binary(
     path: str,
     gluon: bool = False,
 ) -> KernelBinary:
-    """Triton's PTX and cubin for one kernel (`buffers`: its leading pointer parameters,
-    IREE's bindings), the PTX written to `path` (no GPU needed); `gluon`: a Gluon kernel
-    (its stages its own, its threads all its warps, the loader's too)."""
+    """Triton's PTX and cubin for one kernel (`buffers`: its first pointer parameters, IREE's
+    bindings, counted past any of them fixed in `constants`: an operand the point does not
+    have), the PTX written to `path` (no GPU needed); `gluon`: a Gluon kernel (its stages
+    its own, its threads all its warps, the loader's too)."""
     triton = import_triton()
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415 - an optional extra, imported where it is used
     from triton.compiler import ASTSource  # noqa: PLC0415 - an optional extra, imported where it is used
@@ -77,7 +78,8 @@ def triton_binary(
     # IREE's bindings are 16-byte aligned. Told so, Triton loads with vector and
     # asynchronous copies and pipelines its stages; untold, each element is its own load
     # (1.5 ms instead of about 0.2 at 4096^3 f16 on the H200).
-    aligned = {(index,): [["tt.divisibility", 16]] for index in range(buffers)}
+    passed = [i for i, name in enumerate(kernel.arg_names) if name not in constants]
+    aligned = {(index,): [["tt.divisibility", 16]] for index in passed[:buffers]}
     options = {"num_warps": warps, "num_stages": stages}
     if gluon:
         from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415 - an optional extra, imported where it is used

@@ -49,6 +49,8 @@ def _round_to(values: np.ndarray, element: str) -> np.ndarray:
         return bits.view(np.float32).astype(np.float64)
     if element == "f64":
         return values.astype(np.float64)
+    if element == "i1":  # a mask: about 4 in 5 true (keys kept)
+        return (values > -0.6).astype(np.float64)
     return values.astype(np.float32).astype(np.float64)
 
 
@@ -61,7 +63,7 @@ def _write(path: str, values: np.ndarray, element: str, shape: list[int]) -> str
     if element in FP8_TYPES:
         values.astype(_fp8(element)).view(np.uint8).tofile(path)
         return f"{'x'.join(map(str, shape))}x{element}=@{path}"
-    kept = {"f16": np.float16, "f64": np.float64}.get(element, np.float32)
+    kept = {"f16": np.float16, "f64": np.float64, "i1": np.bool_}.get(element, np.float32)
     np.save(path, values.astype(kept))
     return f"@{path}"
 

@@ -52,7 +52,10 @@ class AttentionCheck:
         if self.form != "op":
             return None
         types = (self.query_type, self.key_type, self.value_type)
-        return [Operand(name, self.operand_shape(i), types[i]) for i, name in enumerate("qkv")]
+        operands = [Operand(name, self.operand_shape(i), types[i]) for i, name in enumerate("qkv")]
+        if self.mask_tensor:
+            operands.append(Operand("mask", self.operand_shape(3), self.mask_type))
+        return operands
 
     def reference_bytes(self) -> int:
         """q, k, v, the output twice and three score blocks of one outer batch entry, in
@@ -63,18 +66,23 @@ class AttentionCheck:
         scores = self.size("m") * self.size("k2") * math.prod(self.batch_sizes[1:])
         return 8 * (sum(math.prod(shape) for shape in shapes) + 3 * scores)
 
-    def reference(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """The op-form attention in float64 with numpy: softmax(scale * q.k + causal) . v, one
-        entry of the outermost batch loop at a time (the scores of all at once would not fit)."""
+    def reference(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The op-form attention in float64 with numpy: softmax(scale * q.k + mask) . v, one
+        entry of the outermost batch loop at a time (the scores of all at once would not fit).
+        The mask is the causal one, or `mask` as IREE reads a mask tensor: an i1 mask keeps
+        the keys where it is true, a float mask is added to the scaled scores."""
         letters = [chr(ord("a") + i) for i in range(len(self.loops))]
 
         def spec(loops) -> str:
             return "".join(letters[i] for i in loops)
 
         batch = self.positions("b")
-        m, k2 = self.positions("m")[0], self.positions("k2")[0]
-        scores = [i for i in range(len(self.loops)) if i in batch or i in (m, k2)]
-        q_loops, k_loops, v_loops, *_, out_loops = self.operand_loops
+        k2 = self.positions("k2")[0]
+        scores = [i for i, role in enumerate(self.loops) if role in ("b", "m", "k2")]
+        q_loops, k_loops, v_loops, *rest = self.operand_loops
+        out_loops = rest[-1]
         out = np.zeros(self.output_shape, dtype=np.float64)
         outer = batch[0] if batch else None
         entries = self.loop_sizes[outer] if batch else 1
@@ -88,12 +96,8 @@ class AttentionCheck:
                 take(q, q_loops, index),
                 take(k, k_loops, index),
             )
-            s *= self.scale
-            if self.causal:
-                hidden = np.triu(np.ones((self.size("m"), self.size("k2")), bool), 1)
-                shape = [1] * len(scores)
-                shape[scores.index(m)], shape[scores.index(k2)] = hidden.shape
-                s = np.where(hidden.reshape(shape), -np.inf, s)
+            given = None if mask is None else take(mask, rest[0], index)
+            s = self._masked(s * self.scale, scores, given)
             s = np.exp(s - s.max(axis=scores.index(k2), keepdims=True))
             s /= s.sum(axis=scores.index(k2), keepdims=True)
             part = np.einsum(
@@ -105,6 +109,32 @@ class AttentionCheck:
             slot[out_loops.index(outer)] = slice(index, index + 1)
             out[tuple(slot)] = part
         return out
+
+    def _masked(self, s: np.ndarray, scores: list[int], given) -> np.ndarray:
+        """The scaled scores `s` (in the `scores` loops) under the causal mask, or under
+        `given` (the mask tensor's part for this batch entry); as they are without."""
+        if self.causal:
+            m, k2 = self.positions("m")[0], self.positions("k2")[0]
+            hidden = np.triu(np.ones((self.size("m"), self.size("k2")), bool), 1)
+            shape = [1] * len(scores)
+            shape[scores.index(m)], shape[scores.index(k2)] = hidden.shape
+            return np.where(hidden.reshape(shape), -np.inf, s)
+        if given is None or not self.mask_tensor:
+            return s
+        mask = in_loops(given, self.operand_loops[3], scores)
+        return np.where(mask != 0, s, -np.inf) if self.mask_type == "i1" else s + mask
+
+    @property
+    def mask_tensor(self) -> bool:
+        """A mask the op reads as a tensor (not the causal one its kernel applies itself)."""
+        return bool(self.mask_type) and not self.causal
+
+
+def in_loops(array: np.ndarray, loops, scores: list[int]) -> np.ndarray:
+    """`array` (indexed by `loops`, some of `scores`) laid out to broadcast against an array
+    indexed by `scores`: its loops in that order, 1 for the others."""
+    ordered = np.transpose(array, [loops.index(loop) for loop in scores if loop in loops])
+    return ordered.reshape([array.shape[loops.index(i)] if i in loops else 1 for i in scores])
 
 
 @dataclass

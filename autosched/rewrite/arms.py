@@ -24,8 +24,11 @@ from autosched.rewrite.stored_weights import StoredLayout
 
 
 def _operands(problem) -> str:
-    """The matched op's operands its kernel takes: A and B, or an attention's q, k, v."""
-    return "0, 1, 2" if problem.kind == "attention" else "0, 1"
+    """The matched op's operands its kernel takes: A and B, or an attention's q, k, v and
+    its mask tensor (operand 3 is the scale)."""
+    if problem.kind == "attention":
+        return "0, 1, 2, 4" if problem.mask_tensor else "0, 1, 2"
+    return "0, 1"
 
 
 def _epilogue_arms(i: int, w: Substitute) -> list[tuple[Arm, str, str]]:

@@ -22,14 +22,20 @@ import math
 from dataclasses import dataclass
 
 from autosched.errors import UserError
+from autosched.kernels import online_softmax
 from autosched.kernels.base import KernelBinary
 from autosched.kernels.extern import dispatch_extern_function
+from autosched.kernels.online_softmax import ADD, KEEP, NO_MASK
 from autosched.kernels.triton import TRITON_TYPES, import_triton, triton_binary
 from autosched.ops.attention import AttentionProblem
 from autosched.ops.matmul_kernel import tensor_type
 
 ATTENTION_OP = "iree_linalg_ext.attention"  # the op form the family replaces
 INPUT_TYPES = ("f16", "bf16")
+# A mask tensor's element types, as Triton loads them: IREE stores an i1 tensor a byte an
+# element (kept where non-zero); a float mask is added to the scaled scores.
+MASK_TYPES = {"i1": "i8", **TRITON_TYPES}
+
 HEAD_DIMS = (16, 32, 64, 128, 256)  # Triton's tl.arange needs a power of two
 MAX_BATCH_LOOPS = 3
 LOG2E = 1.4426950408889634
@@ -54,8 +60,9 @@ def unsupported(problem: AttentionProblem) -> str | None:
     types = {problem.query_type, problem.key_type, problem.value_type}
     if len(types) > 1 or not types <= set(INPUT_TYPES):
         return f"flash-attention kernels take f16 or bf16 q, k and v, not {sorted(types)}"
-    if problem.mask_type and not problem.causal:
-        return "flash-attention kernels apply a causal mask or none, not a mask tensor"
+    if problem.mask_tensor and problem.mask_type not in MASK_TYPES:
+        kinds = sorted(MASK_TYPES)
+        return f"flash-attention kernels take masks of {kinds}, not {problem.mask_type}"
     if problem.scale is None:
         return "the attention's scale is not a constant"
     if len(problem.positions("b")) > MAX_BATCH_LOOPS:
@@ -67,9 +74,10 @@ def unsupported(problem: AttentionProblem) -> str | None:
 
 
 def operand_strides(problem: AttentionProblem, operand: int) -> dict[str, int]:
-    """Element strides of one operand (q 0, k 1, v 2, out last) along each loop role it
-    indexes, row-major as IREE's tensors are; batch loops as b0, b1, b2 (0 where the operand
-    does not index the loop: K and V under grouped-query attention)."""
+    """Element strides of one operand (q 0, k 1, v 2, [mask 3], out last) along each loop
+    role it indexes, row-major as IREE's tensors are; batch loops as b0, b1, b2 (0 where the
+    operand does not index the loop: K and V under grouped-query attention, and the query
+    rows of a decode step, whose single row IREE folded away)."""
     loops = problem.operand_loops[operand]
     sizes = [problem.loop_sizes[i] for i in loops]
     strides = {loop: math.prod(sizes[d + 1 :]) for d, loop in enumerate(loops)}
@@ -92,13 +100,19 @@ def batch_sizes(problem: AttentionProblem) -> list[int]:
 def _constants(problem: AttentionProblem, params: FlashParams) -> dict:
     out = len(problem.operand_loops) - 1
     names = {"q": (0, "m", "k1"), "k": (1, "k2", "k1"), "v": (2, "k2", "n"), "o": (out, "m", "n")}
-    constants = {}
+    names |= {"m": (3, "m", "k2")} if problem.mask_tensor else {}
+    constants = {"MASK": NO_MASK}
     for prefix, (operand, row, column) in names.items():
         strides = operand_strides(problem, operand)
         for index in range(MAX_BATCH_LOOPS):
             constants[f"s{prefix}b{index}"] = strides.get(f"b{index}", 0)
-        constants[f"s{prefix}r"] = strides[row]
+        constants[f"s{prefix}r"] = strides.get(row, 0)
         constants[f"s{prefix}c"] = strides[column]
+    if problem.mask_tensor:
+        constants["MASK"] = KEEP if problem.mask_type == "i1" else ADD
+    else:
+        constants["mk"] = None  # no mask operand
+        constants |= {f"sm{part}": 0 for part in ("b0", "b1", "b2", "r", "c")}
     _, size1, size2 = batch_sizes(problem)
     m, k2 = problem.size("m"), problem.size("k2")
     return {
@@ -118,58 +132,16 @@ def _constants(problem: AttentionProblem, params: FlashParams) -> dict:
     }
 
 
-def _key_blocks(triton, tl):
-    """The kernel's loop over blocks of keys (a @triton.jit helper Triton inlines)."""
-
-    @triton.jit
-    def key_blocks(
-        acc, m_i, l_i, q, k_base, v_base, rows, start, stop,
-        skr: tl.constexpr, skc: tl.constexpr, svr: tl.constexpr, svc: tl.constexpr,
-        N: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr,
-        BN: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr,
-    ):  # fmt: skip
-        """Key rows [start, stop) in blocks of BN, folded into the online softmax; on the
-        DIAGONAL blocks the causal mask hides keys after each query row."""
-        d = tl.arange(0, D)
-        dv = tl.arange(0, DV)
-        for first in range(start, stop, BN):
-            cols = first + tl.arange(0, BN)
-            k_ptrs = k_base + cols[None, :] * skr + d[:, None] * skc
-            v_ptrs = v_base + cols[:, None] * svr + dv[None, :] * svc
-            if EVEN_N:
-                kt = tl.load(k_ptrs)
-            else:
-                kt = tl.load(k_ptrs, mask=cols[None, :] < N, other=0.0)
-            s = tl.dot(q, kt) * SCALE  # log2 units: exp2 below
-            if DIAGONAL:
-                s = tl.where(rows[:, None] >= cols[None, :], s, float("-inf"))
-            if not EVEN_N:
-                s = tl.where(cols[None, :] < N, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if EVEN_N:
-                vt = tl.load(v_ptrs)
-            else:
-                vt = tl.load(v_ptrs, mask=cols[:, None] < N, other=0.0)
-            acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
-            m_i = m_new
-        return acc, m_i, l_i
-
-    return key_blocks
-
-
 def _kernel():
     """The Triton kernel (defined here so that importing this module needs no Triton)."""
     triton = import_triton()
     import triton.language as tl  # noqa: PLC0415 - an optional extra, imported where it is used
 
-    key_blocks = _key_blocks(triton, tl)
+    key_blocks = online_softmax.key_blocks(triton, tl)
 
     @triton.jit
     def flash_attention(
-        q, k, v, o,
+        q, k, v, mk, o,
         sqb0: tl.constexpr, sqb1: tl.constexpr, sqb2: tl.constexpr, sqr: tl.constexpr,
         sqc: tl.constexpr,
         skb0: tl.constexpr, skb1: tl.constexpr, skb2: tl.constexpr, skr: tl.constexpr,
@@ -178,6 +150,8 @@ def _kernel():
         svc: tl.constexpr,
         sob0: tl.constexpr, sob1: tl.constexpr, sob2: tl.constexpr, sor: tl.constexpr,
         soc: tl.constexpr,
+        smb0: tl.constexpr, smb1: tl.constexpr, smb2: tl.constexpr, smr: tl.constexpr,
+        smc: tl.constexpr, MASK: tl.constexpr,
         B1: tl.constexpr, B2: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
         D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr, CAUSAL: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
@@ -193,6 +167,9 @@ def _kernel():
         k_base = k + b0 * skb0 + b1 * skb1 + b2 * skb2
         v_base = v + b0 * svb0 + b1 * svb1 + b2 * svb2
         o_base = o + b0 * sob0 + b1 * sob1 + b2 * sob2
+        mk_base = mk
+        if MASK != 0:
+            mk_base = mk + b0 * smb0 + b1 * smb1 + b2 * smb2
         q_ptrs = q_base + rows[:, None] * sqr + tl.arange(0, D)[None, :] * sqc
         if EVEN_M:
             qt = tl.load(q_ptrs)
@@ -204,18 +181,18 @@ def _kernel():
         if CAUSAL:  # keys before the block's first row unmasked, then the diagonal blocks
             below = start * BM
             acc, m_i, l_i = key_blocks(
-                acc, m_i, l_i, qt, k_base, v_base, rows, 0, below,
-                skr, skc, svr, svc, N, D, DV, SCALE, BN, False, EVEN_N,
+                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, 0, below,
+                skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
             )  # fmt: skip
             stop = min(below + BM, N)
             acc, m_i, l_i = key_blocks(
-                acc, m_i, l_i, qt, k_base, v_base, rows, below, stop,
-                skr, skc, svr, svc, N, D, DV, SCALE, BN, True, EVEN_N,
+                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, below, stop,
+                skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, True, EVEN_N, MASK,
             )  # fmt: skip
         else:
             acc, m_i, l_i = key_blocks(
-                acc, m_i, l_i, qt, k_base, v_base, rows, 0, N,
-                skr, skc, svr, svc, N, D, DV, SCALE, BN, False, EVEN_N,
+                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, 0, N,
+                skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
             )  # fmt: skip
         out = acc / l_i[:, None]
         o_ptrs = o_base + rows[:, None] * sor + tl.arange(0, DV)[None, :] * soc
@@ -241,9 +218,11 @@ def compile_kernel(
         raise UserError(f"{params.name}: {why}")
     element = TRITON_TYPES[problem.query_type]
     signature = {"q": f"*{element}", "k": f"*{element}", "v": f"*{element}", "o": f"*{element}"}
+    if problem.mask_tensor:
+        signature["mk"] = f"*{MASK_TYPES[problem.mask_type]}"
     constants = _constants(problem, params)
     return triton_binary(
-        _kernel(), signature, constants, 4, arch, params.warps, params.stages, path
+        _kernel(), signature, constants, len(signature), arch, params.warps, params.stages, path
     )
 
 
@@ -275,8 +254,12 @@ def extern_function(
     name: str,
     kind: str = "func.func",
 ) -> str:
-    """A function `name(q, k, v) -> out` that runs the kernel as a `hal.dispatch.extern`
-    (`kind` util.func for a substitution spec to call); no mask: the kernel applies it."""
+    """A function `name(q, k, v[, mask]) -> out` that runs the kernel as a
+    `hal.dispatch.extern` (`kind` util.func for a substitution spec to call); a causal mask
+    is the kernel's own, a mask tensor an operand."""
     inputs, out = operand_tensor_types(problem)
+    if problem.mask_tensor:
+        loops = problem.operand_loops[3]
+        inputs.append(tensor_type([problem.loop_sizes[i] for i in loops], problem.mask_type))
     workgroups = grid(problem, params)
     return dispatch_extern_function(name, kind, inputs, out, binary, executable_target, workgroups)

@@ -1,0 +1,64 @@
+"""The online softmax over blocks of keys that the attention families share (flash
+attention over all keys, flash decoding over a share of them): defined where Triton is
+imported, as the kernels that inline it are."""
+
+from __future__ import annotations
+
+# A mask tensor's kinds (the kernels' MASK): none (or the causal one, the kernel's own), a
+# keep mask (a key is kept where the mask is non-zero), an additive mask.
+NO_MASK, KEEP, ADD = 0, 1, 2
+
+
+def key_blocks(triton, tl):
+    """The attention kernels' loop over blocks of keys (a @triton.jit helper Triton
+    inlines), built where Triton is imported."""
+
+    @triton.jit
+    def key_blocks(
+        acc, m_i, l_i, q, k_base, v_base, mk_base, rows, start, stop,
+        skr: tl.constexpr, skc: tl.constexpr, svr: tl.constexpr, svc: tl.constexpr,
+        smr: tl.constexpr, smc: tl.constexpr, M: tl.constexpr,
+        N: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr,
+        BN: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr, MASK: tl.constexpr,
+    ):  # fmt: skip
+        """Key rows [start, stop) in blocks of BN, folded into the online softmax; on the
+        DIAGONAL blocks the causal mask hides keys after each query row; a MASK tensor keeps
+        keys (KEEP) or is added to the scores (ADD)."""
+        d = tl.arange(0, D)
+        dv = tl.arange(0, DV)
+        for first in range(start, stop, BN):
+            cols = first + tl.arange(0, BN)
+            k_ptrs = k_base + cols[None, :] * skr + d[:, None] * skc
+            v_ptrs = v_base + cols[:, None] * svr + dv[None, :] * svc
+            if EVEN_N:
+                kt = tl.load(k_ptrs)
+            else:
+                kt = tl.load(k_ptrs, mask=cols[None, :] < N, other=0.0)
+            s = tl.dot(q, kt) * SCALE  # log2 units: exp2 below
+            if DIAGONAL:
+                s = tl.where(rows[:, None] >= cols[None, :], s, float("-inf"))
+            if MASK != 0:
+                inside = (rows[:, None] < M) & (cols[None, :] < N)
+                mk_ptrs = mk_base + rows[:, None] * smr + cols[None, :] * smc
+                given = tl.load(mk_ptrs, mask=inside, other=0)
+                if MASK == 1:  # KEEP
+                    s = tl.where(given != 0, s, float("-inf"))
+                else:  # ADD, in the scores' log2 units
+                    s = s + given.to(tl.float32) * 1.4426950408889634
+            if not EVEN_N:
+                s = tl.where(cols[None, :] < N, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            if MASK != 0:  # a row whose keys are all masked so far: nothing to scale by
+                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if EVEN_N:
+                vt = tl.load(v_ptrs)
+            else:
+                vt = tl.load(v_ptrs, mask=cols[:, None] < N, other=0.0)
+            acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
+            m_i = m_new
+        return acc, m_i, l_i
+
+    return key_blocks
