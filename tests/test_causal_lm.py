@@ -5,6 +5,8 @@ a model exported with a dynamic length tuned at the length of the user's inputs.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -36,8 +38,8 @@ from autosched.model.torch_ops import VTensor
 from autosched.outputs.spec import tuning_spec
 from autosched.run.builds import dispatch_job, expected_config
 from autosched.search.space import build_space
+from autosched.targets import make_target
 from autosched.targets.cpu import CpuTarget
-from autosched.targets.cuda_attention import CudaAttentionTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 CACHED = os.path.join(MODELS, "hf_tiny_llama_cached_f32.mlirbc")
@@ -262,5 +264,10 @@ def test_a_decode_steps_single_query_row_attention_is_tuned_on_its_dispatch(tmp_
     timed = dispatch_job(entry.benchmark, decode, target, point, str(tmp_path / "timed"))
     assert compile_one(timed, 300).status == "ok"
     assert check_build(timed.output, expected_config(decode, target, point)).ok
-    why = CudaAttentionTarget.supports(None, decode)  # not read as a tensor-core attention
+    sm90 = make_target(RunConfig(target="cuda", arch="sm_90")).for_problem(decode)
+    why = sm90.supports(decode)  # f32: no tensor-core attention, no kernel family's either
     assert why == "a single query row (a decode step): no tensor-core configuration"
+    bf16 = dataclasses.replace(decode, query_type="bf16", key_type="bf16", value_type="bf16")
+    assert sm90.supports(bf16) is None or importlib.util.find_spec("triton") is None
+    sm80 = make_target(RunConfig(target="cuda", arch="sm_80")).for_problem(decode)
+    assert sm80.supports(bf16) == why  # the kernel families are sm_90's

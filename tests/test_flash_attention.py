@@ -470,3 +470,46 @@ def test_a_masked_decode_attention_gives_numpys_answer_on_the_gpu(tmp_path, mask
     finally:
         verifier.close()
     assert check.status == "correct", check.message
+
+
+def test_a_cached_lms_masked_attentions_are_replaced_and_the_model_builds(tmp_path):
+    """transformers' Llama with a static cache in bf16 (prefill and decode in one module):
+    both its attentions take the cache's i1 mask, prefill's 8 query rows and decode's one;
+    the flash kernels replace both, the mask passed on, and the model builds for sm_90."""
+    pytest.importorskip("triton")
+    path = model("hf_tiny_llama_cached_bf16.mlirbc")
+    ops = model_attentions(path, SM90.compile_flags(), str(tmp_path / "ops"))
+    assert sorted(op.name for op in ops) == [
+        "attention_4x1x16x64x16_bf16_mask_i1_op",
+        "attention_4x8x16x64x16_bf16_mask_i1_op",
+    ]
+    assert all(op.mask_tensor and unsupported(op) is None for op in ops)
+    point = dict(FLASH_POINT, q_tile=64, kv_tile=32)
+    spec = str(tmp_path / "custom.mlir")
+    assert write_substitution(spec, [(op, point) for op in ops], SM90) == []
+    out, replaced = rewrite_model(path, spec, SM90.compile_flags(), str(tmp_path / "m.mlir"), 300)
+    assert replaced == 4  # each of the two layers' attentions, in prefill and in decode
+    flags = [*SM90.compile_flags(), "--compile-from=global-optimization"]
+    built = compile_one(CompileJob(out, str(tmp_path / "m.vmfb"), flags), 300)
+    assert built.status == "ok", built.message
+
+
+@pytest.mark.gpu
+def test_a_cached_lms_masked_attentions_run_as_flash_kernels_on_the_gpu(tmp_path, monkeypatch):
+    """The bf16 cached Llama on the GPU: its decode attention (one query row, IREE has no
+    configuration for it) and prefill's are searched as flash kernels with the cache's
+    mask; the checked points give numpy's answer and a custom build keeps the outputs."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(model("hf_tiny_llama_cached_bf16.mlirbc"), tmp_path)
+    result = CliRunner().invoke(
+        cli, ["run", "hf_tiny_llama_cached_bf16.mlirbc", "--target", "cuda", "--budget", "16"]
+    )
+    assert result.exit_code == 0, result.output
+    work = tmp_path / "generated" / "hf_tiny_llama_cached_bf16"
+    records = [json.loads(line) for line in (work / "tuning.jsonl").read_text().splitlines()]
+    flash = [r for r in records if r["config"].startswith("fa_")]
+    decode = [r for r in flash if "attention_4x1x" in r["problem"]]
+    assert decode and any(r["status"] == "ok" for r in decode), result.output
+    assert all(r["verification"] == "correct" for r in flash if r["status"] == "ok")
+    if "with custom kernels" in result.output:
+        assert "outputs match" in result.output.split("with custom kernels")[1]

@@ -56,6 +56,7 @@ class Shape:
     kv_heads: int = 2
     prompt: int = 8  # P: prefill's tokens
     cache: int = 64  # C: the static cache's length (>= prompt + DECODE_STEPS)
+    dtype: str = "float32"  # torch's name of the weights' and the cache's type
 
 
 def llama(shape: Shape, seed: int):
@@ -79,7 +80,7 @@ def llama(shape: Shape, seed: int):
     with torch.no_grad():
         for parameter, values in zip(parameters, drawn, strict=True):
             parameter.copy_(torch.from_numpy(values))
-    return lm
+    return lm.to(getattr(torch, shape.dtype))
 
 
 def cached_functions(lm, shape: Shape):
@@ -124,7 +125,7 @@ def empty_cache(lm, shape: Shape) -> list:
 
     head_dim = shape.hidden // shape.heads
     one = (1, shape.kv_heads, shape.cache, head_dim)
-    return [torch.zeros(one) for _ in range(2 * shape.layers)]
+    return [torch.zeros(one, dtype=getattr(torch, shape.dtype)) for _ in range(2 * shape.layers)]
 
 
 def greedy(lm, shape: Shape, prompt) -> list[int]:
@@ -166,6 +167,9 @@ def export(path: str, shape: Shape, seed: int) -> None:
     decode_args = (prompt[:, :1], torch.tensor([shape.prompt]), *cache, *weights)
     builder.export_program(decode, name="decode", args=decode_args, strict=False)
     aot.export(builder).save_mlir(path)
+    if shape.dtype != "float32":  # rounding may part torch's tokens from any build's
+        print(f"wrote {path} ({os.path.getsize(path)} bytes) in {shape.dtype}")
+        return
     tokens = greedy(lm, shape, prompt)
     stem = os.path.splitext(path)[0]
     np.savez(f"{stem}.tokens.npz", prompt=prompt.numpy(), tokens=np.array(tokens), seed=seed)
@@ -237,10 +241,16 @@ def main() -> None:
         action="store_true",
         help="the decode step alone, the KV cache's length dynamic",
     )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "float16"),
+        help="the weights' and the cache's type (greedy tokens are saved for float32 only)",
+    )
     args = parser.parse_args()
     chosen = export_decode_dynamic if args.decode_dynamic else None
     chosen = chosen or (export_dynamic if args.dynamic else export)
-    chosen(args.output, Shape(), args.seed)
+    chosen(args.output, Shape(dtype=args.dtype), args.seed)
 
 
 if __name__ == "__main__":

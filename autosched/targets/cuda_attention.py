@@ -62,9 +62,14 @@ class CudaAttentionTarget(CudaTarget):
     knobs = ATTENTION_KNOBS
 
     def supports(self, problem: AttentionProblem) -> str | None:
-        """The tensor-core intrinsic must exist for the types (no f32 attention here)."""
+        """The tensor-core intrinsic must exist for the types (no f32 attention here). A
+        single query row (a decode step) has no configuration of IREE's: it is kept only
+        where a kernel family may replace its op form (its own space at `flow` is empty,
+        its default timed there, its kernels searched on the op form)."""
         if problem.single_row:
-            return "a single query row (a decode step): no tensor-core configuration"
+            families = self.kernel_families()
+            if all(f.unavailable(self) or f.unsupported(problem) for f in families):
+                return "a single query row (a decode step): no tensor-core configuration"
         kind = MMA_FOR_TYPES.get((problem.query_type, "f32"))
         types = {problem.query_type, problem.key_type, problem.value_type}
         if len(types) > 1 or kind not in self.mma_intrinsics:
