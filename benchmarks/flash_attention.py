@@ -119,7 +119,7 @@ def run_shape(shape: str) -> list[str]:
 
         def launch(params=params, constants=constants, blocks=blocks):
             kernel[blocks](
-                q_op, k_op, v_op, out, **constants, num_warps=params.warps,
+                q_op, k_op, v_op, o=out, **constants, num_warps=params.warps,
                 num_stages=params.stages,
             )  # fmt: skip
 

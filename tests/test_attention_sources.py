@@ -12,8 +12,8 @@ from iree.compiler import ir
 
 from autosched.config import RunConfig
 from autosched.ir_walk import walk_ops
+from autosched.kernels.attention_layout import operand_strides
 from autosched.kernels.flash_attention.family import FLASH
-from autosched.kernels.flash_attention.kernel import operand_strides
 from autosched.rewrite.attention_ops import model_attentions
 from autosched.rewrite.attention_sources import winners_absorbed
 from autosched.targets import make_target

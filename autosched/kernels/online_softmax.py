@@ -4,10 +4,6 @@ imported, as the kernels that inline it are."""
 
 from __future__ import annotations
 
-# A mask tensor's kinds (the kernels' MASK): none (or the causal one, the kernel's own), a
-# keep mask (a key is kept where the mask is non-zero), an additive mask.
-NO_MASK, KEEP, ADD = 0, 1, 2
-
 
 def key_blocks(triton, tl):
     """The attention kernels' loop over blocks of keys (a @triton.jit helper Triton

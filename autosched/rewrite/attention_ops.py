@@ -23,7 +23,7 @@ from iree import compiler, runtime
 from iree.compiler import ir
 
 from autosched.ir_walk import walk_ops
-from autosched.kernels.flash_attention.kernel import operand_tensor_types
+from autosched.kernels.attention_layout import operand_tensor_types
 from autosched.model.lowering import lower_to_phase, source_location
 from autosched.ops.attention import AttentionProblem, read_attention
 from autosched.ops.base import DispatchSite

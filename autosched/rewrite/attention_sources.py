@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, indexing_maps, walk_ops
-from autosched.kernels.flash_attention.kernel import operand_tensor_types
+from autosched.kernels.attention_layout import operand_tensor_types
 from autosched.ops.attention import AttentionProblem, read_attention
 from autosched.ops.base import ANY_OP, DispatchSite
 from autosched.rewrite.attention_ops import ATTENTION

@@ -11,7 +11,7 @@ convolution's pad; an attention's copies), and yields the handles its caller
 
 from __future__ import annotations
 
-from autosched.kernels.flash_attention import kernel as flash
+from autosched.kernels import attention_layout
 from autosched.kernels.igemm_conv import kernel as igemm
 from autosched.ops.base import ANY_OP, ANY_VALUE
 from autosched.ops.epilogue import ROTATED, Epilogue
@@ -96,7 +96,7 @@ def attention_matcher(
     them: `drivers/custom_route.ambiguous`); with `absorbed` (its index and form), only
     where its operands are the copies it names, whose handles it yields too, and, where it
     writes the result's copy, rooted at that copy."""
-    inputs, out = flash.operand_tensor_types(problem)
+    inputs, out = attention_layout.operand_tensor_types(problem)
     typed = list(enumerate(inputs))
     if problem.mask_type:
         mask = f"tensor<{'x'.join(map(str, problem.operand_shape(3)))}x{problem.mask_type}>"
@@ -109,7 +109,7 @@ def attention_matcher(
     name = f"match_absorbed_{index}_{absorbed[0]}" if absorbed else f"match_custom_{index}"
     lines = [
         *(output_matcher_lines(form) if root == "%root" else []),
-        f'    transform.match.operation_name %op ["{flash.ATTENTION_OP}"] : {ANY_OP}',
+        f'    transform.match.operation_name %op ["{attention_layout.ATTENTION_OP}"] : {ANY_OP}',
     ]
     for position, tensor in typed:
         lines += _typed_operand(f"%operand{position}", "%op", position, tensor)

@@ -1,0 +1,121 @@
+"""What the attention kernel families share (flash attention over all keys, flash decoding
+over shares of them): which attentions a Triton kernel of theirs computes, each operand's
+strides as IREE lays it out, and the constants that tell a kernel the layout and the mask.
+Nothing here imports Triton."""
+
+from __future__ import annotations
+
+import math
+
+from autosched.kernels.triton import TRITON_TYPES
+from autosched.ops.attention import AttentionProblem
+from autosched.ops.matmul_kernel import tensor_type
+
+ATTENTION_OP = "iree_linalg_ext.attention"  # the op form the families replace
+INPUT_TYPES = ("f16", "bf16")
+# A mask tensor's element types, as Triton loads them: IREE stores an i1 tensor a byte an
+# element (kept where non-zero); a float mask is added to the scaled scores.
+MASK_TYPES = {"i1": "i8", **TRITON_TYPES}
+
+# A mask tensor's kinds (the kernels' MASK): none (or the causal one, the kernel's own), a
+# keep mask (a key is kept where the mask is non-zero), an additive mask.
+NO_MASK, KEEP, ADD = 0, 1, 2
+HEAD_DIMS = (16, 32, 64, 128, 256)  # Triton's tl.arange needs a power of two
+MAX_BATCH_LOOPS = 3
+LOG2E = 1.4426950408889634
+
+
+def unsupported(problem: AttentionProblem) -> str | None:
+    """Why the attention kernels cannot compute this attention, or None."""
+    types = {problem.query_type, problem.key_type, problem.value_type}
+    if len(types) > 1 or not types <= set(INPUT_TYPES):
+        return f"flash-attention kernels take f16 or bf16 q, k and v, not {sorted(types)}"
+    if problem.mask_tensor and problem.mask_type not in MASK_TYPES:
+        kinds = sorted(MASK_TYPES)
+        return f"flash-attention kernels take masks of {kinds}, not {problem.mask_type}"
+    if problem.scale is None:
+        return "the attention's scale is not a constant"
+    if len(problem.positions("b")) > MAX_BATCH_LOOPS:
+        return f"flash-attention kernels take up to {MAX_BATCH_LOOPS} batch loops"
+    for role in ("k1", "n"):
+        if problem.size(role) not in HEAD_DIMS:
+            return f"head dim {problem.size(role)} is not one of {HEAD_DIMS}"
+    return None
+
+
+def operand_strides(problem: AttentionProblem, operand: int) -> dict[str, int]:
+    """Element strides of one operand (q 0, k 1, v 2, [mask 3], out last) along each loop
+    role it indexes, row-major as IREE's tensors are; batch loops as b0, b1, b2 (0 where the
+    operand does not index the loop: K and V under grouped-query attention, and the query
+    rows of a decode step, whose single row IREE folded away)."""
+    loops = problem.operand_loops[operand]
+    sizes = [problem.loop_sizes[i] for i in loops]
+    strides = {loop: math.prod(sizes[d + 1 :]) for d, loop in enumerate(loops)}
+    named = {
+        problem.loops[loop]: stride
+        for loop, stride in strides.items()
+        if problem.loops[loop] != "b"
+    }
+    for index, loop in enumerate(problem.positions("b")):
+        named[f"b{index}"] = strides.get(loop, 0)
+    return named
+
+
+def batch_sizes(problem: AttentionProblem) -> list[int]:
+    """The batch loops' sizes, padded with 1 to MAX_BATCH_LOOPS."""
+    sizes = problem.batch_sizes
+    return sizes + [1] * (MAX_BATCH_LOOPS - len(sizes))
+
+
+def layout_constants(problem: AttentionProblem) -> dict:
+    """A kernel's constexprs for the problem's layout (each operand's batch, row and column
+    strides), its sizes, its scale in log2 units and its mask (MASK; `mk` None without a
+    mask tensor)."""
+    out = len(problem.operand_loops) - 1
+    names = {"q": (0, "m", "k1"), "k": (1, "k2", "k1"), "v": (2, "k2", "n"), "o": (out, "m", "n")}
+    names |= {"m": (3, "m", "k2")} if problem.mask_tensor else {}
+    constants = {"MASK": NO_MASK}
+    for prefix, (operand, row, column) in names.items():
+        strides = operand_strides(problem, operand)
+        for index in range(MAX_BATCH_LOOPS):
+            constants[f"s{prefix}b{index}"] = strides.get(f"b{index}", 0)
+        constants[f"s{prefix}r"] = strides.get(row, 0)
+        constants[f"s{prefix}c"] = strides[column]
+    if problem.mask_tensor:
+        constants["MASK"] = KEEP if problem.mask_type == "i1" else ADD
+    else:
+        constants["mk"] = None  # no mask operand
+        constants |= {f"sm{part}": 0 for part in ("b0", "b1", "b2", "r", "c")}
+    _, size1, size2 = batch_sizes(problem)
+    return {
+        **constants,
+        "B1": size1,
+        "B2": size2,
+        "M": problem.size("m"),
+        "N": problem.size("k2"),
+        "D": problem.size("k1"),
+        "DV": problem.size("n"),
+        "SCALE": float(problem.scale) * LOG2E,
+    }
+
+
+def operand_tensor_types(problem: AttentionProblem) -> tuple[list[str], str]:
+    """(q, k, v) and the output as tensor types, in the op's layout."""
+    types = [problem.query_type, problem.key_type, problem.value_type]
+    out_loops = problem.operand_loops[-1]
+
+    def shaped(loops, element):
+        return tensor_type([problem.loop_sizes[i] for i in loops], element)
+
+    inputs = [shaped(problem.operand_loops[i], types[i]) for i in range(3)]
+    return inputs, shaped(out_loops, problem.value_type)
+
+
+def kernel_inputs(problem: AttentionProblem) -> list[str]:
+    """The tensor types a kernel function takes: q, k, v and, where the op reads one, its
+    mask tensor."""
+    inputs, _ = operand_tensor_types(problem)
+    if problem.mask_tensor:
+        loops = problem.operand_loops[3]
+        inputs.append(tensor_type([problem.loop_sizes[i] for i in loops], problem.mask_type))
+    return inputs
