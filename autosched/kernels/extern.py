@@ -72,7 +72,7 @@ def dispatch_extern_function(
         f"  {kind}{visibility} @{name}({signature}) -> {out} {{",
         f"    %out = flow.tensor.alloca : {out}",
         *[f"    %g = flow.tensor.alloca : {t}" for t in global_scratch],
-        *[f"    {v} = arith.constant dense<0> : {t}" for v, t in zeros],
+        *[f"    {v} = arith.constant dense<{zero_of(t)}> : {t}" for v, t in zeros],
         *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
         f'    %r{count} = hal.dispatch.extern "{binary.entry}"'
         f"({', '.join(operands)}) : ({', '.join(operand_types)}) -> {results}",
@@ -92,6 +92,12 @@ def dispatch_extern_function(
         "  }",
     ]
     return "\n".join(lines) + "\n"
+
+
+def zero_of(tensor: str) -> str:
+    """Zero as a dense attribute of `tensor`'s element type writes it (0.0 for a float)."""
+    element = tensor.removesuffix(">").rsplit("x", 1)[1]
+    return "0.0" if element.startswith(("f", "bf")) else "0"
 
 
 def extern_module_text(executable_target: str, body: str) -> str:

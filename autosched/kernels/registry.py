@@ -12,6 +12,7 @@ from importlib import import_module
 FAMILIES = {
     "matmul_triton": ("autosched.kernels.matmul_triton.family", "MatmulTriton"),
     "flash_attention": ("autosched.kernels.flash_attention.family", "FlashAttention"),
+    "flash_decoding": ("autosched.kernels.flash_decoding.family", "FlashDecoding"),
     "igemm_conv": ("autosched.kernels.igemm_conv.family", "IgemmConvolution"),
 }
 

@@ -29,12 +29,20 @@ ATTENTION_KNOBS = (
     KnobSpec("q_warps", "warps along the query rows (attention)"),
     KnobSpec(
         "kernel",
-        "attention: IREE's VectorDistribute (iree) or the Triton flash-attention family on "
-        "sm_90 (flash), which replaces the op before dispatches are formed",
+        "attention: IREE's VectorDistribute (iree), or on sm_90 a Triton family that "
+        "replaces the op before dispatches are formed: flash attention (flash) or, for a "
+        "few query rows, flash decoding (flash_decoding)",
         choices=(IREE, *(f.selector[1] for f in families_for("attention"))),
     ),
     *family_knobs("attention"),
 )
+
+
+def family_own(family) -> set[str]:
+    """The knobs a kernel family declares (the others' are pinned to 0 in its space)."""
+    return {knob.name for knob in family.knobs}
+
+
 MMA_K = 16  # every 16-bit NV_MMA_SYNC intrinsic reduces 16 elements per step
 # Measured on the H200 (Llama-3 layer, benchmarks/results/h200_models/
 # llama3_bf16_attention_session12.md): over 32 query rows per warp compiled in up to 82 s and
@@ -91,7 +99,7 @@ class CudaAttentionTarget(CudaTarget):
         )
         kernels = lists.get("kernel") or [IREE, *(f.selector[1] for f in self.kernel_families())]
         found = [
-            family.space(problem, self, {})
+            family.space(problem, self, {k: [0] for k in own if k not in family_own(family)})
             for family in self.kernel_families()
             if family.selector[1] in kernels and family.why_not(self, problem) is None
         ]

@@ -1,0 +1,242 @@
+"""Flash decoding: attention for a few query rows over many keys (a decode step against its
+KV cache), as IREE custom dispatches.
+
+With one query row per head, flash attention has one workgroup per head: 32 of the H200's
+132 SMs for a Llama decode at batch 1, each reading the whole cache. Flash decoding (Dao et
+al.'s split-KV forward) splits the keys in `splits` shares, one workgroup each: every share
+folds its keys into a partial online softmax (its running max, sum and unnormalized output,
+written to a workspace), and the last share of a batch entry to finish, counted on an
+atomic lock, folds the partials together and writes the output. The lock goes back to 0 for
+the next call (the workspace and the locks are operands that start at zero, as the matmul
+family's split-K locks are). One kernel, no second dispatch.
+
+The query rows (at most MAX_ROWS, padded to a block of at least 16 for the tensor cores)
+stay in one block; a mask tensor (the static cache's valid positions) is applied as flash
+attention applies it (kernels/online_softmax.py, kernels/attention_layout.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autosched.errors import UserError
+from autosched.kernels import attention_layout, online_softmax
+from autosched.kernels.attention_layout import (
+    MASK_TYPES,
+    kernel_inputs,
+    layout_constants,
+    operand_tensor_types,
+)
+from autosched.kernels.base import KernelBinary
+from autosched.kernels.extern import dispatch_extern_function
+from autosched.kernels.triton import TRITON_TYPES, import_triton, triton_binary
+from autosched.ops.attention import AttentionProblem
+
+MAX_ROWS = 64  # query rows: a decode step's few tokens (more are flash attention's)
+MIN_ROWS = 16  # the smallest block of rows a tensor-core dot takes
+
+
+@dataclass(frozen=True)
+class DecodingParams:
+    """One point of the family."""
+
+    block_m: int  # the query rows, padded
+    block_n: int  # keys per step
+    splits: int  # shares of the keys, one workgroup each
+    warps: int
+    stages: int
+
+    @property
+    def name(self) -> str:
+        return f"fd_m{self.block_m}_n{self.block_n}_k{self.splits}_w{self.warps}_s{self.stages}"
+
+
+def unsupported(problem: AttentionProblem) -> str | None:
+    """Why the family cannot compute this attention, or None."""
+    why = attention_layout.unsupported(problem)
+    if why:
+        return why
+    if problem.causal:
+        return "flash decoding takes no causal mask (a prompt's rows are flash attention's)"
+    if problem.size("m") > MAX_ROWS:
+        return f"flash decoding takes up to {MAX_ROWS} query rows, not {problem.size('m')}"
+    return None
+
+
+def rows_block(problem: AttentionProblem) -> int:
+    """The query rows padded to a power of two, at least MIN_ROWS."""
+    return max(MIN_ROWS, 1 << (problem.size("m") - 1).bit_length())
+
+
+def key_blocks(problem: AttentionProblem, block_n: int) -> int:
+    return math.ceil(problem.size("k2") / block_n)
+
+
+def chunk(problem: AttentionProblem, params: DecodingParams) -> int:
+    """Keys per share, whole blocks of them (a block never crosses into the next share)."""
+    return math.ceil(key_blocks(problem, params.block_n) / params.splits) * params.block_n
+
+
+def params_unsupported(problem: AttentionProblem, params: DecodingParams) -> str | None:
+    """Why a point cannot run this problem, or None."""
+    if params.block_m < problem.size("m"):
+        return f"block_m {params.block_m} holds fewer than the {problem.size('m')} query rows"
+    if params.splits < 2:
+        return "one share of the keys is flash attention's kernel"
+    if params.splits > key_blocks(problem, params.block_n):
+        return f"{params.splits} shares of {key_blocks(problem, params.block_n)} key blocks"
+    return None
+
+
+def entries(problem: AttentionProblem) -> int:
+    return math.prod(problem.batch_sizes)
+
+
+def workspace_floats(problem: AttentionProblem, params: DecodingParams) -> int:
+    """The partials of every share: its output rows, then their max and their sum."""
+    return entries(problem) * params.splits * params.block_m * (problem.size("n") + 2)
+
+
+def grid(problem: AttentionProblem, params: DecodingParams) -> tuple[int, int, int]:
+    """Workgroups: one per share of the keys, times every batch entry."""
+    return params.splits, entries(problem), 1
+
+
+def _kernel():
+    """The Triton kernel (defined here so that importing this module needs no Triton)."""
+    triton = import_triton()
+    import triton.language as tl  # noqa: PLC0415 - an optional extra, imported where it is used
+
+    fold_keys = online_softmax.key_blocks(triton, tl)
+
+    @triton.jit
+    def flash_decoding(
+        q, k, v, mk, o, part, lock,
+        sqb0: tl.constexpr, sqb1: tl.constexpr, sqb2: tl.constexpr, sqr: tl.constexpr,
+        sqc: tl.constexpr,
+        skb0: tl.constexpr, skb1: tl.constexpr, skb2: tl.constexpr, skr: tl.constexpr,
+        skc: tl.constexpr,
+        svb0: tl.constexpr, svb1: tl.constexpr, svb2: tl.constexpr, svr: tl.constexpr,
+        svc: tl.constexpr,
+        sob0: tl.constexpr, sob1: tl.constexpr, sob2: tl.constexpr, sor: tl.constexpr,
+        soc: tl.constexpr,
+        smb0: tl.constexpr, smb1: tl.constexpr, smb2: tl.constexpr, smr: tl.constexpr,
+        smc: tl.constexpr, MASK: tl.constexpr,
+        B1: tl.constexpr, B2: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
+        D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, EVEN_N: tl.constexpr, SPLITS: tl.constexpr,
+        CHUNK: tl.constexpr,
+    ):  # fmt: skip
+        share = tl.program_id(0)
+        entry = tl.program_id(1)
+        b0 = entry // (B1 * B2)
+        b1 = (entry // B2) % B1
+        b2 = entry % B2
+        rows = tl.arange(0, BM)
+        dv = tl.arange(0, DV)
+        q_base = q + b0 * sqb0 + b1 * sqb1 + b2 * sqb2
+        k_base = k + b0 * skb0 + b1 * skb1 + b2 * skb2
+        v_base = v + b0 * svb0 + b1 * svb1 + b2 * svb2
+        mk_base = mk
+        if MASK != 0:
+            mk_base = mk + b0 * smb0 + b1 * smb1 + b2 * smb2
+        q_ptrs = q_base + rows[:, None] * sqr + tl.arange(0, D)[None, :] * sqc
+        qt = tl.load(q_ptrs, mask=rows[:, None] < M, other=0.0)
+        m_i = tl.full([BM], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BM], dtype=tl.float32)
+        acc = tl.zeros([BM, DV], dtype=tl.float32)
+        start = share * CHUNK
+        stop = tl.minimum(start + CHUNK, N)
+        acc, m_i, l_i = fold_keys(
+            acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, start, stop,
+            skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
+        )  # fmt: skip
+        # This share's partial, then the lock: the last share of the entry folds them all.
+        size: tl.constexpr = BM * (DV + 2)
+        slot = part + (entry * SPLITS + share) * size
+        tl.store(slot + rows[:, None] * DV + dv[None, :], acc)
+        tl.store(slot + BM * DV + rows, m_i)
+        tl.store(slot + BM * DV + BM + rows, l_i)
+        tl.debug_barrier()  # every thread's partial lands before the lock counts it
+        arrived = tl.atomic_add(lock + entry, 1, sem="acq_rel")
+        if arrived == SPLITS - 1:
+            m_all = tl.full([BM], float("-inf"), dtype=tl.float32)
+            l_all = tl.zeros([BM], dtype=tl.float32)
+            out = tl.zeros([BM, DV], dtype=tl.float32)
+            for other in range(SPLITS):
+                base = part + (entry * SPLITS + other) * size
+                m_s = tl.load(base + BM * DV + rows, cache_modifier=".cg")
+                l_s = tl.load(base + BM * DV + BM + rows, cache_modifier=".cg")
+                a_s = tl.load(base + rows[:, None] * DV + dv[None, :], cache_modifier=".cg")
+                m_new = tl.maximum(m_all, m_s)
+                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no keys yet
+                alpha = tl.math.exp2(m_all - m_new)
+                beta = tl.math.exp2(m_s - m_new)
+                out = out * alpha[:, None] + a_s * beta[:, None]
+                l_all = l_all * alpha + l_s * beta
+                m_all = m_new
+            o_base = o + b0 * sob0 + b1 * sob1 + b2 * sob2
+            o_ptrs = o_base + rows[:, None] * sor + dv[None, :] * soc
+            result = out / l_all[:, None]
+            tl.store(o_ptrs, result.to(o.dtype.element_ty), mask=rows[:, None] < M)
+            tl.atomic_xchg(lock + entry, 0)  # ready for the next call
+
+    return flash_decoding
+
+
+def constants(problem: AttentionProblem, params: DecodingParams) -> dict:
+    """The kernel's constexprs for one point."""
+    return {
+        **layout_constants(problem),
+        "BM": params.block_m,
+        "BN": params.block_n,
+        "EVEN_N": problem.size("k2") % params.block_n == 0,
+        "SPLITS": params.splits,
+        "CHUNK": chunk(problem, params),
+    }
+
+
+def compile_kernel(
+    problem: AttentionProblem, params: DecodingParams, arch: str, path: str
+) -> KernelBinary:
+    """Triton's PTX and cubin for one point (no GPU needed)."""
+    why = unsupported(problem) or params_unsupported(problem, params)
+    if why:
+        raise UserError(f"{params.name}: {why}")
+    element = f"*{TRITON_TYPES[problem.query_type]}"
+    signature = {"q": element, "k": element, "v": element}
+    if problem.mask_tensor:
+        signature["mk"] = f"*{MASK_TYPES[problem.mask_type]}"
+    signature |= {"o": element, "part": "*fp32", "lock": "*i32"}
+    return triton_binary(
+        _kernel(),
+        signature,
+        constants(problem, params),
+        len(signature),
+        arch,
+        params.warps,
+        params.stages,
+        path,
+    )
+
+
+def extern_function(
+    problem: AttentionProblem,
+    params: DecodingParams,
+    binary: KernelBinary,
+    executable_target: str,
+    name: str,
+    kind: str = "func.func",
+) -> str:
+    """A function `name(q, k, v[, mask]) -> out` that runs the kernel as a
+    `hal.dispatch.extern`, its workspace and locks operands that start at zero."""
+    _, out = operand_tensor_types(problem)
+    zeroed = [
+        f"tensor<{workspace_floats(problem, params)}xf32>",
+        f"tensor<{entries(problem)}xi32>",
+    ]
+    workgroups = grid(problem, params)
+    return dispatch_extern_function(
+        name, kind, kernel_inputs(problem), out, binary, executable_target, workgroups, zeroed
+    )

@@ -1,0 +1,130 @@
+"""The flash-decoding family: a decode step's attention (a few query rows over a long
+cache) split over shares of its keys, the last share to finish folding the partials
+together. CPU tests build its points for sm_90 and substitute it in a cached LM; the GPU
+tests check its answers, call after call (its locks must go back to zero)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from autosched.compile import CompileJob, compile_one
+from autosched.config import RunConfig
+from autosched.kernels.flash_decoding.family import DECODING
+from autosched.kernels.flash_decoding.kernel import DecodingParams, params_unsupported, unsupported
+from autosched.measure.worker import Verifier, make_problem_data
+from autosched.outputs.records import problem_from_shape
+from autosched.rewrite.apply import rewrite_model
+from autosched.rewrite.attention_ops import model_attentions
+from autosched.rewrite.spec import write_substitution
+from autosched.search.space import build_space
+from autosched.targets import make_target
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+SM90 = make_target(RunConfig(target="cuda", arch="sm_90"))
+BF16 = {f"{role}_type": "bf16" for role in ("query", "key", "value", "output")}
+DECODE = {  # one query row per head (32 heads of 64), a cache of 1000 keys and its i1 mask
+    "kind": "attention",
+    "loops": ["b", "n", "k1", "k2"],
+    "loop_sizes": [32, 64, 64, 1000],
+    "mask_type": "i1",
+    "form": "op",
+    "causal": False,
+    "scale": 0.125,
+    "operand_loops": [[0, 2], [0, 3, 2], [0, 1, 3], [0, 3], [0, 1]],
+    **BF16,
+}
+POINT = {"kernel": DECODING, "q_tile": 16, "kv_tile": 64, "kv_splits": 8, "q_warps": 4}
+POINT["kv_stages"] = 2
+
+
+def decode(**changes):
+    return problem_from_shape({**DECODE, **changes})
+
+
+def test_the_family_takes_few_query_rows_without_a_causal_mask():
+    assert unsupported(decode()) is None
+    assert unsupported(decode(mask_type="bf16")) is None
+    assert "causal" in unsupported(decode(causal=True))
+    prompt = decode(
+        loops=["b", "m", "n", "k1", "k2"],
+        loop_sizes=[32, 512, 64, 64, 512],
+        operand_loops=[[0, 1, 3], [0, 4, 3], [0, 2, 4], [0, 1, 4], [0, 1, 2]],
+    )
+    assert "up to 64 query rows" in unsupported(prompt)
+    problem = decode()
+    assert "one share" in params_unsupported(problem, DecodingParams(16, 64, 1, 4, 2))
+    assert "shares of 16 key blocks" in params_unsupported(
+        problem, DecodingParams(16, 64, 32, 4, 2)
+    )
+
+
+def test_its_points_join_the_decode_steps_space_beside_flash_attention():
+    points = build_space(decode(), SM90, {}).points
+    kernels = {p["kernel"] for p in points}
+    assert kernels == {"flash", DECODING}  # IREE has no configuration for one query row
+    decoding = [p for p in points if p["kernel"] == DECODING]
+    assert all(p["q_tile"] == 16 and p["kv_splits"] >= 2 for p in decoding)
+    assert all(p["kv_splits"] == 0 for p in points if p["kernel"] == "flash")
+    starting = SM90.for_problem(decode()).starting_points(decode())
+    assert {"kernel": DECODING, **{k: v for k, v in POINT.items() if k != "kernel"}} in starting
+
+
+@pytest.fixture(scope="module")
+def decoding_module(tmp_path_factory):
+    """One point of the family for the decode step, built for sm_90 as IREE runs it."""
+    pytest.importorskip("triton")
+    folder = tmp_path_factory.mktemp("decoding")
+    problem = decode()
+    view = SM90.for_problem(problem)
+    source = str(folder / "fd.mlir")
+    command = view.source_command(problem, POINT, source)
+    built = compile_one(
+        CompileJob(source, str(folder / "fd.vmfb"), SM90.compile_flags(), command), 300
+    )
+    assert built.status == "ok", built.message
+    return problem, built
+
+
+def test_a_point_builds_as_one_extern_dispatch_with_its_zeroed_workspace(decoding_module):
+    problem, built = decoding_module
+    text = open(built.job.source).read()
+    assert 'hal.dispatch.extern "flash_decoding"' in text
+    # 32 heads x 8 shares x 16 rows x (64 outputs, a max and a sum), and a lock per head
+    assert f"tensor<{32 * 8 * 16 * 66}xf32>" in text and "tensor<32xi32>" in text
+    assert "arith.constant dense<0> : tensor<32xi32>" in text
+    ptx = open(built.job.source.removesuffix(".mlir") + ".ptx").read()
+    assert "atom" in ptx and "ex2.approx" in ptx  # the lock, the exp2 online softmax
+
+
+def test_a_cached_lms_decode_attention_is_replaced_by_the_family(tmp_path):
+    """The bf16 cached Llama's decode attention (one row, the cache's i1 mask) is replaced
+    by a flash-decoding kernel in decode, and the whole module builds for sm_90."""
+    pytest.importorskip("triton")
+    path = os.path.join(MODELS, "hf_tiny_llama_cached_bf16.mlirbc")
+    ops = model_attentions(path, SM90.compile_flags(), str(tmp_path / "ops"))
+    (step,) = [op for op in ops if op.single_row]
+    point = dict(POINT, kv_tile=16, kv_splits=4)
+    spec = str(tmp_path / "custom.mlir")
+    assert write_substitution(spec, [(step, point)], SM90) == []
+    out, replaced = rewrite_model(path, spec, SM90.compile_flags(), str(tmp_path / "m.mlir"), 300)
+    assert replaced == 2  # decode's two layers
+    flags = [*SM90.compile_flags(), "--compile-from=global-optimization"]
+    built = compile_one(CompileJob(out, str(tmp_path / "m.vmfb"), flags), 300)
+    assert built.status == "ok", built.message
+
+
+@pytest.mark.gpu
+def test_the_kernel_gives_numpys_answer_call_after_call(decoding_module, tmp_path):
+    """Its answer, checked twice with the same module: the second call finds the locks the
+    first left at zero."""
+    problem, built = decoding_module
+    data = make_problem_data(problem, str(tmp_path / "inputs"))
+    verifier = Verifier("cuda")
+    try:
+        for _ in range(2):
+            check = verifier.check(built.job.output, data, problem, 120)
+            assert check.status == "correct", check.message
+    finally:
+        verifier.close()
