@@ -1,7 +1,13 @@
-"""The flash-attention kernel family (kernels/flash_attention/) on the local NVIDIA GPU,
-launched by Triton, against torch's SDPA on the same shapes; writes a markdown table.
+"""The flash-attention and flash-decoding kernel families (kernels/flash_attention/,
+kernels/flash_decoding/) on the local NVIDIA GPU, launched by Triton, against torch's SDPA
+on the same shapes; writes a markdown table.
 
-    python3 benchmarks/flash_attention.py --out DIR [--shape llama3_8b]
+    python3 benchmarks/flash_attention.py --out DIR [--shapes llama3_8b,llama32_1b_decode]
+
+A `_decode` shape is one decode step (one query row per head) over a cache of C keys with
+the cache's i1 mask (its last 10 % not yet written), K and V repeated per query head as the
+exported model holds them: both families' points against SDPA on K and V not repeated,
+and the time to read K and V once at the GPU's memory bandwidth (`--bandwidth`, GB/s).
 
 The attention is the Llama-3-8B layer's as IREE holds it before forming dispatches (32 query
 heads on 8 KV heads, K broadcast to every head, V stored transposed, seq 2048, head dim 128,
@@ -32,6 +38,7 @@ from autosched.kernels.flash_attention.kernel import (  # noqa: E402
     grid,
     params_unsupported,
 )
+from autosched.kernels.flash_decoding import kernel as decoding  # noqa: E402
 from autosched.ops.attention import AttentionProblem  # noqa: E402
 
 SHAPES = {
@@ -40,6 +47,13 @@ SHAPES = {
     "llama3_8b_v_rows": (32, 8, 2048, 128, False),
     "bert_base": (12 * 8, 12 * 8, 512, 64, False),
 }
+DECODE_SHAPES = {  # (batch, heads, kv heads, cache, head dim)
+    "llama32_1b_decode": (1, 32, 8, 2048, 64),
+    "llama32_1b_b8_decode": (8, 32, 8, 2048, 64),
+    "llama3_8b_decode": (1, 32, 8, 4096, 128),
+}
+DECODE_FLASH = [FlashParams(64, n, 4, 2) for n in (64, 128)]
+DECODE_SPLIT = [decoding.DecodingParams(16, n, k, 4, 2) for n in (64, 128) for k in (4, 8, 16, 32)]
 GRID = {"block_m": [64, 128], "block_n": [32, 64, 128], "warps": [4, 8], "stages": [2, 3]}
 
 
@@ -66,11 +80,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--shapes", default="llama3_8b,llama3_8b_v_rows,bert_base")
+    parser.add_argument("--bandwidth", type=float, default=4800.0, help="GB/s (the H200's)")
     options = parser.parse_args()
     os.makedirs(options.out, exist_ok=True)
     lines = [f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}", ""]
     for shape in options.shapes.split(","):
-        lines += run_shape(shape)
+        decode = shape in DECODE_SHAPES
+        lines += run_decode(shape, options.bandwidth) if decode else run_shape(shape)
     text = "\n".join(lines) + "\n"
     with open(os.path.join(options.out, "flash_attention.md"), "w") as handle:
         handle.write(text)
@@ -133,6 +149,98 @@ def run_shape(shape: str) -> list[str]:
             rows.append(f"| {params.name} | failed: {str(failure)[:80]} | - |")
         print(rows[-1], flush=True)
     return rows + [""]
+
+
+def decode_problem(entries: int, cache: int, dim: int) -> AttentionProblem:
+    """A decode step's op form as the exported model holds it: loops (b, n, k1, k2), q
+    (b, k1), k (b, k2, k1), v (b, n, k2), its i1 mask (b, k2), out (b, n)."""
+    return AttentionProblem(
+        loops=("b", "n", "k1", "k2"),
+        loop_sizes=(entries, dim, dim, cache),
+        query_type="bf16",
+        key_type="bf16",
+        value_type="bf16",
+        mask_type="i1",
+        operand_loops=((0, 2), (0, 3, 2), (0, 1, 3), (0, 3), (0, 1)),
+        scale=1 / math.sqrt(dim),
+        form="op",
+        output_type="bf16",
+    )
+
+
+def run_decode(shape: str, bandwidth: float) -> list[str]:
+    batch, heads, kv_heads, cache, dim = DECODE_SHAPES[shape]
+    problem = decode_problem(batch * heads, cache, dim)
+    torch.manual_seed(0)
+    q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(batch, kv_heads, cache, dim, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(batch, kv_heads, cache, dim, device="cuda", dtype=torch.bfloat16)
+    keep = torch.ones(batch, 1, 1, cache, device="cuda", dtype=torch.bool)
+    keep[..., int(cache * 0.9) :] = False  # the cache's last positions not written yet
+
+    def sdpa():
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep, scale=problem.scale, enable_gqa=heads != kv_heads
+        )
+
+    expected = sdpa().reshape(batch * heads, dim).float()
+    repeat = heads // kv_heads
+    k_op = k.repeat_interleave(repeat, 1).reshape(batch * heads, cache, dim).contiguous()
+    v_op = v.repeat_interleave(repeat, 1).reshape(batch * heads, cache, dim)
+    v_op = v_op.transpose(-1, -2).contiguous()
+    q_op = q.reshape(batch * heads, dim).contiguous()
+    mask_op = keep.reshape(batch, 1, cache).expand(batch, heads, cache)
+    mask_op = mask_op.reshape(batch * heads, cache).to(torch.int8).contiguous()
+    once = 2 * batch * kv_heads * cache * dim * 2  # K and V, bf16, read once
+    rows = [
+        f"## {shape}: batch {batch}, {heads} heads on {kv_heads} KV heads, a cache of "
+        f"{cache}, head dim {dim}, bf16, an i1 mask",
+        "",
+        f"- torch SDPA: {graph_ms(sdpa):.4f} ms; K and V read once at {bandwidth:g} GB/s: "
+        f"{once / bandwidth / 1e6:.4f} ms (the op form reads them {repeat}x, repeated per "
+        f"query head: {repeat * once / bandwidth / 1e6:.4f} ms)",
+        "",
+        "| point | max error | ms |",
+        "| --- | --- | --- |",
+    ]
+    operands = (q_op, k_op, v_op, mask_op)
+    for params in DECODE_FLASH + DECODE_SPLIT:
+        rows.append(_decode_row(problem, params, operands, expected))
+        print(rows[-1], flush=True)
+    return rows + [""]
+
+
+def _decode_row(problem, params, operands, expected) -> str:
+    """One point's row: its error against SDPA and its time in a CUDA graph."""
+    out = torch.empty(problem.output_shape, device="cuda", dtype=torch.bfloat16)
+    split = isinstance(params, decoding.DecodingParams)
+    if split:
+        why = decoding.params_unsupported(problem, params)
+        if why:
+            return f"| {params.name} | not run: {why} | - |"
+        kernel, constants = decoding._kernel(), decoding.constants(problem, params)
+        blocks = decoding.grid(problem, params)[:2]
+        extra = {
+            "part": torch.zeros(decoding.workspace_floats(problem, params), device="cuda"),
+            "lock": torch.zeros(decoding.entries(problem), device="cuda", dtype=torch.int32),
+        }
+    else:
+        kernel, constants = _kernel(), _constants(problem, params)
+        blocks, extra = grid(problem, params)[:2], {}
+
+    def launch():
+        kernel[blocks](
+            *operands, o=out, **extra, **constants, num_warps=params.warps,
+            num_stages=params.stages,
+        )  # fmt: skip
+
+    try:
+        launch()
+        torch.cuda.synchronize()
+        error = (out.float() - expected).abs().max().item() / expected.abs().max().item()
+        return f"| {params.name} | {error:.2g} | {graph_ms(launch):.4f} |"
+    except Exception as failure:  # noqa: BLE001 - a point that fails is a row
+        return f"| {params.name} | failed: {str(failure)[:80]} | - |"
 
 
 if __name__ == "__main__":
