@@ -8,15 +8,18 @@ from __future__ import annotations
 import os
 
 import pytest
+from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.ir_walk import symbol, walk_ops
 from autosched.kernels.flash_decoding.family import DECODING
 from autosched.kernels.flash_decoding.kernel import DecodingParams, params_unsupported, unsupported
 from autosched.measure.worker import Verifier, make_problem_data
 from autosched.outputs.records import problem_from_shape
 from autosched.rewrite.apply import rewrite_model
 from autosched.rewrite.attention_ops import model_attentions
+from autosched.rewrite.attention_sources import winners_absorbed
 from autosched.rewrite.spec import write_substitution
 from autosched.search.space import build_space
 from autosched.targets import make_target
@@ -98,18 +101,31 @@ def test_a_point_builds_as_one_extern_dispatch_with_its_zeroed_workspace(decodin
     assert "atom" in ptx and "ex2.approx" in ptx  # the lock, the exp2 online softmax
 
 
-def test_a_cached_lms_decode_attention_is_replaced_by_the_family(tmp_path):
+@pytest.mark.parametrize("absorbing", [False, True])
+def test_a_cached_lms_decode_attention_is_replaced_by_the_family(tmp_path, absorbing):
     """The bf16 cached Llama's decode attention (one row, the cache's i1 mask) is replaced
-    by a flash-decoding kernel in decode, and the whole module builds for sm_90."""
+    by a flash-decoding kernel in decode, and the whole module builds for sm_90; with its
+    form over K's and V's sources, the kernel reads the cache as it is, its per-head
+    repeats (a copy of the whole cache each step) gone, the mask passed on."""
     pytest.importorskip("triton")
     path = os.path.join(MODELS, "hf_tiny_llama_cached_bf16.mlirbc")
     ops = model_attentions(path, SM90.compile_flags(), str(tmp_path / "ops"))
     (step,) = [op for op in ops if op.single_row]
+    forms = winners_absorbed(path, SM90.compile_flags(), str(tmp_path / "fused"), [step])
+    (form,) = forms[step.name]
+    repeats = {source.copy_type for source in form.sources}  # K's and V's, per query head
+    assert repeats == {"tensor<2x2x64x16xbf16>", "tensor<2x2x16x64xbf16>"}
     point = dict(POINT, kv_tile=16, kv_splits=4)
     spec = str(tmp_path / "custom.mlir")
-    assert write_substitution(spec, [(step, point)], SM90) == []
+    absorbed = forms if absorbing else None
+    assert write_substitution(spec, [(step, point)], SM90, absorbed=absorbed) == []
     out, replaced = rewrite_model(path, spec, SM90.compile_flags(), str(tmp_path / "m.mlir"), 300)
     assert replaced == 2  # decode's two layers
+    module = ir.Module.parseFile(out, ir.Context())
+    functions = [o for o in walk_ops(module.operation) if "sym_name" in o.attributes]
+    decode = next(o for o in functions if symbol(o) == "decode$async")
+    copied = {str(o.results[0].type) for o in walk_ops(decode) if o.name == "linalg.generic"}
+    assert bool(repeats & copied) != absorbing
     flags = [*SM90.compile_flags(), "--compile-from=global-optimization"]
     built = compile_one(CompileJob(out, str(tmp_path / "m.vmfb"), flags), 300)
     assert built.status == "ok", built.message

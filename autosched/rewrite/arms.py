@@ -128,6 +128,7 @@ def winner_arms(
     for j, (absorbed, _) in enumerate(w.absorbed):
         copied = sorted(source.operand for source in absorbed.inputs)
         sources = [(f"%copy{o}", "0") if o in copied else ("%op", str(o)) for o in range(3)]
+        sources += [("%op", "4")] if w.problem.mask_tensor else []  # the mask, as it is
         params = ["%op", *(f"%copy{o}" for o in copied)]
         # One that writes the result's copy is rooted there, so it is matched in the first
         # pass, before the attention alone is.

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from iree.compiler import ir
 
 from autosched.ir_walk import defining_op, indexing_maps, walk_ops
-from autosched.kernels.attention_layout import operand_tensor_types
+from autosched.kernels.attention_layout import kernel_inputs, operand_tensor_types
 from autosched.ops.attention import AttentionProblem, read_attention
 from autosched.ops.base import ANY_OP, DispatchSite
 from autosched.rewrite.attention_ops import ATTENTION
@@ -296,15 +296,15 @@ def copy_matcher_lines(absorbed: AbsorbedAttention) -> list[str]:
 def absorbed_function(
     name: str, kernel: str, original: AttentionProblem, absorbed: AbsorbedAttention
 ) -> str:
-    """`name(q, k, v) -> out` in the op's types, Q, K and V as their copies' sources where
-    absorbed: the others read as the split shape (a reshape, no copy), the kernel called on
-    them, and its output reshaped back to the op's (or to the output copy's, in whose
-    layout the kernel wrote it)."""
-    inputs, out = operand_tensor_types(original)
-    wanted, result = operand_tensor_types(absorbed.problem)
+    """`name(q, k, v[, mask]) -> out` in the op's types, Q, K and V as their copies' sources
+    where absorbed: the others (and a mask tensor) read as the split shape (a reshape, no
+    copy), the kernel called on them, and its output reshaped back to the op's (or to the
+    output copy's, in whose layout the kernel wrote it)."""
+    inputs, out = kernel_inputs(original), operand_tensor_types(original)[1]
+    wanted, result = kernel_inputs(absorbed.problem), operand_tensor_types(absorbed.problem)[1]
     sources = {s.operand: s.source_type for s in absorbed.inputs}
     out = absorbed.output.copy_type if absorbed.output else out
-    arguments = [sources.get(i, inputs[i]) for i in range(3)]
+    arguments = [sources.get(i, spelled) for i, spelled in enumerate(inputs)]
 
     def body(args):
         pairs = zip(args, wanted, strict=True)

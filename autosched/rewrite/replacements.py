@@ -96,9 +96,7 @@ def _attention_substitute(family, problem, point, forms: ModelForms, arch: str, 
     """A flash winner's kernel, and one for each of its forms over copied operands."""
     params = family.params(point)
     binary = family.compile(problem, params, arch, os.path.join(folder, f"{problem.name}.ptx"))
-    # Its forms over copied operands read q, k and v only: a mask tensor keeps the op's own.
-    absorbs = family.absorbs.copied_operands and not problem.mask_tensor
-    found = forms.absorbed.get(problem.name, []) if absorbs else []
+    found = forms.absorbed.get(problem.name, []) if family.absorbs.copied_operands else []
     usable = [f for f in found if not family.unsupported(f.problem)]
     kernels = [
         (form, _fitting(

@@ -28,7 +28,8 @@ class FlashDecoding(KernelFamily):
         KnobSpec("kv_stages", "flash kernels: key blocks in flight (0 for IREE's)", minimum=0),
     )
     params_type = kernel.DecodingParams
-    absorbs = Absorbs()
+    # Copies before q, k and v: the kernel reads their sources (rewrite/attention_sources.py).
+    absorbs = Absorbs(copied_operands=True)
     compile = staticmethod(kernel.compile_kernel)
     extern_function = staticmethod(kernel.extern_function)
 
