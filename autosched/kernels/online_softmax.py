@@ -58,3 +58,15 @@ def key_blocks(triton, tl):
         return acc, m_i, l_i
 
     return key_blocks
+
+
+def entry_offset(triton, tl):  # noqa: ARG001 - built like key_blocks
+    """The element offset of batch entry `entry` in an operand (a @triton.jit helper): the
+    entry split into the three batch loops (B1 and B2 the inner two's sizes), times the
+    operand's strides along them."""
+
+    @triton.jit
+    def entry_offset(entry, sb0, sb1, sb2, B1, B2):  # the kernel's constexprs, inlined
+        return (entry // (B1 * B2)) * sb0 + ((entry // B2) % B1) * sb1 + (entry % B2) * sb2
+
+    return entry_offset

@@ -71,6 +71,7 @@ def _kernel():
     import triton.language as tl  # noqa: PLC0415 - an optional extra, imported where it is used
 
     key_blocks = online_softmax.key_blocks(triton, tl)
+    offset = online_softmax.entry_offset(triton, tl)
 
     @triton.jit
     def flash_attention(
@@ -92,17 +93,14 @@ def _kernel():
         # The last query blocks have the most keys under a causal mask: launch them first.
         start = tl.num_programs(0) - 1 - tl.program_id(0)
         entry = tl.program_id(1)
-        b0 = entry // (B1 * B2)
-        b1 = (entry // B2) % B1
-        b2 = entry % B2
         rows = start * BM + tl.arange(0, BM)
-        q_base = q + b0 * sqb0 + b1 * sqb1 + b2 * sqb2
-        k_base = k + b0 * skb0 + b1 * skb1 + b2 * skb2
-        v_base = v + b0 * svb0 + b1 * svb1 + b2 * svb2
-        o_base = o + b0 * sob0 + b1 * sob1 + b2 * sob2
+        q_base = q + offset(entry, sqb0, sqb1, sqb2, B1, B2)
+        k_base = k + offset(entry, skb0, skb1, skb2, B1, B2)
+        v_base = v + offset(entry, svb0, svb1, svb2, B1, B2)
+        o_base = o + offset(entry, sob0, sob1, sob2, B1, B2)
         mk_base = mk
         if MASK != 0:
-            mk_base = mk + b0 * smb0 + b1 * smb1 + b2 * smb2
+            mk_base = mk + offset(entry, smb0, smb1, smb2, B1, B2)
         q_ptrs = q_base + rows[:, None] * sqr + tl.arange(0, D)[None, :] * sqc
         if EVEN_M:
             qt = tl.load(q_ptrs)

@@ -109,6 +109,7 @@ def _kernel():
     import triton.language as tl  # noqa: PLC0415 - an optional extra, imported where it is used
 
     fold_keys = online_softmax.key_blocks(triton, tl)
+    offset = online_softmax.entry_offset(triton, tl)
 
     @triton.jit
     def flash_decoding(
@@ -130,17 +131,14 @@ def _kernel():
     ):  # fmt: skip
         share = tl.program_id(0)
         entry = tl.program_id(1)
-        b0 = entry // (B1 * B2)
-        b1 = (entry // B2) % B1
-        b2 = entry % B2
         rows = tl.arange(0, BM)
         dv = tl.arange(0, DV)
-        q_base = q + b0 * sqb0 + b1 * sqb1 + b2 * sqb2
-        k_base = k + b0 * skb0 + b1 * skb1 + b2 * skb2
-        v_base = v + b0 * svb0 + b1 * svb1 + b2 * svb2
+        q_base = q + offset(entry, sqb0, sqb1, sqb2, B1, B2)
+        k_base = k + offset(entry, skb0, skb1, skb2, B1, B2)
+        v_base = v + offset(entry, svb0, svb1, svb2, B1, B2)
         mk_base = mk
         if MASK != 0:
-            mk_base = mk + b0 * smb0 + b1 * smb1 + b2 * smb2
+            mk_base = mk + offset(entry, smb0, smb1, smb2, B1, B2)
         q_ptrs = q_base + rows[:, None] * sqr + tl.arange(0, D)[None, :] * sqc
         qt = tl.load(q_ptrs, mask=rows[:, None] < M, other=0.0)
         m_i = tl.full([BM], float("-inf"), dtype=tl.float32)
@@ -176,7 +174,7 @@ def _kernel():
                 out = out * alpha[:, None] + a_s * beta[:, None]
                 l_all = l_all * alpha + l_s * beta
                 m_all = m_new
-            o_base = o + b0 * sob0 + b1 * sob1 + b2 * sob2
+            o_base = o + offset(entry, sob0, sob1, sob2, B1, B2)
             o_ptrs = o_base + rows[:, None] * sor + dv[None, :] * soc
             result = out / l_all[:, None]
             tl.store(o_ptrs, result.to(o.dtype.element_ty), mask=rows[:, None] < M)
