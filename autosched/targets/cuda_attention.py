@@ -115,8 +115,8 @@ class CudaAttentionTarget(CudaTarget):
         return families + [{"kernel": IREE, "q_tile": 64, "kv_tile": 64, "q_warps": 4}]
 
     def candidates(self, knob: str, problem: AttentionProblem) -> list[int]:
-        if knob == "q_tile":
-            return powers_of_two(MMA_M, min(problem.size("m"), 256))
+        if knob == "q_tile":  # a single row's tile, for the rule below to say why not
+            return powers_of_two(MMA_M, max(MMA_M, min(problem.size("m"), 256)))
         if knob == "kv_tile":
             return powers_of_two(MMA_K, min(problem.size("k2"), MAX_KV_TILE))
         if knob == "q_warps":
@@ -127,6 +127,12 @@ class CudaAttentionTarget(CudaTarget):
 
     def constraints(self, problem: AttentionProblem) -> list[Constraint]:
         return [
+            Constraint(
+                "a single query row has no configuration of IREE's (its op form is the "
+                "kernel families')",
+                ("q_tile",),
+                lambda p, x: not p.single_row,
+            ),
             Constraint(
                 "q_tile does not divide the query rows",
                 ("q_tile",),
