@@ -221,7 +221,7 @@ def _decode_row(problem, params, operands, expected) -> str:
         kernel, constants = decoding._kernel(), decoding.constants(problem, params)
         blocks = decoding.grid(problem, params)[:2]
         extra = {
-            "part": torch.zeros(decoding.workspace_floats(problem, params), device="cuda"),
+            "part": torch.empty(decoding.workspace_floats(problem, params), device="cuda"),
             "lock": torch.zeros(decoding.entries(problem), device="cuda", dtype=torch.int32),
         }
     else:

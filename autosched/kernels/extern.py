@@ -35,21 +35,27 @@ def dispatch_extern_function(
     executable_target: str,
     workgroups: tuple[int, int, int],
     zeroed: list[str] = (),
+    workspaces: list[str] = (),
 ) -> str:
     """A function `name(inputs...) -> out` that launches `binary` on `workgroups` as a
     `hal.dispatch.extern`: the inputs read-only, then the output and `zeroed` tensors
-    (written; they start at zero), then Triton's scratch pointers: its global scratch,
-    where the kernel uses one, written (each workgroup's share, undefined at the start),
-    and small placeholders for the rest."""
+    (written; they start at zero), `workspaces` (written, undefined at the start), then
+    Triton's scratch pointers: its global scratch, where the kernel uses one, written
+    (each workgroup's share, undefined at the start), and small placeholders for the
+    rest."""
     x, y, z = workgroups
-    hidden = binary.pointers - len(inputs) - 1 - len(zeroed)  # Triton's scratch pointers
+    # Triton's scratch pointers, after the operands named here.
+    hidden = binary.pointers - len(inputs) - 1 - len(zeroed) - len(workspaces)
     global_bytes = binary.scratch_bytes * x * y * z
     global_scratch = [f"tensor<{global_bytes}xi8>"] if global_bytes else []
     scratch_values = [f"%s{i}" for i in range(hidden - len(global_scratch))]
     arguments = [f"%a{i}" for i in range(len(inputs))]
     zero_values = [f"%z{i}" for i in range(len(zeroed))]
-    written_values = ["%out", *zero_values, *["%g" for _ in global_scratch]]
-    operand_types = [*inputs, out, *zeroed, *global_scratch]
+    work_values = [f"%w{i}" for i in range(len(workspaces))]
+    allocated = [*zip(work_values, workspaces, strict=True)]
+    allocated += [("%g", t) for t in global_scratch]
+    written_values = ["%out", *zero_values, *(value for value, _ in allocated)]
+    operand_types = [*inputs, out, *zeroed, *workspaces, *global_scratch]
     operand_types += ["tensor<256xi8>"] * len(scratch_values)
     operands = [*arguments, *written_values, *scratch_values]
     # Indirect: the buffers come from the call's binding table, so IREE records the command
@@ -71,7 +77,7 @@ def dispatch_extern_function(
     lines = [
         f"  {kind}{visibility} @{name}({signature}) -> {out} {{",
         f"    %out = flow.tensor.alloca : {out}",
-        *[f"    %g = flow.tensor.alloca : {t}" for t in global_scratch],
+        *[f"    {v} = flow.tensor.alloca : {t}" for v, t in allocated],
         *[f"    {v} = arith.constant dense<{zero_of(t)}> : {t}" for v, t in zeros],
         *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
         f'    %r{count} = hal.dispatch.extern "{binary.entry}"'

@@ -7,8 +7,8 @@ al.'s split-KV forward) splits the keys in `splits` shares, one workgroup each: 
 folds its keys into a partial online softmax (its running max, sum and unnormalized output,
 written to a workspace), and the last share of a batch entry to finish, counted on an
 atomic lock, folds the partials together and writes the output. The lock goes back to 0 for
-the next call (the workspace and the locks are operands that start at zero, as the matmul
-family's split-K locks are). One kernel, no second dispatch.
+the next call (the locks are an operand that starts at zero, as the matmul family's split-K
+locks are; the workspace is allocated, never filled). One kernel, no second dispatch.
 
 The query rows (at most MAX_ROWS, padded to a block of at least 16 for the tensor cores)
 stay in one block; a mask tensor (the static cache's valid positions) is applied as flash
@@ -113,7 +113,7 @@ def _kernel():
 
     @triton.jit
     def flash_decoding(
-        q, k, v, mk, o, part, lock,
+        q, k, v, mk, o, lock, part,
         sqb0: tl.constexpr, sqb1: tl.constexpr, sqb2: tl.constexpr, sqr: tl.constexpr,
         sqc: tl.constexpr,
         skb0: tl.constexpr, skb1: tl.constexpr, skb2: tl.constexpr, skr: tl.constexpr,
@@ -206,7 +206,7 @@ def compile_kernel(
     signature = {"q": element, "k": element, "v": element}
     if problem.mask_tensor:
         signature["mk"] = f"*{MASK_TYPES[problem.mask_type]}"
-    signature |= {"o": element, "part": "*fp32", "lock": "*i32"}
+    signature |= {"o": element, "lock": "*i32", "part": "*fp32"}
     return triton_binary(
         _kernel(),
         signature,
@@ -228,13 +228,13 @@ def extern_function(
     kind: str = "func.func",
 ) -> str:
     """A function `name(q, k, v[, mask]) -> out` that runs the kernel as a
-    `hal.dispatch.extern`, its workspace and locks operands that start at zero."""
+    `hal.dispatch.extern`: its locks an operand that starts at zero, its workspace one
+    that need not (every share writes its part before the last reads it)."""
     _, out = operand_tensor_types(problem)
-    zeroed = [
-        f"tensor<{workspace_floats(problem, params)}xf32>",
-        f"tensor<{entries(problem)}xi32>",
-    ]
+    locks = [f"tensor<{entries(problem)}xi32>"]
+    workspace = [f"tensor<{workspace_floats(problem, params)}xf32>"]
     workgroups = grid(problem, params)
+    inputs = kernel_inputs(problem)
     return dispatch_extern_function(
-        name, kind, kernel_inputs(problem), out, binary, executable_target, workgroups, zeroed
+        name, kind, inputs, out, binary, executable_target, workgroups, locks, workspace
     )
