@@ -84,7 +84,8 @@ class KernelParams:
 def unsupported(problem: MatmulProblem) -> str | None:
     """Why the family cannot compute this problem, or None."""
     if problem.lhs_type not in INPUT_TYPES or problem.rhs_type != problem.lhs_type:
-        return f"custom kernels take f16 or bf16 inputs, not {problem.lhs_type}"
+        found = dict.fromkeys((problem.lhs_type, problem.rhs_type))
+        return f"custom kernels take f16 or bf16 inputs of one type, not {' and '.join(found)}"
     if problem.acc_type not in OUTPUT_TYPES:
         return f"custom kernels write f32, f16 or bf16, not {problem.acc_type}"
     if not problem.zero_init:
