@@ -98,6 +98,19 @@ def test_iree_generates_torchs_greedy_tokens_carrying_the_cache(functions, defau
     assert len(set(torch_tokens)) > 4  # the tokens say something: not one token repeated
 
 
+def test_a_bf16_lm_generates_with_its_weights_and_cache_in_bf16(tmp_path):
+    """A bf16 export (no torch tokens saved: rounding may part them from any build's): the
+    drawn weights and the empty cache go in as bf16, and the build generates its tokens."""
+    model = os.path.join(MODELS, "hf_tiny_llama_cached_bf16.mlirbc")
+    flags = CpuTarget(RunConfig()).compile_flags()
+    lm = cached_lm(model_functions(model, flags, 120))
+    assert lm.cache[0].element == "bf16" and lm.weights[0].element == "bf16"
+    vmfb = compile_model(model, flags, out_path=str(tmp_path / "default.vmfb"))
+    check = greedy_check(lm, {"default": vmfb}, "local-task", model, seed=0)
+    assert check.match and not check.message, check.line()
+    assert check.line().endswith("33 of 33 equal: default")
+
+
 def test_tokens_that_differ_from_torchs_are_named(functions, default_vmfb, tmp_path):
     """The check can fail: torch's tokens saved with one changed (a cache that a build
     wrote wrong shows the same way), and a build that cannot run."""

@@ -22,6 +22,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from autosched.drivers.compile_model import LoadedModule
@@ -30,6 +31,8 @@ from autosched.measure.module_io import EntryFunction, TensorSpec
 PREFILL, DECODE = "prefill", "decode"
 DECODE_STEPS = 32  # decode calls after the prefill: DECODE_STEPS + 1 greedy tokens in all
 INTEGER_TYPES = ("i32", "i64", "si32", "si64")
+# The numpy types the runtime takes for a model's float arguments (bf16 as ml_dtypes').
+FLOAT_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 
 
 def seeded_weights(shapes: Sequence[tuple[int, ...]], seed: int) -> list[np.ndarray]:
@@ -130,11 +133,19 @@ def make_prompt(lm: CachedLM, model_path: str, seed: int) -> Prompt:
             prompt, tokens, saved_seed = data["prompt"], data["tokens"], int(data["seed"])
         if prompt.shape == (1, lm.prompt):
             expected = tuple(int(t) for t in tokens[: lm.steps + 1])
-            weights = seeded_weights(shapes, saved_seed)
+            weights = _typed(seeded_weights(shapes, saved_seed), lm.weights)
             return Prompt(_token_array(prompt, lm.token_type), weights, expected, saved)
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, lm.vocab, (1, lm.prompt))
-    return Prompt(_token_array(prompt, lm.token_type), seeded_weights(shapes, seed))
+    weights = _typed(seeded_weights(shapes, seed), lm.weights)
+    return Prompt(_token_array(prompt, lm.token_type), weights)
+
+
+def _typed(arrays: list[np.ndarray], specs: Sequence[TensorSpec]) -> list[np.ndarray]:
+    """The drawn (f32) weights in the types the model takes (a bf16 model's as bf16)."""
+    return [
+        a.astype(FLOAT_TYPES.get(s.element, a.dtype)) for a, s in zip(arrays, specs, strict=True)
+    ]
 
 
 def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list[int]:
@@ -142,7 +153,7 @@ def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list[
     fed the cache the previous call returned."""
     prefill = LoadedModule(vmfb, device, PREFILL)
     decode = LoadedModule(vmfb, device, DECODE)
-    empty = [np.zeros(spec.shape, np.float32) for spec in lm.cache]
+    empty = [np.zeros(spec.shape, FLOAT_TYPES.get(spec.element, np.float32)) for spec in lm.cache]
     logits, *cache = prefill(prompt.tokens, *empty, *prompt.weights)
     tokens = [int(np.argmax(logits[0, -1]))]
     for step in range(lm.steps):
