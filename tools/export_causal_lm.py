@@ -23,6 +23,10 @@ them (prefill, then DECODE_STEPS decode steps) are saved next to the model as
 call is given), for one build that serves a cache of any length, tuned on `--bucket` files
 at two or more lengths (the committed `tests/data/models/hf_tiny_llama_decode_dynamic_f32.mlirbc`).
 
+`--dtype bfloat16` (or float16) exports the weights and the cache in that type, without
+torch's tokens (rounding may part them from any build's): the committed
+`tests/data/models/hf_tiny_llama_cached_bf16.mlirbc`, whose attentions take the cache's mask.
+
 iree-turbine and torch are not dependencies of autosched; run this from a separate
 environment, from the repository's root:
 
