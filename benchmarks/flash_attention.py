@@ -139,14 +139,7 @@ def run_shape(shape: str) -> list[str]:
                 num_stages=params.stages,
             )  # fmt: skip
 
-        try:
-            launch()
-            torch.cuda.synchronize()
-            error = (out.float() - expected).abs().max().item() / expected.abs().max().item()
-            ms = graph_ms(launch)
-            rows.append(f"| {params.name} | {error:.2g} | {ms:.4f} |")
-        except Exception as failure:  # noqa: BLE001 - a point that fails is a row
-            rows.append(f"| {params.name} | failed: {str(failure)[:80]} | - |")
+        rows.append(timed_row(params.name, launch, out, expected))
         print(rows[-1], flush=True)
     return rows + [""]
 
@@ -234,13 +227,19 @@ def _decode_row(problem, params, operands, expected) -> str:
             num_stages=params.stages,
         )  # fmt: skip
 
+    return timed_row(params.name, launch, out, expected)
+
+
+def timed_row(name: str, launch, out, expected) -> str:
+    """A point's row: its error against SDPA's answer and its time in a CUDA graph, or why
+    it failed."""
     try:
         launch()
         torch.cuda.synchronize()
         error = (out.float() - expected).abs().max().item() / expected.abs().max().item()
-        return f"| {params.name} | {error:.2g} | {graph_ms(launch):.4f} |"
+        return f"| {name} | {error:.2g} | {graph_ms(launch):.4f} |"
     except Exception as failure:  # noqa: BLE001 - a point that fails is a row
-        return f"| {params.name} | failed: {str(failure)[:80]} | - |"
+        return f"| {name} | failed: {str(failure)[:80]} | - |"
 
 
 if __name__ == "__main__":

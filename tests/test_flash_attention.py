@@ -122,6 +122,11 @@ def test_the_op_module_and_numpys_reference_agree_on_the_cpu(llama_ops, tmp_path
     """IREE's own build of the op form alone (local-task) gives numpy's attention: the
     module the flash kernels' default is timed on, and the reference they are checked on."""
     (op,) = llama_ops
+    assert_iree_gives_the_reference(op, tmp_path)
+
+
+def assert_iree_gives_the_reference(op, tmp_path) -> None:
+    """IREE's CPU build of the op form alone, checked against the problem's reference."""
     source = tmp_path / "op.mlir"
     source.write_text(op_module_text(op, {}))
     built = compile_one(CompileJob(str(source), str(tmp_path / "op.vmfb"), CPU_FLAGS), 120)
@@ -411,13 +416,7 @@ def test_a_masked_single_row_op_and_numpys_reference_agree_on_the_cpu(tmp_path, 
     and float masks added to the scaled scores."""
     op = problem_from_shape(dict(DECODE_SHAPE, mask_type=mask_type))
     assert op.single_row and op.mask_tensor
-    source = tmp_path / "op.mlir"
-    source.write_text(op_module_text(op, {}))
-    built = compile_one(CompileJob(str(source), str(tmp_path / "op.vmfb"), CPU_FLAGS), 120)
-    assert built.status == "ok", built.message
-    data = make_problem_data(op, str(tmp_path / "inputs"))
-    check = verify_module(built.job.output, "local-task", data, op, 60)
-    assert check.status == "correct", check.message
+    assert_iree_gives_the_reference(op, tmp_path)
 
 
 @pytest.mark.parametrize("mask_type", ["i1", "bf16"])
