@@ -68,10 +68,14 @@ class ModelProblem:
         return baseline.median_ms if baseline is not None and baseline.ok else None
 
 
+def trials_per_problem(mode: str, n_trial: int) -> int:
+    """The trials a mode gives each problem (the custom route's per kernel search too)."""
+    return {"fast": FAST_TRIALS, "normal": n_trial, "extreme": EXTREME_FACTOR * n_trial}[mode]
+
+
 def budget_for(mode: str, n_trial: int, problems: list[ModelProblem]) -> int:
     """The total trials a mode gives a model when --budget is not given."""
-    per_problem = {"fast": FAST_TRIALS, "normal": n_trial, "extreme": EXTREME_FACTOR * n_trial}
-    return per_problem[mode] * len(problems)
+    return trials_per_problem(mode, n_trial) * len(problems)
 
 
 def expected_gain(entry: ModelProblem) -> float:

@@ -11,7 +11,7 @@ from functools import partial
 
 import click
 
-from autosched.drivers.campaign import ModelProblem
+from autosched.drivers.campaign import ModelProblem, trials_per_problem
 from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
 from autosched.kernels.registry import family
 from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
@@ -36,13 +36,19 @@ from autosched.targets.base import has_config
 
 
 def search_custom_kernels(
-    tuning: Tuning, problems: list[ModelProblem], progress: Progress, model_path: str
+    tuning: Tuning,
+    problems: list[ModelProblem],
+    progress: Progress,
+    model_path: str,
+    deadline: float | None = None,
 ):
     """Problem name -> the custom-kernel search of each problem a custom family of the
-    target covers (when the cfg's knob lists name it): its points only, n_trial of them,
-    each checked against numpy and timed on its bare kernel (a custom kernel has no place
-    in IREE's dispatch benchmark; the whole-model proof is what judges it). An attention is
-    searched in its op form (`flash_forms`), under its flow problem's name."""
+    target covers (when the cfg's knob lists name it): its points only, as many as the mode
+    gives a problem (fast: FAST_TRIALS; normal: n_trial), ending at the run's time budget
+    (`deadline`, after each search's first batch), each checked against numpy and timed on
+    its bare kernel (a custom kernel has no place in IREE's dispatch benchmark; the
+    whole-model proof is what judges it). An attention is searched in its op form
+    (`flash_forms`), under its flow problem's name."""
     target, knobs = tuning.target, tuning.config.knob_space
 
     def space_of(problem):
@@ -62,10 +68,23 @@ def search_custom_kernels(
     covered = {name: problem for name, problem in covered.items() if problem is not None}
     if not covered:
         return {}
-    click.echo(f"custom kernels: searching {len(covered)} problem(s) on their kernels", err=True)
+    trials = trials_per_problem(tuning.config.mode, tuning.config.n_trial)
+    click.echo(
+        f"custom kernels: searching {len(covered)} problem(s) on their kernels, up to "
+        f"{trials} trials each",
+        err=True,
+    )
     searches = tuning.concurrently(
         [
-            partial(tuning.search_problem, p, progress, own_bar=False, custom_only=True)
+            partial(
+                tuning.search_problem,
+                p,
+                progress,
+                own_bar=False,
+                custom_only=True,
+                trials=trials,
+                deadline=deadline,
+            )
             for p in covered.values()
         ]
     )

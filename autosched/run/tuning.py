@@ -329,19 +329,26 @@ class Tuning:
         progress: Progress,
         own_bar: bool = True,
         custom_only: bool = False,
+        trials: int | None = None,
+        deadline: float | None = None,
     ) -> ProblemSearch:
-        """One problem's search: n_trial points, or fewer with early stopping (only the
-        points of custom kernels with `custom_only`); `Retiming.finish_problem` re-times it."""
+        """One problem's search: `trials` points (n_trial by default), or fewer with early
+        stopping or once the `deadline` (perf_counter seconds) has passed after its first
+        batch (only the points of custom kernels with `custom_only`);
+        `Retiming.finish_problem` re-times it."""
         config = self.config
         search = self.start_problem(problem, progress, own_bar, custom_only=custom_only)
         if search.state is not None:
             stopped = run_search(
                 search.state,
                 self._measure_points(search, progress, []),
-                budget=config.n_trial,
+                budget=trials or config.n_trial,
                 batch_size=config.batch_size,
                 early_stopping=config.early_stopping,
+                done=None if deadline is None else partial(_past, deadline),
             )
+            if stopped == "done":
+                self.log.write(f"{problem.name}: the time budget ended its search")
             if stopped == "early_stopping":
                 self.log.write(f"early stop: {search.state.since_best} trials without improvement")
         search.result.search_s = time.perf_counter() - search.started
@@ -533,3 +540,9 @@ def feature_matrix(problem: MatmulProblem, target: Target, points: list[Point]) 
     rows = [target.for_problem(problem).features(problem, p) for p in points]
     keys = list(rows[0])
     return np.array([[row[k] for k in keys] for row in rows], dtype=float)
+
+
+def _past(deadline: float, state) -> bool:
+    """A search's stop once `deadline` has passed: after its first batch, so that its
+    known-good points are always measured."""
+    return bool(state.order) and time.perf_counter() > deadline

@@ -6,6 +6,7 @@ benches stopped and the closing table; an interrupt keeps every measurement and 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 
 from autosched.drivers.campaign import run_campaign
@@ -29,6 +30,7 @@ def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
     for reason, count in prepared.skipped.items():
         log.write(f"not tuned: {count} {reason}")
     time_budget = config.time_budget * 60 if config.time_budget else None
+    started = time.perf_counter()
     report.tuning_started(prepared, time_budget)
     progress.start_model(
         f"{os.path.basename(config.input_file):<40}", prepared.budget + len(problems)
@@ -39,7 +41,10 @@ def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
                 tuning, problems, progress, prepared.budget, config.mode, time_budget
             )
         with clock.phase("search_custom"):
-            custom = search_custom_kernels(tuning, problems, progress, prepared.layout.source)
+            deadline = started + time_budget if time_budget is not None else None
+            custom = search_custom_kernels(
+                tuning, problems, progress, prepared.layout.source, deadline
+            )
         tuning.log_device_use()
     except KeyboardInterrupt as interrupt:
         tuning.finish()
