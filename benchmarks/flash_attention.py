@@ -8,6 +8,8 @@ A `_decode` shape is one decode step (one query row per head) over a cache of C 
 the cache's i1 mask (its last 10 % not yet written), K and V repeated per query head as the
 exported model holds them: both families' points against SDPA on K and V not repeated,
 and the time to read K and V once at the GPU's memory bandwidth (`--bandwidth`, GB/s).
+Then flash decoding on the form the model runs once the rewrite reads the cache as it is
+(`gqa` rows: K and V once per KV head, a group's query heads packed in one block of rows).
 
 The attention is the Llama-3-8B layer's as IREE holds it before forming dispatches (32 query
 heads on 8 KV heads, K broadcast to every head, V stored transposed, seq 2048, head dim 128,
@@ -161,6 +163,24 @@ def decode_problem(entries: int, cache: int, dim: int) -> AttentionProblem:
     )
 
 
+def decode_gqa_problem(batch: int, kv_heads: int, group: int, cache: int, dim: int):
+    """The decode step over the cache as it is: loops (b, kv head, group, k1, k2, n), q
+    (b, h, g, k1), k and v (b, h, k2, d) not indexing the group, mask (b, h, g, k2), out
+    (b, h, g, n)."""
+    return AttentionProblem(
+        loops=("b", "b", "b", "k1", "k2", "n"),
+        loop_sizes=(batch, kv_heads, group, dim, cache, dim),
+        query_type="bf16",
+        key_type="bf16",
+        value_type="bf16",
+        mask_type="i1",
+        operand_loops=((0, 1, 2, 3), (0, 1, 4, 3), (0, 1, 4, 5), (0, 1, 2, 4), (0, 1, 2, 5)),
+        scale=1 / math.sqrt(dim),
+        form="op",
+        output_type="bf16",
+    )
+
+
 def run_decode(shape: str, bandwidth: float) -> list[str]:
     batch, heads, kv_heads, cache, dim = DECODE_SHAPES[shape]
     problem = decode_problem(batch * heads, cache, dim)
@@ -199,6 +219,14 @@ def run_decode(shape: str, bandwidth: float) -> list[str]:
     operands = (q_op, k_op, v_op, mask_op)
     for params in DECODE_FLASH + DECODE_SPLIT:
         rows.append(_decode_row(problem, params, operands, expected))
+        print(rows[-1], flush=True)
+    group = heads // kv_heads
+    packed = decode_gqa_problem(batch, kv_heads, group, cache, dim)
+    mask_gqa = keep.expand(batch, kv_heads, group, cache).to(torch.int8).contiguous()
+    operands = (q.reshape(batch, kv_heads, group, dim), k, v, mask_gqa)
+    for params in DECODE_SPLIT:
+        row = _decode_row(packed, params, operands, expected.reshape(packed.output_shape))
+        rows.append(row.replace("| fd_", "| gqa fd_", 1))
         print(rows[-1], flush=True)
     return rows + [""]
 

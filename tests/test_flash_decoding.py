@@ -14,7 +14,15 @@ from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.ir_walk import symbol, walk_ops
 from autosched.kernels.flash_decoding.family import DECODING
-from autosched.kernels.flash_decoding.kernel import DecodingParams, params_unsupported, unsupported
+from autosched.kernels.flash_decoding.kernel import (
+    DecodingParams,
+    entries,
+    group_loop,
+    packed_layout,
+    params_unsupported,
+    unsupported,
+    workspace_floats,
+)
 from autosched.measure.worker import Verifier, make_problem_data
 from autosched.outputs.records import problem_from_shape
 from autosched.rewrite.apply import rewrite_model
@@ -37,6 +45,14 @@ DECODE = {  # one query row per head (32 heads of 64), a cache of 1000 keys and 
     "scale": 0.125,
     "operand_loops": [[0, 2], [0, 3, 2], [0, 1, 3], [0, 3], [0, 1]],
     **BF16,
+}
+# A Llama decode over the cache as it is: batch 2, 8 KV heads, 4 query heads on each (K and V
+# do not index that loop), one row, a cache of 1000 and its mask per head.
+GQA = {
+    **DECODE,
+    "loops": ["b", "b", "b", "k1", "k2", "n"],
+    "loop_sizes": [2, 8, 4, 64, 1000, 64],
+    "operand_loops": [[0, 1, 2, 3], [0, 1, 4, 3], [0, 1, 4, 5], [0, 1, 2, 4], [0, 1, 2, 5]],
 }
 POINT = {"kernel": DECODING, "q_tile": 16, "kv_tile": 64, "kv_splits": 8, "q_warps": 4}
 POINT["kv_stages"] = 2
@@ -63,6 +79,27 @@ def test_the_family_takes_few_query_rows_without_a_causal_mask():
     )
 
 
+def test_the_heads_of_a_kv_group_share_one_block_of_rows():
+    """Under grouped-query attention over the cache, a workgroup takes the 4 heads of one
+    KV head (4 rows of its block of 16), so each share reads its keys once per group."""
+    problem, params = decode(**GQA), DecodingParams(16, 64, 8, 4, 2)
+    assert group_loop(problem) == 2 and entries(problem) == 2 * 8
+    assert workspace_floats(problem, params) == 16 * 8 * 16 * 66
+    layout = packed_layout(problem)
+    assert layout["sqg"] == 64 and layout["smg"] == 1000 and layout["sog"] == 64
+    # The other batch loops are the entries: (1, 2, 8), Q's strides along them.
+    assert (layout["B1"], layout["B2"]) == (2, 8)
+    assert [layout[f"sqb{i}"] for i in range(3)] == [0, 8 * 4 * 64, 4 * 64]
+    assert [layout[f"skb{i}"] for i in range(3)] == [0, 8 * 1000 * 64, 1000 * 64]
+    assert group_loop(decode()) is None  # the op form's K and V copied per query head
+    # 4 heads of 20 rows are more than a block: not packed.
+    wide = decode(**{**GQA, "loops": ["b", "b", "b", "m", "k1", "k2", "n"],
+                     "loop_sizes": [2, 8, 4, 20, 64, 1000, 64],
+                     "operand_loops": [[0, 1, 2, 3, 4], [0, 1, 5, 4], [0, 1, 5, 6],
+                                       [0, 1, 2, 3, 5], [0, 1, 2, 3, 6]]})  # fmt: skip
+    assert group_loop(wide) is None and entries(wide) == 2 * 8 * 4
+
+
 def test_its_points_join_the_decode_steps_space_beside_flash_attention():
     points = build_space(decode(), SM90, {}).points
     kernels = {p["kernel"] for p in points}
@@ -74,12 +111,13 @@ def test_its_points_join_the_decode_steps_space_beside_flash_attention():
     assert {"kernel": DECODING, **{k: v for k, v in POINT.items() if k != "kernel"}} in starting
 
 
-@pytest.fixture(scope="module")
-def decoding_module(tmp_path_factory):
-    """One point of the family for the decode step, built for sm_90 as IREE runs it."""
+@pytest.fixture(scope="module", params=["op", "gqa"])
+def decoding_module(tmp_path_factory, request):
+    """One point of the family for the decode step (the op form, and the form over the
+    cache whose KV groups it packs), built for sm_90 as IREE runs it."""
     pytest.importorskip("triton")
     folder = tmp_path_factory.mktemp("decoding")
-    problem = decode()
+    problem = decode() if request.param == "op" else decode(**GQA)
     view = SM90.for_problem(problem)
     source = str(folder / "fd.mlir")
     command = view.source_command(problem, POINT, source)
@@ -94,10 +132,13 @@ def test_a_point_builds_as_one_extern_dispatch_with_its_zeroed_workspace(decodin
     problem, built = decoding_module
     text = open(built.job.source).read()
     assert 'hal.dispatch.extern "flash_decoding"' in text
-    # 32 heads x 8 shares x 16 rows x (64 outputs, a max and a sum), and a lock per head
-    assert f"tensor<{32 * 8 * 16 * 66}xf32>" in text and "tensor<32xi32>" in text
-    assert "arith.constant dense<0> : tensor<32xi32>" in text  # the locks start at zero
-    assert f"flow.tensor.alloca : tensor<{32 * 8 * 16 * 66}xf32>" in text  # never filled
+    # 32 heads (or 16 groups) x 8 shares x 16 rows x (64 outputs, a max and a sum), and a
+    # lock per head or group
+    heads = entries(problem)
+    assert heads == (32 if group_loop(problem) is None else 16)
+    assert f"tensor<{heads * 8 * 16 * 66}xf32>" in text and f"tensor<{heads}xi32>" in text
+    assert f"arith.constant dense<0> : tensor<{heads}xi32>" in text  # locks start at zero
+    assert f"flow.tensor.alloca : tensor<{heads * 8 * 16 * 66}xf32>" in text  # never filled
     ptx = open(built.job.source.removesuffix(".mlir") + ".ptx").read()
     assert "atom" in ptx and "ex2.approx" in ptx  # the lock, the exp2 online softmax
 
@@ -116,6 +157,7 @@ def test_a_cached_lms_decode_attention_is_replaced_by_the_family(tmp_path, absor
     (form,) = forms[step.name]
     repeats = {source.copy_type for source in form.sources}  # K's and V's, per query head
     assert repeats == {"tensor<2x2x64x16xbf16>", "tensor<2x2x16x64xbf16>"}
+    assert group_loop(form.problem) is not None  # read once for the 2 heads of a KV head
     point = dict(POINT, kv_tile=16, kv_splits=4)
     spec = str(tmp_path / "custom.mlir")
     absorbed = forms if absorbing else None

@@ -11,15 +11,16 @@ def key_blocks(triton, tl):
 
     @triton.jit
     def key_blocks(
-        acc, m_i, l_i, q, k_base, v_base, mk_base, rows, start, stop,
+        acc, m_i, l_i, q, k_base, v_base, mk_base, rows, mk_rows, start, stop,
         skr: tl.constexpr, skc: tl.constexpr, svr: tl.constexpr, svc: tl.constexpr,
-        smr: tl.constexpr, smc: tl.constexpr, M: tl.constexpr,
+        smc: tl.constexpr, M: tl.constexpr,
         N: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr,
         BN: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr, MASK: tl.constexpr,
     ):  # fmt: skip
         """Key rows [start, stop) in blocks of BN, folded into the online softmax; on the
         DIAGONAL blocks the causal mask hides keys after each query row; a MASK tensor keeps
-        keys (KEEP) or is added to the scores (ADD)."""
+        keys (KEEP) or is added to the scores (ADD), its rows at the offsets `mk_rows` (the
+        block's `rows` below M are live)."""
         d = tl.arange(0, D)
         dv = tl.arange(0, DV)
         for first in range(start, stop, BN):
@@ -35,7 +36,7 @@ def key_blocks(triton, tl):
                 s = tl.where(rows[:, None] >= cols[None, :], s, float("-inf"))
             if MASK != 0:
                 inside = (rows[:, None] < M) & (cols[None, :] < N)
-                mk_ptrs = mk_base + rows[:, None] * smr + cols[None, :] * smc
+                mk_ptrs = mk_base + mk_rows[:, None] + cols[None, :] * smc
                 given = tl.load(mk_ptrs, mask=inside, other=0)
                 if MASK == 1:  # KEEP
                     s = tl.where(given != 0, s, float("-inf"))

@@ -101,6 +101,7 @@ def _kernel():
         mk_base = mk
         if MASK != 0:
             mk_base = mk + offset(entry, smb0, smb1, smb2, B1, B2)
+        mk_rows = rows * smr
         q_ptrs = q_base + rows[:, None] * sqr + tl.arange(0, D)[None, :] * sqc
         if EVEN_M:
             qt = tl.load(q_ptrs)
@@ -112,18 +113,18 @@ def _kernel():
         if CAUSAL:  # keys before the block's first row unmasked, then the diagonal blocks
             below = start * BM
             acc, m_i, l_i = key_blocks(
-                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, 0, below,
-                skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
+                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, mk_rows, 0, below,
+                skr, skc, svr, svc, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
             )  # fmt: skip
             stop = min(below + BM, N)
             acc, m_i, l_i = key_blocks(
-                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, below, stop,
-                skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, True, EVEN_N, MASK,
+                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, mk_rows, below, stop,
+                skr, skc, svr, svc, smc, M, N, D, DV, SCALE, BN, True, EVEN_N, MASK,
             )  # fmt: skip
         else:
             acc, m_i, l_i = key_blocks(
-                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, 0, N,
-                skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
+                acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, mk_rows, 0, N,
+                skr, skc, svr, svc, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
             )  # fmt: skip
         out = acc / l_i[:, None]
         o_ptrs = o_base + rows[:, None] * sor + tl.arange(0, DV)[None, :] * soc

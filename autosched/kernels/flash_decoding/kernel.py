@@ -13,6 +13,13 @@ locks are; the workspace is allocated, never filled). One kernel, no second disp
 The query rows (at most MAX_ROWS, padded to a block of at least 16 for the tensor cores)
 stay in one block; a mask tensor (the static cache's valid positions) is applied as flash
 attention applies it (kernels/online_softmax.py, kernels/attention_layout.py).
+
+Grouped-query attention: where the op reads K and V from the cache as it is (a batch loop of
+the query heads that share a KV head, which K and V do not index; the form over the sources
+of the per-head copies, rewrite/attention_sources.py), the rows of a group's heads are
+packed into the one block (`group_loop`), so each share reads its keys once for the whole
+group instead of once per query head: a Llama decode's 4 heads a KV head read a quarter of
+the cache.
 """
 
 from __future__ import annotations
@@ -24,8 +31,11 @@ from autosched.errors import UserError
 from autosched.kernels import attention_layout, online_softmax
 from autosched.kernels.attention_layout import (
     MASK_TYPES,
+    MAX_BATCH_LOOPS,
+    batch_sizes,
     kernel_inputs,
     layout_constants,
+    operand_strides,
     operand_tensor_types,
 )
 from autosched.kernels.base import KernelBinary
@@ -64,9 +74,35 @@ def unsupported(problem: AttentionProblem) -> str | None:
     return None
 
 
+def group_loop(problem: AttentionProblem) -> int | None:
+    """The batch loop of the query heads that share a KV head (Q indexes it, K and V do
+    not: grouped-query attention over the cache as it is), when its heads' rows fit one
+    block; else None."""
+    sizes, rows = batch_sizes(problem), problem.size("m")
+    q, k, v = (operand_strides(problem, operand) for operand in range(3))
+    for index in range(len(problem.positions("b"))):
+        loop = f"b{index}"
+        shared = k[loop] == v[loop] == 0 and q[loop] != 0
+        if shared and 1 < sizes[index] and sizes[index] * rows <= MAX_ROWS:
+            return index
+    return None
+
+
+def packed_rows(problem: AttentionProblem) -> int:
+    """The rows of one workgroup's block: the query rows of every head of a group."""
+    loop = group_loop(problem)
+    return problem.size("m") * (1 if loop is None else batch_sizes(problem)[loop])
+
+
 def rows_block(problem: AttentionProblem) -> int:
-    """The query rows padded to a power of two, at least MIN_ROWS."""
-    return max(MIN_ROWS, 1 << (problem.size("m") - 1).bit_length())
+    """The packed rows padded to a power of two, at least MIN_ROWS."""
+    return max(MIN_ROWS, 1 << (packed_rows(problem) - 1).bit_length())
+
+
+def block_rows(problem: AttentionProblem, params: DecodingParams) -> int:
+    """The block of rows a point runs: its own, or the packed rows' where they need more (a
+    point searched on the op form, placed where the form over the cache packs a group)."""
+    return max(params.block_m, rows_block(problem))
 
 
 def key_blocks(problem: AttentionProblem, block_n: int) -> int:
@@ -90,12 +126,14 @@ def params_unsupported(problem: AttentionProblem, params: DecodingParams) -> str
 
 
 def entries(problem: AttentionProblem) -> int:
-    return math.prod(problem.batch_sizes)
+    """Batch entries a workgroup of each share serves: a group's heads count as one."""
+    return math.prod(problem.batch_sizes) * problem.size("m") // packed_rows(problem)
 
 
 def workspace_floats(problem: AttentionProblem, params: DecodingParams) -> int:
     """The partials of every share: its output rows, then their max and their sum."""
-    return entries(problem) * params.splits * params.block_m * (problem.size("n") + 2)
+    rows = block_rows(problem, params)
+    return entries(problem) * params.splits * rows * (problem.size("n") + 2)
 
 
 def grid(problem: AttentionProblem, params: DecodingParams) -> tuple[int, int, int]:
@@ -124,6 +162,7 @@ def _kernel():
         soc: tl.constexpr,
         smb0: tl.constexpr, smb1: tl.constexpr, smb2: tl.constexpr, smr: tl.constexpr,
         smc: tl.constexpr, MASK: tl.constexpr,
+        sqg: tl.constexpr, sog: tl.constexpr, smg: tl.constexpr, ROWS: tl.constexpr,
         B1: tl.constexpr, B2: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
         D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, EVEN_N: tl.constexpr, SPLITS: tl.constexpr,
@@ -131,7 +170,10 @@ def _kernel():
     ):  # fmt: skip
         share = tl.program_id(0)
         entry = tl.program_id(1)
-        rows = tl.arange(0, BM)
+        rows = tl.arange(0, BM)  # a group's heads, M query rows each (ROWS in all)
+        head = rows // M
+        row = rows - head * M
+        live = rows < ROWS
         dv = tl.arange(0, DV)
         q_base = q + offset(entry, sqb0, sqb1, sqb2, B1, B2)
         k_base = k + offset(entry, skb0, skb1, skb2, B1, B2)
@@ -139,16 +181,16 @@ def _kernel():
         mk_base = mk
         if MASK != 0:
             mk_base = mk + offset(entry, smb0, smb1, smb2, B1, B2)
-        q_ptrs = q_base + rows[:, None] * sqr + tl.arange(0, D)[None, :] * sqc
-        qt = tl.load(q_ptrs, mask=rows[:, None] < M, other=0.0)
+        q_ptrs = q_base + (head * sqg + row * sqr)[:, None] + tl.arange(0, D)[None, :] * sqc
+        qt = tl.load(q_ptrs, mask=live[:, None], other=0.0)
         m_i = tl.full([BM], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BM], dtype=tl.float32)
         acc = tl.zeros([BM, DV], dtype=tl.float32)
         start = share * CHUNK
         stop = tl.minimum(start + CHUNK, N)
         acc, m_i, l_i = fold_keys(
-            acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, start, stop,
-            skr, skc, svr, svc, smr, smc, M, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
+            acc, m_i, l_i, qt, k_base, v_base, mk_base, rows, head * smg + row * smr, start,
+            stop, skr, skc, svr, svc, smc, ROWS, N, D, DV, SCALE, BN, False, EVEN_N, MASK,
         )  # fmt: skip
         # This share's partial, then the lock: the last share of the entry folds them all.
         size: tl.constexpr = BM * (DV + 2)
@@ -175,9 +217,9 @@ def _kernel():
                 l_all = l_all * alpha + l_s * beta
                 m_all = m_new
             o_base = o + offset(entry, sob0, sob1, sob2, B1, B2)
-            o_ptrs = o_base + rows[:, None] * sor + dv[None, :] * soc
+            o_ptrs = o_base + (head * sog + row * sor)[:, None] + dv[None, :] * soc
             result = out / l_all[:, None]
-            tl.store(o_ptrs, result.to(o.dtype.element_ty), mask=rows[:, None] < M)
+            tl.store(o_ptrs, result.to(o.dtype.element_ty), mask=live[:, None])
             tl.atomic_xchg(lock + entry, 0)  # ready for the next call
 
     return flash_decoding
@@ -186,13 +228,34 @@ def _kernel():
 def constants(problem: AttentionProblem, params: DecodingParams) -> dict:
     """The kernel's constexprs for one point."""
     return {
-        **layout_constants(problem),
-        "BM": params.block_m,
+        **packed_layout(problem),
+        "ROWS": packed_rows(problem),
+        "BM": block_rows(problem, params),
         "BN": params.block_n,
         "EVEN_N": problem.size("k2") % params.block_n == 0,
         "SPLITS": params.splits,
         "CHUNK": chunk(problem, params),
     }
+
+
+def packed_layout(problem: AttentionProblem) -> dict:
+    """The layout's constants (attention_layout.layout_constants) with the group loop taken
+    out of the batch loops: its strides in Q, the output and the mask as sqg, sog, smg."""
+    constants = layout_constants(problem)
+    loop = group_loop(problem)
+    constants |= {"sqg": 0, "sog": 0, "smg": 0}
+    if loop is None:
+        return constants
+    others = [index for index in range(MAX_BATCH_LOOPS) if index != loop]
+    for prefix in "qkvom":
+        strides = [constants[f"s{prefix}b{index}"] for index in range(MAX_BATCH_LOOPS)]
+        if prefix in "qom":
+            constants[f"s{prefix}g"] = strides[loop]
+        moved = [0] + [strides[index] for index in others]  # an outer loop of size 1
+        constants |= {f"s{prefix}b{index}": moved[index] for index in range(MAX_BATCH_LOOPS)}
+    sizes = batch_sizes(problem)
+    constants["B1"], constants["B2"] = (sizes[index] for index in others)
+    return constants
 
 
 def compile_kernel(
