@@ -18,11 +18,12 @@ from autosched.ops.gather import GatherProblem
 from autosched.outputs.dispatch_labels import dispatch_label
 from autosched.run.builds import dispatch_job, expected_config
 from autosched.search.space import build_space
+from autosched.targets import make_target
 from autosched.targets.cpu import CpuTarget
-from autosched.targets.cuda import CudaTarget
 
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 TINY_LM = os.path.join(MODELS, "hf_tiny_causal_lm_f32.mlirbc")
+CACHED_BF16 = os.path.join(MODELS, "hf_tiny_llama_cached_bf16.mlirbc")
 EMBEDDING = "gather_16x64_from_256_f32_i64"  # 16 token ids, rows of 64 from a vocabulary of 256
 
 
@@ -52,6 +53,28 @@ def test_the_embedding_of_a_causal_lm_is_a_gather_tuned_on_its_dispatch(tmp_path
     assert "distribution = [4, 32]" in expected_config(gather, target, point)
 
 
-def test_a_gather_is_not_tuned_on_cuda_yet():
-    """CUDA lists a gather as not tuned there: the kind has no knobs on that backend yet."""
-    assert CpuTarget.tunes(CpuTarget, "gather") and not CudaTarget.tunes(CudaTarget, "gather")
+def test_the_embedding_is_tuned_on_cuda_through_iree_s_own_dispatch(tmp_path):
+    """On sm_90 the bf16 cached Llama's embedding (8 ids, rows of 64) is a gather problem
+    too: TileAndFuse over tokens and width, IREE's default (4 tokens of 32 columns, 4
+    columns a thread) among its starting points, and a point's spec reaches IREE's own
+    dispatch of it, built for sm_90 (no GPU needed to build)."""
+    target = make_target(RunConfig(target="cuda", arch="sm_90"))
+    assert target.tunes("gather")
+    analysis = analyze_model(CACHED_BF16, target.compile_flags())
+    gathers = {r.name: r for r in analysis.roots if r.kind == "gather"}
+    gather = gathers["gather_8x64_from_256_bf16_i64"]
+    view = target.for_problem(gather)
+    assert view.supports(gather) is None
+    space = build_space(gather, target, {})
+    assert {"t_tile": 4, "d_tile": 32, "d_vec": 4} in space.points  # IREE's default
+    assert all((p["t_tile"] * p["d_tile"] // p["d_vec"]) % 32 == 0 for p in space.points)
+    assert view.starting_points(gather)[0] in space.points
+    entry = ModelProblem(gather, gather)
+    attach_dispatches([entry], CACHED_BF16, target.compile_flags(), str(tmp_path / "d"))
+    assert entry.benchmark is not None
+    point = {"t_tile": 8, "d_tile": 64, "d_vec": 8}
+    timed = dispatch_job(entry.benchmark, gather, view, point, str(tmp_path / "timed"))
+    assert compile_one(timed, 300).status == "ok"
+    applied = check_build(timed.output, expected_config(gather, view, point))
+    assert applied.ok, applied.message
+    assert "workgroup_size = [64, 1, 1]" in expected_config(gather, view, point)

@@ -140,6 +140,7 @@ class CudaTarget(Target):
     kind_targets = {
         "attention": ("autosched.targets.cuda_attention", "CudaAttentionTarget"),
         "convolution": ("autosched.targets.cuda_convolution", "CudaConvolutionTarget"),
+        "gather": ("autosched.targets.cuda_gather", "CudaGatherTarget"),
     }
     knobs = (
         KnobSpec("pipeline", "IREE codegen pipeline", choices=PIPELINES),
