@@ -10,6 +10,7 @@ vector tile keeps one token (each token's row starts at its own id).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from autosched.ops.gather import GatherProblem
 from autosched.targets.base import (
@@ -29,6 +30,40 @@ GATHER_KNOBS = (
 )
 
 
+@dataclass(frozen=True)
+class GatherBounds:
+    """A backend's limits on the knobs: most tokens a workgroup, fewest row elements a
+    workgroup, most elements a vector (or a thread) copies."""
+
+    tokens: int
+    width: int
+    vector: int
+
+
+def gather_candidates(knob: str, problem: GatherProblem, bounds: GatherBounds) -> list[int]:
+    """Divisors of the tokens and the width (problem_candidates) within a backend's bounds."""
+    if knob == "t_tile":
+        return problem_candidates(problem.tokens, 1, bounds.tokens)
+    if knob == "d_tile":
+        return problem_candidates(problem.width, min(bounds.width, problem.width), 4096)
+    if knob == "d_vec":
+        return problem_candidates(problem.width, 1, bounds.vector)
+    raise KeyError(knob)
+
+
+def gather_constraints() -> list[Constraint]:
+    """Both backends': whole tiles, and a vector (a thread's share) inside a row's tile."""
+    return [
+        divides_role("t_tile", "t"),
+        divides_role("d_tile", "d"),
+        Constraint(
+            "d_vec does not divide d_tile",
+            ("d_tile", "d_vec"),
+            lambda p, x: x["d_tile"] % x["d_vec"] == 0,
+        ),
+    ]
+
+
 class CpuGatherTarget(CpuTarget):
     knobs = GATHER_KNOBS
 
@@ -36,24 +71,10 @@ class CpuGatherTarget(CpuTarget):
         return []
 
     def candidates(self, knob: str, problem: GatherProblem) -> list[int]:
-        if knob == "t_tile":
-            return problem_candidates(problem.tokens, 1, 256)
-        if knob == "d_tile":
-            return problem_candidates(problem.width, min(8, problem.width), 4096)
-        if knob == "d_vec":
-            return problem_candidates(problem.width, 1, 64)
-        raise KeyError(knob)
+        return gather_candidates(knob, problem, GatherBounds(tokens=256, width=8, vector=64))
 
     def constraints(self, problem: GatherProblem) -> list[Constraint]:
-        return [
-            divides_role("t_tile", "t"),
-            divides_role("d_tile", "d"),
-            Constraint(
-                "d_vec does not divide d_tile",
-                ("d_tile", "d_vec"),
-                lambda p, x: x["d_tile"] % x["d_vec"] == 0,
-            ),
-        ]
+        return gather_constraints()
 
     def supports(self, problem: GatherProblem) -> str | None:
         return None

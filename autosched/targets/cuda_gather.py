@@ -13,8 +13,13 @@ import math
 
 from autosched.kernels.base import WARP
 from autosched.ops.gather import GatherProblem
-from autosched.targets.base import Constraint, Family, Point, divides_role, problem_candidates
-from autosched.targets.cpu_gather import GATHER_KNOBS
+from autosched.targets.base import Constraint, Family, Point
+from autosched.targets.cpu_gather import (
+    GATHER_KNOBS,
+    GatherBounds,
+    gather_candidates,
+    gather_constraints,
+)
 from autosched.targets.cuda import CudaTarget
 from autosched.targets.cuda_rules import ELEMENT_BYTES
 
@@ -49,23 +54,12 @@ class CudaGatherTarget(CudaTarget):
         return [dict(zip(("t_tile", "d_tile", "d_vec"), v, strict=True)) for v in STARTING]
 
     def candidates(self, knob: str, problem: GatherProblem) -> list[int]:
-        if knob == "t_tile":
-            return problem_candidates(problem.tokens, 1, 64)
-        if knob == "d_tile":
-            return problem_candidates(problem.width, min(32, problem.width), 4096)
-        if knob == "d_vec":
-            return problem_candidates(problem.width, 1, 16)
-        raise KeyError(knob)
+        return gather_candidates(knob, problem, GatherBounds(tokens=64, width=WARP, vector=16))
 
     def constraints(self, problem: GatherProblem) -> list[Constraint]:
+        """The CPU's, and whole warps: one thread per `d_vec` elements of each token."""
         return [
-            divides_role("t_tile", "t"),
-            divides_role("d_tile", "d"),
-            Constraint(
-                "d_vec does not divide d_tile",
-                ("d_tile", "d_vec"),
-                lambda p, x: x["d_tile"] % x["d_vec"] == 0,
-            ),
+            *gather_constraints(),
             Constraint(
                 f"not a multiple of {WARP} threads up to {MAX_THREADS}",
                 ("t_tile", "d_tile", "d_vec"),

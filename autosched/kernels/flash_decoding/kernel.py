@@ -148,6 +148,7 @@ def _kernel():
 
     fold_keys = online_softmax.key_blocks(triton, tl)
     offset = online_softmax.entry_offset(triton, tl)
+    fold_partials = _fold_partials(triton, tl)
 
     @triton.jit
     def flash_decoding(
@@ -201,28 +202,42 @@ def _kernel():
         tl.debug_barrier()  # every thread's partial lands before the lock counts it
         arrived = tl.atomic_add(lock + entry, 1, sem="acq_rel")
         if arrived == SPLITS - 1:
-            m_all = tl.full([BM], float("-inf"), dtype=tl.float32)
-            l_all = tl.zeros([BM], dtype=tl.float32)
-            out = tl.zeros([BM, DV], dtype=tl.float32)
-            for other in range(SPLITS):
-                base = part + (entry * SPLITS + other) * size
-                m_s = tl.load(base + BM * DV + rows, cache_modifier=".cg")
-                l_s = tl.load(base + BM * DV + BM + rows, cache_modifier=".cg")
-                a_s = tl.load(base + rows[:, None] * DV + dv[None, :], cache_modifier=".cg")
-                m_new = tl.maximum(m_all, m_s)
-                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no keys yet
-                alpha = tl.math.exp2(m_all - m_new)
-                beta = tl.math.exp2(m_s - m_new)
-                out = out * alpha[:, None] + a_s * beta[:, None]
-                l_all = l_all * alpha + l_s * beta
-                m_all = m_new
+            result = fold_partials(part + entry * SPLITS * size, rows, dv, SPLITS, BM, DV)
             o_base = o + offset(entry, sob0, sob1, sob2, B1, B2)
             o_ptrs = o_base + (head * sog + row * sor)[:, None] + dv[None, :] * soc
-            result = out / l_all[:, None]
             tl.store(o_ptrs, result.to(o.dtype.element_ty), mask=live[:, None])
             tl.atomic_xchg(lock + entry, 0)  # ready for the next call
 
     return flash_decoding
+
+
+def _fold_partials(triton, tl):
+    """The last share's fold of every share's partial (a @triton.jit helper, built where
+    Triton is imported): each partial rescaled to the running max, then the rows divided
+    by their sum. `base` is the entry's first partial; one is BM rows of DV outputs, then
+    the rows' max and sum."""
+
+    @triton.jit
+    def fold_partials(base, rows, dv, SPLITS: tl.constexpr, BM: tl.constexpr, DV: tl.constexpr):
+        size: tl.constexpr = BM * (DV + 2)
+        m_all = tl.full([BM], float("-inf"), dtype=tl.float32)
+        l_all = tl.zeros([BM], dtype=tl.float32)
+        out = tl.zeros([BM, DV], dtype=tl.float32)
+        for other in range(SPLITS):
+            share = base + other * size
+            m_s = tl.load(share + BM * DV + rows, cache_modifier=".cg")
+            l_s = tl.load(share + BM * DV + BM + rows, cache_modifier=".cg")
+            a_s = tl.load(share + rows[:, None] * DV + dv[None, :], cache_modifier=".cg")
+            m_new = tl.maximum(m_all, m_s)
+            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no keys yet
+            alpha = tl.math.exp2(m_all - m_new)
+            beta = tl.math.exp2(m_s - m_new)
+            out = out * alpha[:, None] + a_s * beta[:, None]
+            l_all = l_all * alpha + l_s * beta
+            m_all = m_new
+        return out / l_all[:, None]
+
+    return fold_partials
 
 
 def constants(problem: AttentionProblem, params: DecodingParams) -> dict:
