@@ -5,6 +5,7 @@ tests check its answers, call after call (its locks must go back to zero)."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -107,7 +108,10 @@ def test_its_points_join_the_decode_steps_space_beside_flash_attention():
     decoding = [p for p in points if p["kernel"] == DECODING]
     assert all(p["q_tile"] == 16 and p["kv_splits"] >= 2 for p in decoding)
     assert all(p["kv_splits"] == 0 for p in points if p["kernel"] == "flash")
-    starting = SM90.for_problem(decode()).starting_points(decode())
+    view = SM90.for_problem(decode())
+    for point in points:  # the cost model's features of one query row (blocks of 16 or 64)
+        assert view.features(decode(), point)["log2_workgroups"] >= math.log2(32)
+    starting = view.starting_points(decode())
     assert {"kernel": DECODING, **{k: v for k, v in POINT.items() if k != "kernel"}} in starting
 
 

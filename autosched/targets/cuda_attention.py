@@ -203,8 +203,10 @@ class CudaAttentionTarget(CudaTarget):
         return f"q{point['q_tile']}_kv{point['kv_tile']}_w{point['q_warps']}"
 
     def features(self, problem: AttentionProblem, point: Point) -> dict[str, float]:
-        """Knobs (log2) and what they imply: workgroups against the SMs, shared memory."""
-        workgroups = math.prod(problem.batch_sizes) * problem.size("m") // point["q_tile"]
+        """Knobs (log2) and what they imply: workgroups against the SMs (a partial block
+        of rows is one; flash decoding's shares each one), shared memory."""
+        blocks = math.ceil(problem.size("m") / point["q_tile"])
+        workgroups = math.prod(problem.batch_sizes) * blocks * max(point.get("kv_splits", 0), 1)
         numeric = [k.name for k in self.knobs if not k.choices]
         return {
             **{f"log2_{k}": math.log2(max(point.get(k, 0), 1)) for k in numeric},
