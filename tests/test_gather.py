@@ -41,16 +41,25 @@ def test_the_embedding_of_a_causal_lm_is_a_gather_tuned_on_its_dispatch(tmp_path
     space = build_space(gather, target, {})
     assert {p["t_tile"] for p in space.points} == {1, 2, 4, 8, 16}
     assert all(p["d_tile"] % p["d_vec"] == 0 for p in space.points)
-    entry = ModelProblem(gather, gather)
-    attach_dispatches([entry], TINY_LM, target.compile_flags(), str(tmp_path / "d"))
-    assert entry.benchmark is not None and entry.benchmark.check_source
-    assert dispatch_label(entry.benchmark.check_source) == "gather 16x64"  # the table's label
     point = {"t_tile": 4, "d_tile": 32, "d_vec": 8}
-    timed = dispatch_job(entry.benchmark, gather, target, point, str(tmp_path / "timed"))
+    entry, config = _configured_dispatch(TINY_LM, gather, target, point, tmp_path)
+    assert entry.benchmark.check_source
+    assert dispatch_label(entry.benchmark.check_source) == "gather 16x64"  # the table's label
+    assert "distribution = [4, 32]" in config
+
+
+def _configured_dispatch(model, gather, view, point, tmp_path) -> tuple[ModelProblem, str]:
+    """The gather's entry with IREE's own dispatch of it, and the configuration a point's
+    spec put there (checked in the built dispatch)."""
+    entry = ModelProblem(gather, gather)
+    attach_dispatches([entry], model, view.compile_flags(), str(tmp_path / "d"))
+    assert entry.benchmark is not None
+    timed = dispatch_job(entry.benchmark, gather, view, point, str(tmp_path / "timed"))
     assert compile_one(timed, 300).status == "ok"
-    applied = check_build(timed.output, expected_config(gather, target, point))
+    config = expected_config(gather, view, point)
+    applied = check_build(timed.output, config)
     assert applied.ok, applied.message
-    assert "distribution = [4, 32]" in expected_config(gather, target, point)
+    return entry, config
 
 
 def test_the_embedding_is_tuned_on_cuda_through_iree_s_own_dispatch(tmp_path):
@@ -69,12 +78,6 @@ def test_the_embedding_is_tuned_on_cuda_through_iree_s_own_dispatch(tmp_path):
     assert {"t_tile": 4, "d_tile": 32, "d_vec": 4} in space.points  # IREE's default
     assert all((p["t_tile"] * p["d_tile"] // p["d_vec"]) % 32 == 0 for p in space.points)
     assert view.starting_points(gather)[0] in space.points
-    entry = ModelProblem(gather, gather)
-    attach_dispatches([entry], CACHED_BF16, target.compile_flags(), str(tmp_path / "d"))
-    assert entry.benchmark is not None
     point = {"t_tile": 8, "d_tile": 64, "d_vec": 8}
-    timed = dispatch_job(entry.benchmark, gather, view, point, str(tmp_path / "timed"))
-    assert compile_one(timed, 300).status == "ok"
-    applied = check_build(timed.output, expected_config(gather, view, point))
-    assert applied.ok, applied.message
-    assert "workgroup_size = [64, 1, 1]" in expected_config(gather, view, point)
+    _, config = _configured_dispatch(CACHED_BF16, gather, view, point, tmp_path)
+    assert "workgroup_size = [64, 1, 1]" in config
