@@ -254,6 +254,8 @@ def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> 
         "autosched_ms": best,
         "outputs_match": match,
         "tuning_s": round(wall, 1),
+        "phases_s": summary.get("phases_s", {}),  # where the tuning time went (run.log's)
+        "gpu": torch.cuda.get_device_name(),
         "exit_code": code,
         "not_placed": not_placed(summary),
     }
@@ -305,7 +307,7 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         json.dump({"machine": machine, "command": command, "models": rows}, handle, indent=1)
     header = ["model", "source", "class", "dtype", "eager", "torch.compile", "max-autotune",
               "IREE default", "autosched", "vs torch.compile", "vs max-autotune", "outputs",
-              "tuning s", "not placed"]  # fmt: skip
+              "tuning s", "not placed", "GPU"]  # fmt: skip
     lines = [
         "# The model zoo: autosched against torch on one GPU",
         "",
@@ -313,7 +315,7 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         "",
         "Times in ms: the median wall time of a synchronous call for every column (IREE's "
         "builds by iree-benchmark-module, torch's from the host's call to the GPU's end). "
-        "Each row is one device call's.",
+        "Each row is one device call's, on the GPU its last column names.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + " --- |" * len(header),
@@ -330,6 +332,7 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
                                        "autosched_ms")]  # fmt: skip
         cells += [_x(vs_compile), _x(vs_max), "match" if r["outputs_match"] else "DIFFER"]
         cells += [f"{r['tuning_s']:.0f}", "; ".join(str(p) for p in r["not_placed"]) or "-"]
+        cells.append(r.get("gpu", "-").removeprefix("NVIDIA "))
         lines.append("| " + " | ".join(cells) + " |")
     if speedups:
         geomean = statistics.geometric_mean(speedups)
