@@ -78,18 +78,12 @@ class CudaGatherTarget(CudaTarget):
         )
         translation = (
             "#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse> "
-            f"workgroup_size = [{threads(point)}, 1, 1] subgroup_size = {WARP}>"
+            f"workgroup_size = {self.workgroup_size(point)} subgroup_size = {WARP}>"
         )
         return (
             f"#iree_codegen.compilation_info<lowering_config = {config}, "
             f"translation_info = {translation}>"
         )
-
-    def in_spec(self, point: Point) -> bool:
-        return True
-
-    def source_command(self, problem: GatherProblem, point: Point, source: str) -> list[str]:
-        return []
 
     def config_name(self, point: Point) -> str:
         return f"t{point['t_tile']}_d{point['d_tile']}_th{point['d_vec']}"
