@@ -29,8 +29,8 @@ from autosched.drivers.decode_proof import (
     seeded_weights,
     tokens_file,
 )
-from autosched.drivers.entry_points import model_functions
-from autosched.drivers.proof import compile_model
+from autosched.drivers.entry_points import combine, model_functions
+from autosched.drivers.proof import CustomProof, ModelProof, RuntimeChoice, compile_model
 from autosched.measure.module_io import EntryFunction, TensorSpec
 from autosched.model.configured import check_build
 from autosched.model.lowering import analyze_model
@@ -284,3 +284,28 @@ def test_a_decode_steps_single_query_row_attention_is_tuned_on_its_dispatch(tmp_
     assert sm90.supports(bf16) is None or importlib.util.find_spec("triton") is None
     sm80 = make_target(RunConfig(target="cuda", arch="sm_80")).for_problem(decode)
     assert sm80.supports(bf16) == why  # the kernel families are sm_90's
+
+
+def test_the_custom_build_of_prefill_and_decode_is_timed_as_the_whole_model():
+    """The custom build's time, like the default's, is one call of every function added up,
+    so its speedup is over the same model time (not the first function's alone)."""
+
+    def proof(function, default, custom, flags):
+        return ModelProof(
+            function, default[0], None, 0.0, None, None, True, 0.0,
+            default_rounds_ms=list(default), default_only=True, runtime_flags=flags,
+            runtime_choices=[RuntimeChoice("", custom[0]), RuntimeChoice("--x", custom[0] * 2)],
+            custom=CustomProof(3, outputs_match=True, rounds_ms=list(custom), max_error=0.01),
+        )  # fmt: skip
+
+    prefill = proof("prefill", (0.30, 0.30, 0.30), (0.10, 0.10, 0.10), "")
+    decode = proof("decode", (0.50, 0.50, 0.50), (0.15, 0.15, 0.15), "--x")
+    model = combine([prefill, decode])
+    assert model.default_ms == pytest.approx(0.80)
+    assert model.custom.ms == pytest.approx(0.25)
+    assert model.custom.speedup == pytest.approx(3.2)
+    assert model.custom.replaced == 3 and model.custom.outputs_match
+    assert [c.ms for c in model.runtime_choices] == pytest.approx([0.25, 0.50])
+    assert model.runtime_flags == "prefill: none; decode: --x"
+    decode.custom.outputs_match = False
+    assert not combine([prefill, decode]).custom.outputs_match

@@ -18,7 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autosched.drivers.decode_proof import GreedyCheck, cached_lm, greedy_check
-from autosched.drivers.proof import ModelProof, model_verdict, prove
+from autosched.drivers.proof import (
+    CustomProof,
+    ModelProof,
+    RuntimeChoice,
+    model_verdict,
+    prove,
+)
 from autosched.measure.module_io import EntryFunction, source_entry_functions
 from autosched.model.configured import DEFAULT_TIMEOUT
 from autosched.model.lowering import prepare_model
@@ -113,7 +119,6 @@ def combine(proofs: Sequence[ModelProof]) -> EntryPointsProof:
     tuned_ms, tuned_cv = _summary(tuned_rounds)
     errors = [p.max_error for p in proofs if p.max_error is not None]
     messages = [f"{p.function}: {p.message}" for p in proofs if p.message]
-    first = proofs[0]
     identical = all(p.identical for p in proofs)
     return EntryPointsProof(
         function="+".join(p.function for p in proofs),
@@ -129,13 +134,61 @@ def combine(proofs: Sequence[ModelProof]) -> EntryPointsProof:
         tuned_rounds_ms=tuned_rounds,
         message="; ".join(messages),
         outputs_compared=all(p.outputs_compared for p in proofs),
-        custom=first.custom,
+        custom=_combined_custom(proofs, default_ms, tuned_ms),
         default_only=all(p.default_only for p in proofs),
-        runtime_flags=first.runtime_flags,
-        runtime_choices=first.runtime_choices,
+        runtime_flags=_chosen_flags(proofs),
+        runtime_choices=_combined_choices(proofs),
         identical=identical,
         functions=list(proofs),
     )
+
+
+def _combined_custom(
+    proofs: Sequence[ModelProof], default_ms: float | None, tuned_ms: float | None
+) -> CustomProof | None:
+    """The custom build of the whole model (every function's proof built the same module):
+    its rounds added like the default's, so its speedup is over the same model time."""
+    customs = [p.custom for p in proofs]
+    if any(c is None for c in customs):
+        return None
+    first = customs[0]
+    errors = [c.max_error for c in customs if c.max_error is not None]
+    messages = [f"{p.function}: {p.custom.message}" for p in proofs if p.custom.message]
+    combined = CustomProof(
+        replaced=first.replaced,
+        placed=first.placed,
+        outputs_match=all(c.outputs_match for c in customs),
+        max_error=max(errors) if errors else None,
+        rounds_ms=_added(proofs, lambda p: p.custom.rounds_ms),
+        message="; ".join(messages),
+    )
+    combined.ms, combined.cv = _summary(combined.rounds_ms)
+    if combined.ms:
+        combined.speedup = default_ms / combined.ms if default_ms else None
+        combined.over_spec = tuned_ms / combined.ms if tuned_ms else None
+    return combined
+
+
+def _chosen_flags(proofs: Sequence[ModelProof]) -> str:
+    """The runtime flags every function was timed with, or each function's where their
+    fastest differ (`prefill: ...; decode: ...`)."""
+    chosen = {p.runtime_flags for p in proofs}
+    if len(chosen) == 1:
+        return chosen.pop()
+    return "; ".join(f"{p.function}: {p.runtime_flags or 'none'}" for p in proofs)
+
+
+def _combined_choices(proofs: Sequence[ModelProof]) -> list[RuntimeChoice]:
+    """Each runtime-flag choice's time of one call of every function (None where a
+    function did not run with it or did not time it)."""
+    times: dict[str, list[float | None]] = {}
+    for proof in proofs:
+        for choice in proof.runtime_choices:
+            times.setdefault(choice.flags, []).append(choice.ms)
+    return [
+        RuntimeChoice(flags, sum(ms) if len(ms) == len(proofs) and None not in ms else None)
+        for flags, ms in times.items()
+    ]
 
 
 def function_lines(proof: ModelProof) -> list[str]:

@@ -133,7 +133,8 @@ def runtime_line(proof) -> list[str]:
         for c in proof.runtime_choices
     ]
     chosen = proof.runtime_flags or "none"
-    return [f"runtime flags: `{chosen}`, the fastest for this model ({'; '.join(named)})"]
+    whose = "each function" if "; " in chosen else "this model"
+    return [f"runtime flags: `{chosen}`, the fastest for {whose} ({'; '.join(named)})"]
 
 
 def model_line(proof) -> str:
