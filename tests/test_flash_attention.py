@@ -483,6 +483,14 @@ def test_a_cached_lms_masked_attentions_are_replaced_and_the_model_builds(tmp_pa
         "attention_4x8x16x64x16_bf16_mask_i1_op",
     ]
     assert all(op.mask_tensor and unsupported(op) is None for op in ops)
+    # Prefill's and decode's attentions come from one source line: each flow attention is
+    # paired with its own op form (its query rows), not the first op at that line.
+    flows = [r for r in analyze_model(path, SM90.compile_flags()).roots if r.kind == "attention"]
+    pairs = {flow.name: paired(flow, ops).name for flow in flows}
+    assert pairs == {
+        "attention_2x2x8x16x64x16_bf16_mask_i1_gqa2": "attention_4x8x16x64x16_bf16_mask_i1_op",
+        "attention_4x1x16x64x16_bf16_mask_i1": "attention_4x1x16x64x16_bf16_mask_i1_op",
+    }
     point = dict(FLASH_POINT, q_tile=64, kv_tile=32)
     spec = str(tmp_path / "custom.mlir")
     assert write_substitution(spec, [(op, point) for op in ops], SM90) == []

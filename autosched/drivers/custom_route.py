@@ -68,9 +68,12 @@ def search_custom_kernels(
     covered = {name: problem for name, problem in covered.items() if problem is not None}
     if not covered:
         return {}
+    # One search per kernel problem: flow problems that share one (two sites of a model's
+    # attention) share its result, and two searches of one problem would share its folder.
+    unique = list({id(problem): problem for problem in covered.values()}.values())
     trials = trials_per_problem(tuning.config.mode, tuning.config.n_trial)
     click.echo(
-        f"custom kernels: searching {len(covered)} problem(s) on their kernels, up to "
+        f"custom kernels: searching {len(unique)} problem(s) on their kernels, up to "
         f"{trials} trials each",
         err=True,
     )
@@ -85,7 +88,7 @@ def search_custom_kernels(
                 trials=trials,
                 deadline=deadline,
             )
-            for p in covered.values()
+            for p in unique
         ]
     )
     results = tuning.finish_all(searches, progress)

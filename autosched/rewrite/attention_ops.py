@@ -47,9 +47,13 @@ def model_attentions(model_path: str, compile_flags, work_dir: str) -> list[Atte
 
 
 def paired(flow: AttentionProblem, ops: list[AttentionProblem]) -> AttentionProblem | None:
-    """The op form of a flow attention: the op at one of its sites' locations."""
+    """The op form of a flow attention: the op at one of its sites' locations that does the
+    same work. One source line may hold several attentions (a causal LM's prefill and decode
+    call the same module): their op forms differ in query rows, so their FLOPs tell them
+    apart, whatever layout the flow form gave the loops."""
     locations = {site.location for site in flow.sites}
-    return next((op for op in ops if any(s.location in locations for s in op.sites)), None)
+    found = [op for op in ops if any(s.location in locations for s in op.sites)]
+    return next((op for op in found if op.flops == flow.flops), None)
 
 
 def ambiguous(op: AttentionProblem, ops: list[AttentionProblem]) -> str | None:
