@@ -268,3 +268,88 @@ def test_an_epilogue_whose_kernel_does_not_fit_stays_irees_and_the_winner_stays(
     rewritten, replaced = rewrite_model(model, spec, flags, out, 300)
     assert replaced == 7
     _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+
+
+GPT2_F16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_gpt2_block_f16.mlirbc")
+
+
+@pytest.fixture(scope="module")
+def gpt2_epilogues(tmp_path_factory):
+    """The GPT-2 block's (target, model, problems, epilogues, folder): `read_epilogues`."""
+    return read_epilogues(GPT2_F16, tmp_path_factory.mktemp("gpt2_epilogues"))
+
+
+def test_a_bias_added_to_the_f32_result_and_rounded_in_one_generic_is_read(gpt2_epilogues):
+    """GPT-2's Conv1D projections (`addmm` in f16): the bias is added to the matmul's f32
+    result and rounded in one generic, with no truncf before it. Each projection's epilogue
+    reads the accumulator unrounded (`rounded_before` False) and the bias per column."""
+    from autosched.ops.epilogue import CHANNEL
+
+    _, _, problems, epilogues, _ = gpt2_epilogues
+    assert sorted(p.name for p in problems) == [
+        "matmul_64x128x128_f16_f16_f32",  # the attention's output projection
+        "matmul_64x128x512_f16_f16_f32",  # the MLP's down projection
+        "matmul_64x384x128_f16_f16_f32",  # q, k and v in one
+        "matmul_64x512x128_f16_f16_f32",  # the MLP's up projection
+    ]
+    for problem in problems:
+        (epilogue,) = epilogues[problem.name]
+        assert not epilogue.rounded_before and epilogue.narrow == "f16", problem.name
+        assert [x.kind for x in epilogue.inputs] == [ACC, CHANNEL]
+        assert epilogue.inputs[0].element == "f32" and epilogue.out_element == "f16"
+        params, lines = epilogue.triton_lines("rn", "N", "offsets", "mask")
+        assert lines[0] == "a0 = acc" and len(params) == 1  # the f32 tile itself, the bias
+
+
+def test_the_rewritten_block_keeps_each_bias_in_its_kernel(gpt2_epilogues):
+    """With the epilogues each of the four kernels stores the biased f16 result itself: the
+    f32 result and the generic that added the bias leave the model (a kernel that replaced
+    the matmul alone wrote the f32 result for IREE to read back), and the block builds for
+    sm_90."""
+    from test_triton_kernels import _iree_compile
+
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+
+    target, model, *_, folder = gpt2_epilogues
+    flags = target.compile_flags()
+    results = {}
+    for with_epilogues in (False, True):
+        spec = triton_spec(
+            gpt2_epilogues, str(folder / f"custom_{with_epilogues}.mlir"), POINT,
+            gpt2_epilogues[3] if with_epilogues else None,
+        )  # fmt: skip
+        out = str(folder / f"rewritten_{with_epilogues}.mlir")
+        rewritten, replaced = rewrite_model(model, spec, flags, out, 300)
+        assert replaced == 4
+        module = ir.Module.parseFile(rewritten, ir.Context())
+        ops = list(walk_ops(module.operation))
+        externs = [str(op.results[0].type) for op in ops if op.name == "hal.dispatch.extern"]
+        results[with_epilogues] = sorted(externs)
+    assert all(t.endswith("xf32>") for t in results[False])
+    assert results[True] == [
+        "tensor<64x128xf16>", "tensor<64x128xf16>", "tensor<64x384xf16>", "tensor<64x512xf16>"
+    ]  # fmt: skip
+    _iree_compile(rewritten, *flags, RESUME_FLAG, "--compile-to=stream")
+
+
+def test_a_bias_epilogues_statements_compute_what_iree_computes(gpt2_epilogues):
+    """The bias epilogue's statements, run by numpy on an f32 accumulator and an f16 bias,
+    give what IREE computes from the same generic on the CPU (one rounding, at the end)."""
+    from test_conv_kernels import epilogues_against_iree
+
+    from autosched.rewrite.common import FUSED_MODEL
+    from autosched.rewrite.common import is_problems_op as _is_problems_op
+
+    *_, problems, _, folder = gpt2_epilogues
+
+    def close(got, expected):  # f16's rounding of one sum: one ulp (2^-10)
+        return (np.abs(got - expected) <= 2**-10 * np.abs(expected) + 1e-3).all()
+
+    checked = epilogues_against_iree(
+        str(folder / "fused" / FUSED_MODEL),
+        lambda op: next((p for p in problems if _is_problems_op(op, p)), None),
+        lambda tensor: np.float32 if "xf32>" in tensor else np.float16,
+        close,
+        spread=4,
+    )
+    assert checked == 1  # the four biases share one body

@@ -73,6 +73,9 @@ class Epilogue:
     # The generic as a transform DAG matcher's region, where its body captures nothing
     # (rewrite/epilogues.py `_dag`): matched exactly, not by its types alone.
     dag: str = ""
+    # False: no truncf before it; the body reads the f32 accumulator and rounds its own
+    # result to `narrow` (a matmul's bias added in f32, as torch's addmm in f16 does).
+    rounded_before: bool = True
 
     @property
     def signature(self) -> tuple:
@@ -110,7 +113,12 @@ class Epilogue:
             name = f"a{position}"
             if operand.kind in (ACC, ROTATED):
                 tile = "acc" if operand.kind == ACC else "rot"
-                lines.append(f"{name} = {tile}.to({TRITON_TYPES[self.narrow]})")
+                wide = not self.rounded_before and operand.kind == ACC
+                lines.append(
+                    f"{name} = {tile}"
+                    if wide
+                    else f"{name} = {tile}.to({TRITON_TYPES[self.narrow]})"
+                )
                 continue
             pointer = f"e{len(params)}"
             params.append(pointer)

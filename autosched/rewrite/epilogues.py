@@ -186,12 +186,17 @@ def _statements(op: ir.Operation, inputs: int) -> list[str] | str:
     return "its body has no yield"
 
 
-def after_contraction(op: ir.Operation) -> tuple[ir.Operation, ir.Operation, int] | str:
+def after_contraction(op: ir.Operation) -> tuple[ir.Operation | None, ir.Operation, int] | str:
     """(truncf, generic, reshapes) after a contraction: its only user a truncf (through up to
     MAX_RESHAPES reshapes, each its only user: `reshapes` of them), whose only user is a
-    generic of one result; or why not."""
+    generic of one result; or why not. A matmul's only user may also be a generic that
+    reads the f32 result itself and rounds what it computes (torch's `addmm` in f16: the
+    bias added in f32, then rounded): (None, that generic, 0)."""
     value, reshapes = op.results[0], 0
     user = single_user(value)
+    rounding = _rounding_user(op, user)
+    if rounding is not None:
+        return None, rounding, 0
     while user is not None and user.name in RESHAPES and reshapes < MAX_RESHAPES:
         value, reshapes = user.results[0], reshapes + 1
         user = single_user(value)
@@ -201,6 +206,21 @@ def after_contraction(op: ir.Operation) -> tuple[ir.Operation, ir.Operation, int
     if generic is None or generic.name != "linalg.generic" or len(generic.results) != 1:
         return "its rounded result has not one elementwise user"
     return user, generic, reshapes
+
+
+def _rounding_user(op: ir.Operation, user: ir.Operation | None) -> ir.Operation | None:
+    """`user` where it is a generic of one result, in the matmul's input type (narrower
+    than its f32 result), that reads the result as it is and rounds within its body; None
+    otherwise (a truncf alone is `is_truncf`'s)."""
+    if user is None or user.name != "linalg.generic" or len(user.results) != 1:
+        return None
+    if not op.name.startswith("linalg") or is_truncf(user) or "conv" in op.name:
+        return None
+    wide, narrow = _element(op.results[0].type), _element(user.results[0].type)
+    body = [inner.operation.name for inner in user.regions[0].blocks[0].operations]
+    if wide != "f32" or narrow != _element(op.operands[0].type) or "arith.truncf" not in body:
+        return None
+    return user if op.results[0] in list(user.operands)[:-1] else None
 
 
 def _rotating_user(rounded: ir.Value) -> ir.Operation | None:
@@ -325,16 +345,17 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
     if isinstance(after, str):
         return after
     truncf, generic, reshapes = after
+    rounded = truncf.results[0] if truncf is not None else op.results[0]
     iterators = [str(i) for i in ir.ArrayAttr(generic.attributes["iterator_types"])]
     if any("parallel" not in i for i in iterators):
         return "its user reduces"
     maps = indexing_maps(generic)
     inputs = len(generic.operands) - 1
     identity = ir.AffineMap.get_identity(len(iterators), context=generic.context)
-    acc = [i for i in range(inputs) if generic.operands[i] == truncf.results[0]]
+    acc = [i for i in range(inputs) if generic.operands[i] == rounded]
     if len(acc) != 1 or maps[-1] != identity:
         return "its user is not elementwise on the contraction's output"
-    shape = tuple(ir.RankedTensorType(truncf.results[0].type).shape)
+    shape = tuple(ir.RankedTensorType(rounded.type).shape)
     out_shape = list(ir.RankedTensorType(generic.results[0].type).shape)
     layout = _layout(problem, maps[acc[0]], shape, out_shape)
     if isinstance(layout, str):
@@ -347,7 +368,8 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         if position == acc[0]:
             kind = _plain(operand, ACC)
         elif maps[position] == identity:
-            kind = _rotated(operand, truncf, maps[acc[0]], shape) or _plain(operand, FULL)
+            rotated = truncf and _rotated(operand, truncf, maps[acc[0]], shape)
+            kind = rotated or _plain(operand, FULL)
         elif channel is not None and results == channel:
             kind = _plain(operand, CHANNEL)
         else:
@@ -355,7 +377,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         if kind is None:
             return "an input of its user is neither per channel nor output-shaped"
         kinds.append(kind)
-    if len(list(truncf.results[0].uses)) > 1 and not any(k.kind == ROTATED for k in kinds):
+    if len(list(rounded.uses)) > 1 and not any(k.kind == ROTATED for k in kinds):
         return "its rounded result has another user"
     if list(generic.regions[0].blocks[0].arguments[inputs].uses):
         return "its user reads its own output"
@@ -366,7 +388,8 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         inputs=tuple(kinds),
         out_type=str(generic.results[0].type),
         out_element=_element(generic.results[0].type),
-        narrow=_element(truncf.results[0].type),
+        narrow=_element((truncf or generic).results[0].type),
+        rounded_before=truncf is not None,
         statements=tuple(statements),
         reshapes=reshapes,
         acc_shape=shape,

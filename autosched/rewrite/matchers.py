@@ -162,8 +162,16 @@ def _truncf_of_contraction(
     return [
         *truncf_dag("%ins, %outs", handle, wide, thin),
         *producer,
+        *_contraction(problem, layout),
+    ]
+
+
+def _contraction(problem: MatmulProblem, layout: StoredLayout | None = None) -> list[str]:
+    """Transform lines that match `%mm` as one of the problem's zero-filled contractions
+    whose result has one user (else its f32 result is still needed)."""
+    return [
         match_contraction(problem, "%mm").rstrip("\n"),
-        # The truncf is the contraction's only user: else its f32 result is still needed.
+        # Its one user (the truncf or the epilogue): else its f32 result is still needed.
         f"    transform.match.structured %mm : {ANY_OP} {{",
         f"    ^bb2(%produced: {ANY_OP}):",
         f"      %user = transform.match.structured.result %produced[0] single"
@@ -192,7 +200,10 @@ def epilogue_matcher(
     contraction (and the transpose). The epilogue's body is compared where it captures no
     constant (`_exact_epilogue`); else a transform matcher cannot follow it, and
     rewrite/epilogues.py writes arms only for types that tell the model's epilogues apart."""
-    yielded = ["%op", "%tr", "%mm", *(["%t"] if layout else padded_handles(problem))]
+    # An epilogue that rounds in its own body reads the contraction itself: no truncf, whose
+    # place among the handles the contraction takes too.
+    rounding = "%tr" if epilogue.rounded_before else "%mm"
+    yielded = ["%op", rounding, "%mm", *(["%t"] if layout else padded_handles(problem))]
     param = "!transform.param<i64>"
     stored = "_stored" if layout else ""
     lines = [
@@ -213,11 +224,16 @@ def epilogue_matcher(
     chain = (0, ReshapeChain(epilogue.reshapes, epilogue.acc_shape)) if epilogue.reshapes else None
     lines += [
         *_typed_operand("%ep_out", "%op", len(epilogue.inputs), epilogue.out_type),
-        f"    %tr = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
+        f"    {rounding} = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
         f" : ({ANY_OP}) -> {ANY_OP}",
-        *([] if epilogue.period > 1 else _only_user("%tr")),
-        *_truncf_of_contraction("%tr", problem, epilogue.narrow, layout, chain),
     ]
+    if epilogue.rounded_before:
+        lines += [
+            *([] if epilogue.period > 1 else _only_user("%tr")),
+            *_truncf_of_contraction("%tr", problem, epilogue.narrow, layout, chain),
+        ]
+    else:
+        lines += _contraction(problem, layout)
     return _sequence(f"match_epilogue{stored}_{index}_{j}", "%op", lines, yielded)
 
 

@@ -26,6 +26,10 @@ Models (f32, weights small so the files stay small):
   f16 each projection's f32 result is rounded, then its bias added as the heads move before
   the tokens (one generic that permutes the matmul's result: issue 24).
   `hf_bert_layer_f16_seq32.mlirbc` is the f16 layer on x[2, 32, 128].
+- `hf_gpt2_block_f16.mlirbc`: transformers' own `GPT2Block` (hidden 128, 4 heads, MLP 512,
+  its Conv1D projections: `addmm`) on x[2, 32, 128] in f16, weights as arguments: each
+  projection's bias is added to the f32 result and rounded in one generic (no truncf of its
+  own before it).
 - `tv_resnet18_f32.mlirbc`: torchvision's own `resnet18` (10 classes, eval mode) on
   x[2, 3, 64, 64] (a batch of 2: see targets/cpu_convolution.py), its parameters as arguments
   (issue 25). Needs torchvision and pillow beside torch; a CPU-only torch cannot load
@@ -154,6 +158,17 @@ def hf_bert_layer(dtype: torch.dtype = torch.float32, seq: int = 32) -> tuple[nn
     return LayerWithWeights(layer, ()), (torch.randn(2, seq, 128, dtype=dtype), *weights)
 
 
+def hf_gpt2_block() -> tuple[nn.Module, tuple]:
+    """transformers' GPT2Block (hidden 128, 4 heads, MLP 512) in f16 on x[2, 32, 128]."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    config = GPT2Config(n_embd=128, n_head=4, n_positions=64, attn_implementation="sdpa")
+    block = GPT2Block(config, layer_idx=0).eval().to(torch.float16)
+    weights = [p.detach() for p in block.parameters()]
+    return LayerWithWeights(block, ()), (torch.randn(2, 32, 128, dtype=torch.float16), *weights)
+
+
 def torchvision_model(name: str, dtype: torch.dtype, side: int = 64) -> tuple[nn.Module, tuple]:
     """torchvision's own `name` (10 classes, eval mode) on x[2, 3, side, side] in `dtype`."""
     import importlib
@@ -261,6 +276,7 @@ def models() -> dict:
     found["tv_resnet18_f32_96.mlirbc"] = lambda: torchvision_model("resnet18", torch.float32, 96)
     for dtype, name in ((torch.float32, "f32"), (torch.float16, "f16")):
         found[f"timm_vit_tiny_{name}.mlirbc"] = lambda d=dtype: timm_vit_tiny(d)
+    found["hf_gpt2_block_f16.mlirbc"] = hf_gpt2_block
     found["hf_tiny_causal_lm_f32.mlirbc"] = hf_tiny_causal_lm
     found["llama_mlp_dynamic_f32.mlirbc"] = llama_mlp_dynamic
     return found
