@@ -576,6 +576,32 @@ def test_each_epilogues_statements_compute_what_iree_computes(resnet18_channels_
     assert checked >= 3  # batch norm and ReLU, with a residual, with a downsampling one
 
 
+def _cpu_module(generic) -> bytes:
+    """The generic alone (`_alone`), built by IREE for the CPU."""
+    return compiler.compile_str(
+        _alone(generic), target_backends=["llvm-cpu"],
+        extra_args=["--iree-llvmcpu-target-cpu=generic"],
+    )  # fmt: skip
+
+
+def _drawn(generic, rng, element, spread: float) -> list[np.ndarray]:
+    """Seeded inputs of the generic in [-spread, spread], typed by `element`."""
+    return [
+        rng.uniform(-spread, spread, ir.RankedTensorType(v.type).shape).astype(element(str(v.type)))
+        for v in list(generic.operands)[:-1]
+    ]
+
+
+def _then_generic(generic):
+    """The generic that reads `generic`'s result through reshapes (an epilogue's `then`)."""
+    from autosched.rewrite.common import RESHAPES, single_user
+
+    user = single_user(generic.results[0])
+    while user.name in RESHAPES:
+        user = single_user(user.results[0])
+    return user
+
+
 def epilogues_against_iree(fused: str, problem_of, element, close, spread: float) -> int:
     """Each distinct epilogue of the module at `fused` (after the op `problem_of` gives a
     problem for) run by numpy and by IREE on the CPU (its generic alone) on seeded inputs in
@@ -594,19 +620,19 @@ def epilogues_against_iree(fused: str, problem_of, element, close, spread: float
         if epilogue.period > 1:  # RoPE's chain: tests/test_rotary_epilogues.py
             continue
         checked.add(epilogue.statements)
-        generic = after_contraction(op)[1]
-        vmfb = compiler.compile_str(
-            _alone(generic), target_backends=["llvm-cpu"],
-            extra_args=["--iree-llvmcpu-target-cpu=generic"],
-        )  # fmt: skip
         rng = np.random.default_rng(len(checked))
-        inputs = [
-            rng.uniform(-spread, spread, ir.RankedTensorType(v.type).shape).astype(
-                element(str(v.type))
-            )
-            for v in list(generic.operands)[:-1]
-        ]
-        expected = _run(vmfb, "local-task", *inputs).astype(np.float32)
+        generic = after_contraction(op)[1]
+        inputs = _drawn(generic, rng, element, spread)
+        expected = _run(_cpu_module(generic), "local-task", *inputs)
+        if epilogue.then is not None:  # its second generic on the first's result, reshaped
+            then = _then_generic(generic)
+            added = _drawn(then, rng, element, spread)
+            operands = [np.asarray(x) for x in added]
+            operands[epilogue.then.acc] = expected.reshape(operands[epilogue.then.acc].shape)
+            expected = _run(_cpu_module(then), "local-task", *operands)
+            positions = epilogue.then.positions
+            inputs = [*inputs, *(added[p] for p in positions)]
+        expected = expected.astype(np.float32)
         got = _numpy_statements(epilogue, inputs).astype(np.float32)
         assert close(got.reshape(expected.shape), expected), epilogue.statements
     return len(checked)

@@ -59,6 +59,22 @@ class EpilogueInput:
 
 
 @dataclass(frozen=True)
+class Then:
+    """A second elementwise generic that reads an epilogue's result (through `reshapes`
+    reshapes, which keep the elements' order) and nothing else of the kernel's, computed in
+    the same kernel: GPT-2's GELU or residual add after the bias its projection rounds in.
+    Its inputs besides that result come after the first generic's in `Epilogue.inputs`;
+    `Epilogue.out_type` is its result's."""
+
+    acc: int  # its operand that is the first generic's result
+    positions: tuple[int, ...]  # its operand position of each of its other inputs, in order
+    reads: str  # the type it reads the first generic's result as
+    first_out: str  # the first generic's result type
+    reshapes: int = 0
+    dag: str = ""  # as Epilogue.dag, for this generic
+
+
+@dataclass(frozen=True)
 class Epilogue:
     """An epilogue as the kernel computes it."""
 
@@ -76,6 +92,7 @@ class Epilogue:
     # False: no truncf before it; the body reads the f32 accumulator and rounds its own
     # result to `narrow` (a matmul's bias added in f32, as torch's addmm in f16 does).
     rounded_before: bool = True
+    then: Then | None = None  # a generic after this one, in the same kernel
 
     @property
     def signature(self) -> tuple:
@@ -90,8 +107,32 @@ class Epilogue:
     @property
     def extras(self) -> list[tuple[int, EpilogueInput]]:
         """(operand position, input) of each input the kernel reads besides A and B (not the
-        contraction's result, nor its rotation: the kernel has them)."""
-        return [(i, x) for i, x in enumerate(self.inputs) if x.kind not in (ACC, ROTATED)]
+        contraction's result, nor its rotation: the kernel has them), in the kernel's
+        order; a `then` generic's inputs last, at their positions in it."""
+        first = self.first_inputs
+        found = [(i, x) for i, x in enumerate(first) if x.kind not in (ACC, ROTATED)]
+        if self.then is not None:
+            found += list(zip(self.then.positions, self.inputs[len(first) :], strict=True))
+        return found
+
+    @property
+    def first_inputs(self) -> tuple[EpilogueInput, ...]:
+        """The first generic's inputs (all of them without `then`)."""
+        count = len(self.inputs) - (len(self.then.positions) if self.then else 0)
+        return self.inputs[:count]
+
+    def sources(self, first: str, last: str) -> list[tuple[str, str]]:
+        """(handle, operand positions) of the kernel's other inputs, in its order: the
+        first generic's on `first`, a `then` generic's on `last` (one handle without it)."""
+        count = len(self.extras) - (len(self.then.positions) if self.then else 0)
+        parts = [(first if self.then else last, self.extras[:count])]
+        parts.append((last, self.extras[count:]))
+        return [(h, ", ".join(str(p) for p, _ in part)) for h, part in parts if part]
+
+    @property
+    def exact(self) -> bool:
+        """Whether the spec's matcher compares every generic's body (`dag`)."""
+        return bool(self.dag) and (self.then is None or bool(self.then.dag))
 
     @property
     def period(self) -> int:

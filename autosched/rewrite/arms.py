@@ -39,8 +39,7 @@ def _epilogue_arms(i: int, w: Substitute) -> list[tuple[Arm, str, str]]:
     convolution = w.problem.kind == "convolution"
     for j, (epilogue, _, stored_binary) in enumerate(w.epilogues):
         function = f"{FUNCTION_PREFIX}{i}_e{j}"
-        extras = ", ".join(str(position) for position, _ in epilogue.extras)
-        extra_sources = [("%op", extras)] if extras else []
+        extra_sources = epilogue.sources("%tr", "%op")
         variants = [(None, function, conv_operands(w.problem, "%mm"))]
         if stored_binary is not None:
             variants.insert(0, (w.stored[0], f"{function}_stored", [("%mm", "0"), ("%t", "0")]))

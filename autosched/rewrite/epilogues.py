@@ -28,6 +28,7 @@ where every epilogue of that type signature in the model has the same statements
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from iree.compiler import ir
 from iree.compiler.dialects import func
@@ -44,6 +45,7 @@ from autosched.ops.epilogue import (
     Epilogue,
     EpilogueInput,
     PermutedStore,
+    Then,
 )
 from autosched.ops.matmul import MatmulProblem
 from autosched.rewrite.common import (
@@ -73,6 +75,7 @@ WIDE_CALLS = {
     "math.erf": "tl.math.erf",
 }
 CASTS = ("arith.extf", "arith.truncf")
+MAX_POWER = 4  # math.fpowi's constant exponents written as products
 # arith.cmpf's predicates (its enum's order) as Python comparisons that keep NaN's answer.
 PREDICATES = {
     1: "({a} == {b})",
@@ -102,8 +105,23 @@ def _literal(op: ir.Operation) -> str | None:
     return f"tl.full([1, 1], {text}, {TRITON_TYPES[element]})"
 
 
+def _power(op: ir.Operation, names: dict, target: str) -> str | None:
+    """`math.fpowi` by a constant exponent of 1 to MAX_POWER as products (GPT-2's GELU
+    cubes its input); None otherwise."""
+    owner = op.operands[1].owner
+    base = names.get(op.operands[0])
+    if base is None or isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
+        return None
+    exponent = ir.IntegerAttr(owner.operation.attributes["value"]).value
+    if not 1 <= exponent <= MAX_POWER:
+        return None
+    return f"{target} = {' * '.join([base] * exponent)}"
+
+
 def _statement(op: ir.Operation, names: dict, target: str) -> str | None:
     """One body op as `target = ...`, its operands by `names`; None if it has no form."""
+    if op.name == "math.fpowi":
+        return _power(op, names, target)
     args = [names.get(v) for v in op.operands]
     if None in args:
         return None
@@ -118,6 +136,9 @@ def _statement(op: ir.Operation, names: dict, target: str) -> str | None:
         return f"{target} = {args[0]}.to({element})" if element else None
     if op.name == "arith.negf":
         return f"{target} = -{args[0]}"
+    if op.name == "math.tanh":  # 1 - 2 / (e^2x + 1) in f32: Gluon has no tanh nor sigmoid
+        wide = f"{args[0]}.to(tl.float32)"
+        return f"{target} = (1.0 - 2.0 / (tl.exp(2.0 * {wide}) + 1.0)).to({args[0]}.dtype)"
     if op.name == "arith.select":
         return f"{target} = tl.where({args[0]}, {args[1]}, {args[2]})"
     if op.name == "arith.cmpf":
@@ -156,34 +177,89 @@ def _dag(op: ir.Operation) -> str:
     return f"^bb0({arguments}):\n{text.strip()}"
 
 
-def _statements(op: ir.Operation, inputs: int) -> list[str] | str:
-    """The generic's body as Triton statements, or why it has none."""
+def _statements(
+    op: ir.Operation, inputs: int, arguments: list[str] | None = None, prefix: str = ""
+) -> list[str] | str:
+    """The generic's body as Triton statements, or why it has none: its inputs named
+    `arguments` (a0, a1, ...), its values `prefix`ed (a second generic's apart from the
+    first's)."""
     block = op.regions[0].blocks[0]
-    names: dict = {block.arguments[i]: f"a{i}" for i in range(inputs)}
+    arguments = arguments or [f"a{i}" for i in range(inputs)]
+    names: dict = {block.arguments[i]: arguments[i] for i in range(inputs)}
     lines = []
     for count, body_op in enumerate(block.operations):
         body_op = body_op.operation
         for value in body_op.operands:  # a constant captured from outside the body
             owner = value.owner
-            if value in names or isinstance(owner, ir.Block):
+            if value in names or isinstance(owner, ir.Block) or body_op.name == "math.fpowi":
                 continue
             literal = _literal(owner.operation)
             if literal is None:
                 return f"its body reads {owner.operation.name} from outside"
-            names[value] = f"k{len(lines)}"
+            names[value] = f"{prefix}k{len(lines)}"
             lines.append(f"{names[value]} = {literal}")
         if body_op.name == "linalg.yield":
             return [*lines, f"out = {names[body_op.operands[0]]}"]
+        target = f"{prefix}v{count}"
         if body_op.name == "arith.constant":
             literal = _literal(body_op)
-            line = None if literal is None else f"v{count} = {literal}"
+            line = None if literal is None else f"{target} = {literal}"
         else:
-            line = _statement(body_op, names, f"v{count}")
+            line = _statement(body_op, names, target)
         if line is None:
             return f"no Triton form for {body_op.name}"
-        names[body_op.results[0]] = f"v{count}"
+        names[body_op.results[0]] = target
         lines.append(line)
     return "its body has no yield"
+
+
+def _then(first: ir.Operation, epilogue: Epilogue) -> Epilogue:
+    """`epilogue` (of a generic that rounds the f32 result itself) with the elementwise
+    generic after it (through up to MAX_RESHAPES reshapes, each the only user) in the same
+    kernel, where that generic reads its result as it is, in the same element type, and
+    otherwise only output-shaped tensors or vectors along its last dim; `epilogue` as it is
+    otherwise."""
+    value, reshapes = first.results[0], 0
+    user = single_user(value)
+    while user is not None and user.name in RESHAPES and reshapes < MAX_RESHAPES:
+        value, reshapes = user.results[0], reshapes + 1
+        user = single_user(value)
+    if user is None or user.name != "linalg.generic" or len(user.results) != 1:
+        return epilogue
+    iterators = [str(i) for i in ir.ArrayAttr(user.attributes["iterator_types"])]
+    maps, inputs = indexing_maps(user), len(user.operands) - 1
+    identity = ir.AffineMap.get_identity(len(iterators), context=user.context)
+    last = [ir.AffineDimExpr.get(len(iterators) - 1, context=user.context)]
+    acc = [i for i in range(inputs) if user.operands[i] == value]
+    if any("parallel" not in i for i in iterators) or maps[-1] != identity or len(acc) != 1:
+        return epilogue
+    if maps[acc[0]] != identity or _element(user.results[0].type) != epilogue.out_element:
+        return epilogue
+    if list(user.regions[0].blocks[0].arguments[inputs].uses):
+        return epilogue
+    names, added, positions = [], [], []
+    for position in range(inputs):
+        operand, results = user.operands[position], list(maps[position].results)
+        if position == acc[0]:
+            names.append("out")
+            continue
+        kind = FULL if maps[position] == identity else CHANNEL if results == last else None
+        if kind is None:
+            return epilogue
+        names.append(f"a{len(epilogue.inputs) + len(added)}")
+        added.append(_plain(operand, kind))
+        positions.append(position)
+    statements = _statements(user, inputs, names, prefix="t")
+    if isinstance(statements, str):
+        return epilogue
+    then = Then(acc[0], tuple(positions), str(value.type), epilogue.out_type, reshapes, _dag(user))
+    return replace(
+        epilogue,
+        inputs=(*epilogue.inputs, *added),
+        out_type=str(user.results[0].type),
+        statements=(*epilogue.statements, *statements),
+        then=then,
+    )
 
 
 def after_contraction(op: ir.Operation) -> tuple[ir.Operation | None, ir.Operation, int] | str:
@@ -384,7 +460,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
     statements = _statements(generic, inputs)
     if isinstance(statements, str):
         return statements
-    return Epilogue(
+    read = Epilogue(
         inputs=tuple(kinds),
         out_type=str(generic.results[0].type),
         out_element=_element(generic.results[0].type),
@@ -396,6 +472,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         store=store,
         dag=_dag(generic),
     )
+    return read if truncf is not None or store is not None else _then(generic, read)
 
 
 def model_epilogues(module: ir.Module, problem) -> list[Epilogue]:
@@ -431,7 +508,7 @@ def unambiguous(epilogues: list[Epilogue], unread: set[tuple] = frozenset()) -> 
     return [
         e
         for e in epilogues
-        if (e.dag and (e.period == 1 or e.signature not in unread))
+        if (e.exact and (e.period == 1 or e.signature not in unread))
         or (len(by_signature[e.signature]) == 1 and e.signature not in unread)
     ]
 

@@ -198,36 +198,40 @@ def epilogue_matcher(
     problem's zero-filled contractions (through the epilogue's reshapes; with `layout`: only
     where B is a stored weight's transpose). Yields the epilogue, the truncf, the
     contraction (and the transpose). The epilogue's body is compared where it captures no
-    constant (`_exact_epilogue`); else a transform matcher cannot follow it, and
-    rewrite/epilogues.py writes arms only for types that tell the model's epilogues apart."""
-    # An epilogue that rounds in its own body reads the contraction itself: no truncf, whose
-    # place among the handles the contraction takes too.
-    rounding = "%tr" if epilogue.rounded_before else "%mm"
+    constant (`dag_lines`); else a transform matcher cannot follow it, and
+    rewrite/epilogues.py writes arms only for types that tell the model's epilogues apart.
+    An epilogue that rounds in its own body reads the contraction itself (no truncf: the
+    contraction takes its place among the handles); one with a `then` generic is matched
+    from that generic, through its reshapes, to the first (in the truncf's place)."""
+    then = epilogue.then
+    rounding = "%tr" if epilogue.rounded_before or then else "%mm"
     yielded = ["%op", rounding, "%mm", *(["%t"] if layout else padded_handles(problem))]
-    param = "!transform.param<i64>"
     stored = "_stored" if layout else ""
-    lines = [
-        f'    transform.match.operation_name %op ["linalg.generic"] : {ANY_OP}',
-        *_exact_epilogue(epilogue),
-        f"    transform.match.structured %op : {ANY_OP} {{",
-        f"    ^bb0(%ep: {ANY_OP}):",
-        f"      %count = transform.match.structured.num_inputs %ep : ({ANY_OP}) -> {param}",
-        f"      %want = transform.param.constant {len(epilogue.inputs)} : i64 -> {param}",
-        f"      transform.match.param.cmpi eq %count, %want : {param}",
-        "      transform.match.structured.yield",
-        "    }",
-    ]
-    for position, operand in enumerate(epilogue.inputs):
-        lines += _typed_operand(f"%ep{position}", "%op", position, operand.type)
+    first = "%tr" if then else "%op"  # the generic that reads the contraction (or truncf)
+    lines = []
+    if then is not None:
+        added = epilogue.inputs[len(epilogue.first_inputs) :]
+        types = dict(zip(then.positions, (x.type for x in added), strict=True))
+        types[then.acc] = then.reads
+        ordered = [types[position] for position in range(len(types))]
+        lines += _generic_lines("%op", "then", ordered, epilogue.out_type, then.dag)
+        chain = ReshapeChain(then.reshapes, ())
+        lines += chain_matcher_lines("%op", chain, ANY_OP, operand=then.acc, bound="%tr")
+    first_types = [x.type for x in epilogue.first_inputs]
+    first_out = then.first_out if then else epilogue.out_type
+    lines += _generic_lines(first, "ep", first_types, first_out, epilogue.dag)
+    for position, operand in enumerate(epilogue.first_inputs):
         if operand.kind == ROTATED:
             lines += _rotation_matcher(position)
-    chain = (0, ReshapeChain(epilogue.reshapes, epilogue.acc_shape)) if epilogue.reshapes else None
-    lines += [
-        *_typed_operand("%ep_out", "%op", len(epilogue.inputs), epilogue.out_type),
-        f"    {rounding} = transform.get_producer_of_operand %op[{epilogue.acc_position}]"
-        f" : ({ANY_OP}) -> {ANY_OP}",
-    ]
+    producer = "%tr" if epilogue.rounded_before else "%mm"
+    lines.append(
+        f"    {producer} = transform.get_producer_of_operand {first}[{epilogue.acc_position}]"
+        f" : ({ANY_OP}) -> {ANY_OP}"
+    )
     if epilogue.rounded_before:
+        chain = (
+            (0, ReshapeChain(epilogue.reshapes, epilogue.acc_shape)) if epilogue.reshapes else None
+        )
         lines += [
             *([] if epilogue.period > 1 else _only_user("%tr")),
             *_truncf_of_contraction("%tr", problem, epilogue.narrow, layout, chain),
@@ -235,6 +239,27 @@ def epilogue_matcher(
     else:
         lines += _contraction(problem, layout)
     return _sequence(f"match_epilogue{stored}_{index}_{j}", "%op", lines, yielded)
+
+
+def _generic_lines(handle: str, name: str, inputs: list[str], out: str, dag: str) -> list[str]:
+    """Transform lines that match `handle` as a linalg.generic of exactly `inputs` (their
+    types, in order) and the result type `out`, and of the body `dag` where it has one."""
+    param = "!transform.param<i64>"
+    lines = [
+        f'    transform.match.operation_name {handle} ["linalg.generic"] : {ANY_OP}',
+        *(dag_lines(f"%{name}_dag_ins, %{name}_dag_outs", handle, dag) if dag else []),
+        f"    transform.match.structured {handle} : {ANY_OP} {{",
+        f"    ^bb0(%{name}: {ANY_OP}):",
+        f"      %{name}_count = transform.match.structured.num_inputs %{name}"
+        f" : ({ANY_OP}) -> {param}",
+        f"      %{name}_want = transform.param.constant {len(inputs)} : i64 -> {param}",
+        f"      transform.match.param.cmpi eq %{name}_count, %{name}_want : {param}",
+        "      transform.match.structured.yield",
+        "    }",
+    ]
+    for position, spelled in enumerate(inputs):
+        lines += _typed_operand(f"%{name}{position}", handle, position, spelled)
+    return lines + _typed_operand(f"%{name}_out", handle, len(inputs), out)
 
 
 def _only_user(handle: str) -> list[str]:
@@ -270,14 +295,6 @@ def _rotation_matcher(position: int) -> list[str]:
         "      transform.match.structured.yield",
         "    }",
     ]
-
-
-def _exact_epilogue(epilogue: Epilogue) -> list[str]:
-    """Transform lines that match the epilogue's generic exactly (maps and body), where its
-    body captures nothing (`Epilogue.dag`); none otherwise."""
-    if not epilogue.dag:
-        return []
-    return dag_lines("%dag_ins, %dag_outs", "%op", epilogue.dag)
 
 
 def _sequence(name: str, root: str, lines: list[str], yielded: list[str]) -> str:

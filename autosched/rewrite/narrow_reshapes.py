@@ -74,21 +74,25 @@ def model_reshape_chains(
     return reshape_chains(ir.Module.parseFile(path, ir.Context()))
 
 
-def chain_matcher_lines(handle: str, chain: ReshapeChain, any_op: str) -> list[str]:
-    """Transform lines that walk from `handle` (the truncf) up `chain.length` reshapes to
-    the op bound to `%mm`."""
-    lines, current = [], handle
+def chain_matcher_lines(
+    handle: str, chain: ReshapeChain, any_op: str, operand: int = 0, bound: str = "%mm"
+) -> list[str]:
+    """Transform lines that walk from `handle` (the truncf; or an epilogue's second generic,
+    from its `operand`) up `chain.length` reshapes to the op bound to `bound`."""
+    lines, current, position = [], handle, operand
     names = ", ".join(f'"{name}"' for name in RESHAPES)
+    prefix = bound.lstrip("%")
     for step in range(chain.length):
-        reshape = f"%reshape{step}"
+        reshape = f"%{prefix}_reshape{step}"
         lines += [
-            f"    {reshape} = transform.get_producer_of_operand {current}[0]"
+            f"    {reshape} = transform.get_producer_of_operand {current}[{position}]"
             f" : ({any_op}) -> {any_op}",
             f"    transform.match.operation_name {reshape} [{names}] : {any_op}",
         ]
-        current = reshape
+        current, position = reshape, 0
     lines.append(
-        f"    %mm = transform.get_producer_of_operand {current}[0] : ({any_op}) -> {any_op}"
+        f"    {bound} = transform.get_producer_of_operand {current}[{position}]"
+        f" : ({any_op}) -> {any_op}"
     )
     return lines
 
