@@ -247,3 +247,70 @@ def test_the_layer_with_every_kernel_gives_the_default_builds_outputs(
     assert result.exit_code == 0, result.output
     assert "with custom kernels (8 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+GPT2_F16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_gpt2_block_f16.mlirbc")
+
+
+@pytest.fixture(scope="module")
+def gpt2_absorbed(tmp_path_factory):
+    """(the GPT-2 block's attention op form, its absorbed forms, the work folder)."""
+    folder = tmp_path_factory.mktemp("gpt2_absorbed")
+    (op,) = model_attentions(GPT2_F16, SM90.compile_flags(), str(folder / "ops"))
+    found = winners_absorbed(GPT2_F16, SM90.compile_flags(), str(folder / "fused"), [op])
+    return op, found[op.name], folder
+
+
+def test_q_k_and_v_are_read_as_slices_of_the_fused_projection(gpt2_absorbed):
+    """GPT-2 splits its one q/k/v projection ([2, 32, 384]) into three slices of its last
+    dim, each split into heads and transposed: the kernel reads each slice of the projection
+    itself (its offset, the 128 columns it holds, rows 384 apart), with no copy."""
+    op, forms, _ = gpt2_absorbed
+    for form in forms:
+        assert [s.operand for s in form.inputs] == [0, 1, 2]
+        assert {s.read_type for s in form.inputs} == {"tensor<2x32x384xf16>"}
+        assert form.problem.views == ((0, 128, 384), (128, 128, 384), (256, 128, 384))
+        assert form.problem.flops == op.flops and form.problem.causal
+    problem = forms[0].problem
+    rng = np.random.default_rng(0)
+    fused = rng.standard_normal((2, 32, 384))
+    for operand in range(3):
+        strides = operand_strides(problem, operand)
+        offset = problem.views[operand][0]
+        row, column = {0: ("m", "k1"), 1: ("k2", "k1"), 2: ("k2", "n")}[operand]
+        heads = fused[..., offset : offset + 128].reshape(2, 32, 4, 32).transpose(0, 2, 1, 3)
+        rows = np.arange(32)[:, None] * strides[row]
+        columns = np.arange(32)[None, :] * strides[column]
+        flat = fused.reshape(-1)
+        for b in range(2):
+            for h in range(4):
+                base = offset + b * strides["b0"] + h * strides["b1"]
+                np.testing.assert_array_equal(flat[base + rows + columns], heads[b, h])
+
+
+def test_the_rewritten_block_has_no_slice_copies(gpt2_absorbed):
+    """With the absorbed arms the kernel takes the projection's result three times in place
+    of the three slices IREE copies out of it: no extract_slice is left, and the block
+    builds for sm_90."""
+    pytest.importorskip("triton")
+    from autosched.compile import CompileJob, compile_one
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.spec import write_substitution
+
+    op, absorbed, folder = gpt2_absorbed
+    slices = {}
+    for absorbing in (False, True):
+        spec = str(folder / f"custom_{absorbing}.mlir")
+        forms = {op.name: absorbed} if absorbing else None
+        assert write_substitution(spec, [(op, FLASH_POINT)], SM90, absorbed=forms) == []
+        out = str(folder / f"rewritten_{absorbing}.mlir")
+        rewritten, replaced = rewrite_model(GPT2_F16, spec, SM90.compile_flags(), out, 300)
+        assert replaced == 1
+        module = ir.Module.parseFile(rewritten, ir.Context())
+        ops = list(walk_ops(module.operation))
+        slices[absorbing] = len([o for o in ops if o.name == "tensor.extract_slice"])
+    assert slices == {False: 3, True: 0}
+    built = compile_one(
+        CompileJob(rewritten, str(folder / "m.vmfb"), [*SM90.compile_flags(), RESUME_FLAG]), 300
+    )
+    assert built.status == "ok", built.message

@@ -51,6 +51,9 @@ def operand_strides(problem: AttentionProblem, operand: int) -> dict[str, int]:
     loops = problem.operand_loops[operand]
     sizes = [problem.loop_sizes[i] for i in loops]
     strides = {loop: math.prod(sizes[d + 1 :]) for d, loop in enumerate(loops)}
+    _, inner, pitch = view_of(problem, operand)
+    if inner:  # a slice of a wider last dim: the loops outside it step over the whole dim
+        strides = {loop: s // inner * pitch if s >= inner else s for loop, s in strides.items()}
     named = {
         problem.loops[loop]: stride
         for loop, stride in strides.items()
@@ -59,6 +62,13 @@ def operand_strides(problem: AttentionProblem, operand: int) -> dict[str, int]:
     for index, loop in enumerate(problem.positions("b")):
         named[f"b{index}"] = strides.get(loop, 0)
     return named
+
+
+def view_of(problem: AttentionProblem, operand: int) -> tuple[int, int, int]:
+    """(offset, sliced extent, full extent) of an operand the kernel reads as a slice of a
+    wider tensor's last dim (AttentionProblem.views); (0, 0, 0) for one read whole."""
+    views = problem.views
+    return views[operand] if 0 <= operand < len(views) else (0, 0, 0)
 
 
 def batch_sizes(problem: AttentionProblem) -> list[int]:
@@ -75,6 +85,8 @@ def layout_constants(problem: AttentionProblem) -> dict:
     names = {"q": (0, "m", "k1"), "k": (1, "k2", "k1"), "v": (2, "k2", "n"), "o": (out, "m", "n")}
     names |= {"m": (3, "m", "k2")} if problem.mask_tensor else {}
     constants = {"MASK": NO_MASK}
+    for prefix, operand in (("q", 0), ("k", 1), ("v", 2)):
+        constants[f"{prefix}o"] = view_of(problem, operand)[0]
     for prefix, (operand, row, column) in names.items():
         strides = operand_strides(problem, operand)
         for index in range(MAX_BATCH_LOOPS):
@@ -104,10 +116,15 @@ def operand_tensor_types(problem: AttentionProblem) -> tuple[list[str], str]:
     types = [problem.query_type, problem.key_type, problem.value_type]
     out_loops = problem.operand_loops[-1]
 
-    def shaped(loops, element):
-        return tensor_type([problem.loop_sizes[i] for i in loops], element)
+    def shaped(loops, element, operand=-1):
+        shape = [problem.loop_sizes[i] for i in loops]
+        _, inner, pitch = view_of(problem, operand)
+        if inner:  # the wider tensor, its sliced dim whole (the dims it held merged)
+            rows = math.prod(shape) // inner
+            shape = [rows, pitch]
+        return tensor_type(shape, element)
 
-    inputs = [shaped(problem.operand_loops[i], types[i]) for i in range(3)]
+    inputs = [shaped(problem.operand_loops[i], types[i], i) for i in range(3)]
     return inputs, shaped(out_loops, problem.value_type)
 
 

@@ -158,6 +158,10 @@ class AttentionProblem(AttentionCheck):
     form: str = "flow"
     causal: bool = False  # the op form's mask is the causal one (rewrite/attention_ops.py)
     output_type: str = ""  # the result's element type (the value type when not read)
+    # Where a kernel reads q, k or v as a slice of a wider tensor's last dim (GPT-2's fused
+    # q/k/v, rewrite/attention_sources.py): (offset of its first element, the sliced dim's
+    # extent, the wider tensor's) per operand, (0, 0, 0) for one read whole; () for none.
+    views: tuple[tuple[int, int, int], ...] = ()
 
     def size(self, role: str) -> int:
         return math.prod(s for r, s in zip(self.loops, self.loop_sizes, strict=True) if r == role)

@@ -15,6 +15,12 @@ split into the copy's dims (an operand that is no copy keeps its memory, read as
 shape), and a copied operand's loops are those the copy's map reads or writes. A dim the
 map drops is a loop the source does not index: stride 0, one KV head read for the whole
 group.
+
+GPT-2 (and other models with one fused q/k/v projection) slices Q, K and V out of the
+projection's last dim (`tensor.extract_slice`) before it splits heads: IREE copies each
+slice out (three copies of the projection's bytes). Such an operand is read from the
+projection itself: its first element's offset, and its rows the whole projection apart
+(`AttentionProblem.views`); the kernel takes the projection three times.
 """
 
 from __future__ import annotations
@@ -26,13 +32,14 @@ from iree.compiler import ir
 from autosched.ir_walk import defining_op, indexing_maps, walk_ops
 from autosched.kernels.attention_layout import kernel_inputs, operand_tensor_types
 from autosched.ops.attention import AttentionProblem, read_attention
-from autosched.ops.base import ANY_OP, DispatchSite
+from autosched.ops.base import ANY_OP, ANY_VALUE, DispatchSite
 from autosched.rewrite.attention_ops import ATTENTION
 from autosched.rewrite.builders import call, copy_dag, reshape, util_function
 from autosched.rewrite.common import COLLAPSE, EXPAND, read_fused_model, reassociation, single_user
 from autosched.rewrite.common import tensor_shape as _shape
 
 ABSORBED = (0, 1, 2)  # Q, K and V
+SLICE = "tensor.extract_slice"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,16 @@ class CopySource:
     element: str
     rank: int  # the copy's
     reshaped: bool  # a collapse_shape (an input) or expand_shape (the output) in between
+    # An input copied from a slice of a wider tensor's last dim (GPT-2's fused q/k/v, split
+    # by extract_slice, then expand_shape into heads): that tensor's type and the view
+    # (offset, sliced extent, full extent); the kernel reads the wider tensor itself.
+    whole_type: str = ""
+    view: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def read_type(self) -> str:
+        """The tensor the kernel function takes for this operand."""
+        return self.whole_type or self.source_type
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,27 @@ def _copy(op: ir.Operation | None) -> list[int] | None:
         return None
     dims = [e.position if isinstance(e, ir.AffineDimExpr) else None for e in source.results]
     return None if None in dims or len(set(dims)) != len(dims) else dims
+
+
+def _slice_view(copy: ir.Operation) -> tuple[ir.Value, tuple[int, int, int]] | None:
+    """(the wider tensor, (offset, sliced extent, full extent)) where the copy's input is
+    an expand_shape of a static, unit-step extract_slice of its last dim alone; else None."""
+    expand = defining_op(copy.operands[0])
+    if expand is None or expand.name != EXPAND:
+        return None
+    taken = defining_op(expand.operands[0])
+    if taken is None or taken.name != SLICE or len(taken.operands) != 1:
+        return None
+    offsets, sizes, steps = (
+        list(ir.DenseI64ArrayAttr(taken.attributes[f"static_{name}"]))
+        for name in ("offsets", "sizes", "strides")
+    )
+    whole = _shape(taken.operands[0])
+    if len(sizes) != len(whole) or set(steps) != {1}:
+        return None
+    if any(offsets[:-1]) or sizes[:-1] != whole[:-1] or _shape(taken.results[0]) != sizes:
+        return None
+    return taken.operands[0], (offsets[-1], sizes[-1], whole[-1])
 
 
 def _copied(op: ir.Operation, operand: int):
@@ -181,7 +219,7 @@ def absorbed_attention(
     operand_loops = [
         tuple(n for loop in loops for n in new_loops[loop]) for loops in problem.operand_loops
     ]
-    sources = []
+    sources, views = [], [(0, 0, 0)] * len(ABSORBED)
     for operand, (copy, dims, groups, reshaped, shape) in sides.items():
         side = _dim_loops(problem.operand_loops[operand], groups, shape, new_loops)
         if side is None:
@@ -192,14 +230,19 @@ def absorbed_attention(
             loops = [side[d] for d in dims]
         operand_loops[operand] = tuple(loop for part in loops for loop in part)
         sources.append(_source(operand, copy, reshaped))
+        if operand in ABSORBED:
+            views[operand] = sources[-1].view
     absorbed = replace(
-        problem, loops=tuple(roles), loop_sizes=tuple(sizes), operand_loops=tuple(operand_loops)
-    )
+        problem, loops=tuple(roles), loop_sizes=tuple(sizes), operand_loops=tuple(operand_loops),
+        views=tuple(views) if any(v != (0, 0, 0) for v in views) else (),
+    )  # fmt: skip
     return AbsorbedAttention(absorbed, tuple(sources))
 
 
 def _source(operand: int, copy: ir.Operation, reshaped: bool) -> CopySource:
     source_type, copy_type = (str(v.type) for v in copy.operands)
+    sliced = _slice_view(copy) if operand in ABSORBED else None
+    whole, view = (str(sliced[0].type), sliced[1]) if sliced else ("", (0, 0, 0))
     return CopySource(
         operand=operand,
         source_type=source_type,
@@ -208,6 +251,8 @@ def _source(operand: int, copy: ir.Operation, reshaped: bool) -> CopySource:
         element=str(ir.RankedTensorType(copy.operands[0].type).element_type),
         rank=len(_shape(copy.results[0])),
         reshaped=reshaped,
+        whole_type=whole,
+        view=view,
     )
 
 
@@ -290,7 +335,33 @@ def copy_matcher_lines(absorbed: AbsorbedAttention) -> list[str]:
                 f" : ({ANY_OP}) -> {ANY_OP}",
             ]
         lines += _copy_dag(source, handle, f"%in{source.operand}, %out{source.operand}")
+        if source.whole_type:
+            lines += _slice_lines(source)
     return lines
+
+
+def copied_handle(source: CopySource) -> str:
+    """The handle whose operand 0 the kernel reads for a copied input: its copy's, or the
+    extract_slice's (the wider tensor) where the copy reads a slice."""
+    return f"%slice{source.operand}" if source.whole_type else f"%copy{source.operand}"
+
+
+def _slice_lines(source: CopySource) -> list[str]:
+    """Transform lines that match the copy's input as an expand_shape of an extract_slice
+    of a tensor of the wider type, the slice bound to `copied_handle`. The offsets are not
+    matched: every attention of the problem was read with the same ones."""
+    operand, whole = source.operand, source.whole_type
+    return [
+        f"    %expand{operand} = transform.get_producer_of_operand %copy{operand}[0]"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        f'    transform.match.operation_name %expand{operand} ["{EXPAND}"] : {ANY_OP}',
+        f"    %slice{operand} = transform.get_producer_of_operand %expand{operand}[0]"
+        f" : ({ANY_OP}) -> {ANY_OP}",
+        f'    transform.match.operation_name %slice{operand} ["{SLICE}"] : {ANY_OP}',
+        f"    %whole{operand} = transform.get_operand %slice{operand}[0]"
+        f" : ({ANY_OP}) -> {ANY_VALUE}",
+        f"    transform.iree.match.cast_compatible_type %whole{operand} = {whole} : {ANY_VALUE}",
+    ]
 
 
 def absorbed_function(
@@ -302,7 +373,7 @@ def absorbed_function(
     output copy's, in whose layout the kernel wrote it)."""
     inputs, out = kernel_inputs(original), operand_tensor_types(original)[1]
     wanted, result = kernel_inputs(absorbed.problem), operand_tensor_types(absorbed.problem)[1]
-    sources = {s.operand: s.source_type for s in absorbed.inputs}
+    sources = {s.operand: s.read_type for s in absorbed.inputs}
     out = absorbed.output.copy_type if absorbed.output else out
     arguments = [sources.get(i, spelled) for i, spelled in enumerate(inputs)]
 

@@ -20,6 +20,7 @@ from autosched.ops.matmul_kernel import tensor_type
 from autosched.outputs.spec import match_contraction
 from autosched.rewrite.attention_sources import (
     AbsorbedAttention,
+    copied_handle,
     copy_matcher_lines,
     output_matcher_lines,
 )
@@ -103,7 +104,7 @@ def attention_matcher(
         typed.append((4, mask))
     typed.append((len(typed) + 1, out))  # the init, after the scale and the mask
     form = absorbed[1] if absorbed else None
-    yielded = ["%op", *(f"%copy{s.operand}" for s in form.inputs)] if form else ["%op"]
+    yielded = ["%op", *(copied_handle(s) for s in form.inputs)] if form else ["%op"]
     root = "%root" if form and form.output else "%op"
     yielded = ["%root", *yielded] if root == "%root" else yielded
     name = f"match_absorbed_{index}_{absorbed[0]}" if absorbed else f"match_custom_{index}"

@@ -76,6 +76,7 @@ def _kernel():
     @triton.jit
     def flash_attention(
         q, k, v, mk, o,
+        qo: tl.constexpr, ko: tl.constexpr, vo: tl.constexpr,
         sqb0: tl.constexpr, sqb1: tl.constexpr, sqb2: tl.constexpr, sqr: tl.constexpr,
         sqc: tl.constexpr,
         skb0: tl.constexpr, skb1: tl.constexpr, skb2: tl.constexpr, skr: tl.constexpr,
@@ -94,9 +95,9 @@ def _kernel():
         start = tl.num_programs(0) - 1 - tl.program_id(0)
         entry = tl.program_id(1)
         rows = start * BM + tl.arange(0, BM)
-        q_base = q + offset(entry, sqb0, sqb1, sqb2, B1, B2)
-        k_base = k + offset(entry, skb0, skb1, skb2, B1, B2)
-        v_base = v + offset(entry, svb0, svb1, svb2, B1, B2)
+        q_base = q + qo + offset(entry, sqb0, sqb1, sqb2, B1, B2)
+        k_base = k + ko + offset(entry, skb0, skb1, skb2, B1, B2)
+        v_base = v + vo + offset(entry, svb0, svb1, svb2, B1, B2)
         o_base = o + offset(entry, sob0, sob1, sob2, B1, B2)
         mk_base = mk
         if MASK != 0:

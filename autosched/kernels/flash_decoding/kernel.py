@@ -153,6 +153,7 @@ def _kernel():
     @triton.jit
     def flash_decoding(
         q, k, v, mk, o, lock, part,
+        qo: tl.constexpr, ko: tl.constexpr, vo: tl.constexpr,
         sqb0: tl.constexpr, sqb1: tl.constexpr, sqb2: tl.constexpr, sqr: tl.constexpr,
         sqc: tl.constexpr,
         skb0: tl.constexpr, skb1: tl.constexpr, skb2: tl.constexpr, skr: tl.constexpr,
@@ -176,9 +177,9 @@ def _kernel():
         row = rows - head * M
         live = rows < ROWS
         dv = tl.arange(0, DV)
-        q_base = q + offset(entry, sqb0, sqb1, sqb2, B1, B2)
-        k_base = k + offset(entry, skb0, skb1, skb2, B1, B2)
-        v_base = v + offset(entry, svb0, svb1, svb2, B1, B2)
+        q_base = q + qo + offset(entry, sqb0, sqb1, sqb2, B1, B2)
+        k_base = k + ko + offset(entry, skb0, skb1, skb2, B1, B2)
+        v_base = v + vo + offset(entry, svb0, svb1, svb2, B1, B2)
         mk_base = mk
         if MASK != 0:
             mk_base = mk + offset(entry, smb0, smb1, smb2, B1, B2)
