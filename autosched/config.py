@@ -81,6 +81,10 @@ class RunConfig:
     # IREE runtime flags for checking and timing ("": none; auto: the target's, which on CUDA
     # is IREE's caching allocator: measure/contract.py TARGET_RUNTIME_FLAGS)
     runtime_flags: str = "auto"
+    # IREE's dispatch formation for the reported build (custom kernels, else the spec's):
+    # default, aggressive (--iree-dispatch-creation-enable-aggressive-fusion), choose (built
+    # both ways, the faster kept), auto: choose on CUDA, default elsewhere
+    dispatch_fusion: str = "auto"
     # models: every dispatch timed before and after the spec, as a table (and a picture with
     # matplotlib), or none; auto: none in fast mode (minutes count there), all otherwise
     dispatch_table: str = "auto"
@@ -204,6 +208,7 @@ _SECTIONS: dict[str, dict[str, type]] = {
         "time_on": str,
         "timer": str,
         "runtime_flags": str,
+        "dispatch_fusion": str,
         "dispatch_table": str,
     },
 }
@@ -218,6 +223,7 @@ EXECUTORS = ("local", "ray")
 STARTING_POINTS = ("target", "none")
 HISTORIES = ("database", "none")
 DISPATCH_TABLES = ("auto", "all", "none")
+DISPATCH_FUSIONS = ("auto", "choose", "default", "aggressive")
 LAYOUTS = ("auto", "strided", "channels_last", "none")
 _CHOICES = {
     "target": TARGETS,
@@ -229,6 +235,7 @@ _CHOICES = {
     "starting_points": STARTING_POINTS,
     "history": HISTORIES,
     "dispatch_table": DISPATCH_TABLES,
+    "dispatch_fusion": DISPATCH_FUSIONS,
     "layout": LAYOUTS,
 }
 _MINIMUM = {

@@ -352,3 +352,30 @@ def test_runtime_flags_auto_are_the_targets_and_iree_takes_them(target, setting,
 
     assert RunConfig().runtime_flags == "auto"
     assert runtime_flags(RunConfig(target=target, runtime_flags=setting)) == expected
+
+
+def test_the_proof_builds_the_tuned_model_both_ways_and_keeps_the_faster(tmp_path):
+    """`dispatch_fusion = choose`: the reported build is compiled again with IREE's aggressive
+    fusion, checked against the default's outputs, and each build timed; the faster is the
+    one every round times, its flags named. With the aggressive fusion alone it is applied
+    and nothing is timed twice."""
+    from autosched.drivers.model_stages.report import build_flags_line
+    from autosched.measure.contract import AGGRESSIVE_FUSION, FUSION_CHOICES
+
+    spec = tmp_path / "spec.mlir"
+    write_spec(spec, "llama_mlp.mlirbc", LLAMA_POINTS)
+    path = model("llama_mlp.mlirbc")
+    proof = prove(path, FLAGS, str(spec), DEVICE, build_choices=FUSION_CHOICES["choose"], **QUICK)
+    assert proof.outputs_match and proof.tuned_ms > 0
+    timed = {c.flags: c.ms for c in proof.build_choices}
+    assert set(timed) == {"", AGGRESSIVE_FUSION} and all(ms > 0 for ms in timed.values())
+    assert proof.build_flags == min(timed, key=timed.get)
+    assert proof.build_flags_of == ("tuned" if proof.build_flags else "")
+    assert "dispatch fusion: `" in " ".join(build_flags_line(proof))
+    forced = prove(
+        path, FLAGS, str(spec), DEVICE, build_choices=FUSION_CHOICES["aggressive"], **QUICK
+    )
+    assert forced.build_flags == AGGRESSIVE_FUSION and forced.build_flags_of == "tuned"
+    assert forced.outputs_match and not forced.build_choices
+    alone = prove(path, FLAGS, None, DEVICE, build_choices=FUSION_CHOICES["choose"], **QUICK)
+    assert alone.default_only and not alone.build_choices and not alone.build_flags

@@ -122,3 +122,24 @@ def test_an_onnx_models_command_imports_it_first_whatever_its_case(extension):
     steps = tuned_model_steps(f"my net{extension}", CpuTarget(RunConfig()), None, "o.vmfb")
     assert [step[0] for step in steps] == ["iree-import-onnx", "iree-compile"]
     assert shell_line(steps).startswith(f"iree-import-onnx 'my net{extension}' -o 'my net.mlir'")
+
+
+def test_compile_builds_with_the_flags_the_runs_proof_chose(tmp_path, monkeypatch):
+    """The compile flags the run's proof chose for its tuned build (its summary's
+    `build_flags`) reach `autosched compile`'s build: a flag iree-compile does not know
+    stops it with one line; chosen for the custom build, they do not reach the tuned one."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(os.path.join(MODELS, MODEL), tmp_path)
+    work = tmp_path / "generated" / "llama_mlp"
+    work.mkdir(parents=True)
+    write_spec(work / "results.spec.mlir", MODEL, LLAMA_POINTS)
+    summary = work / "results.summary.json"
+    chosen = {"build_flags": "--no-such-iree-flag", "build_flags_of": "tuned"}
+    summary.write_text(json.dumps({"model": chosen}))
+    refused = CliRunner().invoke(cli, ["compile", MODEL])
+    assert refused.exit_code == 2 and "iree-compile failed" in refused.output  # the flag
+    summary.write_text(json.dumps({"model": {**chosen, "build_flags_of": "custom"}}))
+    built = CliRunner().invoke(cli, ["compile", MODEL])
+    assert built.exit_code == 0, built.output

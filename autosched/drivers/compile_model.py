@@ -10,7 +10,9 @@ neither).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shlex
 import shutil
 from dataclasses import dataclass
 
@@ -72,10 +74,26 @@ def run_files(config: RunConfig, spec: str | None, custom: str | None) -> tuple[
     return tuple(chosen)
 
 
+def run_build_flags(config: RunConfig, build: str) -> list[str]:
+    """The compile flags the model's run chose for its `build` (custom or tuned: its
+    summary's `build_flags`, such as IREE's aggressive fusion, where they were chosen for
+    that build); none without a run's summary."""
+    path = RunPaths.of(config).summary
+    try:
+        with open(path) as handle:
+            proof = json.load(handle).get("model") or {}
+    except (OSError, ValueError):
+        return []
+    if proof.get("build_flags_of") != build:
+        return []
+    return shlex.split(proof.get("build_flags") or "")
+
+
 def compile_tuned(config: RunConfig, spec: str | None, custom: str | None, out: str):
     """Builds `config.input_file` for the target with the spec and custom kernels into `out`
     (a CompiledModel): the model as the run tuned it (its target attributes, its types'
-    flags, its layout), compiled as the proof compiles its tuned build."""
+    flags, its layout), compiled as the proof compiles its tuned build, with the compile
+    flags the run's proof chose for it (`run_build_flags`)."""
     target = make_target(config)
     if custom:
         check_custom_spec(custom)
@@ -91,11 +109,13 @@ def compile_tuned(config: RunConfig, spec: str | None, custom: str | None, out: 
             os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
             shutil.copyfile(built.vmfb, out)
             return CompiledModel(out, None, None)
+        chosen = run_build_flags(config, "custom" if custom else "tuned")
         if not custom:
-            compile_model(source, flags, spec, out_path=out, spec_flag=target.tuning_spec_flag,
+            compile_model(source, [*flags, *chosen], spec, out_path=out,
+                          spec_flag=target.tuning_spec_flag,
                           timeout=config.compile_timeout)  # fmt: skip
             return CompiledModel(out, spec, None)
-        spec_flags = tuning_spec_flags(spec, target.tuning_spec_flag)
+        spec_flags = [*tuning_spec_flags(spec, target.tuning_spec_flag), *chosen]
         prepared = prepare_model(source, work)
         build, replaced = custom_build(prepared, custom, flags, spec_flags, work,
                                        config.compile_timeout)  # fmt: skip

@@ -403,15 +403,16 @@ def route_of(row: dict, substituted: bool) -> str:
     return IREE_ROUTE if row["in_spec"] else "IREE default"
 
 
-def custom_commands(model_path, target, spec_path, custom_spec, work_dir) -> str:
-    """The exact commands that build the model with its custom kernels into the work
-    folder's model.vmfb, quoted to be pasted."""
+def custom_commands(model_path, target, spec_path, custom_spec, work_dir, extra=()) -> str:
+    """The exact commands that build the model with its custom kernels (and the compile
+    flags `extra` the proof chose) into the work folder's model.vmfb, quoted to be
+    pasted."""
     flags = target.compile_flags()
     out = os.path.join(work_dir, "model", "model.custom.mlir")
     steps = [command for _, command in rewrite_commands(model_path, custom_spec, flags, out)]
     spec = target.spec_flags(spec_path) if spec_path else []
     vmfb = os.path.join(work_dir, TUNED_VMFB)
-    steps.append(["iree-compile", out, *flags, *spec, RESUME_FLAG, "-o", vmfb])
+    steps.append(["iree-compile", out, *flags, *spec, RESUME_FLAG, *extra, "-o", vmfb])
     named = [[os.path.basename(step[0]), *step[1:]] for step in steps]
     return "tuned model with custom kernels:\n  " + shell_line(named, " &&\n  ")
 

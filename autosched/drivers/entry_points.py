@@ -63,6 +63,9 @@ def prove_model(
     common = {"seed": seed, "timeout": timeout, **options}
     if len(entries) < 2:
         return prove(model_path, flags, spec_path, device, work_dir=work_dir, **common)
+    # One module holds every function: a compile flag each function's proof chose apart
+    # could differ between them, so the builds keep IREE's formation.
+    common["build_choices"] = ()
     proofs = []
     for entry in entries:
         folder = os.path.join(work_dir, entry.name)

@@ -182,6 +182,11 @@ class ModelProof:
     # With several candidates (`runtime_flags = auto` on CUDA): each one's time of the
     # reported build; the fastest became `runtime_flags`.
     runtime_choices: list[RuntimeChoice] = dataclasses.field(default_factory=list)
+    # Compile flags the reported build (custom, else tuned) took from `build_choices`, and
+    # each choice's time of it (RuntimeChoice: the flags, the ms).
+    build_flags: str = ""
+    build_flags_of: str = ""  # the build that took them: custom or tuned
+    build_choices: list[RuntimeChoice] = dataclasses.field(default_factory=list)
     # The tuned module is the default's byte for byte (the spec configures none of its
     # dispatches): timed once a round, its rounds are the default's.
     identical: bool = False
@@ -214,6 +219,7 @@ class _Build:
     # The default's module byte for byte: two timings of one module differ by noise alone
     # (a 2-core machine once saw one such pair 1.03x-1.28x apart over all 5 rounds).
     identical: bool = False
+    recipe: tuple[str, tuple[str, ...]] | None = None  # what it is compiled from, and how
 
 
 @dataclass
@@ -233,6 +239,10 @@ class _Run:
     seed: int = 0
     default_model: str = ""  # the model IREE's default is built from (its argument names)
     build_cache: str = ""  # where the whole-model builds are kept (model_build.py); "": none
+    reference: list = dataclasses.field(default_factory=list)  # the default's outputs
+    unusable: str = ""  # why the default's outputs cannot be compared ("": they can)
+    build_flags: tuple[str, ...] = ()  # compile flags the reported build took (a choice)
+    build_flags_of: str = ""  # that build's name: custom or tuned
 
 
 @dataclass
@@ -267,6 +277,7 @@ def prove(
     runtime_choices: Sequence[Sequence[str]] = (),
     inputs: str = "",
     build_cache: str = "",
+    build_choices: Sequence[Sequence[str]] = (),
 ) -> ModelProof:
     """Compiles the model without and with the spec, compares outputs, times both.
 
@@ -293,6 +304,9 @@ def prove(
     With `build_cache` the default and tuned builds are taken from (or kept in) that cache
     of whole-model builds (model_build.py): a run's own compile of the model is its
     default build, and the spec check's build its tuned one.
+    `build_choices` are compile flag sets (`measure/contract.fusion_choices`): the reported
+    build is compiled with each (() is the build as it is), checked, and with two or more
+    timed with each; the fastest (or the only one) is the build the proof times.
     """
     if rounds < 1:
         raise UserError(f"rounds is {rounds}: at least 1")
@@ -310,11 +324,14 @@ def prove(
         _mark_identical(builds)
         run.entry = source_entry_function(source, flags, function, run.work, timeout, model_path)
         _check_outputs(run, builds, tolerance)
+        built = _choose_build_flags(run, builds, build_choices, tolerance)
         choices = _choose_runtime_flags(run, builds, runtime_choices)
         for round_index in range(rounds):
             _time_round(run, builds, round_index)
     proof = _model_proof(run.entry, builds)
     proof.runtime_flags, proof.runtime_choices = " ".join(run.runtime_flags), choices
+    proof.build_flags, proof.build_choices = " ".join(run.build_flags), built
+    proof.build_flags_of = run.build_flags_of
     return proof
 
 
@@ -337,6 +354,7 @@ def _compile_builds(
             run, (run.model_path, source), [*flags, *spec], "tuned.vmfb"
         )
         builds.tuned.runs = True
+        builds.tuned.recipe = (source, (*flags, *spec))
         builds.compiled.append(builds.tuned)
     if custom_spec:
         builds.custom = custom_build(source, custom_spec, flags, spec, run.work, run.timeout)
@@ -370,12 +388,17 @@ def _check_outputs(run: _Run, builds: _Builds, tolerance: float | None) -> None:
         )  # fmt: skip
     except RunFailed as error:
         raise UserError(f"{run.model_path}: the model without the spec fails: {error}") from None
-    run.inputs = checked.flags
+    run.inputs, run.reference, run.unusable = checked.flags, checked.reference, checked.unusable
     for build in builds.compiled[1:]:
         if build.runs:
-            _check_build(run, build, checked.reference, tolerance)
-            if checked.unusable and build.runs:
-                build.match, build.compared, build.message = False, False, checked.unusable
+            _checked(run, build, tolerance)
+
+
+def _checked(run: _Run, build: _Build, tolerance: float | None) -> None:
+    """The build's outputs against the default's (`_check_outputs`)."""
+    _check_build(run, build, run.reference, tolerance)
+    if run.unusable and build.runs:
+        build.match, build.compared, build.message = False, False, run.unusable
 
 
 def _check_build(run: _Run, build: _Build, expected: list, tolerance: float | None) -> None:
@@ -424,6 +447,52 @@ def _choose_runtime_flags(run: _Run, builds: _Builds, choices) -> list[RuntimeCh
     if ran:
         run.runtime_flags = min(ran)[1]
     return timed
+
+
+def _choose_build_flags(
+    run: _Run, builds: _Builds, choices: Sequence[Sequence[str]], tolerance: float | None
+) -> list[RuntimeChoice]:
+    """The reported build compiled with each of `choices` (() as it is) and checked; of two
+    or more that run alike, each timed twice, in turn, and the fastest kept (a build the
+    default's byte for byte, or the default itself, is left alone: its flags would be the
+    whole gain). Each choice's time (None: it did not build, run or agree)."""
+    build = _reported(builds)
+    if not any(choices) or build is builds.default or build.identical or not build.recipe:
+        return []
+    variants, timed = {}, {tuple(c): [] for c in choices}
+    for flags in timed:
+        variant = _variant(run, build, flags, len(variants)) if flags else build
+        if flags and variant is not None:
+            _checked(run, variant, tolerance)
+        variants[flags] = variant
+    usable = {f: v for f, v in variants.items() if v is not None and v.runs and v.match}
+    for _ in range(2 if len(usable) > 1 else 0):
+        for flags, variant in usable.items():
+            timing = time_module(
+                variant.vmfb, run.device, run.inputs, 1, run.repetitions, run.min_time,
+                run.timeout, run.entry.name, run.runtime_flags,
+            )  # fmt: skip
+            if timing.status == "ok":
+                timed[flags].append(timing.median_ms)
+    ranked = sorted((min(t), f) for f, t in timed.items() if t and f in usable)
+    chosen = ranked[0][1] if ranked else next(iter(usable), ())
+    if chosen:
+        build.vmfb, build.max_error = usable[chosen].vmfb, usable[chosen].max_error
+        run.build_flags, run.build_flags_of = chosen, build.name
+    if len(timed) < 2:  # one set of flags, applied: nothing was chosen
+        return []
+    return [RuntimeChoice(" ".join(f), min(t) if t else None) for f, t in timed.items()]
+
+
+def _variant(run: _Run, build: _Build, flags: tuple[str, ...], index: int) -> _Build | None:
+    """The build compiled again with `flags` too; None where that does not compile."""
+    source, compiled_with = build.recipe
+    out = os.path.join(run.work, f"{build.name}.choice{index}.vmfb")
+    try:
+        vmfb = iree_compile(source, [*compiled_with, *flags], out, run.timeout, run.model_path)
+    except (RuntimeError, UserError):
+        return None
+    return _Build(build.name, vmfb)
 
 
 def _mark_identical(builds: _Builds) -> None:
@@ -508,12 +577,9 @@ def custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Buil
             source, custom_spec, flags, os.path.join(work, "custom.mlir"), timeout
         )
         build.placed = dict(placed_kernels(rewritten))
+        build.recipe = (rewritten, (*flags, *spec, RESUME_FLAG))
         build.vmfb = iree_compile(
-            rewritten,
-            [*flags, *spec, RESUME_FLAG],
-            os.path.join(work, "custom.vmfb"),
-            timeout,
-            source,
+            rewritten, list(build.recipe[1]), os.path.join(work, "custom.vmfb"), timeout, source
         )
     except (RuntimeError, UserError) as error:
         build.runs, build.match, build.message = False, False, f"does not compile: {error}"

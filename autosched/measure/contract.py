@@ -231,6 +231,23 @@ def runtime_flag_choices(config) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(shlex.split(t)) for t in TARGET_RUNTIME_CHOICES.get(config.target, ()))
 
 
+# IREE's fusion of more producers and consumers into one dispatch: a layer norm's two
+# reductions (and the residual add before them) become one dispatch where they are two.
+AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion=true"
+FUSION_CHOICES = {"default": ((),), "aggressive": ((AGGRESSIVE_FUSION,),)}
+FUSION_CHOICES["choose"] = (*FUSION_CHOICES["default"], *FUSION_CHOICES["aggressive"])
+TARGET_FUSION = {"cuda": "choose"}  # `dispatch_fusion = auto`: the target's; else default
+
+
+def fusion_choices(config) -> tuple[tuple[str, ...], ...]:
+    """The compile flag sets the proof builds its reported build with (`dispatch_fusion`):
+    one is applied; of two, the faster is kept."""
+    setting = config.dispatch_fusion
+    if setting == "auto":
+        setting = TARGET_FUSION.get(config.target, "default")
+    return FUSION_CHOICES[setting]
+
+
 def runtime_flags_text(config) -> str:
     """The runtime flags a run uses, as the cfg would spell them (`auto` resolved)."""
     if config.runtime_flags.strip() == "auto":

@@ -18,10 +18,14 @@ def shell_line(steps: Sequence[Sequence[str]], between: str = " && ") -> str:
     return between.join(shlex.join(step) for step in steps)
 
 
-def tuned_model_steps(path: str, target, spec_path: str | None, out: str) -> list[list[str]]:
-    """The commands that build the model at `path` with the spec into `out`: an ONNX model
-    is imported first (iree-compile takes MLIR, not .onnx)."""
+def tuned_model_steps(
+    path: str, target, spec_path: str | None, out: str, extra: Sequence[str] = ()
+) -> list[list[str]]:
+    """The commands that build the model at `path` with the spec (and the compile flags
+    `extra`) into `out`: an ONNX model is imported first (iree-compile takes MLIR, not
+    .onnx)."""
     flags = [*target.compile_flags(), *(target.spec_flags(spec_path) if spec_path else [])]
+    flags += list(extra)
     if os.path.splitext(path)[1].lower() != ".onnx":
         return [["iree-compile", path, *flags, "-o", out]]
     imported = os.path.splitext(path)[0] + ".mlir"

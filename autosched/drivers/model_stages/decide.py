@@ -24,7 +24,7 @@ from autosched.drivers.entry_points import function_fields, function_lines, prov
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
 from autosched.drivers.proof import FASTER, SLOWER
-from autosched.measure.contract import runtime_flag_choices, runtime_flags
+from autosched.measure.contract import fusion_choices, runtime_flag_choices, runtime_flags
 from autosched.model.buckets import BucketModel, bucket_spec
 from autosched.model.configured import form_of, roots_in, spec_coverage, tuning_spec_flags
 from autosched.model.layouts import ModelLayout
@@ -313,6 +313,7 @@ def run_proof(
         runtime_choices=runtime_flag_choices(config),
         inputs=config.inputs,
         build_cache=build_cache(os.path.dirname(os.path.abspath(work))),
+        build_choices=fusion_choices(config),
     )
 
 
@@ -354,6 +355,9 @@ def proved(
         "default_only": proof.default_only,
         "runtime_flags": proof.runtime_flags,
         "runtime_choices": [asdict(c) for c in proof.runtime_choices],
+        "build_flags": proof.build_flags,
+        "build_flags_of": proof.build_flags_of,
+        "build_choices": [asdict(c) for c in proof.build_choices],
         **function_fields(proof),
         **bucket_summary(buckets, target, spec_path, config),
     }

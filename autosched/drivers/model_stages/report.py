@@ -8,6 +8,8 @@ stderr, warnings in red."""
 from __future__ import annotations
 
 import os
+import shlex
+from collections.abc import Sequence
 from dataclasses import replace
 
 import click
@@ -137,6 +139,20 @@ def runtime_line(proof) -> list[str]:
     return [f"runtime flags: `{chosen}`, the fastest for {whose} ({'; '.join(named)})"]
 
 
+def build_flags_line(proof) -> list[str]:
+    """Which compile flags the reported build took (`dispatch_fusion`) and each choice's
+    time of it (none without a choice)."""
+    if len(proof.build_choices) < 2:
+        return []
+    named = [
+        f"`{c.flags or 'IREE default formation'}` "
+        + (f"{c.ms:.4g} ms" if c.ms is not None else "did not build or agree")
+        for c in proof.build_choices
+    ]
+    chosen = proof.build_flags or "IREE's default formation"
+    return [f"dispatch fusion: `{chosen}`, the faster for this model ({'; '.join(named)})"]
+
+
 def model_line(proof) -> str:
     """`model: A ms -> B ms (S x: faster (5 paired rounds, L x-H x)), outputs match (max error
     E)`, or the default's time alone: the verdict of proof.ModelVerdict, the one every
@@ -178,7 +194,7 @@ def no_spec(log: RunLog, proof: dict) -> str:
 def proof_lines(log: RunLog, proof) -> None:
     """The whole model's line, the custom kernels' and the runtime flags'."""
     lines = [model_line(proof), *([custom_line(proof.custom)] if proof.custom else [])]
-    for line in [*lines, *runtime_line(proof)]:
+    for line in [*lines, *build_flags_line(proof), *runtime_line(proof)]:
         logged(log, line)
 
 
@@ -347,12 +363,15 @@ def outside(log: RunLog, decided: Decided, rows, custom_rows) -> None:
         logged(log, line)
 
 
-def tuned_model_command(path: str, target: Target, spec_path: str | None) -> str:
+def tuned_model_command(
+    path: str, target: Target, spec_path: str | None, extra: Sequence[str] = ()
+) -> str:
     """The command that builds the tuned model into the work folder's model.vmfb, as it can
-    be pasted (outputs/commands.py). Without a spec: a model's layout built with IREE's
-    defaults."""
+    be pasted (outputs/commands.py), with the compile flags the proof chose (`extra`).
+    Without a spec: a model's layout built with IREE's defaults."""
     out = os.path.join(target.config.work_dir, TUNED_VMFB)
-    return "tuned model: " + shell_line(tuned_model_steps(path, target, spec_path, out))
+    steps = tuned_model_steps(path, target, spec_path, out, extra)
+    return "tuned model: " + shell_line(steps)
 
 
 def budget_line(log: RunLog, campaign: CampaignReport) -> None:
@@ -408,13 +427,19 @@ def build_commands(prepared: Prepared, log: RunLog, decided: Decided) -> None:
     proof = decided.proof or {}
     faster = proof.get("verdict") == FASTER
     proved_layout = layout.changed and not proof.get("default_only")
+    chosen = shlex.split(proof.get("build_flags") or "")  # the reported build's
+
+    def extra(build: str) -> list[str]:
+        return chosen if proof.get("build_flags_of") == build else []
+
     if faster and (spec_path or proved_layout):
         built_from = layout.source if proved_layout else config.input_file
-        say(tuned_model_command(built_from, target, spec_path))
+        say(tuned_model_command(built_from, target, spec_path, extra("tuned")))
     if not custom_spec:
         return
     if decided.custom_wins:
-        say(custom_commands(layout.source, target, spec_path, custom_spec, config.work_dir))
+        work, custom = config.work_dir, extra("custom")
+        say(custom_commands(layout.source, target, spec_path, custom_spec, work, custom))
     else:
         warn(
             log,
