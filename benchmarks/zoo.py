@@ -255,6 +255,7 @@ def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> 
         "outputs_match": match,
         "tuning_s": round(wall, 1),
         "phases_s": summary.get("phases_s", {}),  # where the tuning time went (run.log's)
+        "build_flags": model.get("build_flags", ""),  # compile flags the proof chose
         "gpu": torch.cuda.get_device_name(),
         "exit_code": code,
         "not_placed": not_placed(summary),
