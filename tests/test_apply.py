@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from autosched.config import RunConfig
-from autosched.drivers.proof import compile_model, prove
+from autosched.drivers.proof import prove
 from autosched.errors import UserError
 from autosched.measure.module_io import (
     EntryFunction,
@@ -24,7 +24,7 @@ from autosched.measure.module_io import (
     make_inputs,
     run_outputs,
 )
-from autosched.model.configured import dispatch_configs, spec_coverage
+from autosched.model.configured import compile_model, dispatch_configs, spec_coverage
 from autosched.model.lowering import analyze_model
 from autosched.outputs.spec import tuning_spec
 from autosched.targets.cpu import CpuTarget

@@ -23,13 +23,17 @@ SM90 = make_target(RunConfig(target="cuda", arch="sm_90"))
 FLASH_POINT = {"kernel": FLASH, "q_tile": 64, "kv_tile": 64, "q_warps": 4, "kv_stages": 3}
 
 
+def read_absorbed(model_path: str, folder) -> tuple:
+    """(the model's one attention op form, its absorbed forms, the work folder)."""
+    (op,) = model_attentions(model_path, SM90.compile_flags(), str(folder / "ops"))
+    found = winners_absorbed(model_path, SM90.compile_flags(), str(folder / "fused"), [op])
+    return op, found[op.name], folder
+
+
 @pytest.fixture(scope="module")
 def llama_absorbed(tmp_path_factory):
     """(the attention's op form, its form over K's and V's sources, the work folder)."""
-    folder = tmp_path_factory.mktemp("absorbed")
-    (op,) = model_attentions(LLAMA_BF16, SM90.compile_flags(), str(folder / "ops"))
-    found = winners_absorbed(LLAMA_BF16, SM90.compile_flags(), str(folder / "fused"), [op])
-    return op, found[op.name], folder
+    return read_absorbed(LLAMA_BF16, tmp_path_factory.mktemp("absorbed"))
 
 
 def test_the_kernel_reads_k_and_v_before_their_copies(llama_absorbed):
@@ -95,34 +99,46 @@ def test_each_operands_strides_read_what_the_copy_would_have_written(llama_absor
             np.testing.assert_array_equal(got, want)
 
 
-def test_the_rewritten_layer_has_no_copy_of_k_or_v(llama_absorbed):
-    """With the flash kernel's absorbed arms the spec calls it on K's and V's sources, in
-    place of the transposing copy of its result: the repeat and both transposes are left
-    dead and removed, and the layer builds for sm_90."""
+def rewritten_both_ways(model_path: str, absorbed_fixture) -> dict[bool, list]:
+    """The model's ops after the flash kernel's substitution without and with its absorbed
+    arms (absorbing -> each op's name and first result type); the absorbing one built for
+    sm_90."""
     pytest.importorskip("triton")
     from autosched.compile import CompileJob, compile_one
     from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
     from autosched.rewrite.spec import write_substitution
 
-    op, absorbed, folder = llama_absorbed
-    counts = {}
+    op, absorbed, folder = absorbed_fixture
+    found = {}
     for absorbing in (False, True):
         spec = str(folder / f"custom_{absorbing}.mlir")
         forms = {op.name: absorbed} if absorbing else None
         assert write_substitution(spec, [(op, FLASH_POINT)], SM90, absorbed=forms) == []
         out = str(folder / f"rewritten_{absorbing}.mlir")
-        rewritten, replaced = rewrite_model(LLAMA_BF16, spec, SM90.compile_flags(), out, 300)
+        rewritten, replaced = rewrite_model(model_path, spec, SM90.compile_flags(), out, 300)
         assert replaced == 1
         module = ir.Module.parseFile(rewritten, ir.Context())
-        counts[absorbing] = {
-            str(o.results[0].type) for o in walk_ops(module.operation) if o.name == "linalg.generic"
-        }
-    copies = {source.copy_type for source in absorbed[0].sources}  # K's, V's, the result's
-    assert len(copies) == 3 and copies <= counts[False] and not copies & counts[True]
-    built = compile_one(
-        CompileJob(rewritten, str(folder / "m.vmfb"), [*SM90.compile_flags(), RESUME_FLAG]), 300
-    )
+        found[absorbing] = [
+            (o.name, str(o.results[0].type) if len(o.results) else "")
+            for o in walk_ops(module.operation)
+        ]  # read while the module lives
+    flags = [*SM90.compile_flags(), RESUME_FLAG]
+    built = compile_one(CompileJob(rewritten, str(folder / "m.vmfb"), flags), 300)
     assert built.status == "ok", built.message
+    return found
+
+
+def test_the_rewritten_layer_has_no_copy_of_k_or_v(llama_absorbed):
+    """With the flash kernel's absorbed arms the spec calls it on K's and V's sources, in
+    place of the transposing copy of its result: the repeat and both transposes are left
+    dead and removed, and the layer builds for sm_90."""
+    ops = rewritten_both_ways(LLAMA_BF16, llama_absorbed)
+    counts = {
+        absorbing: {kind for name, kind in found if name == "linalg.generic"}
+        for absorbing, found in ops.items()
+    }
+    copies = {source.copy_type for source in llama_absorbed[1][0].sources}  # K's, V's, out's
+    assert len(copies) == 3 and copies <= counts[False] and not copies & counts[True]
 
 
 @pytest.mark.gpu
@@ -255,10 +271,7 @@ GPT2_F16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_gpt2_bl
 @pytest.fixture(scope="module")
 def gpt2_absorbed(tmp_path_factory):
     """(the GPT-2 block's attention op form, its absorbed forms, the work folder)."""
-    folder = tmp_path_factory.mktemp("gpt2_absorbed")
-    (op,) = model_attentions(GPT2_F16, SM90.compile_flags(), str(folder / "ops"))
-    found = winners_absorbed(GPT2_F16, SM90.compile_flags(), str(folder / "fused"), [op])
-    return op, found[op.name], folder
+    return read_absorbed(GPT2_F16, tmp_path_factory.mktemp("gpt2_absorbed"))
 
 
 def test_q_k_and_v_are_read_as_slices_of_the_fused_projection(gpt2_absorbed):
@@ -292,25 +305,8 @@ def test_the_rewritten_block_has_no_slice_copies(gpt2_absorbed):
     """With the absorbed arms the kernel takes the projection's result three times in place
     of the three slices IREE copies out of it: no extract_slice is left, and the block
     builds for sm_90."""
-    pytest.importorskip("triton")
-    from autosched.compile import CompileJob, compile_one
-    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
-    from autosched.rewrite.spec import write_substitution
-
-    op, absorbed, folder = gpt2_absorbed
-    slices = {}
-    for absorbing in (False, True):
-        spec = str(folder / f"custom_{absorbing}.mlir")
-        forms = {op.name: absorbed} if absorbing else None
-        assert write_substitution(spec, [(op, FLASH_POINT)], SM90, absorbed=forms) == []
-        out = str(folder / f"rewritten_{absorbing}.mlir")
-        rewritten, replaced = rewrite_model(GPT2_F16, spec, SM90.compile_flags(), out, 300)
-        assert replaced == 1
-        module = ir.Module.parseFile(rewritten, ir.Context())
-        ops = list(walk_ops(module.operation))
-        slices[absorbing] = len([o for o in ops if o.name == "tensor.extract_slice"])
+    ops = rewritten_both_ways(GPT2_F16, gpt2_absorbed)
+    slices = {
+        a: [name for name, _ in found].count("tensor.extract_slice") for a, found in ops.items()
+    }
     assert slices == {False: 3, True: 0}
-    built = compile_one(
-        CompileJob(rewritten, str(folder / "m.vmfb"), [*SM90.compile_flags(), RESUME_FLAG]), 300
-    )
-    assert built.status == "ok", built.message

@@ -30,9 +30,9 @@ from autosched.drivers.decode_proof import (
     tokens_file,
 )
 from autosched.drivers.entry_points import combine, model_functions
-from autosched.drivers.proof import CustomProof, ModelProof, RuntimeChoice, compile_model
+from autosched.drivers.proof import CustomProof, ModelProof, RuntimeChoice
 from autosched.measure.module_io import EntryFunction, TensorSpec
-from autosched.model.configured import check_build
+from autosched.model.configured import check_build, compile_model
 from autosched.model.lowering import analyze_model
 from autosched.model.torch_ops import VTensor
 from autosched.outputs.spec import tuning_spec

@@ -20,7 +20,7 @@ from autosched.cli import cli
 from autosched.config import RunConfig
 from autosched.drivers.custom_route import custom_commands
 from autosched.drivers.model_stages.report import tuned_model_command
-from autosched.drivers.proof import compile_model
+from autosched.model.configured import compile_model
 from autosched.ops.matmul import analyze_file
 from autosched.outputs.spec import tuning_spec
 from autosched.targets.cpu import CpuTarget

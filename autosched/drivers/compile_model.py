@@ -22,7 +22,7 @@ import numpy as np
 
 from autosched.config import RunConfig
 from autosched.drivers.model_stages.prepare import laid_out, model_for_target, typed_flags
-from autosched.drivers.proof import compile_model, custom_build
+from autosched.drivers.proof import custom_build
 from autosched.errors import UserError
 from autosched.measure.module_io import (
     RunFailed,
@@ -33,7 +33,7 @@ from autosched.measure.module_io import (
     non_finite,
     run_outputs,
 )
-from autosched.model.configured import tuning_spec_flags
+from autosched.model.configured import compile_model, tuning_spec_flags
 from autosched.model.fixed_lengths import model_at_input_sizes
 from autosched.model.lowering import prepare_model
 from autosched.model.model_build import build_cache, model_build

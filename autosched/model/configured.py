@@ -380,3 +380,25 @@ def check_roots(roots: list[DispatchConfig], expected: str | None) -> Applied:
         form,
         f"the configured root ({form_of(missed[0])}) carries {got}, not the candidate's",
     )
+
+
+def compile_model(
+    model_path: str,
+    flags: Sequence[str],
+    spec_path: str | None = None,
+    *,
+    out_path: str,
+    spec_flag: str = Target.tuning_spec_flag,
+    timeout: float = DEFAULT_TIMEOUT,
+    extra_flags: Sequence[str] = (),
+) -> str:
+    """Compiles the model to `out_path` (a vmfb unless `extra_flags` stop earlier); returns it.
+
+    `flags` choose the target (`CpuTarget.compile_flags()`); with `spec_path` the spec is
+    passed as `{spec_flag}={spec_path}` (the target's `tuning_spec_flag`: on CUDA that is
+    `--iree-codegen-transform-dialect-library`). A failure or a timeout is a one-line UserError.
+    """
+    spec = tuning_spec_flags(spec_path, spec_flag)
+    with tempfile.TemporaryDirectory(prefix="autosched-apply-") as work:
+        source = prepare_model(model_path, work)
+        return iree_compile(source, [*flags, *spec, *extra_flags], out_path, timeout, model_path)
