@@ -374,3 +374,72 @@ def test_a_bias_epilogues_statements_compute_what_iree_computes(gpt2_epilogues):
     )
     # q/k/v's bias; the bias and residual (the residual first, or second); the bias and GELU
     assert checked == 4
+
+
+class _Log:
+    """run.log's writer, kept in memory (what the spec writer logs about its readings)."""
+
+    def __init__(self):
+        self.lines = []
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def every_kernel_spec(gpt2_epilogues, path: str) -> tuple[str, list[str]]:
+    """The GPT-2 block with every op a custom kernel, as a run writes it: each projection
+    with its epilogue, the causal flash kernel reading q, k and v from the fused projection
+    (what it reads from the model: drivers/custom_route.MODEL_READINGS); the spec's path
+    and what was logged."""
+    from autosched.drivers.custom_route import MODEL_READINGS
+    from autosched.kernels.flash_attention.family import FLASH
+    from autosched.rewrite.attention_ops import model_attentions
+    from autosched.rewrite.spec import write_substitution
+
+    target, model, problems, _, folder = gpt2_epilogues
+    (attention,) = model_attentions(model, target.compile_flags(), str(folder / "ops"))
+    flash = {"kernel": FLASH, "q_tile": 64, "kv_tile": 64, "q_warps": 4, "kv_stages": 3}
+    winners = [*((p, POINT) for p in problems), (attention, flash)]
+    log = _Log()
+    readings = [read((model, str(folder)), winners, target, log) for read in MODEL_READINGS]
+    assert write_substitution(path, winners, target, *readings) == []
+    return path, log.lines
+
+
+def test_the_block_with_every_kernel_keeps_nine_dispatches(gpt2_epilogues):
+    """Every op of the block a kernel, as a run's spec writes them: the four epilogues and
+    q, k and v read from the projection are taken in, the layer norms alone stay IREE's,
+    and the block builds for sm_90."""
+    from test_triton_kernels import _iree_compile
+
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+
+    target, model, *_, folder = gpt2_epilogues
+    spec, lines = every_kernel_spec(gpt2_epilogues, str(folder / "every.mlir"))
+    assert "epilogues kept in their kernels: 4" in lines
+    assert any("reads Q, K, V as the model holds them" in line for line in lines)
+    out = str(folder / "every_rewritten.mlir")
+    rewritten, replaced = rewrite_model(model, spec, target.compile_flags(), out, 300)
+    assert replaced == 5
+    module = ir.Module.parseFile(rewritten, ir.Context())
+    names = [op.name for op in walk_ops(module.operation)]
+    assert names.count("hal.dispatch.extern") == 5 and "tensor.extract_slice" not in names
+    _iree_compile(rewritten, *target.compile_flags(), RESUME_FLAG, "--compile-to=stream")
+
+
+@pytest.mark.gpu
+def test_the_block_with_every_kernel_gives_the_default_builds_outputs(
+    gpt2_epilogues, tmp_path, monkeypatch
+):
+    """On the GPU: the block with every op a kernel (the epilogues, the slices read in
+    place) answers as IREE's default build does."""
+    from click.testing import CliRunner
+
+    from autosched.cli import cli
+
+    spec, _ = every_kernel_spec(gpt2_epilogues, str(tmp_path / "every.mlir"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", GPT2_F16, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "with custom kernels (5 op(s) replaced)" in result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]
