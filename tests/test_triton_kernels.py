@@ -76,6 +76,12 @@ CASES = {
     # Serial split-K: a skinny product in 4 shares of K; batched, masked rows in 8 shares.
     "split_skinny": (_problem(16, 512, 1024), KernelParams(16, 32, 128, 4, 3, 8, 4)),
     "split_batched": (_problem(50, 96, 512, batch=2), KernelParams(64, 32, 64, 4, 3, 1, 8)),
+    # A decode step's projection: 12 rows, weights as stored, bf16 C, K in 4 shares that add
+    # up in an f32 workspace.
+    "split_narrow": (
+        _problem(12, 256, 1024, "bf16", "bf16", transpose_b=True),
+        KernelParams(16, 64, 64, 4, 3, 8, 4),
+    ),
     # Persistent kernels loading by TMA: 6 blocks taken by 2 workgroups; weights as stored
     # with masked edges (12 blocks, 3 workgroups); a batch (3 workgroups per entry).
     "persistent": (_problem(256, 384, 512), KernelParams(128, 128, 64, 4, 3, 8, 1, 2)),
@@ -256,7 +262,7 @@ def test_what_the_family_does_not_cover():
     assert "f16 or bf16" in unsupported(_problem(64, 64, 64, "f32"))
     assert "zero accumulator" in unsupported(_problem(64, 64, 64, zero_init=False))
     assert unsupported(_problem(64, 64, 64)) is None
-    assert "must be f32" in split_unsupported(_problem(64, 64, 256, acc="f16"), 32, 4)
+    assert split_unsupported(_problem(64, 64, 256, acc="f16"), 32, 4) is None  # a workspace
     assert "shares of whole 32-blocks" in split_unsupported(_problem(64, 64, 96), 32, 4)
     assert split_unsupported(_problem(64, 64, 128), 32, 4) is None
     assert split_unsupported(_problem(64, 64, 96, acc="f16"), 32, 1) is None
@@ -284,12 +290,26 @@ def _check_on_the_gpu(vmfb: str, problem, tmp_path, timeout: float = 120):
         verifier.close()
 
 
+def test_a_narrow_split_k_adds_its_shares_in_an_f32_workspace(built):
+    """A bf16 C's shares of K add up in an f32 workspace bound after the locks (undefined at
+    the start: the first share writes it), and the last share rounds the sum into C; a
+    kernel with an f32 C adds them in C and has no workspace."""
+    problem, binary, result = built["split_narrow"]
+    source = open(result.job.source).read()
+    assert "%w0 = flow.tensor.alloca : tensor<3072xf32>" in source  # 12 x 256 sums
+    assert "-> (%out, %z0, %w0)" in source
+    assert binary.pointers == built["split_skinny"][1].pointers + 1
+    ptx = open(binary.ptx_path).read()
+    assert "atom.global.acquire.gpu.cas.b32" in ptx and "cvt.rn.bf16" in ptx
+
+
 @pytest.mark.gpu
-def test_split_k_locks_are_left_at_zero_for_the_next_dispatch(built, tmp_path):
+@pytest.mark.parametrize("name", ["split_skinny", "split_narrow"])
+def test_split_k_locks_are_left_at_zero_for_the_next_dispatch(built, tmp_path, name):
     """Five dispatches of a split-K kernel in one call, as a timed module runs them: a lock
     left anywhere but 0 would hang the second dispatch (the verifier's timeout), and a
     share that read C before the one ahead of it stored would give a wrong answer."""
-    problem, _, result = built["split_skinny"]
+    problem, _, result = built[name]
     flags = [*result.job.flags, "--iree-hal-benchmark-dispatch-repeat-count=5"]
     repeated = compile_one(CompileJob(result.job.source, str(tmp_path / "x5.vmfb"), flags), 300)
     assert repeated.status == "ok", repeated.message

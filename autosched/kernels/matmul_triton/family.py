@@ -4,8 +4,6 @@ family's point with `specialized = 1` (kernels/matmul_gluon/ says why it is a fo
 
 from __future__ import annotations
 
-import dataclasses
-
 from autosched.kernels.base import Absorbs, KernelFamily
 from autosched.kernels.matmul_triton import kernel, space
 from autosched.targets.base import Family, Point
@@ -54,5 +52,6 @@ class MatmulTriton(KernelFamily):
         return space.shared_memory(problem, point)
 
     def narrow_params(self, params):
-        """Shares of K add up in C, so a kernel that writes f16 or bf16 runs K whole."""
-        return dataclasses.replace(params, split_k=1)
+        """The point as it is: a kernel that writes f16 or bf16 (or keeps an epilogue) adds
+        its shares of K in an f32 workspace (kernel.uses_workspace)."""
+        return params

@@ -94,15 +94,21 @@ def unsupported(problem: MatmulProblem) -> str | None:
 
 
 def split_unsupported(problem: MatmulProblem, block_k: int, split_k: int) -> str | None:
-    """Why K cannot be split in `split_k` shares, or None: the shares add up in C itself,
-    so C must be f32, and each share must be whole blocks of K."""
+    """Why K cannot be split in `split_k` shares, or None: each share must be whole blocks
+    of K (the shares add up in C where it is f32 and nothing follows, else in an f32
+    workspace: `uses_workspace`)."""
     if split_k == 1:
         return None
-    if problem.acc_type != "f32":
-        return f"split-K adds up in C, which must be f32, not {problem.acc_type}"
     if problem.k % (split_k * block_k):
         return f"split-K needs K ({problem.k}) in {split_k} shares of whole {block_k}-blocks"
     return None
+
+
+def uses_workspace(problem: MatmulProblem, split_k: int, epilogue: Epilogue | None) -> bool:
+    """Whether a split K's shares add up in an f32 workspace (the kernel's `w`) rather than
+    in C: where C is narrower than f32 (a decode step's bf16 projection) or an epilogue
+    follows, which the last share applies to the sum before it stores C."""
+    return split_k > 1 and (epilogue is not None or problem.acc_type != "f32")
 
 
 def persistent_unsupported(problem: MatmulProblem, split_k: int) -> str | None:
@@ -186,14 +192,14 @@ def compile_ptx(
     where its kernel has no persistent form (`rotated_matmul`) or TMA cannot load this
     form's operands (a weight read as stored, whose rows run along K)."""
     rotated = kernel_function(epilogue, params) == "rotated_matmul"
+    if rotated:  # its halves' template has no split K
+        params = replace(params, split_k=1)
     if rotated or persistent_unsupported(problem, params.split_k):
         params = replace(params, persistent=0, specialized=0)
     kernel = _kernel(epilogue, params)
     gluon = kernel_function(epilogue, params) == "specialized_matmul"
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     why = split_unsupported(problem, params.block_k, params.split_k)
-    if epilogue is not None and params.split_k > 1:
-        why = "a kernel with an epilogue runs its K whole"
     if why:
         raise UserError(f"{params.name}: {why}")
     k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
@@ -214,6 +220,7 @@ def compile_ptx(
         "EVEN": even,
         "SPLIT": params.split_k,
         "K_PART": k_part,
+        "WORK": uses_workspace(problem, params.split_k, epilogue),
     }
     if rotated_kernel(epilogue, params.block_n):
         if params.block_n < 2 * MIN_DOT:
@@ -228,12 +235,14 @@ def compile_ptx(
         signature[f"e{index}"] = f"*{TRITON_TYPES[operand.element]}"
     if epilogue is not None:
         output = TRITON_TYPES[epilogue.out_element]
-    signature |= {"c": f"*{output}", "locks": "*i32"}
+    signature |= {"c": f"*{output}", "locks": "*i32", "w": "*fp32"}
     if params.split_k == 1:
         constants["locks"] = None  # no lock pointer in the kernel's parameters
+    if not constants["WORK"]:
+        constants["w"] = None  # nor a workspace
     if gluon:
         constants["TMA_STORE"] = tma_store_fits(problem, params, epilogue, output, arch)
-    buffers = len(signature) - 1  # the locks are not one of IREE's bindings here
+    buffers = len(signature) - 2  # A, B, the epilogue's inputs and C: IREE's bindings
     binary = triton_binary(
         kernel, signature, constants, buffers, arch, params.warps, params.stages, path, gluon
     )
@@ -285,11 +294,14 @@ def extern_function(
     out = tensor_type(problem.acc_shape, problem.acc_type)
     extras = [operand.type for _, operand in epilogue.extras] if epilogue else []
     x, y, z = binary.workgroups or grid(problem, params)
-    # Split-K's locks, one per output block: zeros that the kernel leaves at zero.
-    locks = [f"tensor<{x * y}xi32>"] if params.split_k > 1 else []
+    # Split-K's locks, one per output block: zeros that the kernel leaves at zero; and
+    # where the shares add up outside C, their f32 workspace.
+    locks = [f"tensor<{x * y}xi32>"] if z > 1 else []
+    sums = math.prod(problem.acc_shape)
+    work = [f"tensor<{sums}xf32>"] if uses_workspace(problem, z, epilogue) else []
     return dispatch_extern_function(
         name, kind, [lhs, rhs, *extras], epilogue.out_type if epilogue else out, binary,
-        executable_target, (x, y, z), locks,
+        executable_target, (x, y, z), locks, work,
     )  # fmt: skip
 
 

@@ -120,10 +120,12 @@ def kernel_source(
             PACKAGE, "persistent.py.tmpl", parameters=parameters(values), store_tile=tile
         )
     values = epilogue_values(epilogue, TILE_NAMES)
+    tile = store_tile(epilogue, block_n, plain_store(), values)
     source = helpers + render(
         PACKAGE, "matmul.py.tmpl",
         parameters=parameters(values),
-        store_tile=store_tile(epilogue, block_n, plain_store(), values),
+        store_tile=indented(tile),
+        last_tile=indented(tile, "        "),  # a split K's last share, from the workspace
     )  # fmt: skip
     if rotated_kernel(epilogue, block_n):
         source += render(

@@ -91,12 +91,12 @@ def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
 
 
 def split_k_candidates(problem: MatmulProblem) -> list[int]:
-    """Shares of K for the custom family: 1, and 2-8 for a skinny problem with an f32 C.
+    """Shares of K for the custom family: 1, and 2-8 for a skinny problem (its shares add
+    up in C where C is f32, else in an f32 workspace).
     On the H200 two shares took 16x4096x4096 f16 from 11.9 to 10.9 us; at 512^3 and 1024^3
     every split was slower (7.2 and 12.9 us against 5.1 and 7.7): passing a block's lock on
     costs about 2 us, more than a short run of K saves (h200_custom_skinny_split.md)."""
-    skinny = problem.m <= SKINNY_ROWS and problem.acc_type == "f32"
-    return [1, 2, 4, 8] if skinny else [1]
+    return [1, 2, 4, 8] if problem.m <= SKINNY_ROWS else [1]
 
 
 def persistent_candidates(problem: MatmulProblem, sm_count: int) -> list[int]:
@@ -189,7 +189,7 @@ def constraints(target) -> list[Constraint]:
             lambda p, x: not x["specialized"] or specialized_fits(x),
         ),
         Constraint(
-            "custom kernels: split-K needs an f32 C and K in shares of whole blocks",
+            "custom kernels: split-K needs K in shares of whole blocks",
             ("tile_k", "split_k"),
             lambda p, x: (
                 x["split_k"] >= 1 and split_unsupported(p, x["tile_k"], x["split_k"]) is None
