@@ -244,7 +244,10 @@ def _then(first: ir.Operation, epilogue: Epilogue) -> Epilogue:
             names.append("out")
             continue
         kind = FULL if maps[position] == identity else CHANNEL if results == last else None
-        if kind is None:
+        # A vector along the last dim is the kernel's per-column one only where that dim
+        # is N whole (not a head dim a reshape split N into).
+        columns = ir.RankedTensorType(value.type).shape[-1] == epilogue.acc_shape[-1]
+        if kind is None or (kind == CHANNEL and not columns):
             return epilogue
         names.append(f"a{len(epilogue.inputs) + len(added)}")
         added.append(_plain(operand, kind))
