@@ -357,9 +357,11 @@ def test_runtime_flags_auto_are_the_targets_and_iree_takes_them(target, setting,
 def test_the_proof_builds_the_tuned_model_both_ways_and_keeps_the_faster(tmp_path):
     """`dispatch_fusion = choose`: the reported build is compiled again with IREE's aggressive
     fusion, checked against the default's outputs, and each build timed; the faster is the
-    one every round times, its flags named. With the aggressive fusion alone it is applied
+    one every round times where it beats the other beyond the noise, its flags named. With
+    the aggressive fusion alone it is applied
     and nothing is timed twice."""
     from autosched.drivers.model_stages.report import build_flags_line
+    from autosched.drivers.proof import NOISE_FLOOR
     from autosched.measure.contract import AGGRESSIVE_FUSION, FUSION_CHOICES
 
     spec = tmp_path / "spec.mlir"
@@ -369,7 +371,8 @@ def test_the_proof_builds_the_tuned_model_both_ways_and_keeps_the_faster(tmp_pat
     assert proof.outputs_match and proof.tuned_ms > 0
     timed = {c.flags: c.ms for c in proof.build_choices}
     assert set(timed) == {"", AGGRESSIVE_FUSION} and all(ms > 0 for ms in timed.values())
-    assert proof.build_flags == min(timed, key=timed.get)
+    faster = timed[AGGRESSIVE_FUSION] < timed[""] * (1 - NOISE_FLOOR)  # beyond the noise
+    assert proof.build_flags == (AGGRESSIVE_FUSION if faster else "")
     assert proof.build_flags_of == ("tuned" if proof.build_flags else "")
     assert "dispatch fusion: `" in " ".join(build_flags_line(proof))
     forced = prove(

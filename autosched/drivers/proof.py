@@ -434,9 +434,10 @@ def _choose_build_flags(
     run: _Run, builds: _Builds, choices: Sequence[Sequence[str]], tolerance: float | None
 ) -> list[RuntimeChoice]:
     """The reported build compiled with each of `choices` (() as it is) and checked; of two
-    or more that run alike, each timed twice, in turn, and the fastest kept (a build the
-    default's byte for byte, or the default itself, is left alone: its flags would be the
-    whole gain). Each choice's time (None: it did not build, run or agree)."""
+    or more that run alike, each timed twice, in turn, and the fastest kept where it beats
+    the build as it is by more than NOISE_FLOOR (a build the default's byte for byte, or the
+    default itself, is left alone: its flags would be the whole gain). Each choice's time
+    (None: it did not build, run or agree)."""
     build = _reported(builds)
     if not any(choices) or build is builds.default or build.identical or not build.recipe:
         return []
@@ -457,6 +458,9 @@ def _choose_build_flags(
                 timed[flags].append(timing.median_ms)
     ranked = sorted((min(t), f) for f, t in timed.items() if t and f in usable)
     chosen = ranked[0][1] if ranked else next(iter(usable), ())
+    as_is = min(timed.get((), []) or [float("inf")])
+    if ranked and chosen and ranked[0][0] > as_is * (1 - NOISE_FLOOR):
+        chosen = ()  # not faster than the build as it is beyond the noise: it stays
     if chosen:
         build.vmfb, build.max_error = usable[chosen].vmfb, usable[chosen].max_error
         run.build_flags, run.build_flags_of = chosen, build.name
