@@ -153,6 +153,8 @@ def triton_direct_ms(problem, params: KernelParams, inner: int = 20) -> float:
     constants = {"M": problem.m, "N": problem.n, "K": problem.k, **_strides(problem)}
     constants |= {"BM": params.block_m, "BN": params.block_n, "BK": params.block_k}
     constants |= {"G": params.group_m, "EVEN": even}
+    # K whole: no split-K shares, so no locks nor workspace
+    constants |= {"SPLIT": 1, "K_PART": problem.k, "WORK": False, "locks": None, "w": None}
     blocks = grid(problem, params)[:2]
     return graph_ms(
         lambda: kernel[blocks](
