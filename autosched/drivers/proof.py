@@ -31,11 +31,7 @@ from autosched.measure.module_io import (
     run_outputs,
     source_entry_function,
 )
-from autosched.model.configured import (
-    DEFAULT_TIMEOUT,
-    iree_compile,
-    tuning_spec_flags,
-)
+from autosched.model.configured import DEFAULT_TIMEOUT, iree_compile, tuning_spec_flags
 from autosched.model.lowering import prepare_model
 from autosched.model.model_build import linked, model_build
 from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
@@ -409,25 +405,32 @@ def _reported(builds: _Builds) -> _Build:
     return builds.default
 
 
+def _timed_in_turn(run: _Run, runs: dict) -> dict:
+    """Each key's (module, runtime flags) of `runs` timed twice, in turn; each one's faster
+    time (None where it never ran)."""
+    times = {key: [] for key in runs}
+    for _ in range(2):
+        for key, (vmfb, flags) in runs.items():
+            timing = time_module(
+                vmfb, run.device, run.inputs, 1, run.repetitions, run.min_time,
+                run.timeout, run.entry.name, flags,
+            )  # fmt: skip
+            if timing.status == "ok":
+                times[key].append(timing.median_ms)
+    return {key: min(t) if t else None for key, t in times.items()}
+
+
 def _choose_runtime_flags(run: _Run, builds: _Builds, choices) -> list[RuntimeChoice]:
     """With two or more candidate flag sets, times the reported build with each (twice,
     in turn, keeping each one's faster time) and sets the fastest as the run's flags."""
     if len(choices) < 2:
         return []
-    build, times = _reported(builds), {tuple(c): [] for c in choices}
-    for _ in range(2):
-        for flags in times:
-            timing = time_module(
-                build.vmfb, run.device, run.inputs, 1, run.repetitions, run.min_time,
-                run.timeout, run.entry.name, flags,
-            )  # fmt: skip
-            if timing.status == "ok":
-                times[flags].append(timing.median_ms)
-    timed = [RuntimeChoice(" ".join(f), min(t) if t else None) for f, t in times.items()]
-    ran = [(c.ms, flags) for c, flags in zip(timed, times, strict=True) if c.ms is not None]
+    build = _reported(builds)
+    times = _timed_in_turn(run, {tuple(c): (build.vmfb, tuple(c)) for c in choices})
+    ran = [(ms, flags) for flags, ms in times.items() if ms is not None]
     if ran:
         run.runtime_flags = min(ran)[1]
-    return timed
+    return [RuntimeChoice(" ".join(flags), ms) for flags, ms in times.items()]
 
 
 def _choose_build_flags(
@@ -441,32 +444,31 @@ def _choose_build_flags(
     build = _reported(builds)
     if not any(choices) or build is builds.default or build.identical or not build.recipe:
         return []
-    variants, timed = {}, {tuple(c): [] for c in choices}
-    for flags in timed:
+    variants = {}
+    for flags in map(tuple, choices):
         variant = _variant(run, build, flags, len(variants)) if flags else build
         if flags and variant is not None:
             _checked(run, variant, tolerance)
         variants[flags] = variant
     usable = {f: v for f, v in variants.items() if v is not None and v.runs and v.match}
-    for _ in range(2 if len(usable) > 1 else 0):
-        for flags, variant in usable.items():
-            timing = time_module(
-                variant.vmfb, run.device, run.inputs, 1, run.repetitions, run.min_time,
-                run.timeout, run.entry.name, run.runtime_flags,
-            )  # fmt: skip
-            if timing.status == "ok":
-                timed[flags].append(timing.median_ms)
-    ranked = sorted((min(t), f) for f, t in timed.items() if t and f in usable)
-    chosen = ranked[0][1] if ranked else next(iter(usable), ())
-    as_is = min(timed.get((), []) or [float("inf")])
-    if ranked and chosen and ranked[0][0] > as_is * (1 - NOISE_FLOOR):
-        chosen = ()  # not faster than the build as it is beyond the noise: it stays
+    times = dict.fromkeys(variants)
+    if len(usable) > 1:
+        times |= _timed_in_turn(run, {f: (v.vmfb, run.runtime_flags) for f, v in usable.items()})
+    if len(variants) == 1:  # one set of flags: applied where it builds and agrees
+        chosen = next(iter(usable), ())
+    else:
+        as_is = times.get(())
+        faster = [
+            (ms, flags) for flags, ms in times.items()
+            if flags and ms is not None and (as_is is None or ms < as_is * (1 - NOISE_FLOOR))
+        ]  # fmt: skip
+        chosen = min(faster)[1] if faster else ()
     if chosen:
         build.vmfb, build.max_error = usable[chosen].vmfb, usable[chosen].max_error
         run.build_flags, run.build_flags_of = chosen, build.name
-    if len(timed) < 2:  # one set of flags, applied: nothing was chosen
+    if len(variants) < 2:  # nothing was chosen between
         return []
-    return [RuntimeChoice(" ".join(f), min(t) if t else None) for f, t in timed.items()]
+    return [RuntimeChoice(" ".join(flags), ms) for flags, ms in times.items()]
 
 
 def _variant(run: _Run, build: _Build, flags: tuple[str, ...], index: int) -> _Build | None:
