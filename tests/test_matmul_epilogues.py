@@ -443,3 +443,73 @@ def test_the_block_with_every_kernel_gives_the_default_builds_outputs(
     assert result.exit_code == 0, result.output
     assert "with custom kernels (5 op(s) replaced)" in result.output
     assert "outputs match" in result.output.split("with custom kernels")[1]
+
+
+def test_each_custom_dispatch_of_the_block_names_its_kernel_and_form(gpt2_epilogues):
+    """The kernel each custom dispatch of the block runs, read from the model lowered to
+    flow, where the dispatch benchmarks get their names: the in-place timing
+    (drivers/in_place.py) adds each benchmark's time to its winner by it and tells the
+    kernels that carry an epilogue by their form."""
+    from autosched.model.lowering import dispatch_calls, lower_to_dispatches
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.placement import extern_kernels
+
+    target, model, problems, _, folder = gpt2_epilogues
+    spec, _ = every_kernel_spec(gpt2_epilogues, str(folder / "named.mlir"))
+    out = str(folder / "named_rewritten.mlir")
+    rewritten, _ = rewrite_model(model, spec, target.compile_flags(), out, 300)
+    lowered = lower_to_dispatches(rewritten, [*target.compile_flags(), RESUME_FLAG])
+    kernels = extern_kernels(lowered)
+    assert set(kernels) <= set(dispatch_calls(lowered)) and len(kernels) == 5
+    stems = {kernel.split(".")[0] for kernel in kernels.values()}
+    assert {p.name for p in problems} < stems and any(s.startswith("attention") for s in stems)
+    forms = [kernel.partition(".")[2] for kernel in kernels.values()]
+    assert sum(form.startswith("epilogue") for form in forms) == 4, kernels
+
+
+@pytest.mark.gpu
+def test_each_projection_is_timed_in_place_with_its_epilogue_on_the_gpu(gpt2_epilogues, tmp_path):
+    """On the GPU: each projection of the block (bias, GELU, residual epilogues) is built
+    into the model with its plain and its persistent point in turn, each timed on the
+    rewritten model's dispatch benchmarks, and the faster kept; run.log says both times."""
+    from autosched.drivers.in_place import choose_in_place
+    from autosched.drivers.model_stages.prepare import model_problems
+    from autosched.kernels.matmul_triton.space import CUSTOM
+    from autosched.model.lowering import analyze_model
+    from autosched.outputs.records import Trial
+    from autosched.run.problem import ProblemResult
+
+    target, model, *_ = gpt2_epilogues
+    config = RunConfig(target="cuda", arch="sm_90", work_dir=str(tmp_path), repetitions=2)
+    entries, _ = model_problems(analyze_model(model, target.compile_flags()), target)
+    custom = {}
+    for entry in entries:
+        entry.result = ProblemResult(entry.problem, None, baseline_ms=1.0)  # IREE's time
+        if entry.problem.kind != "matmul":
+            continue
+        trials = [
+            Trial(
+                entry.problem.name,
+                "cuda",
+                "sm_90",
+                name,
+                {**POINT, **extra},
+                False,
+                "ok",
+                median_ms=ms,
+            )  # fmt: skip
+            for name, extra, ms in (
+                ("plain", {"pipeline": CUSTOM, "split_k": 1, "persistent": 0}, 0.01),
+                ("persistent", {"pipeline": CUSTOM, "split_k": 1, "persistent": 132}, 0.02),
+            )
+        ]
+        custom[entry.problem.name] = ProblemResult(
+            entry.problem, None, trials, best=trials[0], best_ms=0.01
+        )
+    log = _Log()
+    model_folder = str(tmp_path / "model")
+    chosen = choose_in_place(config, target, entries, custom, (model, model_folder), log)
+    timed = [line for line in log.lines if "epilogue and all" in line]
+    assert len(timed) == len(custom) == 4, log.lines
+    assert all("(plain)" in line and "(persistent)" in line for line in timed), timed
+    assert set(chosen) == set(custom)

@@ -121,3 +121,27 @@ def test_fast_mode_re_times_no_finalist_far_behind_the_fastest():
     assert finalists([fast, far], default, top=2, floor=FAST_FLOOR)[0] == [fast]
     assert finalists([fast, close], default, top=2, floor=FAST_FLOOR)[0] == [fast, close]
     assert finalists([fast, far], default, top=2)[0] == [fast, far]  # normal mode: both
+
+
+def test_a_slow_default_is_not_timed_again_beside_finalists_far_ahead_of_it():
+    """IREE's attention at 197 tokens: 18.5 ms a dispatch, 200 to a call of its module (3.7 s);
+    finalists 460x faster on the first pass are re-timed among themselves. A default under a
+    second a call, or one finalist within CLEAR_MARGIN of it, is timed beside them."""
+    from autosched.run.retime import CLEAR_MARGIN, retimes_default
+
+    default = trial(BASELINE, 18.5, 0.2, baseline=True)
+    flash = [trial("fa_m128_n32", 0.040, 95.0), trial("fa_m128_n64", 0.0403, 94.0)]
+    assert not retimes_default(flash, default, 18.5 * 200 / 1e3)
+    assert retimes_default(flash, default, 0.9)
+    close = [flash[0], trial("slow", 18.5 / (CLEAR_MARGIN - 1), 1.0)]
+    assert retimes_default(close, default, 3.7)
+    contenders, _ = finalists(flash, default, top=2)
+    found = judge(
+        contenders,
+        timed_rounds(
+            ["fa_m128_n32", "fa_m128_n64"], {"fa_m128_n32": 0.04, "fa_m128_n64": 0.041}.get
+        ),
+    )
+    assert (
+        found.winner.config == "fa_m128_n32" and found.beats_default and found.baseline_ms is None
+    )

@@ -35,7 +35,21 @@ SETTINGS = MeasureSettings(repetitions=5, min_time=0.05, run_timeout=60.0, timer
 
 def test_the_calls_a_timing_makes_are_its_warm_up_and_repetitions():
     assert timed_calls(1e-4, 5, 0.05) == 6 * 500  # 0.1 ms calls fill each 50 ms
-    assert timed_calls(2.0, 5, 0.05) == 6  # a call longer than min_time: one per repetition
+    assert timed_calls(0.5, 5, 0.05) == 6  # a call longer than min_time: one per repetition
+    assert timed_calls(2.0, 5, 0.05) == 2  # a call over a second is a sample of its own
+
+
+def test_a_call_of_a_second_or_more_is_timed_once(monkeypatch):
+    """The worker's timing keeps one repetition of a call that long (IREE's attention at 197
+    tokens: 3.7 s a call of its module), and every repetition of a shorter one."""
+    from autosched.measure import timed_calls as timing
+
+    monkeypatch.setattr(timing, "LONG_CALL_S", 0.03)
+    long_calls, short_calls = [], []
+    samples = timing.time_calls(lambda: (long_calls.append(1), time.sleep(0.04)), [], 3, 0.0)
+    assert len(samples) == 1 and len(long_calls) == 2  # the warm-up and one repetition
+    samples = timing.time_calls(lambda: (short_calls.append(1), time.sleep(0.005)), [], 3, 0.0)
+    assert len(samples) == 3 and len(short_calls) == 4
     assert timed_calls(1e-4, 1, 0.0) == 2
 
 

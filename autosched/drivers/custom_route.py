@@ -234,12 +234,38 @@ def write_custom_substitution(
     custom: dict,
     log,
     model: tuple[str, str] | None = None,
+    readings: list | None = None,
 ) -> CustomSpec:
     """The spec of the custom winners (see `write_custom_spec`), the winners in it, and
     those the spec writer refused (each named in run.log and in `not_placed`). `model`
     (its path and the run's model folder) lets the spec take what the kernels can from
-    around their ops (MODEL_READINGS): the reshapes before a truncf, the epilogue after it,
-    an attention's copied operands, a convolution's zero pad."""
+    around their ops (`model_readings`): the reshapes before a truncf, the epilogue after it,
+    an attention's copied operands, a convolution's zero pad; `readings`, read already for
+    the same winners' problems, stand for them."""
+    winners, named = custom_winners(target, problems, custom, log)
+    refused = []
+    if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
+        if readings is None:
+            readings = model_readings(model, winners, target, log)
+        for why in write_substitution(path, winners, target, *readings):
+            log.write(f"not substituted: {why}")
+            kernel, _, reason = why.partition(": ")
+            refused.append(NotPlaced(named.get(kernel, kernel), CUSTOM_ROUTE, reason))
+    taken = {r.problem for r in refused}
+    return CustomSpec(
+        path if os.path.exists(path) else None,
+        [
+            CustomWinner(named[p.name], p.name, p.kind)
+            for p, _ in winners
+            if named[p.name] not in taken
+        ],
+        refused,
+    )
+
+
+def custom_winners(target, problems: list[ModelProblem], custom: dict, log) -> tuple[list, dict]:
+    """([(the problem its kernels replace, the point)], that problem's name -> the campaign
+    problem's) of the custom winners under IREE's best dispatch time; the others logged."""
     winners, named = [], {}
     for entry in problems:
         result = custom_winner(entry, custom, target)
@@ -256,23 +282,13 @@ def write_custom_substitution(
         problem = entry.problem if result.problem.kind == "matmul" else result.problem
         winners.append((problem, result.best.point))
         named[problem.name] = entry.problem.name
-    refused = []
-    if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
-        readings = [read(model, winners, target, log) for read in MODEL_READINGS]
-        for why in write_substitution(path, winners, target, *readings):
-            log.write(f"not substituted: {why}")
-            kernel, _, reason = why.partition(": ")
-            refused.append(NotPlaced(named.get(kernel, kernel), CUSTOM_ROUTE, reason))
-    taken = {r.problem for r in refused}
-    return CustomSpec(
-        path if os.path.exists(path) else None,
-        [
-            CustomWinner(named[p.name], p.name, p.kind)
-            for p, _ in winners
-            if named[p.name] not in taken
-        ],
-        refused,
-    )
+    return winners, named
+
+
+def model_readings(model: tuple[str, str] | None, winners: list, target, log) -> list:
+    """What the spec writer reads from the model around the winners' ops (MODEL_READINGS,
+    in `write_substitution`'s order); of their problems only, not their points."""
+    return [read(model, winners, target, log) for read in MODEL_READINGS]
 
 
 def _chains(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
@@ -336,6 +352,7 @@ def _paddings(model: tuple[str, str] | None, winners: list, target, log) -> dict
 
 # What the spec writer reads from the model, in write_substitution's order.
 MODEL_READINGS = (_chains, _epilogues, _absorbed, _paddings)
+EPILOGUE_READING = _epilogues  # its readings: {problem_key: [Epilogue]} (or None)
 
 
 def narrowed_matmul(problem) -> bool:

@@ -140,6 +140,12 @@ class KernelFamily(ABC):
         say)."""
         return 0
 
+    def epilogue_form(self, point: Point) -> str:
+        """How a point's kernel runs an epilogue beside its main loop, where forms differ
+        (drivers/in_place.py times the fastest point of each form in the model); one form
+        ("") where the family does not say."""
+        return ""
+
     def features(self, problem, point: Point, target) -> dict[str, float]:
         """Numbers beyond the knobs that describe a point to the cost model."""
         return {}

@@ -8,6 +8,10 @@ import time
 
 MAX_CALL_S = 0.5  # a dispatch benchmark's call longer than this dispatches less often
 FITTED_CALL_S = 0.05  # ... about this much work a call, as the targets' dispatch_repeat aims
+# A call this long is one sample: its own length averages out what more repetitions would.
+# IREE's attention at ViT-B/16's 197 tokens (18.5 ms a dispatch, 200 to a call of the bare
+# kernel's module) took 11 s to time in three repetitions on the H100.
+LONG_CALL_S = 1.0
 
 
 def fitted_count(function, count: int) -> int:
@@ -40,7 +44,8 @@ def time_calls(
     done. A warm-up of `min_time` comes first unless the module has just run (`warm`: the
     check that precedes a timing already loaded it and ran it on these inputs). A call
     slower than `slow_ms` in its first repetition is a candidate that cannot win: it keeps
-    that one sample, since more repetitions would only sharpen a loser's time.
+    that one sample, since more repetitions would only sharpen a loser's time; so does a
+    call of LONG_CALL_S or more.
     """
     if not warm:
         started = time.perf_counter()
@@ -58,6 +63,6 @@ def time_calls(
             if elapsed >= min_time:
                 break
         samples.append(elapsed * 1e3 / calls)
-        if slow_ms is not None and samples[0] > slow_ms:
+        if (slow_ms is not None and samples[0] > slow_ms) or elapsed / calls >= LONG_CALL_S:
             break
     return samples

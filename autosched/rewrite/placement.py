@@ -61,14 +61,40 @@ def placed_kernels(path: str) -> Counter:
 
 def _kernel_names(op: ir.Operation) -> list[str]:
     """The winners whose binaries an extern embeds: each object path's stem."""
-    found = []
-    for objects in op.attributes["target_objects"]:
-        for embedded in objects:
-            text = str(embedded)  # #hal.executable.object<{path = "...", data = ...}>
-            if 'path = "' in text:
-                path = text.split('path = "', 1)[1].split('"', 1)[0]
-                found.append(os.path.basename(path).split(".", 1)[0])
+    return [
+        _file_stem(path).split(".", 1)[0]
+        for objects in op.attributes["target_objects"]
+        for path in _object_paths(objects)
+    ]
+
+
+def extern_kernels(module: ir.Module) -> dict[str, str]:
+    """Executable -> the kernel file its custom dispatch embeds, as `{winner}.{form}` (or
+    `{winner}`), in a model lowered to flow, where each `hal.dispatch.extern` is an
+    executable of its own (`extern_dispatch_3`, as its dispatch benchmark is named)."""
+    found = {}
+    for op in walk_ops(module.operation):
+        if op.name == "hal.executable.variant" and "objects" in op.attributes:
+            paths = _object_paths(op.attributes["objects"])
+            name = ir.StringAttr(op.parent.attributes["sym_name"]).value
+            if paths:
+                found[name] = _file_stem(paths[0])
     return found
+
+
+def _object_paths(objects) -> list[str]:
+    """The paths of an object list's `#hal.executable.object<{path = "...", ...}>`s."""
+    found = []
+    for embedded in objects:
+        text = str(embedded)
+        if 'path = "' in text:
+            found.append(text.split('path = "', 1)[1].split('"', 1)[0])
+    return found
+
+
+def _file_stem(path: str) -> str:
+    """`/x/matmul_8x8x8_f16_f16_f32.epilogue0.cubin` -> `matmul_8x8x8_f16_f16_f32.epilogue0`."""
+    return os.path.basename(path).rsplit(".", 1)[0]
 
 
 def check_placed(winners: list[CustomWinner], placed: Counter) -> list[NotPlaced]:

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 
 from autosched.measure.contract import MeasureSettings
+from autosched.measure.timed_calls import LONG_CALL_S
 from autosched.ops.base import Problem
 from autosched.outputs.records import Trial
 
@@ -32,8 +33,11 @@ COMPILE_FLOOR_S = 30.0
 
 def timed_calls(call_s: float, repetitions: int, min_time: float) -> int:
     """The calls one timing makes at `call_s` a call: a warm-up of at least `min_time`, then
-    `repetitions` of at least `min_time` each, every one at least one call
-    (`timed_calls.time_calls`; iree-benchmark-module warms up and repeats alike)."""
+    `repetitions` of at least `min_time` each, every one at least one call, or one of a call
+    of LONG_CALL_S or more (the worker's `timed_calls.time_calls`; iree-benchmark-module
+    warms up and repeats alike, a long call too, which the limit's factor covers)."""
+    if call_s >= LONG_CALL_S:  # one such call is a sample: one repetition after the warm-up
+        return 2
     per_repetition = max(1, math.ceil(min_time / call_s)) if call_s > 0 else 1
     return (1 + repetitions) * per_repetition
 

@@ -27,6 +27,7 @@ PHASES = {
     "search_custom": "search: custom kernels",
     "defaults": "  default builds and timings",
     "retiming": "  re-timing",
+    "in_place": "custom kernels in place",
     "spec_check": "spec check",
     "proof": "proof builds",
     "dispatch_tables": "dispatch tables",

@@ -17,6 +17,12 @@ FAST_FLOOR = 0.95  # fast mode re-times only candidates at least this fast as th
 # ... and, after the fastest, only those within this factor of its first-pass speedup: on
 # resnet18 (CPU) a third of the second finalists were 1.8-4x slower than the first.
 FAST_GAP = 1.5
+# A default that takes over this long a timed call is not timed again beside finalists that
+# were all over CLEAR_MARGIN faster on the first pass: no noise turns that around. IREE's
+# attention at 197 tokens (ViT-B/16) ran 18.5 ms a dispatch on the H100, 200 dispatches a
+# call of the bare kernel's module, and each timing of it took 11 s.
+SLOW_DEFAULT_CALL_S = 1.0
+CLEAR_MARGIN = 10.0
 
 
 @dataclass
@@ -77,6 +83,14 @@ def finalists(
     contenders = ranked[: max(top, 1)]
     with_default = baseline is not None and baseline.ok and contenders
     return contenders, ([baseline] if with_default else []) + contenders
+
+
+def retimes_default(contenders: list[Trial], baseline: Trial | None, call_s: float) -> bool:
+    """Whether the default is timed again beside `contenders` (one call of it: `call_s`)."""
+    if call_s <= SLOW_DEFAULT_CALL_S:
+        return True
+    speedups = [first_pass_speedup(t, baseline) or 0.0 for t in contenders]
+    return not speedups or min(speedups) < CLEAR_MARGIN
 
 
 def timed_rounds(

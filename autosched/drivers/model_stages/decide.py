@@ -21,6 +21,7 @@ from autosched.drivers.custom_route import (
     write_custom_substitution,
 )
 from autosched.drivers.entry_points import function_fields, function_lines, prove_model
+from autosched.drivers.in_place import choose_in_place
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Decided, Prepared, Searched
 from autosched.drivers.proof import FASTER, SLOWER
@@ -48,13 +49,12 @@ def decide(prepared: Prepared, searched: Searched) -> Decided:
     config, target, layout, log = prepared.config, prepared.target, prepared.layout, searched.log
     if layout.changed:
         log.write(layout.describe())
+    model = (layout.source, os.path.join(config.work_dir, "model"))
+    with prepared.clock.phase("in_place"):
+        chosen = choose_in_place(config, target, prepared.problems, searched.custom, model, log)
+    searched.custom.update(chosen)  # the point kept is the run's: the tables after say it
     custom = write_custom_substitution(
-        prepared.paths.custom_spec,
-        target,
-        prepared.problems,
-        searched.custom,
-        log,
-        (layout.source, os.path.join(config.work_dir, "model")),
+        prepared.paths.custom_spec, target, prepared.problems, searched.custom, log, model
     )
     custom_spec = custom.path
     spec_path, applied, proof = spec_never_slower(prepared, log, custom_spec)

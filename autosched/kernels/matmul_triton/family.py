@@ -45,6 +45,14 @@ class MatmulTriton(KernelFamily):
     def config_name(self, point: Point) -> str:
         return space.config_name(point)
 
+    def epilogue_form(self, point: Point) -> str:
+        """Warp-specialized: its MMA warps run each tile's epilogue before the next tile;
+        persistent: one workgroup an SM, the epilogue between its tiles; plain: another
+        workgroup on the SM computes through it."""
+        if point.get("specialized"):
+            return "warp-specialized"
+        return "persistent" if point.get("persistent") else "plain"
+
     def workgroup_size(self, point: Point) -> list[int]:
         return space.workgroup_size(point)
 
