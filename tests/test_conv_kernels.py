@@ -31,7 +31,14 @@ MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 RESNET18 = os.path.join(MODELS, "tv_resnet18_f16.mlirbc")
 # (batch, channels, image, filters, window, stride): 3x3 at stride 1 and 2, the 7x7 stem on
 # an RGB image, a pointwise one, and output channels and pixels that no block divides.
-SHAPES = [(2, 16, 9, 24, 3, 1), (2, 16, 9, 16, 3, 2), (1, 3, 19, 16, 7, 2), (2, 32, 7, 48, 1, 1)]
+# The last: a ViT's patch convolution (3 channels, taps of 8 at a stride of 8, read as stored).
+SHAPES = [
+    (2, 16, 9, 24, 3, 1),
+    (2, 16, 9, 16, 3, 2),
+    (1, 3, 19, 16, 7, 2),
+    (2, 32, 7, 48, 1, 1),
+    (2, 3, 32, 64, 8, 8),
+]
 
 
 def _random(shape, seed):
@@ -636,3 +643,28 @@ def epilogues_against_iree(fused: str, problem_of, element, close, spread: float
         got = _numpy_statements(epilogue, inputs).astype(np.float32)
         assert close(got.reshape(expected.shape), expected), epilogue.statements
     return len(checked)
+
+
+def test_an_rgb_image_and_its_filter_are_read_as_stored(tmp_path):
+    """ViT-B/16's patch convolution (3 channels, 16x16 taps, stride 16): the kernel reads the
+    NCHW image and the FCHW filter as stored, a filter row's taps of every channel one step
+    along K, so its function has no transpose (made channels-last, the image was a dispatch
+    of its own, 0.099 ms on the H100), and its loads stay 16-byte asynchronous copies. An
+    image of 16 channels is still read channels-last."""
+    pytest.importorskip("triton")
+    from autosched.kernels.igemm_conv import kernel as family
+
+    target = make_target(RunConfig(target="cuda", arch="sm_90"))
+    params = family.ConvParams(128, 128, 64, 8, 3)
+    patch, wide = nchw_problem(32, 3, 224, 768, 16, 16), nchw_problem(2, 16, 9, 24, 3, 1)
+    assert family.taps_in_k(patch) and not family.taps_in_k(wide)
+    constants = family._constants(patch, params)
+    assert (constants["KW_IN"], constants["C"], constants["KW"]) == (16, 48, 1)
+    for problem, transposes in ((patch, 0), (wide, 2)):
+        binary = family.compile_kernel(problem, params, "sm_90", str(tmp_path / "k.ptx"))
+        body = family.extern_function(problem, params, binary, target.executable_target(), "f")
+        assert body.count("linalg.transpose") == transposes
+    ptx = open(
+        family.compile_kernel(patch, params, "sm_90", str(tmp_path / "p.ptx")).ptx_path
+    ).read()
+    assert "wgmma" in ptx and "cp.async.cg.shared.global" in ptx and ", 0x10," in ptx
