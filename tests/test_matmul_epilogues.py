@@ -221,12 +221,15 @@ def test_a_winner_whose_kernel_does_not_fit_the_gpu_is_refused_with_its_reason(
     winner timed with an f16 output needed 278552 bytes in its op's f32 form) stops no run:
     the winner is refused with the reason, named as not placed, and no spec is written."""
     from autosched.kernels import triton as triton_kernels
+    from autosched.rewrite import spec as spec_module
     from autosched.rewrite.narrow_reshapes import model_reshape_chains
     from autosched.rewrite.spec import write_substitution
 
     target, model, problems, epilogues, folder = llama_epilogues
-    # The point's kernels take 49152 bytes: a GPU with less cannot launch them.
+    # The point's kernels take 49152 bytes: a GPU with less cannot launch them (compiled
+    # here, in turn, where the smaller limit holds: not in processes of their own).
     monkeypatch.setitem(triton_kernels.SHARED_MEMORY_BYTES, "sm_90", 32768)
+    monkeypatch.setattr(spec_module, "compile_calls", lambda calls, jobs=None: {})
     chains = model_reshape_chains(model, target.compile_flags(), str(folder / "narrow"))
     path = folder / "too_large.mlir"
     refused = write_substitution(
@@ -246,11 +249,13 @@ def test_an_epilogue_whose_kernel_does_not_fit_stays_irees_and_the_winner_stays(
     from test_triton_kernels import _iree_compile
 
     from autosched.kernels import triton as triton_kernels
+    from autosched.rewrite import spec as spec_module
     from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
     target, model, problems, epilogues, folder = llama_epilogues
     full = triton_spec(llama_epilogues, str(folder / "fits.mlir"), SPECIALIZED, epilogues)
     monkeypatch.setitem(triton_kernels.SHARED_MEMORY_BYTES, "sm_90", 50000)
+    monkeypatch.setattr(spec_module, "compile_calls", lambda calls, jobs=None: {})  # here
     spec = triton_spec(llama_epilogues, str(folder / "smaller.mlir"), SPECIALIZED, epilogues)
 
     def functions(path: str) -> set[str]:
@@ -513,3 +518,31 @@ def test_each_projection_is_timed_in_place_with_its_epilogue_on_the_gpu(gpt2_epi
     assert len(timed) == len(custom) == 4, log.lines
     assert all("(plain)" in line and "(persistent)" in line for line in timed), timed
     assert set(chosen) == set(custom)
+
+
+def test_the_kernels_compiled_side_by_side_are_those_compiled_in_turn(
+    gpt2_epilogues, tmp_path, monkeypatch
+):
+    """The block's every kernel (each projection's plain, narrow, stored-weight and
+    epilogue forms, the flash kernel's absorbed forms) is compiled in processes of their
+    own before the spec is written (rewrite/compile_ahead.py): the spec and every PTX are
+    those of compiling them one at a time here."""
+    import filecmp
+
+    from autosched.rewrite import spec as spec_module
+
+    ahead, _ = every_kernel_spec(gpt2_epilogues, str(tmp_path / "ahead" / "custom.mlir"))
+    calls = []
+
+    def in_turn(found, jobs=None):
+        calls.extend(found)
+        return {}  # none compiled ahead: the spec's builder compiles each in turn
+
+    monkeypatch.setattr(spec_module, "compile_calls", in_turn)
+    in_order, _ = every_kernel_spec(gpt2_epilogues, str(tmp_path / "turn" / "custom.mlir"))
+    assert len(calls) >= 10 and len({c.path for c in calls}) == len(calls)
+    text = open(ahead).read().replace(str(tmp_path / "ahead"), "FOLDER")
+    assert text == open(in_order).read().replace(str(tmp_path / "turn"), "FOLDER")
+    for call in calls:
+        twin = call.path.replace(str(tmp_path / "turn"), str(tmp_path / "ahead"))
+        assert filecmp.cmp(call.path, twin, shallow=False), call.path

@@ -37,6 +37,7 @@ def test_the_calls_a_timing_makes_are_its_warm_up_and_repetitions():
     assert timed_calls(1e-4, 5, 0.05) == 6 * 500  # 0.1 ms calls fill each 50 ms
     assert timed_calls(0.5, 5, 0.05) == 6  # a call longer than min_time: one per repetition
     assert timed_calls(2.0, 5, 0.05) == 2  # a call over a second is a sample of its own
+    assert timed_calls(1e-4, 1, 0.0) == 2
 
 
 def test_a_call_of_a_second_or_more_is_timed_once(monkeypatch):
@@ -50,14 +51,15 @@ def test_a_call_of_a_second_or_more_is_timed_once(monkeypatch):
     assert len(samples) == 1 and len(long_calls) == 2  # the warm-up and one repetition
     samples = timing.time_calls(lambda: (short_calls.append(1), time.sleep(0.005)), [], 3, 0.0)
     assert len(samples) == 3 and len(short_calls) == 4
-    assert timed_calls(1e-4, 1, 0.0) == 2
 
 
 def test_the_limit_is_twenty_times_the_defaults_work_with_a_floor_and_a_ceiling():
     # A 0.1 ms default: a timing takes 6 x 50 ms, a candidate may take 20x that.
     assert run_limit(0.1, 1, SETTINGS) == pytest.approx(LIMIT_FACTOR * 0.3)
-    # Dispatches per call multiply the call's time (the default's time is per dispatch).
-    assert run_limit(100.0, 10, SETTINGS) == pytest.approx(min(60.0, 20 * 6 * 1.0))
+    # Dispatches per call multiply the call's time (the default's time is per dispatch): a
+    # call of a second is timed once after its warm-up.
+    assert run_limit(100.0, 10, SETTINGS) == pytest.approx(20 * 2 * 1.0)
+    assert run_limit(40.0, 10, SETTINGS) == pytest.approx(min(60.0, 20 * 6 * 0.4))
     quick = MeasureSettings(repetitions=1, min_time=0.0, run_timeout=60.0, timer="tool")
     assert run_limit(0.01, 1, quick) == 1.0  # the floor: loading a module takes its time
     assert run_limit(0.01, 1, quick, floor_s=0.5) == 0.5

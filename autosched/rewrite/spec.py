@@ -25,6 +25,7 @@ Two routes apply it:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from iree.compiler import ir
@@ -38,6 +39,7 @@ from autosched.ops.matmul import MatmulProblem
 from autosched.rewrite.arms import winner_arms
 from autosched.rewrite.attention_sources import AbsorbedAttention
 from autosched.rewrite.common import ELEMENTWISE_FUSION
+from autosched.rewrite.compile_ahead import Compiled, Recorder, compile_calls
 from autosched.rewrite.custom_functions import winner_functions
 from autosched.rewrite.narrow_reshapes import ReshapeChain
 from autosched.rewrite.replacements import (
@@ -93,15 +95,24 @@ def write_substitution(
         os.remove(path)
     folder = path.removesuffix(".mlir")
     forms = ModelForms(chains or {}, epilogues or {}, absorbed or {}, paddings or {})
-    kept, refused = [], []
+    kept, refused, taken = [], [], []
     for problem, point in winners:
         family = family_of(point, problem.kind)
         why = "not a kernel family's point" if family is None else family.unsupported(problem)
         if why:
             refused.append(f"{problem.name}: {why}")
-            continue
+        else:
+            taken.append((family, problem, point))
+    calls = []  # every kernel the winners need, compiled side by side (compile_ahead.py)
+    for family, problem, point in taken:
+        build_substitute(Recorder(family, calls), problem, point, forms, target.arch, folder)
+    done = compile_calls(calls)
+    for family, problem, point in taken:
         try:
-            kept.append(build_substitute(family, problem, point, forms, target.arch, folder))
+            built = build_substitute(
+                Compiled(family, done), problem, point, forms, target.arch, folder
+            )
+            kept.append(dataclasses.replace(built, family=family))
         except KernelDoesNotFit as error:  # its own kernel, as the model's op form needs it
             refused.append(f"{problem.name}: {error}")
     if kept:
