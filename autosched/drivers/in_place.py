@@ -96,8 +96,8 @@ def choose_in_place(
         result = custom_winner(entry, custom, target)
         if result is not None and result is custom.get(entry.problem.name):
             found = alternatives(result, FORMS) if result.problem.kind == "matmul" else []
-            limit = iree_ms(entry)
-            found = [a for a in found if not limit or a.trial.median_ms < limit]
+            limit = iree_ms(entry)  # an other point must be under it, as the winner is
+            found = found[:1] + [a for a in found[1:] if not limit or a.trial.median_ms < limit]
             if len(found) > 1:
                 options[entry.problem.name] = found
     if not options:

@@ -128,7 +128,11 @@ def compile_calls(calls: list[KernelCall], jobs: int | None = None) -> dict[str,
         def compile_chunk(index: int) -> dict[str, object]:
             out = os.path.join(folder, f"{index}.pickle")
             command = [sys.executable, "-m", __name__, out]
-            finished = processes.run(command, COMPILE_S, input_bytes=pickle.dumps(chunks[index]))
+            try:
+                sent = pickle.dumps(chunks[index])
+            except (pickle.PicklingError, TypeError, AttributeError):  # compiled in turn
+                return {}
+            finished = processes.run(command, COMPILE_S, input_bytes=sent)
             if finished.returncode != 0 or not os.path.exists(out):
                 return {}
             with open(out, "rb") as handle:
