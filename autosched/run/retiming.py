@@ -190,20 +190,24 @@ class Retiming:
         # A round lost with its actor was timed again: say so.
         log_executor_events(self.executor, log, self.lock)
         found = retime.judge(contenders, rounds)
-        self.retimed.update(keep_verdict(log, search, contenders, found))
+        self.retimed.update(keep_verdict(log, search, contenders, found, bool(beside)))
 
 
 def keep_verdict(
-    log: RunLog, search: ProblemSearch, contenders: list[Trial], found: retime.Retimed
+    log: RunLog,
+    search: ProblemSearch,
+    contenders: list[Trial],
+    found: retime.Retimed,
+    with_default: bool = True,
 ) -> dict[tuple[str, str], float]:
     """Logs and keeps what re-timing found (the default's drift, the winner); the final
-    medians by (problem, config)."""
+    medians by (problem, config). `with_default`: the default was timed in the rounds."""
     result = search.result
     final = {(search.problem.name, n): ms for n, ms in found.final.items()}
     result.baseline_ms = found.baseline_ms
     if result.baseline.ok and result.baseline_ms:
         log.write(drift_line(result))
-    elif result.baseline.ok:  # not timed again (retime.retimes_default): its first timing
+    elif result.baseline.ok and not with_default:  # its first timing (retimes_default)
         result.baseline_ms = result.baseline.median_ms
         log.write(
             f"IREE default not re-timed ({result.baseline_ms:.4g} ms): every finalist was over "
