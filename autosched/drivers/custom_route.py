@@ -390,16 +390,8 @@ def custom_build_dispatches(config, target, log, model_path: str, custom_spec: s
     click.echo("timing every dispatch of the model with its custom kernels ...", err=True)
     folder = os.path.join(config.work_dir, "model", "custom_dispatches")
     os.makedirs(folder, exist_ok=True)
-    rewritten, _ = rewrite_model(
-        model_path,
-        custom_spec,
-        target.compile_flags(),
-        os.path.join(folder, "model.custom.mlir"),
-        config.compile_timeout,
-    )
-    flags = [*target.compile_flags(), RESUME_FLAG]
-    benchmarks = dump_dispatch_benchmarks(rewritten, flags, folder)
-    calls = dispatch_calls(lower_to_dispatches(rewritten, flags))
+    lowered, benchmarks = custom_build(model_path, custom_spec, target, folder, config)
+    calls = dispatch_calls(lowered)
     rows = time_dispatches(
         benchmarks, calls, target, spec_path, config, {}, os.path.join(folder, "timed")
     )
@@ -411,6 +403,17 @@ def custom_build_dispatches(config, target, log, model_path: str, custom_spec: s
     log.write(text)
     click.echo("\n" + text)
     return rows
+
+
+def custom_build(model_path: str, custom_spec: str, target, folder: str, config) -> tuple:
+    """(the model with the spec's kernels in place, lowered to flow; its dispatch
+    benchmarks), both written in `folder`."""
+    out = os.path.join(folder, "model.custom.mlir")
+    flags = target.compile_flags()
+    rewritten, _ = rewrite_model(model_path, custom_spec, flags, out, config.compile_timeout)
+    flags = [*flags, RESUME_FLAG]
+    benchmarks = dump_dispatch_benchmarks(rewritten, flags, folder)
+    return lower_to_dispatches(rewritten, flags), benchmarks
 
 
 def route_of(row: dict, substituted: bool) -> str:

@@ -30,6 +30,7 @@ from autosched.drivers.custom_route import (
     EPILOGUE_READING,
     MODEL_READINGS,
     CustomSpec,
+    custom_build,
     custom_winner,
     custom_winners,
     iree_ms,
@@ -39,10 +40,8 @@ from autosched.drivers.custom_route import (
 from autosched.drivers.dispatch_table import time_dispatches
 from autosched.errors import UserError
 from autosched.kernels.registry import families_for
-from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
-from autosched.model.lowering import dispatch_calls, lower_to_dispatches
+from autosched.model.lowering import dispatch_calls
 from autosched.outputs.records import Trial
-from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 from autosched.rewrite.common import problem_key
 from autosched.rewrite.placement import extern_kernels
 
@@ -178,23 +177,15 @@ def _build(config, target, model_path: str, names: set, spec: CustomSpec) -> _Bu
     """The model with `spec`'s kernels in place, beside the spec: the dispatch benchmarks
     of the kernels of the problems in `names`."""
     folder = os.path.dirname(spec.path)
-    flags = target.compile_flags()
-    out = os.path.join(folder, "model.custom.mlir")
-    rewritten, _ = rewrite_model(model_path, spec.path, flags, out, config.compile_timeout)
-    flags = [*flags, RESUME_FLAG]
-    lowered = lower_to_dispatches(rewritten, flags)
+    lowered, benchmarks = custom_build(model_path, spec.path, target, folder, config)
     winner_of = {w.kernel: w.problem for w in spec.winners if w.problem in names}
     problem_of = {
         entry: winner_of[kernel.split(".")[0]]
         for entry, kernel in extern_kernels(lowered).items()  # kernel: "{winner}.{form}"
         if kernel.split(".")[0] in winner_of
     }
-    benchmarks = {
-        entry: benchmark
-        for entry, benchmark in dump_dispatch_benchmarks(rewritten, flags, folder).items()
-        if entry in problem_of
-    }
-    return _Build(benchmarks, dispatch_calls(lowered), problem_of, folder)
+    timed = {entry: b for entry, b in benchmarks.items() if entry in problem_of}
+    return _Build(timed, dispatch_calls(lowered), problem_of, folder)
 
 
 def _timed(built: _Build, config, target) -> dict[str, float]:
