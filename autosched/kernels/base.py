@@ -41,13 +41,16 @@ class KernelBinary:
     ptx_path: str  # the PTX, kept to read what the compiler made
     cubin_path: str  # the machine code IREE embeds
     entry: str  # the entry point
-    pointers: int  # pointer parameters: the operands, then the compiler's scratch pointers
+    pointers: int  # parameters: the operands, any values (`scalars`), the scratch pointers
     shared_bytes: int  # dynamic shared memory per workgroup
     threads: int  # threads per workgroup
     # Global scratch per workgroup (where a Triton kernel writes its TMA descriptors); 0:
     # none, and its scratch pointer is a placeholder.
     scratch_bytes: int = 0
     workgroups: tuple[int, ...] = ()  # the launch grid, where the point alone does not say
+    # 32-bit values among the parameters, after the operands (a dynamic row count: IREE
+    # passes them as push constants, after every binding).
+    scalars: int = 0
 
 
 @dataclass(frozen=True)

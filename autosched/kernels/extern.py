@@ -11,7 +11,10 @@ Triton's hidden scratch pointers are extra small operands.
 
 from __future__ import annotations
 
-from autosched.kernels.base import KernelBinary
+import math
+from dataclasses import dataclass
+
+from autosched.kernels.base import KernelBinary, KernelDoesNotFit
 
 
 def object_attribute(binary: KernelBinary) -> str:
@@ -26,6 +29,47 @@ def object_attribute(binary: KernelBinary) -> str:
     )
 
 
+@dataclass(frozen=True)
+class DynamicRows:
+    """A launch for any count of rows: input `operand`'s dimension `dim` holds it (a `?` in
+    every tensor type of the call is that count), each workgroup takes `block` rows and
+    `across` workgroups share a block of rows; the kernel takes the count as a 32-bit value
+    after its pointers, which IREE passes as a push constant after every binding."""
+
+    operand: int
+    dim: int
+    block: int
+    across: int
+
+    def count_region(self) -> list[str]:
+        """The workgroup count of `rows` rows: x = ceil(rows / block) * across."""
+        grid = f"affine_map<()[s0] -> ((s0 ceildiv {self.block}) * {self.across})>"
+        return [
+            "      count(%device: !hal.device, %rows: index) -> (index, index, index) {",
+            f"        %x = affine.apply {grid}()[%rows]",
+            "        %one = arith.constant 1 : index",
+            "        hal.return %x, %one, %one : index, index, index",
+            "      }",
+        ]
+
+
+def _sized(tensor: str, rows: DynamicRows | None) -> str:
+    """A tensor type as the call names it: with its size, the rows, where it is dynamic."""
+    return f"{tensor}{{%m}}" if rows and "?" in tensor else tensor
+
+
+def _fixed_count(workgroups: tuple[int, int, int]) -> list[str]:
+    x, y, z = workgroups
+    return [
+        "      count(%device: !hal.device) -> (index, index, index) {",
+        f"        %x = arith.constant {x} : index",
+        f"        %y = arith.constant {y} : index",
+        f"        %z = arith.constant {z} : index",
+        "        hal.return %x, %y, %z : index, index, index",
+        "      }",
+    ]
+
+
 def dispatch_extern_function(
     name: str,
     kind: str,
@@ -36,19 +80,24 @@ def dispatch_extern_function(
     workgroups: tuple[int, int, int],
     zeroed: list[str] = (),
     workspaces: list[str] = (),
+    rows: DynamicRows | None = None,
 ) -> str:
     """A function `name(inputs...) -> out` that launches `binary` on `workgroups` as a
     `hal.dispatch.extern`: the inputs read-only, then the output and `zeroed` tensors
     (written; they start at zero), `workspaces` (written, undefined at the start), then
     Triton's scratch pointers: its global scratch, where the kernel uses one, written
     (each workgroup's share, undefined at the start), and small placeholders for the
-    rest."""
-    x, y, z = workgroups
+    rest. With `rows` the tensors' `?` is a count of rows known at run time: the grid
+    follows it, and the kernel takes it as a value after its operands; its scratch
+    pointers then come after that value, as IREE's push constants do (zeros: such a
+    kernel may have no global scratch)."""
     # Triton's scratch pointers, after the operands named here.
-    hidden = binary.pointers - len(inputs) - 1 - len(zeroed) - len(workspaces)
-    global_bytes = binary.scratch_bytes * x * y * z
+    hidden = binary.pointers - binary.scalars - len(inputs) - 1 - len(zeroed) - len(workspaces)
+    global_bytes = binary.scratch_bytes * math.prod(workgroups)
+    if rows and global_bytes:
+        raise KernelDoesNotFit("a kernel for any count of rows may not use global scratch")
     global_scratch = [f"tensor<{global_bytes}xi8>"] if global_bytes else []
-    scratch_values = [f"%s{i}" for i in range(hidden - len(global_scratch))]
+    scratch_values = [] if rows else [f"%s{i}" for i in range(hidden - len(global_scratch))]
     arguments = [f"%a{i}" for i in range(len(inputs))]
     zero_values = [f"%z{i}" for i in range(len(zeroed))]
     work_values = [f"%w{i}" for i in range(len(workspaces))]
@@ -56,8 +105,10 @@ def dispatch_extern_function(
     allocated += [("%g", t) for t in global_scratch]
     written_values = ["%out", *zero_values, *(value for value, _ in allocated)]
     operand_types = [*inputs, out, *zeroed, *workspaces, *global_scratch]
+    operand_types = [_sized(t, rows) for t in operand_types]
     operand_types += ["tensor<256xi8>"] * len(scratch_values)
     operands = [*arguments, *written_values, *scratch_values]
+    values = ["%m32", *(["%pad"] * hidden)] if rows else []
     # Indirect: the buffers come from the call's binding table, so IREE records the command
     # buffer once and replays it. Without the flag an extern dispatch binds its buffers
     # directly and the command buffer (every repeat of the dispatch) is recorded on every
@@ -66,29 +117,29 @@ def dispatch_extern_function(
     written = "#hal.pipeline.binding<storage_buffer, Indirect>"
     bindings = [read_only] * len(inputs) + [written] * len(written_values)
     bindings += [read_only] * len(scratch_values)
+    constants = f"constants = {len(values)}, " if values else ""
     returns = "util.return" if kind == "util.func" else "return"
     visibility = " private" if kind == "util.func" else ""
     several = len(written_values) > 1
-    results = f"({', '.join(written_values)})" if several else "%out"
+    tied = "%out{%m}" if rows and "?" in out else "%out"
+    results = f"({', '.join(written_values)})" if several else tied
     count = f":{len(written_values)}" if several else ""
     result = "%r#0" if several else "%r"
     signature = ", ".join(f"{a}: {t}" for a, t in zip(arguments, inputs, strict=True))
     zeros = zip(zero_values, zeroed, strict=True)
+    workload = "[%m]" if rows else ""
     lines = [
         f"  {kind}{visibility} @{name}({signature}) -> {out} {{",
-        f"    %out = flow.tensor.alloca : {out}",
-        *[f"    {v} = flow.tensor.alloca : {t}" for v, t in allocated],
+        *(_row_values(rows, inputs) if rows else []),
+        f"    %out = flow.tensor.alloca : {_sized(out, rows)}",
+        *[f"    {v} = flow.tensor.alloca : {_sized(t, rows)}" for v, t in allocated],
         *[f"    {v} = arith.constant dense<{zero_of(t)}> : {t}" for v, t in zeros],
         *[f"    {v} = arith.constant dense<0> : tensor<256xi8>" for v in scratch_values],
-        f'    %r{count} = hal.dispatch.extern "{binary.entry}"'
-        f"({', '.join(operands)}) : ({', '.join(operand_types)}) -> {results}",
-        "      count(%device: !hal.device) -> (index, index, index) {",
-        f"        %x = arith.constant {x} : index",
-        f"        %y = arith.constant {y} : index",
-        f"        %z = arith.constant {z} : index",
-        "        hal.return %x, %y, %z : index, index, index",
-        "      }",
-        f"      layout(#hal.pipeline.layout<bindings = [{', '.join(bindings)}]>)",
+        f'    %r{count} = hal.dispatch.extern "{binary.entry}"{workload}'
+        f"({', '.join([*operands, *values])}) : "
+        f"({', '.join([*operand_types, *['i32'] * len(values)])}) -> {results}",
+        *(rows.count_region() if rows else _fixed_count(workgroups)),
+        f"      layout(#hal.pipeline.layout<{constants}bindings = [{', '.join(bindings)}]>)",
         "      objects({",
         f"        {executable_target} ordinal(0) = [{object_attribute(binary)}]",
         "      })",
@@ -98,6 +149,17 @@ def dispatch_extern_function(
         "  }",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _row_values(rows: DynamicRows, inputs: list[str]) -> list[str]:
+    """The count of rows read from its input, as an index and as the kernel's i32, and the
+    zero that stands for each scratch pointer after it."""
+    return [
+        f"    %row_dim = arith.constant {rows.dim} : index",
+        f"    %m = tensor.dim %a{rows.operand}, %row_dim : {inputs[rows.operand]}",
+        "    %m32 = arith.index_cast %m : index to i32",
+        "    %pad = arith.constant 0 : i32",
+    ]
 
 
 def zero_of(tensor: str) -> str:

@@ -114,6 +114,7 @@ def triton_binary(
         cubin_path=cubin,
         entry=entry.group(1),
         pointers=entry.group(2).count(".param"),
+        scalars=len(re.findall(r"\.param\s+\.[bsu]32\b", entry.group(2))),
         shared_bytes=shared,
         threads=int(compiled.metadata.num_warps) * WARP,  # a Gluon kernel's loader warps too
         scratch_bytes=int(getattr(compiled.metadata, "global_scratch_size", 0)),

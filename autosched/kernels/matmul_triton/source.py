@@ -66,9 +66,12 @@ def tile_rotation(epilogue: Epilogue) -> list[str]:
     ]
 
 
-def parameters(values: dict[str, str]) -> str:
-    """The matmul kernels' parameters (`parameters.py.tmpl`), the epilogue's pointers in."""
-    return render(PACKAGE, "parameters.py.tmpl", params=values["params"])
+def parameters(values: dict[str, str], dynamic_m: bool = False) -> str:
+    """The matmul kernels' parameters (`parameters.py.tmpl`), the epilogue's pointers in;
+    `dynamic_m`: M a value the kernel is launched with (IREE's push constant), not a
+    constant of its build."""
+    rows = "M" if dynamic_m else "M: tl.constexpr"
+    return render(PACKAGE, "parameters.py.tmpl", params=values["params"], rows=rows)
 
 
 def store_tile(epilogue: Epilogue | None, block_n: int, write: str, values: dict[str, str]) -> str:
@@ -103,13 +106,17 @@ def rotated_halves(offsets: str, values: dict[str, str]) -> list[str]:
 
 
 def kernel_source(
-    epilogue: Epilogue | None = None, block_n: int = 0, persistent: bool = False
+    epilogue: Epilogue | None = None,
+    block_n: int = 0,
+    persistent: bool = False,
+    dynamic_m: bool = False,
 ) -> str:
     """The kernel's source, with the epilogue's loads and statements after the main loop
     (a kernel with one never splits K: `narrow_params`) and its result's layout; with a
     rotated input, `matmul` rotating its tile or also `rotated_matmul` (`rotates_in_tile`
     at `block_n` columns a block); `persistent`: `persistent_matmul` alone, its epilogue
-    inside its loop over blocks."""
+    inside its loop over blocks; `dynamic_m`: `matmul` alone, for any count of rows M
+    (`parameters`)."""
     store = epilogue.store if epilogue else None
     offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else ROW_MAJOR
     helpers = render(PACKAGE, "helpers.py.tmpl")
@@ -123,11 +130,11 @@ def kernel_source(
     tile = store_tile(epilogue, block_n, plain_store(), values)
     source = helpers + render(
         PACKAGE, "matmul.py.tmpl",
-        parameters=parameters(values),
+        parameters=parameters(values, dynamic_m),
         store_tile=indented(tile),
         last_tile=indented(tile, "        "),  # a split K's last share, from the workspace
     )  # fmt: skip
-    if rotated_kernel(epilogue, block_n):
+    if rotated_kernel(epilogue, block_n) and not dynamic_m:
         source += render(
             PACKAGE, "rotated.py.tmpl",
             parameters=parameters(values),
