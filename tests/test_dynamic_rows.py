@@ -5,27 +5,52 @@ One build then serves every length of a model exported with a dynamic sequence."
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 import pytest
+from iree.compiler import ir
+from test_buckets import bucket_inputs
+from test_matmul_epilogues import POINT
 from test_triton_kernels import _check_on_the_gpu, _problem
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.drivers.custom_route import write_custom_substitution
+from autosched.drivers.model_stages.prepare import model_problems
 from autosched.errors import UserError
+from autosched.ir_walk import walk_ops
 from autosched.kernels.matmul_triton.kernel import (
     KernelParams,
     compile_ptx,
     dynamic_unsupported,
     extern_module,
 )
+from autosched.kernels.matmul_triton.space import CUSTOM
+from autosched.model.buckets import bucket_model, dynamic_patterns
+from autosched.model.lowering import analyze_model
+from autosched.ops.matmul import DYNAMIC
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
+from autosched.outputs.records import Trial
+from autosched.outputs.report import RunLog
+from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+from autosched.rewrite.common import is_truncf
+from autosched.rewrite.placement import check_placed, placed_kernels
+from autosched.run.problem import ProblemResult
+from autosched.search.space import build_space
 from autosched.targets import make_target
+from autosched.targets.cuda import CudaTarget
+from autosched.targets.host import Machine
 
 pytest.importorskip("triton")
 
+MLP_BF16 = os.path.join(
+    os.path.dirname(__file__), "data", "models", "llama_mlp_dynamic_bf16.mlirbc"
+)
+
 # Tuned at 512 rows; built for any. Weights as nn.Linear stores them, bf16 in and out.
-PROBLEM = _problem(512, 384, 256, "bf16", "bf16", transpose_b=True)
+TUNED = _problem(512, 384, 256, "bf16", "bf16", transpose_b=True)
+PROBLEM = dataclasses.replace(TUNED, m=DYNAMIC)
 PARAMS = KernelParams(128, 128, 64, 4, 3, 8)
 ROWS = (1, 100, 512, 1500)  # a decode step, no whole block, the tuned size, no power of two
 
@@ -35,10 +60,8 @@ def dynamic(tmp_path_factory):
     """(the kernel for any M, its module's text, its sm_90 build)."""
     folder = tmp_path_factory.mktemp("dynamic_rows")
     target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
-    binary = compile_ptx(PROBLEM, PARAMS, "sm_90", str(folder / "any_m.ptx"), dynamic_m=True)
-    text = extern_module(
-        PROBLEM, PARAMS, binary, target.executable_target(), KERNEL_FUNCTION, dynamic_m=True
-    )
+    binary = compile_ptx(PROBLEM, PARAMS, "sm_90", str(folder / "any_m.ptx"))
+    text = extern_module(PROBLEM, PARAMS, binary, target.executable_target(), KERNEL_FUNCTION)
     source = folder / "any_m.mlir"
     source.write_text(text)
     job = CompileJob(str(source), str(folder / "any_m.vmfb"), target.compile_flags())
@@ -70,7 +93,7 @@ def test_the_kernel_for_any_m_builds_for_sm_90(dynamic):
 def test_a_static_kernel_keeps_m_as_a_constant(tmp_path):
     """The same point built for its own M takes no value: nothing changes for a static
     model."""
-    binary = compile_ptx(PROBLEM, PARAMS, "sm_90", str(tmp_path / "static.ptx"))
+    binary = compile_ptx(TUNED, PARAMS, "sm_90", str(tmp_path / "static.ptx"))
     assert binary.scalars == 0 and binary.pointers == 5
 
 
@@ -78,15 +101,15 @@ def test_what_a_kernel_for_any_m_does_not_cover(tmp_path):
     """One batch entry at most, A with its rows along M (and no epilogue); split-K and
     persistent points run as their blocks, one workgroup each."""
     cases = [
-        (_problem(64, 64, 64, batch=2), None, "one batch entry"),
-        (dataclasses.replace(_problem(64, 64, 64), transpose_a=True), None, "rows along M"),
+        (_problem(DYNAMIC, 64, 64, batch=2), "one batch entry"),
+        (dataclasses.replace(_problem(DYNAMIC, 64, 64), transpose_a=True), "rows along M"),
     ]
-    for problem, epilogue, why in cases:
+    for problem, why in cases:
         with pytest.raises(UserError, match=why):
-            compile_ptx(problem, PARAMS, "sm_90", str(tmp_path / "x.ptx"), epilogue, True)
+            compile_ptx(problem, PARAMS, "sm_90", str(tmp_path / "x.ptx"))
     assert dynamic_unsupported(PROBLEM, None) is None
     split = dataclasses.replace(PARAMS, split_k=2, persistent=132)
-    binary = compile_ptx(PROBLEM, split, "sm_90", str(tmp_path / "split.ptx"), dynamic_m=True)
+    binary = compile_ptx(PROBLEM, split, "sm_90", str(tmp_path / "split.ptx"))
     assert binary.scalars == 1 and "atom" not in open(binary.ptx_path).read()
 
 
@@ -95,6 +118,58 @@ def test_what_a_kernel_for_any_m_does_not_cover(tmp_path):
 def test_one_build_gives_numpys_answer_at_every_length(dynamic, rows, tmp_path):
     """The one build run with A of each row count: numpy's product every time."""
     _, _, result = dynamic
-    problem = dataclasses.replace(PROBLEM, m=rows)
+    problem = dataclasses.replace(TUNED, m=rows)
     check = _check_on_the_gpu(result.job.output, problem, tmp_path)
     assert check.status == "correct", check.message
+
+
+def test_a_model_tuned_on_buckets_runs_one_kernel_for_any_m_per_root(tmp_path):
+    """The bf16 MLP exported with a dynamic length, tuned on buckets of 16 and 40 tokens,
+    each bucket problem's custom kernel faster than IREE: the spec is written for the
+    dynamic model, each dynamic root's two bucket problems sharing one kernel for any M at
+    the 40-token bucket's point. Its three matmuls then run those kernels, reading the
+    weights as stored and storing bf16 (no transpose or truncf of theirs left), every
+    bucket problem's winner is placed, and the model builds for sm_90."""
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90", ptxas="none"), Machine(True))
+    flags, work = target.compile_flags(), tmp_path / "model"
+    files = [bucket_inputs(tmp_path / f"at{n}.npz", n) for n in (16, 40)]
+    model = bucket_model(MLP_BF16, files, flags, str(work))
+    model.patterns = dynamic_patterns(model, flags, str(work))
+    problems, _ = model_problems(analyze_model(model.path, flags), target)
+    assert len(problems) == 4  # two roots at two lengths
+    custom = {}
+    for entry in problems:
+        points = build_space(entry.problem, target, {"pipeline": ["TileAndFuse", "Custom"]})
+        iree = next(p for p in points.points if target.in_spec(p))
+        entry.result = _result(entry.problem, target, iree, 0.2)
+        point = dict(POINT, pipeline=CUSTOM, tile_m=16 if entry.problem.m == 16 else 32)
+        custom[entry.problem.name] = _result(entry.problem, target, point, 0.1)
+    log = RunLog(str(tmp_path / "run.log"))
+    spec = write_custom_substitution(
+        str(tmp_path / "custom.mlir"), target, problems, custom, log,
+        (MLP_BF16, str(work / "dynamic")), buckets=model,
+    )  # fmt: skip
+    assert spec.not_placed == [] and len(spec.winners) == 4
+    kernels = {w.kernel for w in spec.winners}
+    assert kernels == {
+        "batch_matmul_1xanyx128x64_bf16_bf16_f32",
+        "batch_matmul_1xanyx64x128_bf16_bf16_f32",
+    }
+    text = (tmp_path / "custom.mlir").read_text()
+    assert text.count("(s0 ceildiv 32)") >= 2 and "(s0 ceildiv 16)" not in text  # 40's point
+    rewritten, replaced = rewrite_model(MLP_BF16, spec.path, flags, str(tmp_path / "r.mlir"), 300)
+    assert replaced == 3
+    assert check_placed(spec.winners, placed_kernels(rewritten)) == []
+    module = ir.Module.parseFile(rewritten, ir.Context())
+    generics = [op for op in walk_ops(module.operation) if op.name == "linalg.generic"]
+    assert not any(is_truncf(op) for op in generics)
+    assert len(generics) == 3  # SiLU's two steps and the product: no transposes left
+    out = str(tmp_path / "r.vmfb")
+    assert compile_one(CompileJob(rewritten, out, [*flags, RESUME_FLAG]), 300).status == "ok"
+
+
+def _result(problem, target, point: dict, ms: float) -> ProblemResult:
+    """A search's result whose winner is `point` at `ms`."""
+    name = target.config_name(point)
+    best = Trial(problem.name, "cuda", "sm_90", name, point, False, "ok", median_ms=ms)
+    return ProblemResult(problem, None, [best], best=best, best_ms=ms, baseline_ms=0.3)

@@ -11,9 +11,11 @@ from functools import partial
 
 import click
 
+from autosched.drivers.bucket_kernels import any_rows_winners
 from autosched.drivers.campaign import ModelProblem, trials_per_problem
 from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
 from autosched.kernels.registry import family
+from autosched.model.buckets import BucketModel
 from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
 from autosched.model.lowering import dispatch_calls, lower_to_dispatches
 from autosched.outputs.commands import TUNED_VMFB, shell_line
@@ -235,29 +237,38 @@ def write_custom_substitution(
     log,
     model: tuple[str, str] | None = None,
     readings: list | None = None,
+    buckets: BucketModel | None = None,
 ) -> CustomSpec:
     """The spec of the custom winners (see `write_custom_spec`), the winners in it, and
     those the spec writer refused (each named in run.log and in `not_placed`). `model`
     (its path and the run's model folder) lets the spec take what the kernels can from
     around their ops (`model_readings`): the reshapes before a truncf, the epilogue after it,
     an attention's copied operands, a convolution's zero pad; `readings`, read already for
-    the same winners' problems, stand for them."""
+    the same winners' problems, stand for them. With `buckets` (`model` then the dynamic
+    model's) the winners are the dynamic model's (bucket_kernels.any_rows_winners)."""
     winners, named = custom_winners(target, problems, custom, log)
+    served = {p.name: [named[p.name]] for p, _ in winners}
     refused = []
+    if buckets is not None:
+        found = any_rows_winners(buckets, problems, winners, named)
+        winners, served, refused = found.winners, found.served, list(found.left_out)
+        for line in found.why:
+            log.write(line)
     if winners or os.path.exists(path):  # a spec of an earlier run is replaced or removed
         if readings is None:
             readings = model_readings(model, winners, target, log)
         for why in write_substitution(path, winners, target, *readings):
             log.write(f"not substituted: {why}")
             kernel, _, reason = why.partition(": ")
-            refused.append(NotPlaced(named.get(kernel, kernel), CUSTOM_ROUTE, reason))
+            refused += [NotPlaced(n, CUSTOM_ROUTE, reason) for n in served.get(kernel, [kernel])]
     taken = {r.problem for r in refused}
     return CustomSpec(
         path if os.path.exists(path) else None,
         [
-            CustomWinner(named[p.name], p.name, p.kind)
+            CustomWinner(name, p.name, p.kind)
             for p, _ in winners
-            if named[p.name] not in taken
+            for name in served[p.name]
+            if name not in taken
         ],
         refused,
     )

@@ -187,7 +187,7 @@ def bucket_spec(model: BucketModel, problems: list, target) -> BucketSpec:
     spec = BucketSpec()
     for entry in problems:
         free = free_roles(entry, model.patterns) or frozenset()
-        key = (entry.problem.key() if not free else _relaxed_key(entry.problem, free), free)
+        key = (entry.problem.key() if not free else relaxed_key(entry.problem, free), free)
         groups.setdefault(key, []).append(entry)
     for (_, free), members in groups.items():
         winners = [e for e in members if _winner(e, target) is not None]
@@ -242,7 +242,7 @@ def _all_buckets_ms(members: list, point: dict) -> float | None:
     return total
 
 
-def _relaxed_key(problem, free: frozenset[str]) -> tuple:
+def relaxed_key(problem, free: frozenset[str]) -> tuple:
     """What a matcher with the `free` roles left out checks of the problem."""
     if problem.kind == "attention":
         sizes = tuple(

@@ -16,6 +16,10 @@ from autosched.errors import UserError, require_file
 from autosched.ops.base import Operand, accumulated_tolerance
 
 MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
+# The size of a dimension known only at run time, as MLIR spells it in a shape
+# (ir.ShapedType.get_dynamic_size()): a problem whose M is DYNAMIC is its op at every count
+# of rows (a model exported with a dynamic sequence length).
+DYNAMIC = -(2**63)
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,14 @@ class MatmulProblem:
         if self.transpose_b:
             kind += "_transpose_b"
         dims = [self.m, self.n, self.k] if not self.batch else [self.batch, self.m, self.n, self.k]
-        shape = "x".join(str(d) for d in dims)
+        shape = "x".join("any" if d == DYNAMIC else str(d) for d in dims)
         init = "" if self.zero_init else "_acc"
         return f"{kind}_{shape}_{self.lhs_type}_{self.rhs_type}_{self.acc_type}{init}"
+
+    @property
+    def any_rows(self) -> bool:
+        """Whether M is DYNAMIC: the problem stands for its op at every count of rows."""
+        return self.m == DYNAMIC
 
     @property
     def flops(self) -> int:

@@ -17,8 +17,10 @@ from autosched.targets.base import Point, Target
 KERNEL_FUNCTION = "main"
 
 
-def tensor_type(shape: list[int], element: str) -> str:
-    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
+def tensor_type(shape: list[int | str], element: str) -> str:
+    """The tensor type's spelling; a negative size (DYNAMIC) is `?`, as `?` is."""
+    sizes = ("?" if d == "?" or d < 0 else str(d) for d in shape)
+    return f"tensor<{'x'.join(sizes)}x{element}>"
 
 
 def kernel_module_text(

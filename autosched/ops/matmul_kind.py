@@ -25,7 +25,9 @@ class MatmulKind(RootOpKind):
     ) -> str:
         """Transform ops that match `handle` to the problem's contractions, in whatever form
         (named op or linalg.generic): element types, indexing maps and every dimension but
-        the `free` ones (batch, m, n, k: a dynamic model's lengths)."""
+        the `free` ones (batch, m, n, k: a dynamic model's lengths; m where the problem's
+        M is DYNAMIC)."""
+        free = free | {"m"} if problem.any_rows else free
         dims = {"m": [problem.m], "n": [problem.n], "k": [problem.k]}
         return contraction_matcher(
             problem, handle, dims | ({"batch": [problem.batch]} if problem.batch else {}), free

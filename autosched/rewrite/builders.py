@@ -40,8 +40,17 @@ def call(callee: str, arguments: Sequence[ir.Value], result: str) -> ir.Value:
 
 
 def reshape(value: ir.Value, to: str) -> ir.Value:
-    """A static tensor as another shape, the elements in the same order (no copy)."""
-    return flow.TensorReshapeOp(ir.Type.parse(to), value, [], []).result
+    """A tensor as another shape, the elements in the same order (no copy). A dynamic one
+    has one dynamic size (a count of rows), which the reshape keeps."""
+    target = ir.RankedTensorType(ir.Type.parse(to))
+    source = ir.RankedTensorType(value.type)
+    sizes = [
+        tensor.DimOp(value, arith.ConstantOp(ir.IndexType.get(), position).result).result
+        for position in range(source.rank)
+        if source.is_dynamic_dim(position)
+    ]
+    kept = sizes if any(target.is_dynamic_dim(d) for d in range(target.rank)) else []
+    return flow.TensorReshapeOp(target, value, sizes, kept).result
 
 
 def collapse(value: ir.Value, groups: list[list[int]], to: str) -> ir.Value:

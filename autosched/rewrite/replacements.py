@@ -159,7 +159,9 @@ def _matmul_substitute(family, problem, point, forms: ModelForms, arch: str, fol
         stored = _stored_kernels(family, problem, params, narrow, arch, folder)
     wide = tensor_type(problem.acc_shape, problem.acc_type)
     reshaped = tuple(sorted(forms.chains.get(wide, ()))) if narrow and absorbs.reshapes else ()
-    found = forms.epilogues.get(problem_key(problem), []) if narrow and absorbs.epilogues else []
+    # A kernel for any count of rows (M DYNAMIC) has no epilogue: the op and its truncf.
+    epilogues = narrow and absorbs.epilogues and not problem.any_rows
+    found = forms.epilogues.get(problem_key(problem), []) if epilogues else []
     fused = _matmul_epilogue_kernels(family, problem, params, narrow, stored, found, arch, folder)
     return Substitute(problem, params, binary, narrow, stored, reshaped, fused, family=family)
 

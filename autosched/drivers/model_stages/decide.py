@@ -50,12 +50,17 @@ def decide(prepared: Prepared, searched: Searched) -> Decided:
     if layout.changed:
         log.write(layout.describe())
     model = (layout.source, os.path.join(config.work_dir, "model"))
-    with prepared.clock.phase("in_place"):
-        chosen = choose_in_place(config, target, prepared.problems, searched.custom, model, log)
-    searched.custom.update(chosen)  # the point kept is the run's: the tables after say it
+    buckets = prepared.buckets
+    if buckets is None:  # a kernel for any count of rows has no epilogue to time in place
+        with prepared.clock.phase("in_place"):
+            chosen = choose_in_place(config, target, prepared.problems, searched.custom, model, log)
+        searched.custom.update(chosen)  # the point kept is the run's: the tables after say it
+    else:  # the spec is the dynamic model's, read from it (bucket_kernels.py)
+        model = (buckets.model, os.path.join(config.work_dir, "model", "dynamic"))
     custom = write_custom_substitution(
-        prepared.paths.custom_spec, target, prepared.problems, searched.custom, log, model
-    )
+        prepared.paths.custom_spec, target, prepared.problems, searched.custom, log, model,
+        buckets=buckets,
+    )  # fmt: skip
     custom_spec = custom.path
     spec_path, applied, proof = spec_never_slower(prepared, log, custom_spec)
     rows = routed_rows(prepared, searched, applied, custom_spec, spec_path)
@@ -287,6 +292,7 @@ def run_proof(
             target.compile_flags(),
             spec_path,
             target.device,
+            custom_spec=custom_spec,
             work_dir=work,
             spec_flag=target.tuning_spec_flag,
             seed=config.seed,

@@ -129,8 +129,9 @@ def persistent_unsupported(problem: MatmulProblem, split_k: int) -> str | None:
 
 
 def dynamic_unsupported(problem: MatmulProblem, epilogue: Epilogue | None) -> str | None:
-    """Why the family cannot run this problem for any count of rows M (`dynamic_m`), or
-    None: M must be A's row count and C's, in one batch entry at most, with no epilogue."""
+    """Why the family cannot run this problem for any count of rows M (a problem whose M is
+    DYNAMIC), or None: M must be A's row count and C's, in one batch entry at most, with no
+    epilogue."""
     if problem.batch > 1:
         return "a kernel for any M runs one batch entry"
     if problem.transpose_a:
@@ -140,13 +141,13 @@ def dynamic_unsupported(problem: MatmulProblem, epilogue: Epilogue | None) -> st
     return None
 
 
-def _strides(problem: MatmulProblem, dynamic_m: bool = False) -> dict[str, int]:
-    """Element strides of A, B and C (batch, row, column), from the problem's layout (with
-    `dynamic_m` the batch strides, which depend on M, are 0: one batch entry)."""
+def _strides(problem: MatmulProblem) -> dict[str, int]:
+    """Element strides of A, B and C (batch, row, column), from the problem's layout (for
+    any count of rows the batch strides, which depend on M, are 0: one batch entry)."""
     m, n, k = problem.m, problem.n, problem.k
     a_m, a_k = (1, m) if problem.transpose_a else (k, 1)
     b_k, b_n = (1, k) if problem.transpose_b else (n, 1)
-    if dynamic_m:
+    if problem.any_rows:
         m = 0
     return {
         "sab": m * k,
@@ -174,10 +175,10 @@ def kernel_function(epilogue: Epilogue | None, params: KernelParams) -> str:
     return "persistent_matmul" if params.persistent else "matmul"
 
 
-def _kernel(epilogue: Epilogue | None, params: KernelParams, dynamic_m: bool = False):
+def _kernel(epilogue: Epilogue | None, params: KernelParams, any_rows: bool = False):
     """The Triton kernel `kernel_function` names (built from its source, so that importing
-    this module needs no Triton)."""
-    if dynamic_m:
+    this module needs no Triton); for `any_rows`, `matmul` taking M at launch."""
+    if any_rows:
         return kernel_from_source(kernel_source(None, params.block_n, dynamic_m=True), "matmul")
     function = kernel_function(epilogue, params)
     if function == "specialized_matmul":
@@ -206,59 +207,21 @@ def compile_ptx(
     arch: str,
     path: str,
     epilogue: Epilogue | None = None,
-    dynamic_m: bool = False,
 ) -> KernelBinary:
     """Triton's PTX for one point, written to `path` (no GPU needed); with `epilogue` in it
     (its extra inputs after A and B; it writes the epilogue's type; K is never split).
     The binary names its workgroups: a persistent point runs one workgroup per block
     where its kernel has no persistent form (`rotated_matmul`) or TMA cannot load this
-    form's operands (a weight read as stored, whose rows run along K). `dynamic_m`: the
-    kernel runs any count of rows, given at launch (`dynamic_unsupported`), as the point's
-    blocks in `matmul`, one workgroup each, K whole; the binary's workgroups are those of
-    the problem's own M."""
-    if dynamic_m:
-        why = dynamic_unsupported(problem, epilogue)
-        if why:
-            raise UserError(f"{params.name}: {why}")
-        params = replace(params, split_k=1, persistent=0, specialized=0)
-    rotated = kernel_function(epilogue, params) == "rotated_matmul"
-    if rotated:  # its halves' template has no split K
-        params = replace(params, split_k=1)
-    if rotated or persistent_unsupported(problem, params.split_k):
-        params = replace(params, persistent=0, specialized=0)
+    form's operands (a weight read as stored, whose rows run along K). A problem whose M
+    is DYNAMIC gets a kernel for any count of rows, given at launch (`dynamic_unsupported`):
+    the point's blocks in `matmul`, one workgroup each, K whole; the binary names no
+    workgroups (the launch counts them)."""
+    dynamic_m = problem.any_rows
+    params = _launched(problem, params, epilogue)
     kernel = _kernel(epilogue, params, dynamic_m)
     gluon = kernel_function(epilogue, params) == "specialized_matmul"
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
-    why = split_unsupported(problem, params.block_k, params.split_k)
-    if why:
-        raise UserError(f"{params.name}: {why}")
-    k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
-    even = (
-        not dynamic_m
-        and problem.m % params.block_m == 0
-        and problem.n % params.block_n == 0
-        and problem.k % params.block_k == 0
-    )
-    constants = {
-        "M": problem.m,
-        "N": problem.n,
-        "K": problem.k,
-        **_strides(problem, dynamic_m),
-        "BM": params.block_m,
-        "BN": params.block_n,
-        "BK": params.block_k,
-        "G": params.group_m,
-        "EVEN": even,
-        "SPLIT": params.split_k,
-        "K_PART": k_part,
-        "WORK": uses_workspace(problem, params.split_k, epilogue),
-    }
-    if rotated_kernel(epilogue, params.block_n):
-        if params.block_n < 2 * MIN_DOT:
-            raise UserError(f"{params.name}: a rotated kernel's half blocks need {MIN_DOT} columns")
-        constants["HALF"] = epilogue.period // 2
-    if params.persistent:
-        constants["PROGRAMS"] = params.persistent
+    constants = _constants(problem, params, epilogue)
     if gluon:
         constants["STAGES"] = params.stages  # Gluon does not pipeline: the kernel's ring
     signature = {"a": f"*{element}", "b": f"*{element}"}
@@ -280,7 +243,61 @@ def compile_ptx(
     binary = triton_binary(
         kernel, signature, constants, buffers, arch, params.warps, params.stages, path, gluon
     )
-    return replace(binary, workgroups=grid(problem, params))
+    return replace(binary, workgroups=() if dynamic_m else grid(problem, params))
+
+
+def _launched(
+    problem: MatmulProblem, params: KernelParams, epilogue: Epilogue | None
+) -> KernelParams:
+    """The point as its kernel runs it (see `compile_ptx`): one workgroup per block, K
+    whole, for any count of rows; K whole where the epilogue rotates heads in halves; not
+    persistent where that kernel has no persistent form or TMA cannot load the operands."""
+    if problem.any_rows:
+        why = dynamic_unsupported(problem, epilogue)
+        if why:
+            raise UserError(f"{params.name}: {why}")
+        params = replace(params, split_k=1, persistent=0, specialized=0)
+    rotated = kernel_function(epilogue, params) == "rotated_matmul"
+    if rotated:  # its halves' template has no split K
+        params = replace(params, split_k=1)
+    if rotated or persistent_unsupported(problem, params.split_k):
+        params = replace(params, persistent=0, specialized=0)
+    why = split_unsupported(problem, params.block_k, params.split_k)
+    if why:
+        raise UserError(f"{params.name}: {why}")
+    return params
+
+
+def _constants(problem: MatmulProblem, params: KernelParams, epilogue: Epilogue | None) -> dict:
+    """The kernel's constants: sizes, strides, blocks and the point's choices."""
+    k_part = problem.k // params.split_k if params.split_k > 1 else problem.k
+    even = (
+        not problem.any_rows
+        and problem.m % params.block_m == 0
+        and problem.n % params.block_n == 0
+        and problem.k % params.block_k == 0
+    )
+    constants = {
+        "M": problem.m,
+        "N": problem.n,
+        "K": problem.k,
+        **_strides(problem),
+        "BM": params.block_m,
+        "BN": params.block_n,
+        "BK": params.block_k,
+        "G": params.group_m,
+        "EVEN": even,
+        "SPLIT": params.split_k,
+        "K_PART": k_part,
+        "WORK": uses_workspace(problem, params.split_k, epilogue),
+    }
+    if rotated_kernel(epilogue, params.block_n):
+        if params.block_n < 2 * MIN_DOT:
+            raise UserError(f"{params.name}: a rotated kernel's half blocks need {MIN_DOT} columns")
+        constants["HALF"] = epilogue.period // 2
+    if params.persistent:
+        constants["PROGRAMS"] = params.persistent
+    return constants
 
 
 def tma_store_fits(
@@ -308,13 +325,12 @@ def extern_function(
     name: str,
     kind: str = "func.func",
     epilogue: Epilogue | None = None,
-    dynamic_m: bool = False,
 ) -> str:
     """A function `name(A, B) -> C` that runs the kernel as a `hal.dispatch.extern` (`kind`
     util.func for a substitution spec to call). With `epilogue`: `name(A, B, extras...)`
     returns the epilogue's result, in its own shape (a reshape of C: the same elements in
-    the same order). With `dynamic_m` (a binary compiled so) A and C have any count of
-    rows (`?` in their types), which the launch reads from A.
+    the same order). For a problem whose M is DYNAMIC, A and C have any count of rows
+    (`?` in their types), which the launch reads from A.
 
     The output is a `flow.tensor.alloca`: memory with undefined contents, never hoisted,
     since the kernel stores every element of C (it computes A·B from zero in registers). A
@@ -325,7 +341,7 @@ def extern_function(
     slower than IREE's default on the H200; that split was the difference we found in its
     stream IR.)
     """
-    if dynamic_m:
+    if problem.any_rows:
         return _dynamic_extern(problem, params, binary, executable_target, name, kind)
     lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
@@ -354,13 +370,9 @@ def _dynamic_extern(
     """`extern_function` of a binary for any count of rows: A's and C's row dimension `?`,
     one workgroup per block of rows and columns."""
     row = len(problem.lhs_shape) - 2  # after a unit batch, if any
-
-    def typed(shape: list[int], element: str) -> str:
-        return tensor_type([*shape[:row], "?", *shape[row + 1 :]], element)
-
-    lhs = typed(problem.lhs_shape, problem.lhs_type)
+    lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
     rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
-    out = typed(problem.acc_shape, problem.acc_type)
+    out = tensor_type(problem.acc_shape, problem.acc_type)
     across = math.ceil(problem.n / params.block_n)
     rows = DynamicRows(operand=0, dim=row, block=params.block_m, across=across)
     return dispatch_extern_function(
@@ -374,12 +386,9 @@ def extern_module(
     binary: KernelBinary,
     executable_target: str,
     function: str,
-    dynamic_m: bool = False,
 ) -> str:
     """An IREE module whose `function` takes A and B like autosched's kernel modules (see
-    `extern_function`, and its `dynamic_m`); the executable target is the arch's full
-    attribute (CudaTarget.executable_target), named on the module too."""
-    body = extern_function(
-        problem, params, binary, executable_target, function, dynamic_m=dynamic_m
-    )
+    `extern_function`); the executable target is the arch's full attribute
+    (CudaTarget.executable_target), named on the module too."""
+    body = extern_function(problem, params, binary, executable_target, function)
     return extern_module_text(executable_target, body)

@@ -57,7 +57,8 @@ Models (f32, weights small so the files stay small):
 - `llama_mlp_dynamic_f32.mlirbc`: the Llama-style MLP above (hidden 64, intermediate 128), its
   weights as arguments, on x[1, L, 64] with the sequence length L dynamic (2 to 4096;
   exported at 16): three matmuls of dynamic M, what a model tuned on buckets of lengths
-  serves with one spec.
+  serves with one spec. `llama_mlp_dynamic_bf16.mlirbc` is the same in bf16: the custom
+  matmul kernels for any M.
 """
 
 from __future__ import annotations
@@ -228,13 +229,14 @@ def hf_tiny_causal_lm() -> tuple[nn.Module, tuple]:
     return LogitsOf(lm), (torch.randint(0, 256, (1, 16)), *weights)
 
 
-def llama_mlp_dynamic() -> tuple[nn.Module, tuple, dict]:
+def llama_mlp_dynamic(dtype=torch.float32) -> tuple[nn.Module, tuple, dict]:
     """The MLP on x[1, L, 64], L dynamic; the weights (static) as arguments."""
-    mlp = LlamaMLP().eval()
+    mlp = LlamaMLP().to(dtype).eval()
     weights = [p.detach() for p in mlp.parameters()]
     length = torch.export.Dim("length", min=2, max=4096)
     dynamic = [({1: length}, *[None] * len(weights))]  # forward(*args): one tuple
-    return weights_as_arguments(mlp, 1), (torch.randn(1, 16, 64), *weights), dynamic
+    x = torch.randn(1, 16, 64).to(dtype)
+    return weights_as_arguments(mlp, 1), (x, *weights), dynamic
 
 
 def save(module: nn.Module, args: tuple, name: str, dynamic_shapes=None) -> None:
@@ -279,6 +281,7 @@ def models() -> dict:
     found["hf_gpt2_block_f16.mlirbc"] = hf_gpt2_block
     found["hf_tiny_causal_lm_f32.mlirbc"] = hf_tiny_causal_lm
     found["llama_mlp_dynamic_f32.mlirbc"] = llama_mlp_dynamic
+    found["llama_mlp_dynamic_bf16.mlirbc"] = lambda: llama_mlp_dynamic(torch.bfloat16)
     return found
 
 
