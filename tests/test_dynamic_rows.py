@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections import Counter
 
 import pytest
 from iree.compiler import ir
@@ -16,8 +17,10 @@ from test_triton_kernels import _check_on_the_gpu, _problem
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.drivers.bucket_proof import prove_buckets
 from autosched.drivers.custom_route import write_custom_substitution
 from autosched.drivers.model_stages.prepare import model_problems
+from autosched.drivers.proof import custom_build
 from autosched.errors import UserError
 from autosched.ir_walk import walk_ops
 from autosched.kernels.matmul_triton.kernel import (
@@ -33,9 +36,8 @@ from autosched.ops.matmul import DYNAMIC
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
 from autosched.outputs.records import Trial
 from autosched.outputs.report import RunLog
-from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 from autosched.rewrite.common import is_truncf
-from autosched.rewrite.placement import check_placed, placed_kernels
+from autosched.rewrite.placement import check_placed
 from autosched.run.problem import ProblemResult
 from autosched.search.space import build_space
 from autosched.targets import make_target
@@ -123,16 +125,15 @@ def test_one_build_gives_numpys_answer_at_every_length(dynamic, rows, tmp_path):
     assert check.status == "correct", check.message
 
 
-def test_a_model_tuned_on_buckets_runs_one_kernel_for_any_m_per_root(tmp_path):
+@pytest.fixture(scope="module")
+def bucket_kernels(tmp_path_factory):
     """The bf16 MLP exported with a dynamic length, tuned on buckets of 16 and 40 tokens,
-    each bucket problem's custom kernel faster than IREE: the spec is written for the
-    dynamic model, each dynamic root's two bucket problems sharing one kernel for any M at
-    the 40-token bucket's point. Its three matmuls then run those kernels, reading the
-    weights as stored and storing bf16 (no transpose or truncf of theirs left), every
-    bucket problem's winner is placed, and the model builds for sm_90."""
+    each bucket problem's custom kernel faster than IREE (its results as a run's): (the
+    bucket model, the CUDA target, the spec the run writes, its folder)."""
+    folder = tmp_path_factory.mktemp("bucket_kernels")
     target = CudaTarget(RunConfig(target="cuda", arch="sm_90", ptxas="none"), Machine(True))
-    flags, work = target.compile_flags(), tmp_path / "model"
-    files = [bucket_inputs(tmp_path / f"at{n}.npz", n) for n in (16, 40)]
+    flags, work = target.compile_flags(), folder / "model"
+    files = [bucket_inputs(folder / f"at{n}.npz", n) for n in (16, 40)]
     model = bucket_model(MLP_BF16, files, flags, str(work))
     model.patterns = dynamic_patterns(model, flags, str(work))
     problems, _ = model_problems(analyze_model(model.path, flags), target)
@@ -144,28 +145,59 @@ def test_a_model_tuned_on_buckets_runs_one_kernel_for_any_m_per_root(tmp_path):
         entry.result = _result(entry.problem, target, iree, 0.2)
         point = dict(POINT, pipeline=CUSTOM, tile_m=16 if entry.problem.m == 16 else 32)
         custom[entry.problem.name] = _result(entry.problem, target, point, 0.1)
-    log = RunLog(str(tmp_path / "run.log"))
+    log = RunLog(str(folder / "run.log"))
     spec = write_custom_substitution(
-        str(tmp_path / "custom.mlir"), target, problems, custom, log,
+        str(folder / "custom.mlir"), target, problems, custom, log,
         (MLP_BF16, str(work / "dynamic")), buckets=model,
     )  # fmt: skip
+    return model, target, spec, folder
+
+
+def test_a_model_tuned_on_buckets_runs_one_kernel_for_any_m_per_root(bucket_kernels, tmp_path):
+    """The spec is written for the dynamic model, each dynamic root's two bucket problems
+    sharing one kernel for any M at the 40-token bucket's point. Its three matmuls then
+    run those kernels, reading the weights as stored and storing bf16 (no transpose or
+    truncf of theirs left), every bucket problem's winner is placed, and the model builds
+    for sm_90, once for the proofs of both buckets."""
+    _, target, spec, _ = bucket_kernels
     assert spec.not_placed == [] and len(spec.winners) == 4
     kernels = {w.kernel for w in spec.winners}
     assert kernels == {
         "batch_matmul_1xanyx128x64_bf16_bf16_f32",
         "batch_matmul_1xanyx64x128_bf16_bf16_f32",
     }
-    text = (tmp_path / "custom.mlir").read_text()
+    text = open(spec.path).read()
     assert text.count("(s0 ceildiv 32)") >= 2 and "(s0 ceildiv 16)" not in text  # 40's point
-    rewritten, replaced = rewrite_model(MLP_BF16, spec.path, flags, str(tmp_path / "r.mlir"), 300)
-    assert replaced == 3
-    assert check_placed(spec.winners, placed_kernels(rewritten)) == []
-    module = ir.Module.parseFile(rewritten, ir.Context())
+    cache, flags = str(tmp_path / "builds"), target.compile_flags()
+    for folder in "ab":  # each bucket's proof folder
+        (tmp_path / folder).mkdir()
+    proofs = [
+        custom_build(MLP_BF16, spec.path, flags, [], str(tmp_path / b), 300, cache) for b in "ab"
+    ]
+    (built, replaced), (again, _) = proofs
+    assert replaced == 3 and built.runs, built.message
+    assert check_placed(spec.winners, Counter(built.placed)) == []
+    # One compile for every bucket's proof: the second is the first's build.
+    assert os.path.samefile(built.vmfb, again.vmfb)
+    module = ir.Module.parseFile(built.recipe[0], ir.Context())
     generics = [op for op in walk_ops(module.operation) if op.name == "linalg.generic"]
     assert not any(is_truncf(op) for op in generics)
     assert len(generics) == 3  # SiLU's two steps and the product: no transposes left
-    out = str(tmp_path / "r.vmfb")
-    assert compile_one(CompileJob(rewritten, out, [*flags, RESUME_FLAG]), 300).status == "ok"
+
+
+@pytest.mark.gpu
+def test_the_dynamic_build_with_its_kernels_gives_the_defaults_outputs_at_each_length(
+    bucket_kernels,
+):
+    """On the GPU: the dynamic model with its kernels for any M, proved on each bucket's
+    inputs (16 and 40 tokens) as a run proves it: the same outputs as IREE's default."""
+    model, target, spec, folder = bucket_kernels
+    proof = prove_buckets(
+        model, target.compile_flags(), None, target.device, custom_spec=spec.path,
+        work_dir=str(folder / "proof"), spec_flag=target.tuning_spec_flag, rounds=2,
+    )  # fmt: skip
+    assert proof.custom is not None and proof.custom.replaced == 3, proof.message
+    assert proof.custom.outputs_match, proof.custom.message
 
 
 def _result(problem, target, point: dict, ms: float) -> ProblemResult:

@@ -334,7 +334,9 @@ def _compile_builds(
         builds.tuned.recipe = (source, (*flags, *spec))
         builds.compiled.append(builds.tuned)
     if custom_spec:
-        builds.custom = custom_build(source, custom_spec, flags, spec, run.work, run.timeout)
+        builds.custom = custom_build(
+            source, custom_spec, flags, spec, run.work, run.timeout, run.build_cache
+        )
         builds.compiled.append(builds.custom[0])
     return builds
 
@@ -555,9 +557,10 @@ def _model_proof(entry: EntryFunction, builds: _Builds) -> ModelProof:
     )
 
 
-def custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Build, int]:
+def custom_build(source, custom_spec, flags, spec, work, timeout, cache="") -> tuple[_Build, int]:
     """The model with custom kernels in place of their contractions (a build that does not
-    compile is one that does not run: the spec-only proof stands)."""
+    compile is one that does not run: the spec-only proof stands); compiled once into
+    `cache` where there is one (a model proved on several buckets builds it once)."""
     build = _Build("custom", None)
     try:
         rewritten, replaced = rewrite_model(
@@ -565,9 +568,12 @@ def custom_build(source, custom_spec, flags, spec, work, timeout) -> tuple[_Buil
         )
         build.placed = dict(placed_kernels(rewritten))
         build.recipe = (rewritten, (*flags, *spec, RESUME_FLAG))
-        build.vmfb = iree_compile(
-            rewritten, list(build.recipe[1]), os.path.join(work, "custom.vmfb"), timeout, source
-        )
+        out = os.path.join(work, "custom.vmfb")
+        if cache:
+            found = model_build(rewritten, list(build.recipe[1]), cache, timeout, named=source)
+            build.vmfb = linked(found.vmfb, out)
+        else:
+            build.vmfb = iree_compile(rewritten, list(build.recipe[1]), out, timeout, source)
     except (RuntimeError, UserError) as error:
         build.runs, build.match, build.message = False, False, f"does not compile: {error}"
         return build, 0
