@@ -1,6 +1,7 @@
-"""Matmul kernels for any count of rows M (a prompt of any length): the row count is a value
-the kernel is launched with, which IREE passes as a push constant, and the grid follows it.
-One build then serves every length of a model exported with a dynamic sequence."""
+"""Kernels for a length known at run time (a prompt of any length): matmuls for any count of
+rows M and flash attention for any sequence length. The length is a value the kernel is
+launched with, which IREE passes as a push constant, and the grid follows it. One build
+then serves every length of a model exported with a dynamic sequence."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ from autosched.drivers.model_stages.prepare import model_problems
 from autosched.drivers.proof import custom_build
 from autosched.errors import UserError
 from autosched.ir_walk import walk_ops
+from autosched.kernels.attention_layout import at_length, length_constants, of_length
+from autosched.kernels.extern import extern_module_text
+from autosched.kernels.flash_attention import kernel as flash
+from autosched.kernels.flash_attention.kernel import FlashParams
+from autosched.kernels.flash_decoding import kernel as decoding
 from autosched.kernels.matmul_triton.kernel import (
     KernelParams,
     compile_ptx,
@@ -36,6 +42,7 @@ from autosched.ops.matmul import DYNAMIC
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
 from autosched.outputs.records import Trial
 from autosched.outputs.report import RunLog
+from autosched.rewrite.attention_ops import model_attentions
 from autosched.rewrite.common import is_truncf
 from autosched.rewrite.placement import check_placed
 from autosched.run.problem import ProblemResult
@@ -46,9 +53,9 @@ from autosched.targets.host import Machine
 
 pytest.importorskip("triton")
 
-MLP_BF16 = os.path.join(
-    os.path.dirname(__file__), "data", "models", "llama_mlp_dynamic_bf16.mlirbc"
-)
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+MLP_BF16 = os.path.join(MODELS, "llama_mlp_dynamic_bf16.mlirbc")
+LLAMA_BF16 = os.path.join(MODELS, "hf_llama_layer_bf16.mlirbc")
 
 # Tuned at 512 rows; built for any. Weights as nn.Linear stores them, bf16 in and out.
 TUNED = _problem(512, 384, 256, "bf16", "bf16", transpose_b=True)
@@ -205,3 +212,57 @@ def _result(problem, target, point: dict, ms: float) -> ProblemResult:
     name = target.config_name(point)
     best = Trial(problem.name, "cuda", "sm_90", name, point, False, "ok", median_ms=ms)
     return ProblemResult(problem, None, [best], best=best, best_ms=ms, baseline_ms=0.3)
+
+
+@pytest.fixture(scope="module")
+def any_length_attention(tmp_path_factory):
+    """The Llama layer's causal attention (query rows and keys one length) with that length
+    DYNAMIC, one flash point's kernel for it and its extern module built for sm_90."""
+    folder = tmp_path_factory.mktemp("flash_any_length")
+    target = make_target(RunConfig(target="cuda", arch="sm_90", ptxas="none"))
+    (op,) = model_attentions(LLAMA_BF16, target.compile_flags(), str(folder / "ops"))
+    problem = of_length(op, {"m", "k2"})
+    params = FlashParams(64, 32, 4, 3)
+    binary = flash.compile_kernel(problem, params, "sm_90", str(folder / "fa.ptx"))
+    body = flash.extern_function(problem, params, binary, target.executable_target(), "main")
+    source = folder / "fa.mlir"
+    source.write_text(extern_module_text(target.executable_target(), body))
+    job = CompileJob(str(source), str(folder / "fa.vmfb"), target.compile_flags())
+    return problem, binary, body, compile_one(job, 300)
+
+
+def test_a_flash_kernel_for_any_length_takes_it_at_launch(any_length_attention):
+    """The length L is a value after the operands; each stride over it is a multiple of L
+    the kernel takes at launch (q's batch stride is L x 32: bit 0), the grid is ceil(L /
+    64) query blocks by 4 heads, and only the last key block is masked: the others load
+    by 16-byte asynchronous copies."""
+    problem, binary, body, built = any_length_attention
+    assert built.status == "ok", built.message
+    assert binary.scalars == 1
+    constants = length_constants(problem)
+    assert constants["sqb0"] == 32 and constants["BY_L"] & 1
+    assert constants["M_BY_L"] and constants["N_BY_L"]
+    assert '"flash_attention"[%m]' in body and "tensor<4x?x32xbf16>{%m}" in body
+    assert "((s0 ceildiv 64) * 1)" in body and "%y = arith.constant 4 : index" in body
+    ptx = open(binary.ptx_path).read()
+    assert "cp.async.cg.shared.global" in ptx
+
+
+def test_what_a_flash_kernel_for_any_length_does_not_cover(any_length_attention):
+    """Query rows of the length (keys too, or not); never a head dim; flash decoding runs
+    at one cache length."""
+    problem, *_ = any_length_attention
+    assert "query rows and keys" in flash.unsupported(of_length(problem, {"n"}))
+    assert flash.unsupported(problem) is None
+    assert "one length of the cache" in decoding.unsupported(problem)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("length", ROWS)
+def test_one_flash_build_gives_numpys_answer_at_every_length(
+    any_length_attention, length, tmp_path
+):
+    """The one build run at each length: numpy's causal attention every time."""
+    problem, _, _, built = any_length_attention
+    check = _check_on_the_gpu(built.job.output, at_length(problem, length), tmp_path)
+    assert check.status == "correct", check.message

@@ -5,10 +5,13 @@ Nothing here imports Triton."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+from autosched.errors import UserError
 from autosched.kernels.triton import TRITON_TYPES
 from autosched.ops.attention import AttentionProblem
+from autosched.ops.matmul import DYNAMIC
 from autosched.ops.matmul_kernel import tensor_type
 
 ATTENTION_OP = "iree_linalg_ext.attention"  # the op form the families replace
@@ -75,6 +78,63 @@ def batch_sizes(problem: AttentionProblem) -> list[int]:
     """The batch loops' sizes, padded with 1 to MAX_BATCH_LOOPS."""
     sizes = problem.batch_sizes
     return sizes + [1] * (MAX_BATCH_LOOPS - len(sizes))
+
+
+def length_roles(problem: AttentionProblem) -> set[str]:
+    """The loop roles of DYNAMIC size: a length known when the kernel is launched."""
+    return {role for role, size in zip(problem.loops, problem.loop_sizes, strict=True) if size < 0}
+
+
+def length_unsupported(problem: AttentionProblem) -> str | None:
+    """Why a kernel cannot run this attention at a length known at launch, or None: its
+    query rows, and maybe its keys, are that length (a prompt's self-attention), read
+    whole (not sliced from a wider tensor)."""
+    roles = length_roles(problem)
+    if not roles:
+        return None
+    if "m" not in roles or not roles <= {"m", "k2"}:
+        return f"a kernel for any length takes query rows and keys of that length, not {roles}"
+    if problem.views:
+        return "a kernel for any length reads its operands whole"
+    return None
+
+
+def of_length(problem: AttentionProblem, roles: set[str]) -> AttentionProblem:
+    """The problem with the loops of `roles` of DYNAMIC size (a length known at launch)."""
+    sizes = tuple(
+        DYNAMIC if role in roles else size
+        for role, size in zip(problem.loops, problem.loop_sizes, strict=True)
+    )
+    return dataclasses.replace(problem, loop_sizes=sizes, sites=[])
+
+
+def at_length(problem: AttentionProblem, length: int) -> AttentionProblem:
+    """The problem with each DYNAMIC loop of `length`."""
+    sizes = tuple(length if size < 0 else size for size in problem.loop_sizes)
+    return dataclasses.replace(problem, loop_sizes=sizes, sites=[])
+
+
+def length_constants(problem: AttentionProblem) -> dict:
+    """`layout_constants` of a problem of DYNAMIC length (`length_unsupported` None): each
+    stride that is a multiple c of the length L is c with its bit set in BY_L (q's five
+    strides from bit 0, then k's, v's, the output's and the mask's: the kernel multiplies
+    by L at launch); M and N are L where M_BY_L and N_BY_L say so. A stride of L squared
+    (a mask over rows and keys, past them) is 0 where its loop has one entry."""
+    at = [layout_constants(at_length(problem, n)) for n in (1, 2, 3)]
+    constants, by_length = dict(at[0]), 0
+    names = [f"s{p}{part}" for p in "qkvom" for part in ("b0", "b1", "b2", "r", "c")]
+    for bit, name in enumerate(names):
+        one, two, three = (found.get(name) for found in at)
+        if one == two == three:
+            continue
+        if (two, three) == (2 * one, 3 * one):
+            by_length |= 1 << bit
+        elif name[2] == "b" and batch_sizes(problem)[int(name[3])] == 1:
+            constants[name] = 0  # one entry: never stepped over
+        else:
+            raise UserError(f"the stride {name} is not a multiple of the length")
+    roles = length_roles(problem)
+    return constants | {"BY_L": by_length, "M_BY_L": "m" in roles, "N_BY_L": "k2" in roles}
 
 
 def layout_constants(problem: AttentionProblem) -> dict:

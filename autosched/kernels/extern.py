@@ -39,23 +39,27 @@ class DynamicRows:
     operand: int
     dim: int
     block: int
-    across: int
+    across: int = 1
+    y: int = 1  # workgroups along y (an attention's batch entries)
 
     def count_region(self) -> list[str]:
-        """The workgroup count of `rows` rows: x = ceil(rows / block) * across."""
+        """The workgroup count of `rows` rows: x = ceil(rows / block) * across, then y."""
         grid = f"affine_map<()[s0] -> ((s0 ceildiv {self.block}) * {self.across})>"
         return [
             "      count(%device: !hal.device, %rows: index) -> (index, index, index) {",
             f"        %x = affine.apply {grid}()[%rows]",
+            f"        %y = arith.constant {self.y} : index",
             "        %one = arith.constant 1 : index",
-            "        hal.return %x, %one, %one : index, index, index",
+            "        hal.return %x, %y, %one : index, index, index",
             "      }",
         ]
 
 
 def _sized(tensor: str, rows: DynamicRows | None) -> str:
-    """A tensor type as the call names it: with its size, the rows, where it is dynamic."""
-    return f"{tensor}{{%m}}" if rows and "?" in tensor else tensor
+    """A tensor type as the call names it: with its sizes, each the rows, where it is
+    dynamic (a mask over query rows and keys of one length has two)."""
+    dynamic = tensor.count("?") if rows else 0
+    return f"{tensor}{{{', '.join(['%m'] * dynamic)}}}" if dynamic else tensor
 
 
 def _fixed_count(workgroups: tuple[int, int, int]) -> list[str]:
@@ -121,7 +125,7 @@ def dispatch_extern_function(
     returns = "util.return" if kind == "util.func" else "return"
     visibility = " private" if kind == "util.func" else ""
     several = len(written_values) > 1
-    tied = "%out{%m}" if rows and "?" in out else "%out"
+    tied = "%out" + _sized(out, rows).removeprefix(out)
     results = f"({', '.join(written_values)})" if several else tied
     count = f":{len(written_values)}" if several else ""
     result = "%r#0" if several else "%r"

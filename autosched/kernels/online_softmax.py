@@ -10,17 +10,17 @@ def key_blocks(triton, tl):
     inlines), built where Triton is imported."""
 
     @triton.jit
-    def key_blocks(
+    def fold(
         acc, m_i, l_i, q, k_base, v_base, mk_base, rows, mk_rows, start, stop,
-        skr: tl.constexpr, skc: tl.constexpr, svr: tl.constexpr, svc: tl.constexpr,
-        smc: tl.constexpr, M: tl.constexpr,
-        N: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr,
+        skr, skc, svr, svc, smc, M, N, D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr,
         BN: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr, MASK: tl.constexpr,
     ):  # fmt: skip
         """Key rows [start, stop) in blocks of BN, folded into the online softmax; on the
         DIAGONAL blocks the causal mask hides keys after each query row; a MASK tensor keeps
         keys (KEEP) or is added to the scores (ADD), its rows at the offsets `mk_rows` (the
-        block's `rows` below M are live)."""
+        block's `rows` below M are live); keys past N are masked unless EVEN_N. Sizes and
+        strides are the kernel's constants, or values it was launched with (a length known
+        at run time)."""
         d = tl.arange(0, D)
         dv = tl.arange(0, DV)
         for first in range(start, stop, BN):
@@ -58,6 +58,31 @@ def key_blocks(triton, tl):
             m_i = m_new
         return acc, m_i, l_i
 
+    @triton.jit
+    def key_blocks(
+        acc, m_i, l_i, q, k_base, v_base, mk_base, rows, mk_rows, start, stop,
+        skr, skc, svr, svc, smc, M, N, D, DV, SCALE, BN, DIAGONAL, EVEN_N, MASK,
+    ):  # fmt: skip
+        """`fold` (D to MASK: the kernel's constexprs) over [start, stop): where N is not a
+        whole number of blocks, only the last block reaches past it, so the blocks before
+        it load unmasked (a masked load along a contiguous dim is an element a load)."""
+        if EVEN_N:
+            acc, m_i, l_i = fold(
+                acc, m_i, l_i, q, k_base, v_base, mk_base, rows, mk_rows, start, stop,
+                skr, skc, svr, svc, smc, M, N, D, DV, SCALE, BN, DIAGONAL, True, MASK,
+            )  # fmt: skip
+        else:
+            whole = start + (stop - start) // BN * BN
+            acc, m_i, l_i = fold(
+                acc, m_i, l_i, q, k_base, v_base, mk_base, rows, mk_rows, start, whole,
+                skr, skc, svr, svc, smc, M, N, D, DV, SCALE, BN, DIAGONAL, True, MASK,
+            )  # fmt: skip
+            acc, m_i, l_i = fold(
+                acc, m_i, l_i, q, k_base, v_base, mk_base, rows, mk_rows, whole, stop,
+                skr, skc, svr, svc, smc, M, N, D, DV, SCALE, BN, DIAGONAL, False, MASK,
+            )  # fmt: skip
+        return acc, m_i, l_i
+
     return key_blocks
 
 
@@ -71,3 +96,39 @@ def entry_offset(triton, tl):  # noqa: ARG001 - built like key_blocks
         return (entry // (B1 * B2)) * sb0 + ((entry // B2) % B1) * sb1 + (entry % B2) * sb2
 
     return entry_offset
+
+
+def by_length(triton, tl):  # noqa: ARG001 - built like key_blocks
+    """An operand's five strides (three batch loops, row, column), each multiplied by the
+    length `L` where its bit of BY (from SHIFT) is set: a stride over a loop of the
+    length's size, known at run time (a @triton.jit helper)."""
+
+    @triton.jit
+    def by_length(s0, s1, s2, sr, sc, L, BY, SHIFT):  # BY and SHIFT: the kernel's constexprs
+        if (BY >> SHIFT) & 1:
+            s0 = s0 * L
+        if (BY >> (SHIFT + 1)) & 1:
+            s1 = s1 * L
+        if (BY >> (SHIFT + 2)) & 1:
+            s2 = s2 * L
+        if (BY >> (SHIFT + 3)) & 1:
+            sr = sr * L
+        if (BY >> (SHIFT + 4)) & 1:
+            sc = sc * L
+        return s0, s1, s2, sr, sc
+
+    return by_length
+
+
+def length_or(triton, tl):  # noqa: ARG001 - built like key_blocks
+    """A size: the length `L` known at launch where BY is set, else the constant `value`
+    (a @triton.jit helper)."""
+
+    @triton.jit
+    def length_or(value, L, BY):  # BY: the kernel's constexpr
+        size = value
+        if BY:
+            size = L
+        return size
+
+    return length_or

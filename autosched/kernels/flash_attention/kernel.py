@@ -28,11 +28,14 @@ from autosched.kernels.attention_layout import (
     MASK_TYPES,
     kernel_inputs,
     layout_constants,
+    length_constants,
+    length_roles,
+    length_unsupported,
     operand_tensor_types,
-    unsupported,
 )
+from autosched.kernels.attention_layout import unsupported as layout_unsupported
 from autosched.kernels.base import KernelBinary
-from autosched.kernels.extern import dispatch_extern_function
+from autosched.kernels.extern import DynamicRows, dispatch_extern_function
 from autosched.kernels.triton import TRITON_TYPES, import_triton, triton_binary
 from autosched.ops.attention import AttentionProblem
 
@@ -53,15 +56,28 @@ class FlashParams:
         return f"fa_m{self.block_m}_n{self.block_n}_w{self.warps}_s{self.stages}"
 
 
+def unsupported(problem: AttentionProblem) -> str | None:
+    """Why the family cannot compute this attention, or None (a DYNAMIC length too:
+    attention_layout.length_unsupported)."""
+    return length_unsupported(problem) or layout_unsupported(problem)
+
+
 def _constants(problem: AttentionProblem, params: FlashParams) -> dict:
+    """The kernel's constexprs; for a DYNAMIC length its layout over the length L, which it
+    takes at launch (a blocks' tail is then always masked)."""
     m, k2 = problem.size("m"), problem.size("k2")
+    dynamic = bool(length_roles(problem))
     return {
-        **layout_constants(problem),
+        # No length given at launch, unless the layout's say otherwise.
+        "BY_L": 0,
+        "M_BY_L": False,
+        "N_BY_L": False,
+        **(length_constants(problem) if dynamic else layout_constants(problem)),
         "CAUSAL": problem.causal,
         "BM": params.block_m,
         "BN": params.block_n,
-        "EVEN_M": m % params.block_m == 0,
-        "EVEN_N": k2 % params.block_n == 0,
+        "EVEN_M": not dynamic and m % params.block_m == 0,
+        "EVEN_N": not dynamic and k2 % params.block_n == 0,
     }
 
 
@@ -72,10 +88,12 @@ def _kernel():
 
     key_blocks = online_softmax.key_blocks(triton, tl)
     offset = online_softmax.entry_offset(triton, tl)
+    by_length = online_softmax.by_length(triton, tl)
+    length_or = online_softmax.length_or(triton, tl)
 
     @triton.jit
     def flash_attention(
-        q, k, v, mk, o,
+        q, k, v, mk, o, L,
         qo: tl.constexpr, ko: tl.constexpr, vo: tl.constexpr,
         sqb0: tl.constexpr, sqb1: tl.constexpr, sqb2: tl.constexpr, sqr: tl.constexpr,
         sqc: tl.constexpr,
@@ -90,7 +108,16 @@ def _kernel():
         B1: tl.constexpr, B2: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
         D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr, CAUSAL: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+        BY_L: tl.constexpr, M_BY_L: tl.constexpr, N_BY_L: tl.constexpr,
     ):  # fmt: skip
+        if M_BY_L or N_BY_L:  # a length known at launch (L): the sizes and strides over it
+            M = length_or(M, L, M_BY_L)
+            N = length_or(N, L, N_BY_L)
+            sqb0, sqb1, sqb2, sqr, sqc = by_length(sqb0, sqb1, sqb2, sqr, sqc, L, BY_L, 0)
+            skb0, skb1, skb2, skr, skc = by_length(skb0, skb1, skb2, skr, skc, L, BY_L, 5)
+            svb0, svb1, svb2, svr, svc = by_length(svb0, svb1, svb2, svr, svc, L, BY_L, 10)
+            sob0, sob1, sob2, sor, soc = by_length(sob0, sob1, sob2, sor, soc, L, BY_L, 15)
+            smb0, smb1, smb2, smr, smc = by_length(smb0, smb1, smb2, smr, smc, L, BY_L, 20)
         # The last query blocks have the most keys under a causal mask: launch them first.
         start = tl.num_programs(0) - 1 - tl.program_id(0)
         entry = tl.program_id(1)
@@ -154,8 +181,13 @@ def compile_kernel(
     if problem.mask_tensor:
         signature["mk"] = f"*{MASK_TYPES[problem.mask_type]}"
     constants = _constants(problem, params)
+    buffers = len(signature)  # the operands: IREE's bindings
+    if length_roles(problem):  # the length, a value after them (IREE's push constant)
+        signature["L"] = "i32"
+    else:
+        constants["L"] = None
     return triton_binary(
-        _kernel(), signature, constants, len(signature), arch, params.warps, params.stages, path
+        _kernel(), signature, constants, buffers, arch, params.warps, params.stages, path
     )
 
 
@@ -177,8 +209,18 @@ def extern_function(
 ) -> str:
     """A function `name(q, k, v[, mask]) -> out` that runs the kernel as a
     `hal.dispatch.extern` (`kind` util.func for a substitution spec to call); a causal mask
-    is the kernel's own, a mask tensor an operand."""
+    is the kernel's own, a mask tensor an operand. For a DYNAMIC length the operands' `?`
+    are that length, read from q's rows, and the grid follows it."""
     _, out = operand_tensor_types(problem)
-    workgroups = grid(problem, params)
     inputs = kernel_inputs(problem)
-    return dispatch_extern_function(name, kind, inputs, out, binary, executable_target, workgroups)
+    rows = None
+    if length_roles(problem):
+        entries = math.prod(problem.batch_sizes)
+        dim = problem.operand_loops[0].index(problem.positions("m")[0])
+        rows = DynamicRows(operand=0, dim=dim, block=params.block_m, y=entries)
+        workgroups = (1, entries, 1)
+    else:
+        workgroups = grid(problem, params)
+    return dispatch_extern_function(
+        name, kind, inputs, out, binary, executable_target, workgroups, rows=rows
+    )

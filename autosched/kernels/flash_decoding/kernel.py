@@ -67,6 +67,8 @@ def unsupported(problem: AttentionProblem) -> str | None:
     why = attention_layout.unsupported(problem)
     if why:
         return why
+    if attention_layout.length_roles(problem):
+        return "flash decoding runs at one length of the cache"
     if problem.causal:
         return "flash decoding takes no causal mask (a prompt's rows are flash attention's)"
     if problem.size("m") > MAX_ROWS:
