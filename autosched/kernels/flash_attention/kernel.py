@@ -111,8 +111,7 @@ def _kernel():
         BY_L: tl.constexpr, M_BY_L: tl.constexpr, N_BY_L: tl.constexpr,
     ):  # fmt: skip
         if M_BY_L or N_BY_L:  # a length known at launch (L): the sizes and strides over it
-            M = length_or(M, L, M_BY_L)
-            N = length_or(N, L, N_BY_L)
+            M, N = length_or(M, L, M_BY_L), length_or(N, L, N_BY_L)
             sqb0, sqb1, sqb2, sqr, sqc = by_length(sqb0, sqb1, sqb2, sqr, sqc, L, BY_L, 0)
             skb0, skb1, skb2, skr, skc = by_length(skb0, skb1, skb2, skr, skc, L, BY_L, 5)
             svb0, svb1, svb2, svr, svc = by_length(svb0, svb1, svb2, svr, svc, L, BY_L, 10)
