@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 from iree.compiler import ir
 from test_buckets import bucket_inputs
+from test_causal_lm import dynamic_inputs
 from test_matmul_epilogues import POINT
 from test_triton_kernels import _check_on_the_gpu, _problem
 
@@ -37,14 +38,15 @@ from autosched.kernels.matmul_triton.kernel import (
 )
 from autosched.kernels.matmul_triton.space import CUSTOM
 from autosched.model.buckets import bucket_model, dynamic_patterns
-from autosched.model.lowering import analyze_model
+from autosched.model.lowering import analyze_model, prepare_model
 from autosched.ops.matmul import DYNAMIC
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
 from autosched.outputs.records import Trial
 from autosched.outputs.report import RunLog
-from autosched.rewrite.attention_ops import model_attentions
+from autosched.rewrite.attention_ops import model_attentions, paired
 from autosched.rewrite.common import is_truncf
 from autosched.rewrite.placement import check_placed
+from autosched.rewrite.replacements import substitutable
 from autosched.run.problem import ProblemResult
 from autosched.search.space import build_space
 from autosched.targets import make_target
@@ -56,6 +58,10 @@ pytest.importorskip("triton")
 MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
 MLP_BF16 = os.path.join(MODELS, "llama_mlp_dynamic_bf16.mlirbc")
 LLAMA_BF16 = os.path.join(MODELS, "hf_llama_layer_bf16.mlirbc")
+# transformers' tiny LlamaForCausalLM, token ids [1, ?] (tools/export_causal_lm.py --dynamic
+# --dtype bfloat16).
+CAUSAL_LM_BF16 = os.path.join(MODELS, "hf_tiny_causal_lm_dynamic_bf16.mlirbc")
+FLASH_POINT = {"kernel": "flash", "q_tile": 64, "kv_tile": 32, "q_warps": 4, "kv_stages": 2}
 
 # Tuned at 512 rows; built for any. Weights as nn.Linear stores them, bf16 in and out.
 TUNED = _problem(512, 384, 256, "bf16", "bf16", transpose_b=True)
@@ -209,7 +215,7 @@ def test_the_dynamic_build_with_its_kernels_gives_the_defaults_outputs_at_each_l
 
 def _result(problem, target, point: dict, ms: float) -> ProblemResult:
     """A search's result whose winner is `point` at `ms`."""
-    name = target.config_name(point)
+    name = target.for_problem(problem).config_name(point)
     best = Trial(problem.name, "cuda", "sm_90", name, point, False, "ok", median_ms=ms)
     return ProblemResult(problem, None, [best], best=best, best_ms=ms, baseline_ms=0.3)
 
@@ -266,3 +272,72 @@ def test_one_flash_build_gives_numpys_answer_at_every_length(
     problem, _, _, built = any_length_attention
     check = _check_on_the_gpu(built.job.output, at_length(problem, length), tmp_path)
     assert check.status == "correct", check.message
+
+
+@pytest.fixture(scope="module")
+def causal_lm_kernels(tmp_path_factory):
+    """transformers' tiny LlamaForCausalLM in bf16, its sequence length dynamic, tuned on
+    buckets of 16 and 40 tokens, every custom kernel faster than IREE (its results as a
+    run's: flash kernels on the attentions' op forms): (the bucket model, the target, the
+    spec the run writes, its folder)."""
+    folder = tmp_path_factory.mktemp("causal_lm_kernels")
+    target = CudaTarget(RunConfig(target="cuda", arch="sm_90", ptxas="none"), Machine(True))
+    flags, work = target.compile_flags(), folder / "model"
+    files = []
+    for length in (16, 40):
+        dynamic_inputs(folder / f"at{length}.npz", length)
+        files.append(str(folder / f"at{length}.npz"))
+    model = bucket_model(CAUSAL_LM_BF16, files, flags, str(work))
+    model.patterns = dynamic_patterns(model, flags, str(work))
+    problems, _ = model_problems(analyze_model(model.path, flags), target)
+    ops = model_attentions(model.path, flags, str(folder / "ops"))
+    custom = {}
+    for entry in problems:
+        entry.result = ProblemResult(entry.problem, None, [], baseline_ms=0.2)  # IREE's
+        problem = entry.problem
+        if problem.kind == "attention":
+            problem, point = paired(problem, ops), dict(FLASH_POINT)
+        elif problem.kind == "matmul" and not substitutable(problem):
+            point = dict(POINT, pipeline=CUSTOM, tile_m=16 if problem.m == 16 else 32)
+        else:  # the embedding's gather; RoPE's bf16 x f32 product, which no family takes
+            continue
+        custom[entry.problem.name] = _result(problem, target, point, 0.1)
+    spec = write_custom_substitution(
+        str(folder / "custom.mlir"), target, problems, custom, RunLog(str(folder / "run.log")),
+        (CAUSAL_LM_BF16, str(work / "dynamic")), buckets=model,
+    )  # fmt: skip
+    return model, target, spec, folder
+
+
+def test_a_causal_lm_tuned_on_buckets_runs_flash_for_any_length(causal_lm_kernels, tmp_path):
+    """Each layer's attention runs one flash kernel for any length, reading the model's
+    mask (transformers builds it at run time from the length: never taken for the causal
+    one, whose values are only known at a length), over heads, rows and keys of that
+    length; every matmul of dynamic rows (the lm head's too) runs one kernel for any M;
+    every winner is placed and the model builds for sm_90."""
+    _, target, spec, _ = causal_lm_kernels
+    assert spec.not_placed == [], spec.not_placed
+    attention = {w.kernel for w in spec.winners if w.kind == "attention"}
+    assert attention == {"attention_4xanyx16xanyx16_bf16_mask_i1_op"}
+    (tmp_path / "proof").mkdir()
+    flags = target.compile_flags()
+    source = prepare_model(CAUSAL_LM_BF16, str(tmp_path))  # as a proof prepares it
+    built, _ = custom_build(source, spec.path, flags, [], str(tmp_path / "proof"), 300)
+    assert built.runs, built.message
+    assert check_placed(spec.winners, Counter(built.placed)) == []
+    assert Counter(built.placed)["attention_4xanyx16xanyx16_bf16_mask_i1_op"] == 2  # 2 layers
+    module = ir.Module.parseFile(built.recipe[0], ir.Context())
+    names = [op.name for op in walk_ops(module.operation)]
+    assert "iree_linalg_ext.attention" not in names
+
+
+@pytest.mark.gpu
+def test_the_dynamic_causal_lm_with_its_kernels_gives_the_defaults_logits(causal_lm_kernels):
+    """On the GPU: the dynamic causal LM with its flash and matmul kernels for any length,
+    proved on each bucket's tokens (16 and 40): IREE's default's logits."""
+    model, target, spec, folder = causal_lm_kernels
+    proof = prove_buckets(
+        model, target.compile_flags(), None, target.device, custom_spec=spec.path,
+        work_dir=str(folder / "proof"), spec_flag=target.tuning_spec_flag, rounds=2,
+    )  # fmt: skip
+    assert proof.custom is not None and proof.custom.outputs_match, proof.message

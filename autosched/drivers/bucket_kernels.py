@@ -3,12 +3,16 @@
 A model exported with a dynamic sequence length is tuned on static clones, one a bucket
 (model/buckets.py), and its custom kernels are searched and timed on each clone's
 problems. The build a server runs is the dynamic model, where one op serves every length:
-the bucket problems of one dynamic root whose rows (M) alone are of dynamic size share one
-kernel for any count of rows (kernels/matmul_triton: M is a value the kernel is launched
-with), at the point of the member with the most work (flops x runs), since long prompts
-are where a server spends its time. A static root keeps its own winner. A winner of any
-other dynamic root (an attention over a dynamic length, a matmul whose N or K is dynamic)
-has no kernel for every size yet, and is named as not placed, with that reason.
+the bucket problems of one dynamic root share one kernel for every size of its dynamic
+loops, at the point of the member with the most work (flops x runs), since long prompts
+are where a server spends its time: a matmul whose rows (M) alone are dynamic
+(kernels/matmul_triton: M is a value the kernel is launched with), an attention whose query
+rows, and keys, are one length (kernels/flash_attention: that length at launch). An
+attention whose mask was causal at every bucket's length (recognised by its values there:
+rewrite/attention_ops.py) keeps the kernel's own causal mask, and each bucket's proof
+compares the outputs at its length. A static root keeps its own winner. A winner of any
+other dynamic root (a matmul whose N or K is dynamic, keys of a length the query rows are
+not) has no kernel for every size yet, and is named as not placed, with that reason.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from autosched.kernels.attention_layout import length_unsupported, of_length
 from autosched.model.buckets import BucketModel, free_roles, relaxed_key
 from autosched.ops.matmul import DYNAMIC
 from autosched.rewrite.placement import CUSTOM_ROUTE, NotPlaced
@@ -45,28 +50,48 @@ def any_rows_winners(
     for problem, point in winners:
         entry = entries[named[problem.name]]
         free = free_roles(entry, model.patterns)
+        why = _why(problem, free)
         if free is not None and not free:  # a static root of the dynamic model
             found.winners.append((problem, point))
             found.served[problem.name] = [entry.problem.name]
-        elif problem.kind == "matmul" and free == ROWS:
-            groups.setdefault(relaxed_key(problem, free), []).append((entry, problem, point))
+        elif why is None:
+            key = (relaxed_key(problem, free), free, getattr(problem, "causal", False))
+            groups.setdefault(key, []).append((entry, problem, point))
         else:
-            found.left_out.append(NotPlaced(entry.problem.name, CUSTOM_ROUTE, _why(free)))
-    for members in groups.values():
+            found.left_out.append(NotPlaced(entry.problem.name, CUSTOM_ROUTE, why))
+    for (_, free, _), members in groups.items():
         entry, problem, point = max(members, key=lambda m: m[0].problem.flops * m[0].occurrences)
-        shared = dataclasses.replace(problem, m=DYNAMIC, sites=[])
+        shared = _of_length(problem, free)
         found.winners.append((shared, point))
         found.served[shared.name] = [member.problem.name for member, _, _ in members]
         found.why.append(
-            f"{shared.name}: one kernel for any count of rows, at the point of "
+            f"{shared.name}: one kernel for every size of its {', '.join(sorted(free))} "
+            f"loops, at the point of "
             f"{entry.problem.name} (the bucket of the most work)"
         )
     return found
 
 
-def _why(free: frozenset[str] | None) -> str:
-    """Why a bucket problem's custom winner has no place in the dynamic model."""
+def _of_length(problem, free: frozenset[str]):
+    """The problem at every size of its `free` loops (DYNAMIC: given at launch)."""
+    if problem.kind == "attention":
+        return of_length(problem, set(free))
+    return dataclasses.replace(problem, m=DYNAMIC, sites=[])
+
+
+def _why(problem, free: frozenset[str] | None) -> str | None:
+    """Why a bucket problem's custom winner has no place in the dynamic model (None: it
+    has, at every size of its `free` loops)."""
     if free is None:
         return "no op of the dynamic model is this bucket problem's"
+    if not free:
+        return None
+    if problem.kind == "matmul" and free == ROWS:
+        return None
+    if problem.kind == "attention":
+        why = length_unsupported(of_length(problem, set(free)))
+        if why is None:
+            return None
+        return f"its op is of dynamic {', '.join(sorted(free))} in the model: {why}"
     roles = ", ".join(sorted(free))
     return f"its op is of dynamic {roles} in the model, and no custom kernel serves every size"

@@ -118,10 +118,10 @@ def length_constants(problem: AttentionProblem) -> dict:
     """`layout_constants` of a problem of DYNAMIC length (`length_unsupported` None): each
     stride that is a multiple c of the length L is c with its bit set in BY_L (q's five
     strides from bit 0, then k's, v's, the output's and the mask's: the kernel multiplies
-    by L at launch); M and N are L where M_BY_L and N_BY_L say so. A stride of L squared
-    (a mask over rows and keys, past them) is 0 where its loop has one entry."""
+    by L at launch), and one of c x L squared (past a mask over rows and keys) in BY_L2;
+    M and N are L where M_BY_L and N_BY_L say so."""
     at = [layout_constants(at_length(problem, n)) for n in (1, 2, 3)]
-    constants, by_length = dict(at[0]), 0
+    constants, by_length, by_square = dict(at[0]), 0, 0
     names = [f"s{p}{part}" for p in "qkvom" for part in ("b0", "b1", "b2", "r", "c")]
     for bit, name in enumerate(names):
         one, two, three = (found.get(name) for found in at)
@@ -129,12 +129,17 @@ def length_constants(problem: AttentionProblem) -> dict:
             continue
         if (two, three) == (2 * one, 3 * one):
             by_length |= 1 << bit
-        elif name[2] == "b" and batch_sizes(problem)[int(name[3])] == 1:
-            constants[name] = 0  # one entry: never stepped over
+        elif (two, three) == (4 * one, 9 * one):  # past a mask's rows and keys
+            by_square |= 1 << bit
         else:
-            raise UserError(f"the stride {name} is not a multiple of the length")
+            raise UserError(f"the stride {name} is not a multiple of the length or its square")
     roles = length_roles(problem)
-    return constants | {"BY_L": by_length, "M_BY_L": "m" in roles, "N_BY_L": "k2" in roles}
+    return constants | {
+        "BY_L": by_length,
+        "BY_L2": by_square,
+        "M_BY_L": "m" in roles,
+        "N_BY_L": "k2" in roles,
+    }
 
 
 def layout_constants(problem: AttentionProblem) -> dict:

@@ -100,21 +100,25 @@ def entry_offset(triton, tl):  # noqa: ARG001 - built like key_blocks
 
 def by_length(triton, tl):  # noqa: ARG001 - built like key_blocks
     """An operand's five strides (three batch loops, row, column), each multiplied by the
-    length `L` where its bit of BY (from SHIFT) is set: a stride over a loop of the
-    length's size, known at run time (a @triton.jit helper)."""
+    length `L` where its bit of BY (from SHIFT) is set, by L squared where its bit of BY2
+    is: a stride over loops of the length's size, known at run time (a @triton.jit
+    helper)."""
 
     @triton.jit
-    def by_length(s0, s1, s2, sr, sc, L, BY, SHIFT):  # BY and SHIFT: the kernel's constexprs
-        if (BY >> SHIFT) & 1:
-            s0 = s0 * L
-        if (BY >> (SHIFT + 1)) & 1:
-            s1 = s1 * L
-        if (BY >> (SHIFT + 2)) & 1:
-            s2 = s2 * L
-        if (BY >> (SHIFT + 3)) & 1:
-            sr = sr * L
-        if (BY >> (SHIFT + 4)) & 1:
-            sc = sc * L
+    def scaled(stride, L, BY, BY2, BIT):  # BY, BY2, BIT: the kernel's constexprs
+        if (BY >> BIT) & 1:
+            stride = stride * L
+        if (BY2 >> BIT) & 1:
+            stride = stride * L * L
+        return stride
+
+    @triton.jit
+    def by_length(s0, s1, s2, sr, sc, L, BY, BY2, SHIFT):
+        s0 = scaled(s0, L, BY, BY2, SHIFT)
+        s1 = scaled(s1, L, BY, BY2, SHIFT + 1)
+        s2 = scaled(s2, L, BY, BY2, SHIFT + 2)
+        sr = scaled(sr, L, BY, BY2, SHIFT + 3)
+        sc = scaled(sc, L, BY, BY2, SHIFT + 4)
         return s0, s1, s2, sr, sc
 
     return by_length

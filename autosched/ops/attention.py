@@ -192,7 +192,8 @@ class AttentionProblem(AttentionCheck):
         if self.form == "op":  # never a flow problem's name
             mask = "_causal" if self.causal else (f"{mask}_op" if mask else "_unmasked")
         gqa = f"_gqa{self.heads_per_kv}" if self.heads_per_kv > 1 else ""
-        return f"attention_{'x'.join(map(str, dims))}_{'_'.join(types)}{mask}{gqa}"
+        shape = "x".join("any" if d < 0 else str(d) for d in dims)  # any: a DYNAMIC length
+        return f"attention_{shape}_{'_'.join(types)}{mask}{gqa}"
 
     @property
     def occurrences(self) -> int:

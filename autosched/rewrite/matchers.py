@@ -100,7 +100,7 @@ def attention_matcher(
     inputs, out = attention_layout.operand_tensor_types(problem)
     typed = list(enumerate(inputs))
     if problem.mask_type:
-        mask = f"tensor<{'x'.join(map(str, problem.operand_shape(3)))}x{problem.mask_type}>"
+        mask = tensor_type(problem.operand_shape(3), problem.mask_type)
         typed.append((4, mask))
     typed.append((len(typed) + 1, out))  # the init, after the scale and the mask
     form = absorbed[1] if absorbed else None

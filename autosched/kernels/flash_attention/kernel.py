@@ -70,6 +70,7 @@ def _constants(problem: AttentionProblem, params: FlashParams) -> dict:
     return {
         # No length given at launch, unless the layout's say otherwise.
         "BY_L": 0,
+        "BY_L2": 0,
         "M_BY_L": False,
         "N_BY_L": False,
         **(length_constants(problem) if dynamic else layout_constants(problem)),
@@ -108,15 +109,15 @@ def _kernel():
         B1: tl.constexpr, B2: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
         D: tl.constexpr, DV: tl.constexpr, SCALE: tl.constexpr, CAUSAL: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-        BY_L: tl.constexpr, M_BY_L: tl.constexpr, N_BY_L: tl.constexpr,
+        BY_L: tl.constexpr, BY_L2: tl.constexpr, M_BY_L: tl.constexpr, N_BY_L: tl.constexpr,
     ):  # fmt: skip
         if M_BY_L or N_BY_L:  # a length known at launch (L): the sizes and strides over it
             M, N = length_or(M, L, M_BY_L), length_or(N, L, N_BY_L)
-            sqb0, sqb1, sqb2, sqr, sqc = by_length(sqb0, sqb1, sqb2, sqr, sqc, L, BY_L, 0)
-            skb0, skb1, skb2, skr, skc = by_length(skb0, skb1, skb2, skr, skc, L, BY_L, 5)
-            svb0, svb1, svb2, svr, svc = by_length(svb0, svb1, svb2, svr, svc, L, BY_L, 10)
-            sob0, sob1, sob2, sor, soc = by_length(sob0, sob1, sob2, sor, soc, L, BY_L, 15)
-            smb0, smb1, smb2, smr, smc = by_length(smb0, smb1, smb2, smr, smc, L, BY_L, 20)
+            sqb0, sqb1, sqb2, sqr, sqc = by_length(sqb0, sqb1, sqb2, sqr, sqc, L, BY_L, BY_L2, 0)
+            skb0, skb1, skb2, skr, skc = by_length(skb0, skb1, skb2, skr, skc, L, BY_L, BY_L2, 5)
+            svb0, svb1, svb2, svr, svc = by_length(svb0, svb1, svb2, svr, svc, L, BY_L, BY_L2, 10)
+            sob0, sob1, sob2, sor, soc = by_length(sob0, sob1, sob2, sor, soc, L, BY_L, BY_L2, 15)
+            smb0, smb1, smb2, smr, smc = by_length(smb0, smb1, smb2, smr, smc, L, BY_L, BY_L2, 20)
         # The last query blocks have the most keys under a causal mask: launch them first.
         start = tl.num_programs(0) - 1 - tl.program_id(0)
         entry = tl.program_id(1)
