@@ -310,25 +310,27 @@ def causal_lm_kernels(tmp_path_factory):
 
 
 def test_a_causal_lm_tuned_on_buckets_runs_flash_for_any_length(causal_lm_kernels, tmp_path):
-    """Each layer's attention runs one flash kernel for any length, reading the model's
-    mask (transformers builds it at run time from the length: never taken for the causal
-    one, whose values are only known at a length), over heads, rows and keys of that
-    length; every matmul of dynamic rows (the lm head's too) runs one kernel for any M;
-    every winner is placed and the model builds for sm_90."""
+    """Each layer's attention, whose boolean mask was causal at both buckets' lengths
+    (recognised by its values there), runs one flash kernel for any length that applies
+    the causal mask itself, the model's mask left unread; every matmul of dynamic rows (the
+    lm head's too) runs one kernel for any M; every winner is placed and the model builds
+    for sm_90."""
     _, target, spec, _ = causal_lm_kernels
     assert spec.not_placed == [], spec.not_placed
     attention = {w.kernel for w in spec.winners if w.kind == "attention"}
-    assert attention == {"attention_4xanyx16xanyx16_bf16_mask_i1_op"}
+    assert attention == {"attention_4xanyx16xanyx16_bf16_causal"}
     (tmp_path / "proof").mkdir()
     flags = target.compile_flags()
     source = prepare_model(CAUSAL_LM_BF16, str(tmp_path))  # as a proof prepares it
     built, _ = custom_build(source, spec.path, flags, [], str(tmp_path / "proof"), 300)
     assert built.runs, built.message
     assert check_placed(spec.winners, Counter(built.placed)) == []
-    assert Counter(built.placed)["attention_4xanyx16xanyx16_bf16_mask_i1_op"] == 2  # 2 layers
+    assert Counter(built.placed)["attention_4xanyx16xanyx16_bf16_causal"] == 2  # 2 layers
     module = ir.Module.parseFile(built.recipe[0], ir.Context())
-    names = [op.name for op in walk_ops(module.operation)]
-    assert "iree_linalg_ext.attention" not in names
+    ops = list(walk_ops(module.operation))
+    assert "iree_linalg_ext.attention" not in [op.name for op in ops]
+    externs = [op for op in ops if op.name == "hal.dispatch.extern"]
+    assert not any("xi1>" in str(v.type) for op in externs for v in op.operands)  # no mask
 
 
 @pytest.mark.gpu

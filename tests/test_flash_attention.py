@@ -473,22 +473,25 @@ def test_a_masked_decode_attention_gives_numpys_answer_on_the_gpu(tmp_path, mask
 
 def test_a_cached_lms_masked_attentions_are_replaced_and_the_model_builds(tmp_path):
     """transformers' Llama with a static cache in bf16 (prefill and decode in one module):
-    both its attentions take the cache's i1 mask, prefill's 8 query rows and decode's one;
-    the flash kernels replace both, the mask passed on, and the model builds for sm_90."""
+    both its attentions take the cache's i1 mask, prefill's 8 query rows and decode's one.
+    Prefill's, over a cache it fills from position 0, is the causal mask (recognised by its
+    values: its kernel applies it and reads no key past the diagonal); decode's is passed
+    on. The flash kernels replace both, and the model builds for sm_90."""
     pytest.importorskip("triton")
     path = model("hf_tiny_llama_cached_bf16.mlirbc")
     ops = model_attentions(path, SM90.compile_flags(), str(tmp_path / "ops"))
     assert sorted(op.name for op in ops) == [
         "attention_4x1x16x64x16_bf16_mask_i1_op",
-        "attention_4x8x16x64x16_bf16_mask_i1_op",
+        "attention_4x8x16x64x16_bf16_causal",
     ]
-    assert all(op.mask_tensor and unsupported(op) is None for op in ops)
+    assert [op.mask_tensor for op in sorted(ops, key=lambda op: op.name)] == [True, False]
+    assert all(unsupported(op) is None for op in ops)
     # Prefill's and decode's attentions come from one source line: each flow attention is
     # paired with its own op form (its query rows), not the first op at that line.
     flows = [r for r in analyze_model(path, SM90.compile_flags()).roots if r.kind == "attention"]
     pairs = {flow.name: paired(flow, ops).name for flow in flows}
     assert pairs == {
-        "attention_2x2x8x16x64x16_bf16_mask_i1_gqa2": "attention_4x8x16x64x16_bf16_mask_i1_op",
+        "attention_2x2x8x16x64x16_bf16_mask_i1_gqa2": "attention_4x8x16x64x16_bf16_causal",
         "attention_4x1x16x64x16_bf16_mask_i1": "attention_4x1x16x64x16_bf16_mask_i1_op",
     }
     point = dict(FLASH_POINT, q_tile=64, kv_tile=32)

@@ -21,6 +21,7 @@ from dataclasses import replace
 import numpy as np
 from iree import compiler, runtime
 from iree.compiler import ir
+from iree.compiler.tools.binaries import CompilerToolError
 
 from autosched.ir_walk import walk_ops
 from autosched.kernels.attention_layout import operand_tensor_types
@@ -35,6 +36,7 @@ MASK_OPERAND = 4
 # type's lowest value; bf16's and -inf are lower).
 HIDDEN = float(np.finfo(np.float16).min)
 FLOAT_MASKS = ("f16", "bf16", "f32")
+KEEP_MASKS = ("i1",)  # a key is kept where the mask is true (torch's boolean masks)
 
 
 def model_attentions(model_path: str, compile_flags, work_dir: str) -> list[AttentionProblem]:
@@ -144,8 +146,15 @@ def mask_module(mask: ir.Value, ops: list[ir.Operation], shape: list[int], eleme
     while function.name not in ("func.func", "util.func"):
         function = function.parent
     state = ir.AsmState(function)
+    initial = _initial_values(function.parent)
     lines = []
     for op in ops:
+        if op.name == "util.global.load":  # a hoisted constant: its value
+            value = initial.get(ir.FlatSymbolRefAttr(op.attributes["global"]).value)
+            if value is None:
+                raise ValueError("the mask reads a global an initializer computes")
+            lines.append(f"{op.results[0].get_name(state)} = arith.constant {value}")
+            continue
         text = []
         op.print(state, file=_Lines(text))
         lines.append("".join(text))
@@ -162,11 +171,37 @@ def mask_module(mask: ir.Value, ops: list[ir.Operation], shape: list[int], eleme
         f"%widened = linalg.generic {{indexing_maps = [{identity}, {identity}], "
         f"iterator_types = [{parallel}]}} ins({name} : {source}) outs(%widen_out : {wide}) {{\n"
         f"^bb0(%a: {element}, %b: f32):\n"
-        + ("  %w = arith.extf %a : " + f"{element} to f32\n" if element != "f32" else "")
+        + _widened(element)
         + f"  linalg.yield {'%w' if element != 'f32' else '%a'} : f32\n"
         f"}} -> {wide}\n"
         f"return %widened : {wide}\n}}\n"
     )
+
+
+def _initial_values(module: ir.Operation) -> dict[str, ir.Attribute]:
+    """Each global of `module` that no initializer stores to, by name: its initial value
+    (what IREE hoisted out of a function, an arange say), for a mask computed from it."""
+    stored = {
+        ir.FlatSymbolRefAttr(op.attributes["global"]).value
+        for op in walk_ops(module)
+        if op.name == "util.global.store"
+    }
+    return {
+        ir.StringAttr(op.attributes["sym_name"]).value: op.attributes["initial_value"]
+        for op in module.regions[0].blocks[0].operations
+        if op.name == "util.global"
+        and "initial_value" in op.attributes
+        and ir.StringAttr(op.attributes["sym_name"]).value not in stored
+    }
+
+
+def _widened(element: str) -> str:
+    """The mask module's body line that widens an element `%a` to f32 `%w` (a keep mask's
+    true to 1.0)."""
+    if element == "f32":
+        return ""
+    cast = "arith.uitofp" if element in KEEP_MASKS else "arith.extf"
+    return f"  %w = {cast} %a : {element} to f32\n"
 
 
 class _Lines:
@@ -193,7 +228,8 @@ def evaluate_mask(text: str, work_dir: str) -> np.ndarray:
 
 def is_causal(values: np.ndarray, problem: AttentionProblem) -> bool:
     """Whether the mask (in the op's layout) lets query row i see keys 0..i and hides the
-    rest, for every batch entry (top-left aligned, as torch's is_causal)."""
+    rest, for every batch entry (top-left aligned, as torch's is_causal): an additive
+    mask 0 and at most HIDDEN, a keep mask (as f32) 1 and 0."""
     loops = problem.operand_loops[MASK_OPERAND - 1]
     m, k2 = problem.positions("m")[0], problem.positions("k2")[0]
     if m not in loops or k2 not in loops:
@@ -202,21 +238,23 @@ def is_causal(values: np.ndarray, problem: AttentionProblem) -> bool:
     plane = np.transpose(values, [loops.index(i) for i in order])
     rows, keys = plane.shape[-2:]
     visible = np.tri(rows, keys, dtype=bool)
+    if problem.mask_type in KEEP_MASKS:
+        return bool(np.all(plane[..., visible] == 1) and np.all(plane[..., ~visible] == 0))
     return bool(np.all(plane[..., visible] == 0) and np.all(plane[..., ~visible] <= HIDDEN))
 
 
 def mask_is_causal(op: ir.Operation, problem: AttentionProblem, work_dir: str) -> bool:
     """The mask operand is computed from constants alone and its values are causal."""
-    if problem.mask_type not in FLOAT_MASKS:
+    if problem.mask_type not in (*FLOAT_MASKS, *KEEP_MASKS):
         return False
     mask = op.operands[MASK_OPERAND]
     ops = constant_slice(mask)
     if ops is None:
         return False
     shape = problem.operand_shape(MASK_OPERAND - 1)
-    text = mask_module(mask, ops, shape, problem.mask_type)
     try:
+        text = mask_module(mask, ops, shape, problem.mask_type)
         values = evaluate_mask(text, work_dir)
-    except (RuntimeError, ValueError):  # IREE could not build or run it: not proven
+    except (RuntimeError, ValueError, CompilerToolError):  # not built or run: not proven
         return False
     return is_causal(values, problem)
