@@ -33,7 +33,7 @@ from autosched.measure.module_io import (
 )
 from autosched.model.configured import DEFAULT_TIMEOUT, iree_compile, tuning_spec_flags
 from autosched.model.lowering import prepare_model
-from autosched.model.model_build import linked, model_build
+from autosched.model.model_build import compiled_once, linked, model_build
 from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 from autosched.rewrite.placement import placed_kernels
 from autosched.targets.base import Target
@@ -570,8 +570,8 @@ def custom_build(source, custom_spec, flags, spec, work, timeout, cache="") -> t
         build.recipe = (rewritten, (*flags, *spec, RESUME_FLAG))
         out = os.path.join(work, "custom.vmfb")
         if cache:
-            found = model_build(rewritten, list(build.recipe[1]), cache, timeout, named=source)
-            build.vmfb = linked(found.vmfb, out)
+            once = compiled_once(rewritten, build.recipe[1], cache, timeout, source)
+            build.vmfb = linked(once, out)
         else:
             build.vmfb = iree_compile(rewritten, list(build.recipe[1]), out, timeout, source)
     except (RuntimeError, UserError) as error:

@@ -31,7 +31,7 @@ from iree.compiler import ir
 from autosched import processes
 from autosched.compile import compiler_path
 from autosched.errors import UserError
-from autosched.model.configured import in_configured_form
+from autosched.model.configured import in_configured_form, iree_compile
 from autosched.model.lowering import ModelAnalysis, find_contractions, prepare_model
 from autosched.outputs.spec_flags import SPEC_SAFE_FLAGS
 
@@ -169,6 +169,17 @@ def model_build(
     with open(os.path.join(build.folder, DONE), "w", encoding="utf-8") as handle:
         handle.write(" ".join(command) + f"\n{SECONDS} {time.perf_counter() - started:.3f}\n")
     return build
+
+
+def compiled_once(source: str, flags: Sequence[str], cache: str, timeout: float, named: str) -> str:
+    """The module of `source` built with `flags`, compiled once under `cache` (a plain
+    build, no dumps: the model with custom kernels that each bucket's proof runs)."""
+    folder = os.path.join(cache, "modules", build_key(source, flags))
+    vmfb = os.path.join(folder, "model.vmfb")
+    if not os.path.isfile(vmfb):
+        partial = iree_compile(source, flags, vmfb + ".partial", timeout, named)
+        os.replace(partial, vmfb)  # whole, or not there
+    return vmfb
 
 
 def threaded_first(
