@@ -9,10 +9,11 @@ are where a server spends its time: a matmul whose rows (M) alone are dynamic
 (kernels/matmul_triton: M is a value the kernel is launched with), an attention whose query
 rows, and keys, are one length (kernels/flash_attention: that length at launch). An
 attention whose mask was causal at every bucket's length (recognised by its values there:
-rewrite/attention_ops.py) keeps the kernel's own causal mask, and each bucket's proof
-compares the outputs at its length. A static root keeps its own winner. A winner of any
-other dynamic root (a matmul whose N or K is dynamic, keys of a length the query rows are
-not) has no kernel for every size yet, and is named as not placed, with that reason.
+rewrite/attention_ops.py) keeps the kernel's own causal mask (else the kernel reads the
+mask), and each bucket's proof compares the outputs at its length. A static root keeps its
+own winner. A winner of any other dynamic root (a matmul whose N or K is dynamic, keys of a
+length the query rows are not) has no kernel for every size yet, and is named as not
+placed, with that reason.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class BucketWinners:
     why: list[str] = dataclasses.field(default_factory=list)  # each shared kernel's choice
 
 
-def any_rows_winners(
+def any_length_winners(
     model: BucketModel, problems: Sequence, winners: list, named: dict[str, str]
 ) -> BucketWinners:
     """`winners` ((problem, point), `named` the campaign problem of each: custom_route's
@@ -55,13 +56,13 @@ def any_rows_winners(
             found.winners.append((problem, point))
             found.served[problem.name] = [entry.problem.name]
         elif why is None:
-            key = (relaxed_key(problem, free), free, getattr(problem, "causal", False))
+            key = (relaxed_key(problem, free), free)
             groups.setdefault(key, []).append((entry, problem, point))
         else:
             found.left_out.append(NotPlaced(entry.problem.name, CUSTOM_ROUTE, why))
-    for (_, free, _), members in groups.items():
+    for (_, free), members in groups.items():
         entry, problem, point = max(members, key=lambda m: m[0].problem.flops * m[0].occurrences)
-        shared = _of_length(problem, free)
+        shared = _of_length(problem, free, [member for _, member, _ in members])
         found.winners.append((shared, point))
         found.served[shared.name] = [member.problem.name for member, _, _ in members]
         found.why.append(
@@ -72,10 +73,12 @@ def any_rows_winners(
     return found
 
 
-def _of_length(problem, free: frozenset[str]):
-    """The problem at every size of its `free` loops (DYNAMIC: given at launch)."""
+def _of_length(problem, free: frozenset[str], members: list):
+    """The problem at every size of its `free` loops (DYNAMIC: given at launch); an
+    attention causal only where every bucket's mask was (else the kernel reads the mask)."""
     if problem.kind == "attention":
-        return of_length(problem, set(free))
+        causal = all(member.causal for member in members)
+        return dataclasses.replace(of_length(problem, set(free)), causal=causal)
     return dataclasses.replace(problem, m=DYNAMIC, sites=[])
 
 

@@ -11,7 +11,7 @@ from functools import partial
 
 import click
 
-from autosched.drivers.bucket_kernels import any_rows_winners
+from autosched.drivers.bucket_kernels import any_length_winners
 from autosched.drivers.campaign import ModelProblem, trials_per_problem
 from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
 from autosched.kernels.registry import family
@@ -245,12 +245,12 @@ def write_custom_substitution(
     around their ops (`model_readings`): the reshapes before a truncf, the epilogue after it,
     an attention's copied operands, a convolution's zero pad; `readings`, read already for
     the same winners' problems, stand for them. With `buckets` (`model` then the dynamic
-    model's) the winners are the dynamic model's (bucket_kernels.any_rows_winners)."""
+    model's) the winners are the dynamic model's (bucket_kernels.any_length_winners)."""
     winners, named = custom_winners(target, problems, custom, log)
     served = {p.name: [named[p.name]] for p, _ in winners}
     refused = []
     if buckets is not None:
-        found = any_rows_winners(buckets, problems, winners, named)
+        found = any_length_winners(buckets, problems, winners, named)
         winners, served, refused = found.winners, found.served, list(found.left_out)
         for line in found.why:
             log.write(line)
