@@ -19,6 +19,7 @@ from test_triton_kernels import _check_on_the_gpu, _problem
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.drivers.bucket_kernels import shared_problem
 from autosched.drivers.bucket_proof import prove_buckets
 from autosched.drivers.custom_route import write_custom_substitution
 from autosched.drivers.model_stages.prepare import model_problems
@@ -43,7 +44,7 @@ from autosched.ops.matmul import DYNAMIC
 from autosched.ops.matmul_kernel import KERNEL_FUNCTION
 from autosched.outputs.records import Trial
 from autosched.outputs.report import RunLog
-from autosched.rewrite.attention_ops import model_attentions, paired
+from autosched.rewrite.attention_ops import model_attentions, op_attentions, paired
 from autosched.rewrite.common import is_truncf
 from autosched.rewrite.placement import check_placed
 from autosched.rewrite.replacements import substitutable
@@ -343,3 +344,20 @@ def test_the_dynamic_causal_lm_with_its_kernels_gives_the_defaults_logits(causal
         work_dir=str(folder / "proof"), spec_flag=target.tuning_spec_flag, rounds=2,
     )  # fmt: skip
     assert proof.custom is not None and proof.custom.outputs_match, proof.message
+
+
+def test_an_attention_of_any_length_is_causal_only_where_every_buckets_mask_was(
+    causal_lm_kernels,
+):
+    """The causal kernel ignores the model's mask: one bucket whose mask was not read as
+    causal makes the kernel for every length read it."""
+    _, _, _, folder = causal_lm_kernels
+    ops = op_attentions(str(folder / "ops" / "model.global-optimization.mlir"), str(folder))
+    assert all(op.causal for op in ops) and len(ops) == 2  # 16 and 40 tokens
+    free = frozenset({"m", "k2"})
+    shared = shared_problem(ops[1], free, ops)
+    assert shared.causal and not shared.mask_tensor
+    mixed = [ops[0], dataclasses.replace(ops[1], causal=False)]
+    shared = shared_problem(ops[1], free, mixed)
+    assert not shared.causal and shared.mask_tensor
+    assert flash.unsupported(shared) is None

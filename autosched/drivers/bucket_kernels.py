@@ -62,7 +62,7 @@ def any_length_winners(
             found.left_out.append(NotPlaced(entry.problem.name, CUSTOM_ROUTE, why))
     for (_, free), members in groups.items():
         entry, problem, point = max(members, key=lambda m: m[0].problem.flops * m[0].occurrences)
-        shared = _of_length(problem, free, [member for _, member, _ in members])
+        shared = shared_problem(problem, free, [member for _, member, _ in members])
         found.winners.append((shared, point))
         found.served[shared.name] = [member.problem.name for member, _, _ in members]
         found.why.append(
@@ -73,9 +73,10 @@ def any_length_winners(
     return found
 
 
-def _of_length(problem, free: frozenset[str], members: list):
-    """The problem at every size of its `free` loops (DYNAMIC: given at launch); an
-    attention causal only where every bucket's mask was (else the kernel reads the mask)."""
+def shared_problem(problem, free: frozenset[str], members: list):
+    """The problem the bucket problems `members` share in the dynamic model: at every size
+    of its `free` loops (DYNAMIC: given at launch); an attention causal only where every
+    bucket's mask was (else the kernel reads the mask)."""
     if problem.kind == "attention":
         causal = all(member.causal for member in members)
         return dataclasses.replace(of_length(problem, set(free)), causal=causal)
