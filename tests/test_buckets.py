@@ -328,3 +328,26 @@ def test_a_decode_run_on_two_cache_lengths_proves_each(tmp_path, monkeypatch):
     per_bucket = {f["function"]: f for f in summary["functions"]}
     assert set(per_bucket) == {"decode at len64", "decode at len128"}
     assert all(b["outputs_match"] and b["default_ms"] > 0 for b in per_bucket.values())
+
+
+def test_a_bucket_may_hold_only_what_fixes_the_length(tmp_path, monkeypatch):
+    """A bucket of x alone (the MLP's weights are of static size): the run says the others
+    are drawn at random, and the proof draws them; one that leaves out x is one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG + "dispatch_table = none\n")
+    shutil.copy(DYNAMIC, tmp_path)
+    rng = np.random.default_rng(0)
+    for length in (16, 40):
+        np.savez(tmp_path / f"x{length}.npz", rng.standard_normal((1, length, 64)).astype("f4"))
+    name = os.path.basename(DYNAMIC)
+    args = ["run", name, "--bucket", "x16.npz", "--bucket", "x40.npz", "--budget", "2"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "the inputs a bucket leaves out are drawn at random (seeded)" in result.output
+    summary = tmp_path / "generated" / "llama_mlp_dynamic_f32" / "results.summary.json"
+    model = json.loads(summary.read_text())["model"]
+    assert model["inputs"] == "x16.npz,x40.npz" and model["default_ms"] > 0  # it ran
+    np.savez(tmp_path / "none.npz")
+    result = CliRunner().invoke(cli, ["run", name, "--dry-run", "--bucket", "none.npz"])
+    assert result.exit_code == 2
+    assert "Error: none.npz: 0 array(s), but main takes 4 argument(s)" in result.output

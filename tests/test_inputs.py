@@ -264,3 +264,20 @@ def test_a_run_and_apply_check_and_prove_on_the_npy_files(tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     assert "outputs could not be compared" in result.output
     assert "arg4.npy" in result.output and "Traceback" not in result.output
+
+
+def test_a_dynamic_models_file_may_leave_out_its_static_last_arguments(tmp_path):
+    """x of dynamic rows given, the (static) weight left out: drawn at random, the same
+    draw every time; a model of static sizes takes all its arrays (above)."""
+    entry = EntryFunction(
+        "main",
+        (TensorSpec((1, 8), "f32", dynamic=(0,)), TensorSpec((8, 4), "f32")),
+        (TensorSpec((1, 4), "f32", dynamic=(0,)),),
+    )
+    path = str(tmp_path / "x.npz")
+    np.savez(path, np.ones((5, 8), np.float32))
+    first = load_inputs(path, entry, str(tmp_path / "a"))
+    again = load_inputs(path, entry, str(tmp_path / "b"))
+    x, weight = (np.load(flag.removeprefix("@")) for flag in first)
+    assert x.shape == (5, 8) and weight.shape == (8, 4) and np.abs(weight).max() > 0
+    assert np.array_equal(weight, np.load(again[1].removeprefix("@")))

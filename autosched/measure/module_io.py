@@ -29,6 +29,7 @@ from autosched import processes
 from autosched.errors import UserError, require_file
 from autosched.ir_walk import children, symbol, walk_ops
 from autosched.measure.input_files import in_argument_order, input_files, npy_array, npz_arrays
+from autosched.measure.random_inputs import FLOATS, drawn_after, integer_type, random_values
 from autosched.measure.worker import compare, run_tool
 from autosched.model.configured import (
     DEFAULT_TIMEOUT,
@@ -38,18 +39,14 @@ from autosched.model.configured import (
 from autosched.model.lowering import prepare_model
 from autosched.ops.base import TOLERANCE
 
-INTEGER_HIGH = 8  # integer inputs are drawn from [0, 8): valid as small indices and counts
 # One input may take at most this share of the machine's memory: it is drawn in float64 (8
 # bytes an element, twice over while scaled) before it is converted and written, and
 # iree-run-module then holds it again beside the model's own buffers.
 INPUT_MEMORY_SHARE = 16
 GIB = 1 << 30
 # Random inputs are drawn again this many times where IREE's default build gives NaN or inf
-# on them (`checked_inputs`): each redraw keeps 1-D float arguments in STATISTICS_RANGE and
-# shrinks the others SHRINK times more.
+# on them (`checked_inputs`; random_inputs.random_values says how each redraw draws).
 REDRAWS = 2
-STATISTICS_RANGE = (0.5, 1.5)
-SHRINK = 4.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,21 +233,10 @@ def source_entry_function(
         raise UserError(f"{model_path}: {error.message}") from None
 
 
-def _integer(element: str) -> tuple[bool, int] | None:
-    """(signed, bits) for i8, si32, ui16, ...; None for a float type."""
-    for prefix, signed in (("ui", False), ("si", True), ("i", True)):
-        if element.startswith(prefix) and element[len(prefix) :].isdigit():
-            return signed, int(element[len(prefix) :])
-    return None
-
-
-_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
-
-
 def _numpy_dtype(element: str):
-    if element in _FLOATS:
-        return _FLOATS[element]
-    integer = _integer(element)
+    if element in FLOATS:
+        return FLOATS[element]
+    integer = integer_type(element)
     if integer is None:
         return None  # bf16, f8 types: no numpy dtype, written as raw bits
     signed, bits = integer
@@ -262,10 +248,6 @@ def _numpy_dtype(element: str):
 def _bf16_bits(values: np.ndarray) -> np.ndarray:
     """float32 values rounded to bf16 by truncation, as raw uint16 bits."""
     return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-
-
-def _scale(spec: TensorSpec) -> float:
-    return 1.0 / max(1.0, float(max(spec.shape, default=1))) ** 0.5
 
 
 def _element_bytes(element: str) -> int:
@@ -313,23 +295,9 @@ def make_inputs(entry: EntryFunction, directory: str, seed: int = 0, draw: int =
     rng = np.random.default_rng(seed + draw)
     flags = []
     for index, spec in enumerate(entry.inputs):
-        integer = _integer(spec.element)
-        if integer is not None:
-            high = 2 if integer[1] == 1 else INTEGER_HIGH
-            values = rng.integers(0, high, size=spec.shape)
-        elif spec.element in _FLOATS or spec.element == "bf16":
-            values = _random_floats(rng, spec, draw)
-        else:
-            raise UserError(f"{entry.name}: input {index} is {spec.text}: no random inputs of it")
+        values = random_values(rng, spec, draw, f"{entry.name}: input {index}")
         flags.append(_write_input(directory, index, spec, values))
     return flags
-
-
-def _random_floats(rng: np.random.Generator, spec: TensorSpec, draw: int) -> np.ndarray:
-    """Uniform floats for one argument (see `make_inputs` for the ranges)."""
-    if draw and len(spec.shape) == 1:
-        return rng.uniform(*STATISTICS_RANGE, size=spec.shape)
-    return rng.uniform(-1.0, 1.0, size=spec.shape) * _scale(spec) / SHRINK**draw
 
 
 def _write_input(directory: str, index: int, spec: TensorSpec, values: np.ndarray) -> str:
@@ -366,7 +334,7 @@ def load_inputs(
         ordered = [("", npy_array(name)) for name in files]
         where = files
     expected = len(entry.inputs)
-    if len(ordered) != expected:
+    if len(ordered) != expected and not drawn_after(len(ordered), entry.inputs):
         what = "array(s)" if archive else ".npy file(s)"
         raise UserError(
             f"{path}: {len(ordered)} {what}, but {entry.name} takes {expected} argument(s)"
@@ -374,9 +342,13 @@ def load_inputs(
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     flags = []
-    for index, ((key, array), spec) in enumerate(zip(ordered, entry.inputs, strict=True)):
+    for index, ((key, array), spec) in enumerate(zip(ordered, entry.inputs, strict=False)):
         _check_array(where[index], index, key, array, spec)
         flags.append(_write_input(directory, index, spec, array))
+    rng = np.random.default_rng(0)  # the same draw in every proof and bucket
+    for index in range(len(ordered), expected):
+        values = random_values(rng, entry.inputs[index], 0, f"{path}: input {index}")
+        flags.append(_write_input(directory, index, entry.inputs[index], values))
     return flags
 
 
@@ -534,7 +506,7 @@ def output_tolerance(element: str) -> float:
         return TOLERANCE[element]
     if element == "f64":
         return TOLERANCE["f32"]
-    return 0.0 if _integer(element) is not None else TOLERANCE["bf16"]
+    return 0.0 if integer_type(element) is not None else TOLERANCE["bf16"]
 
 
 def compare_outputs(

@@ -24,6 +24,7 @@ from iree.compiler import ir
 
 from autosched.errors import UserError
 from autosched.ir_walk import symbol, walk_ops
+from autosched.measure.input_files import given_arrays
 from autosched.model.fixed_lengths import (
     dynamic_arguments,
     fixed_arguments,
@@ -94,6 +95,7 @@ def bucket_model(model_path: str, files: Sequence[str], flags, work: str) -> Buc
         )
     (function,) = functions
     name, arguments = symbol(function), dynamic_arguments(function)
+    count = len(function.regions[0].blocks[0].arguments)
     if not arguments:
         raise UserError(
             f"{model_path}: {name} has no argument of dynamic size: buckets are for a "
@@ -128,6 +130,8 @@ def bucket_model(model_path: str, files: Sequence[str], flags, work: str) -> Buc
         f"{where}: {described} of dynamic size: tuned on {len(buckets)} bucket(s), "
         f"{model.labels()}; one spec serves the dynamic model"
     )
+    if any(len(given_arrays(file, count)) < count for file in files):
+        model.line += "; the inputs a bucket leaves out are drawn at random (seeded)"
     return model
 
 

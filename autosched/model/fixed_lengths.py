@@ -165,8 +165,12 @@ def fixed_arguments(
     name = symbol(function)
     count = len(function.regions[0].blocks[0].arguments)
     arrays = given_arrays(inputs, count)
-    if len(arrays) != count:
-        raise UserError(f"{inputs}: {len(arrays)} array(s), but {name} takes {count} argument(s)")
+    # The arguments after the dynamic ones may be left out (random_inputs.drawn_after).
+    if len(arrays) > count or any(index >= len(arrays) for index, _ in arguments):
+        raise UserError(
+            f"{inputs}: {len(arrays)} array(s), but {name} takes {count} argument(s) (the ones"
+            " after every argument of dynamic size may be left out: they are drawn at random)"
+        )
     fixed = {}
     for index, tensor in arguments:
         fixed[index] = _fixed(tensor, arrays[index].shape)
