@@ -167,10 +167,7 @@ def fixed_arguments(
     arrays = given_arrays(inputs, count)
     # The arguments after the dynamic ones may be left out (random_inputs.drawn_after).
     if len(arrays) > count or any(index >= len(arrays) for index, _ in arguments):
-        raise UserError(
-            f"{inputs}: {len(arrays)} array(s), but {name} takes {count} argument(s) (the ones"
-            " after every argument of dynamic size may be left out: they are drawn at random)"
-        )
+        raise UserError(f"{inputs}: {len(arrays)} array(s), but {name} takes {count} argument(s)")
     fixed = {}
     for index, tensor in arguments:
         fixed[index] = _fixed(tensor, arrays[index].shape)
