@@ -7,6 +7,12 @@ On the H200 (after the device pack's bootstrap, with iree-turbine's wheel unpack
     python3 benchmarks/zoo.py --out $OUT [--models vit_b16,resnet50] [--deadline-s 540]
         [--previous benchmarks/results/zoo.json] [--databases DIR]
 
+A causal LM with `lengths` (llama32_1b_prefill) is exported with its sequence length
+dynamic and tuned on a bucket of token ids at each length (the run draws the weights), one
+row per length from the one build; torch.compile is timed at each length (max-autotune
+left out: its autotuning of a whole LM does not fit a call). `--device cpu --models
+tiny_llama_prefill` runs that path on a machine without a GPU.
+
 Every time is the median wall time of a synchronous call (IREE's by iree-benchmark-module,
 torch's from the host's call to the GPU's end); torch's CUDA-event medians are kept beside.
 A model's row is one call's; rows of other calls come from `--previous` unchanged, so the
@@ -30,6 +36,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from model_campaign import (
     Llama3Layer,
@@ -127,6 +134,9 @@ def _vision(source: str, dtype, shape: dict, device: str):
 
 
 LLAMA3 = {"batch": 1, "seq": 2048, "hidden": 4096, "heads": 32, "kv_heads": 8, "mlp": 14336}
+# Llama-3.2-1B's shape (random weights), prefill at three lengths from one dynamic build.
+LLAMA32_1B = {"layers": 16, "hidden": 2048, "heads": 32, "kv_heads": 8, "mlp": 8192,
+              "vocab": 128256, "rope_theta": 500000.0, "lengths": [512, 1500, 2048]}  # fmt: skip
 ZOO = [
     ZooModel("llama3_8b_layer", "transformers", "decoder layer, GQA 4:1, head dim 128",
              torch.bfloat16, dict(LLAMA3, rope_theta=500000.0)),
@@ -153,6 +163,13 @@ ZOO = [
              torch.float16, {"net": "efficientnet_b0", "batch": 32, "image": 224}),
     ZooModel("mobilenet_v3_large", "torchvision", "CNN, inverted residual, hard-swish",
              torch.float16, {"net": "mobilenet_v3_large", "batch": 32, "image": 224}),
+    ZooModel("llama32_1b_prefill", "transformers",
+             "whole causal LM, prefill: one build for every length", torch.bfloat16,
+             LLAMA32_1B),
+    # The same path on a tiny LM: `--device cpu` runs it on a machine without a GPU.
+    ZooModel("tiny_llama_prefill", "transformers", "whole causal LM, prefill (tiny)",
+             torch.float32, {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "mlp": 128,
+                             "vocab": 256, "lengths": [16, 40]}),
 ]  # fmt: skip
 BY_NAME = {model.name: model for model in ZOO}
 
@@ -172,11 +189,88 @@ def build(model: ZooModel, device: str):
     return _decoder_layer(family, model.dtype, model.shape, device)
 
 
-def torch_times(module, args, device: str) -> dict:
+def _causal_lm(model: ZooModel, device: str):
+    """transformers' LlamaForCausalLM from a config (random weights): a module of (token
+    ids, *weights) -> logits, its weights as arguments as a user exports it, and them."""
+    from transformers import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415 - on the GPU machine
+
+    shape = model.shape
+    config = LlamaConfig(
+        vocab_size=shape["vocab"], hidden_size=shape["hidden"],
+        intermediate_size=shape["mlp"], num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
+        max_position_embeddings=2 * max(shape["lengths"]),
+        rope_theta=shape.get("rope_theta", 10000.0), attn_implementation="sdpa",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(config).to(model.dtype).to(device).eval()
+    names = [name for name, _ in lm.named_parameters()]
+    weights = [parameter.detach() for parameter in lm.parameters()]
+
+    class Logits(torch.nn.Module):
+        def forward(self, ids, *args):
+            params = dict(zip(names, args, strict=True))
+            return torch.func.functional_call(lm, params, (ids,), {"use_cache": False}).logits
+
+    return Logits(), weights
+
+
+def tune_lengths(entry: ZooModel, options, minutes: float) -> list[dict]:
+    """A causal LM exported with its length dynamic, tuned on a bucket of token ids at each
+    length (the weights drawn by the run: a bucket holds the ids alone), against torch at
+    each length: a row per length, every one from the same build."""
+    folder = os.path.abspath(os.path.join(options.work, entry.name))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    module, weights = _causal_lm(entry, options.device)
+    lengths, vocab = entry.shape["lengths"], entry.shape["vocab"]
+    times = {}
+    for length in lengths:
+        ids = torch.randint(0, vocab, (1, length), device=options.device)
+        times[length] = torch_times(module, (ids, *weights), options.device, autotune=False)
+        print(f"{entry.name} at {length}: torch {json.dumps(times[length])}", flush=True)
+        np.save(os.path.join(folder, f"at{length}.npy"), ids.cpu().numpy())
+    model_path = os.path.join(folder, f"{entry.name}.mlir")
+    export_dynamic(module, weights, lengths, model_path)
+    del module, weights
+    buckets = []
+    for length in lengths:  # the ids alone: the run draws the weights (seeded)
+        ids = np.load(os.path.join(folder, f"at{length}.npy"))
+        np.savez(os.path.join(folder, f"at{length}.npz"), ids)
+        buckets += ["--bucket", f"at{length}.npz"]
+    extra = [*(options.autosched_args.split() if options.autosched_args else []), *buckets]
+    code, wall = run_autosched(folder, model_path, extra, minutes, options.target)
+    summary_path = find_one(folder, "*summary.json")
+    summary = json.load(open(summary_path)) if summary_path else {}
+    print(f"{entry.name}: exit {code}, {wall:.0f} s", flush=True)
+    functions = {f["function"]: f for f in (summary.get("model") or {}).get("functions", [])}
+    rows = []
+    for length in lengths:
+        found = next((f for name, f in functions.items() if name.endswith(f"len{length}")), {})
+        one = {**summary, "model": found}
+        named = ZooModel(f"{entry.name}@{length}", entry.source, entry.kind, entry.dtype,
+                         dict(entry.shape, length=length))  # fmt: skip
+        rows.append(row(named, times[length], one, wall, code))
+    return rows
+
+
+def export_dynamic(module, weights, lengths: list[int], path: str) -> None:
+    """The module exported with iree-turbine, the token ids' length dynamic."""
+    from iree.turbine import aot  # noqa: PLC0415 - on the GPU machine
+
+    cpu = [weight.cpu() for weight in weights]
+    ids = torch.zeros((1, lengths[0]), dtype=torch.int64)
+    sequence = torch.export.Dim("sequence", min=2, max=2 * max(lengths))
+    dynamic = ({1: sequence}, (None,) * len(cpu))  # the ids, then the weights' tuple
+    aot.export(module, ids, *cpu, dynamic_shapes=dynamic, strict_export=False).save_mlir(path)
+
+
+def torch_times(module, args, device: str, autotune: bool = True) -> dict:
     """Eager, torch.compile and max-autotune-no-cudagraphs: (events median, cv, wall median)
     each, or None where torch.compile failed."""
     times = {"eager": time_calls(module, args, device, warmups=5)}
-    for label, mode in (("compile", None), ("max_autotune", "max-autotune-no-cudagraphs")):
+    modes = [("compile", None), ("max_autotune", "max-autotune-no-cudagraphs")]
+    for label, mode in modes if autotune else modes[:1]:
         try:
             compiled = torch.compile(module, mode=mode) if mode else torch.compile(module)
             times[label] = time_calls(compiled, args, device, warmups=5)
@@ -188,9 +282,11 @@ def torch_times(module, args, device: str) -> dict:
     return times
 
 
-def run_autosched(folder: str, model_path: str, extra: list[str], minutes: float) -> tuple:
+def run_autosched(
+    folder: str, model_path: str, extra: list[str], minutes: float, target: str = CUDA
+) -> tuple:
     """`autosched run` as a user types it (no cfg in the folder); its exit code and wall s."""
-    command = [sys.executable, "-m", "autosched", "run", model_path, "--target", CUDA, *extra]
+    command = [sys.executable, "-m", "autosched", "run", model_path, "--target", target, *extra]
     command += ["--time-budget", f"{minutes:.2f}"]
     began = time.perf_counter()
     with open(os.path.join(folder, "output.txt"), "w") as handle:
@@ -256,7 +352,7 @@ def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> 
         "tuning_s": round(wall, 1),
         "phases_s": summary.get("phases_s", {}),  # where the tuning time went (run.log's)
         "build_flags": model.get("build_flags", ""),  # compile flags the proof chose
-        "gpu": torch.cuda.get_device_name(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU",
         "exit_code": code,
         "not_placed": not_placed(summary),
     }
@@ -361,7 +457,11 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=540.0, help="this call's seconds")
     parser.add_argument("--minutes", type=float, default=4.0, help="search minutes per model")
     parser.add_argument("--autosched-args", default="", help="more `autosched run` options")
+    parser.add_argument(
+        "--device", default=CUDA, choices=(CUDA, "cpu"), help="cpu: a smoke run, no GPU"
+    )
     options = parser.parse_args()
+    options.target = "cuda" if options.device == CUDA else "cpu"
     began = time.monotonic()
     os.makedirs(options.out, exist_ok=True)
     previous = json.load(open(options.previous))["models"] if options.previous else []
@@ -372,11 +472,20 @@ def main() -> None:
             print(f"{name}: not started, {left_min:.1f} min left in this call", flush=True)
             continue
         minutes = min(options.minutes, max(0.5, left_min - 2.5))
-        rows[name] = tune_one(BY_NAME[name], options, minutes)
+        entry = BY_NAME[name]
+        if "lengths" in entry.shape:  # a row per length, from one build
+            rows |= {r["name"]: r for r in tune_lengths(entry, options, minutes)}
+        else:
+            rows[name] = tune_one(entry, options, minutes)
         archive(options.work, options.out)
-        machine = f"one {torch.cuda.get_device_name()}, torch {torch.__version__}"
+        where = torch.cuda.get_device_name() if options.device == CUDA else "CPU"
+        machine = f"one {where}, torch {torch.__version__}"
         command = "python3 benchmarks/zoo.py " + " ".join(sys.argv[1:])
-        ordered = [rows[m.name] for m in ZOO if m.name in rows]
+        order = {m.name: i for i, m in enumerate(ZOO)}
+        ordered = sorted(
+            rows.values(),
+            key=lambda r: (order.get(r["name"].split("@")[0], 99), r["shape"].get("length", 0)),
+        )
         write_tables(options.out, ordered, command, machine)
 
 

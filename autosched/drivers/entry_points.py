@@ -224,6 +224,10 @@ def function_fields(proof: ModelProof) -> dict:
             "verdict": p.verdict.verdict if not p.default_only else None,
             "outputs_match": p.outputs_match,
             "max_error": p.max_error,
+            # The build with custom kernels, on this function's (or bucket's) inputs.
+            "custom": {"ms": p.custom.ms, "outputs_match": p.custom.outputs_match}
+            if p.custom is not None
+            else None,
         }
         for p in proof.functions
     ]
