@@ -23,6 +23,9 @@ them (prefill, then DECODE_STEPS decode steps) are saved next to the model as
 call is given), for one build that serves a cache of any length, tuned on `--bucket` files
 at two or more lengths (the committed `tests/data/models/hf_tiny_llama_decode_dynamic_f32.mlirbc`).
 
+`--size llama32_1b` exports Llama-3.2-1B's shape (hidden 2048, 16 layers, 32/8 heads, vocab
+128256; random weights) with a 512-token prompt and a 2048-token cache.
+
 `--dtype bfloat16` (or float16) exports the weights and the cache in that type, without
 torch's tokens (rounding may part them from any build's): the committed
 `tests/data/models/hf_tiny_llama_cached_bf16.mlirbc`, whose attentions take the cache's mask.
@@ -61,6 +64,16 @@ class Shape:
     prompt: int = 8  # P: prefill's tokens
     cache: int = 64  # C: the static cache's length (>= prompt + DECODE_STEPS)
     dtype: str = "float32"  # torch's name of the weights' and the cache's type
+
+
+# `--size`: the tiny default, or Llama-3.2-1B's shape (random weights; a 2048-token cache).
+SIZES = {
+    "tiny": {},
+    "llama32_1b": {
+        "vocab": 128256, "hidden": 2048, "intermediate": 8192, "layers": 16, "heads": 32,
+        "kv_heads": 8, "prompt": 512, "cache": 2048,
+    },
+}  # fmt: skip
 
 
 def llama(shape: Shape, seed: int):
@@ -251,10 +264,11 @@ def main() -> None:
         choices=("float32", "bfloat16", "float16"),
         help="the weights' and the cache's type (greedy tokens are saved for float32 only)",
     )
+    parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="the model's shape")
     args = parser.parse_args()
     chosen = export_decode_dynamic if args.decode_dynamic else None
     chosen = chosen or (export_dynamic if args.dynamic else export)
-    chosen(args.output, Shape(dtype=args.dtype), args.seed)
+    chosen(args.output, Shape(dtype=args.dtype, **SIZES[args.size]), args.seed)
 
 
 if __name__ == "__main__":
