@@ -330,6 +330,7 @@ def test_a_decode_run_on_two_cache_lengths_proves_each(tmp_path, monkeypatch):
     assert all(b["outputs_match"] and b["default_ms"] > 0 for b in per_bucket.values())
 
 
+@pytest.mark.slow  # a whole run on two buckets
 def test_a_bucket_may_hold_only_what_fixes_the_length(tmp_path, monkeypatch):
     """A bucket of x alone (the MLP's weights are of static size): the run says the others
     are drawn at random, and the proof draws them; one that leaves out x is one line."""

@@ -310,6 +310,7 @@ def causal_lm_kernels(tmp_path_factory):
     return model, target, spec, folder
 
 
+@pytest.mark.slow  # the causal LM's buckets, its spec and its sm_90 build
 def test_a_causal_lm_tuned_on_buckets_runs_flash_for_any_length(causal_lm_kernels, tmp_path):
     """Each layer's attention, whose boolean mask was causal at both buckets' lengths
     (recognised by its values there), runs one flash kernel for any length that applies
@@ -346,6 +347,7 @@ def test_the_dynamic_causal_lm_with_its_kernels_gives_the_defaults_logits(causal
     assert proof.custom is not None and proof.custom.outputs_match, proof.message
 
 
+@pytest.mark.slow  # the causal LM's buckets, its spec and its sm_90 build
 def test_an_attention_of_any_length_is_causal_only_where_every_buckets_mask_was(
     causal_lm_kernels,
 ):
