@@ -224,20 +224,17 @@ def tune_lengths(entry: ZooModel, options, minutes: float) -> list[dict]:
     os.makedirs(folder)
     module, weights = _causal_lm(entry, options.device)
     lengths, vocab = entry.shape["lengths"], entry.shape["vocab"]
-    times = {}
+    times, buckets = {}, []
     for length in lengths:
         ids = torch.randint(0, vocab, (1, length), device=options.device)
         times[length] = torch_times(module, (ids, *weights), options.device, autotune=False)
         print(f"{entry.name} at {length}: torch {json.dumps(times[length])}", flush=True)
-        np.save(os.path.join(folder, f"at{length}.npy"), ids.cpu().numpy())
+        # The bucket holds the ids alone: the run draws the weights (seeded).
+        np.savez(os.path.join(folder, f"at{length}.npz"), ids.cpu().numpy())
+        buckets += ["--bucket", f"at{length}.npz"]
     model_path = os.path.join(folder, f"{entry.name}.mlir")
     export_dynamic(module, weights, lengths, model_path)
     del module, weights
-    buckets = []
-    for length in lengths:  # the ids alone: the run draws the weights (seeded)
-        ids = np.load(os.path.join(folder, f"at{length}.npy"))
-        np.savez(os.path.join(folder, f"at{length}.npz"), ids)
-        buckets += ["--bucket", f"at{length}.npz"]
     extra = [*(options.autosched_args.split() if options.autosched_args else []), *buckets]
     code, wall = run_autosched(folder, model_path, extra, minutes, options.target)
     summary_path = find_one(folder, "*summary.json")

@@ -51,11 +51,10 @@ def any_length_winners(
     for problem, point in winners:
         entry = entries[named[problem.name]]
         free = free_roles(entry, model.patterns)
-        why = _why(problem, free)
         if free is not None and not free:  # a static root of the dynamic model
             found.winners.append((problem, point))
             found.served[problem.name] = [entry.problem.name]
-        elif why is None:
+        elif (why := _why(problem, free)) is None:
             key = (relaxed_key(problem, free), free)
             groups.setdefault(key, []).append((entry, problem, point))
         else:
@@ -84,12 +83,10 @@ def shared_problem(problem, free: frozenset[str], members: list):
 
 
 def _why(problem, free: frozenset[str] | None) -> str | None:
-    """Why a bucket problem's custom winner has no place in the dynamic model (None: it
-    has, at every size of its `free` loops)."""
+    """Why a bucket problem's custom winner of dynamic `free` loops has no place in the
+    dynamic model (None: it has, at every size of them)."""
     if free is None:
         return "no op of the dynamic model is this bucket problem's"
-    if not free:
-        return None
     if problem.kind == "matmul" and free == ROWS:
         return None
     if problem.kind == "attention":
