@@ -235,6 +235,7 @@ def tune_lengths(entry: ZooModel, options, minutes: float) -> list[dict]:
     model_path = os.path.join(folder, f"{entry.name}.mlir")
     export_dynamic(module, weights, lengths, model_path)
     del module, weights
+    seed_database(options.databases, entry.name, folder)
     extra = [*(options.autosched_args.split() if options.autosched_args else []), *buckets]
     code, wall = run_autosched(folder, model_path, extra, minutes, options.target)
     summary_path = find_one(folder, "*summary.json")
