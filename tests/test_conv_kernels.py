@@ -494,6 +494,7 @@ def numpy_tl():
         maximum=lambda a, b: tile(np.maximum(a, b)), minimum=lambda a, b: tile(np.minimum(a, b)),
         exp=lambda a: tile(np.exp(a)), sqrt=lambda a: tile(np.sqrt(a)),
         abs=lambda a: tile(np.abs(a)),
+        fdiv=lambda a, b, ieee_rounding=True: tile(np.divide(a, b)),
         math=SimpleNamespace(
             rsqrt=lambda a: tile(1 / np.sqrt(a)), erf=lambda a: tile(np.vectorize(math.erf)(a))
         ),

@@ -48,6 +48,7 @@ from autosched.ops.epilogue import (
     Then,
 )
 from autosched.ops.matmul import MatmulProblem
+from autosched.rewrite import narrow_math
 from autosched.rewrite.common import (
     RESHAPES,
     is_problems_op,
@@ -119,12 +120,15 @@ def _power(op: ir.Operation, names: dict, target: str) -> str | None:
 
 
 def _statement(op: ir.Operation, names: dict, target: str) -> str | None:
-    """One body op as `target = ...`, its operands by `names`; None if it has no form."""
+    """One body op as `target = ...` (lines), its operands by `names`; None if it has no
+    form."""
     if op.name == "math.fpowi":
         return _power(op, names, target)
     args = [names.get(v) for v in op.operands]
     if None in args:
         return None
+    if op.name in narrow_math.FORMS and _element(op.results[0].type) in narrow_math.NARROW:
+        return "\n".join(narrow_math.FORMS[op.name](target, *args))  # no slow paths
     if op.name in BINARY:
         return f"{target} = {args[0]} {BINARY[op.name]} {args[1]}"
     if op.name in WIDE_CALLS:  # Triton's math takes f32: computed there, rounded back
@@ -209,7 +213,7 @@ def _statements(
         if line is None:
             return f"no Triton form for {body_op.name}"
         names[body_op.results[0]] = target
-        lines.append(line)
+        lines.extend(line.splitlines())
     return "its body has no yield"
 
 
