@@ -53,6 +53,13 @@ def test_the_erf_form_is_erf_to_about_a_millionth_relative():
     assert np.isnan(_run([*narrow_math.erf("v", "a"), "out = v"], a=np.float32([np.nan])))[0]
 
 
+def test_the_tanh_form_is_tanh_to_a_millionth():
+    """GPT-2's GELU: tanh as 1 - 2 / (e^2x + 1), +-1 beyond e^2x's range."""
+    x = np.concatenate([np.linspace(-12, 12, 100_001, dtype=np.float32), np.float32([-99, 99])])
+    got = _run([*narrow_math.tanh("v", "a"), "out = v"], a=x)
+    assert got.dtype == np.float32 and np.abs(got - np.tanh(x.astype(np.float64))).max() < 1e-6
+
+
 def test_the_division_rounds_to_the_narrow_type():
     a, b = np.float16([1.0, -3.0, 7.5]), np.float16([3.0, 1.4142, -0.1])
     got = _run([*narrow_math.divide("v", "a", "b"), "out = v"], a=a, b=b)

@@ -1,4 +1,5 @@
-"""Branch-free Triton forms of an epilogue's division and erf where the result is 16 bits.
+"""Branch-free Triton forms of an epilogue's division, erf and tanh where the result is 16
+bits.
 
 An epilogue runs in the MMA warps on every element of the accumulator tile (128 a thread
 for a 128x128 tile of 4 warps). Computed as the model writes them, an f16 division is
@@ -52,6 +53,14 @@ def erf(target: str, a: str) -> list[str]:
     ]
 
 
+def tanh(target: str, a: str) -> list[str]:
+    """`target = tanh(a)` as 1 - 2 / (e^2a + 1) in f32 (Gluon has no tanh), the division
+    without IEEE's slow path, rounded back to a's type."""
+    wide = f"tl.exp(2.0 * {a}.to(tl.float32)) + 1.0"
+    two = "tl.full([1, 1], 2.0, tl.float32)"
+    return [f"{target} = (1.0 - tl.fdiv({two}, {wide}, ieee_rounding=False)).to({a}.dtype)"]
+
+
 def _horner(coefficients: tuple[float, ...], x: str) -> str:
     """c0 + x * (c1 + x * (...)) as one expression."""
     form = repr(coefficients[-1])
@@ -61,4 +70,4 @@ def _horner(coefficients: tuple[float, ...], x: str) -> str:
 
 
 # The body ops with a narrow form: (target, operand names) -> statements.
-FORMS = {"arith.divf": divide, "math.erf": erf}
+FORMS = {"arith.divf": divide, "math.erf": erf, "math.tanh": tanh}
