@@ -136,6 +136,18 @@ def assert_iree_gives_the_reference(op, tmp_path) -> None:
     assert check.status == "correct", check.message
 
 
+def test_a_causal_op_read_from_a_boolean_mask_builds_its_own_and_gives_the_reference(tmp_path):
+    """The cached LM's prefill attention, causal by its i1 mask's values: its op module
+    builds that mask itself as booleans (true where the key is at or before the row), and
+    IREE's CPU build gives numpy's causal answer (the default a run times and checks its
+    flash kernels against; a float -inf for an i1 mask failed every run of the model)."""
+    path = os.path.join(MODELS, "hf_tiny_llama_cached_bf16.mlirbc")
+    ops = model_attentions(path, CPU_FLAGS, str(tmp_path / "ops"))
+    (causal,) = [op for op in ops if op.causal]
+    assert causal.mask_type == "i1" and "arith.constant true" in op_module_text(causal, {})
+    assert_iree_gives_the_reference(causal, tmp_path)
+
+
 def test_the_reference_is_causal(llama_ops):
     """Changing keys after a query row does not change that row's answer."""
     (op,) = llama_ops

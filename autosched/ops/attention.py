@@ -385,7 +385,7 @@ def _tensor(problem: AttentionProblem, operand: int, element: str) -> str:
 
 def causal_mask_lines(problem: AttentionProblem, name: str) -> list[str]:
     """MLIR lines that build the causal mask `name` (0 where a key is at or before the query
-    row, -inf after), in the mask operand's layout."""
+    row, -inf after; for a boolean mask, true and false), in the mask operand's layout."""
     loops = problem.operand_loops[3]
     mask = _tensor(problem, 3, problem.mask_type)
     row = loops.index(problem.positions("m")[0])
@@ -395,9 +395,15 @@ def causal_mask_lines(problem: AttentionProblem, name: str) -> list[str]:
     identity += f"({', '.join(f'd{i}' for i in range(rank))})>"
     parallel = ", ".join(['"parallel"'] * rank)
     element = problem.mask_type
+    if element == "i1":  # a boolean literal's type is i1
+        constants = ["  %kept = arith.constant true", "  %hidden = arith.constant false"]
+    else:
+        constants = [
+            f"  %kept = arith.constant 0.0 : {element}",
+            f"  %hidden = arith.constant {NEGATIVE_INFINITY[element]} : {element}",
+        ]
     return [
-        f"  %zero = arith.constant 0.0 : {element}",
-        f"  %hidden = arith.constant {NEGATIVE_INFINITY[element]} : {element}",
+        *constants,
         f"  %mask_init = tensor.empty() : {mask}",
         f"  {name} = linalg.generic {{indexing_maps = [{identity}], iterator_types = "
         f"[{parallel}]}} outs(%mask_init : {mask}) {{",
@@ -405,7 +411,7 @@ def causal_mask_lines(problem: AttentionProblem, name: str) -> list[str]:
         f"    %row = linalg.index {row} : index",
         f"    %key = linalg.index {key} : index",
         "    %seen = arith.cmpi sge, %row, %key : index",
-        f"    %value = arith.select %seen, %zero, %hidden : {element}",
+        f"    %value = arith.select %seen, %kept, %hidden : {element}",
         f"    linalg.yield %value : {element}",
         f"  }} -> {mask}",
     ]
