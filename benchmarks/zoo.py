@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -237,7 +238,7 @@ def tune_lengths(entry: ZooModel, options, minutes: float) -> list[dict]:
     del module, weights
     seed_database(options.databases, entry.name, folder)
     extra = [*(options.autosched_args.split() if options.autosched_args else []), *buckets]
-    code, wall = run_autosched(folder, model_path, extra, minutes, options.target)
+    code, wall = run_autosched(folder, model_path, extra, search_minutes(options, minutes), options)
     summary_path = find_one(folder, "*summary.json")
     summary = json.load(open(summary_path)) if summary_path else {}
     print(f"{entry.name}: exit {code}, {wall:.0f} s", flush=True)
@@ -280,16 +281,32 @@ def torch_times(module, args, device: str, autotune: bool = True) -> dict:
     return times
 
 
-def run_autosched(
-    folder: str, model_path: str, extra: list[str], minutes: float, target: str = CUDA
-) -> tuple:
-    """`autosched run` as a user types it (no cfg in the folder); its exit code and wall s."""
-    command = [sys.executable, "-m", "autosched", "run", model_path, "--target", target, *extra]
-    command += ["--time-budget", f"{minutes:.2f}"]
+def search_minutes(options, minutes: float) -> float:
+    """The search's minutes once torch's timings and the export are done: at most
+    `minutes`, leaving 2 for the run's proof before the call's deadline."""
+    return min(minutes, max(0.5, (options.stop_at - time.monotonic()) / 60 - 2.0))
+
+
+def run_autosched(folder: str, model_path: str, extra: list[str], minutes: float, options) -> tuple:
+    """`autosched run` as a user types it (no cfg in the folder); its exit code and wall s.
+    A run still going at the call's deadline is interrupted as a user would (Ctrl-C: its
+    database flushed, to be resumed by --databases), then killed 30 s later."""
+    command = [sys.executable, "-m", "autosched", "run", model_path, "--target", options.target]
+    command += [*extra, "--time-budget", f"{minutes:.2f}"]
     began = time.perf_counter()
     with open(os.path.join(folder, "output.txt"), "w") as handle:
-        done = subprocess.run(command, cwd=folder, stdout=handle, stderr=subprocess.STDOUT)
-    return done.returncode, time.perf_counter() - began
+        run = subprocess.Popen(command, cwd=folder, stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            run.wait(timeout=max(options.stop_at - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            print(f"{model_path}: interrupted at the call's deadline", flush=True)
+            run.send_signal(signal.SIGINT)
+            try:
+                run.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+    return run.returncode, time.perf_counter() - began
 
 
 def find_one(folder: str, pattern: str) -> str | None:
@@ -369,7 +386,7 @@ def tune_one(entry: ZooModel, options, minutes: float) -> dict:
     torch.cuda.empty_cache()
     seed_database(options.databases, entry.name, folder)
     extra = list(options.autosched_args.split()) if options.autosched_args else []
-    code, wall = run_autosched(folder, model_path, extra, minutes)
+    code, wall = run_autosched(folder, model_path, extra, search_minutes(options, minutes), options)
     summary_path = find_one(folder, "*summary.json")
     summary = json.load(open(summary_path)) if summary_path else {}
     print(f"{entry.name}: exit {code}, {wall:.0f} s", flush=True)
@@ -461,6 +478,7 @@ def main() -> None:
     options = parser.parse_args()
     options.target = "cuda" if options.device == CUDA else "cpu"
     began = time.monotonic()
+    options.stop_at = began + options.deadline_s - 45  # an interrupted run's rows and archive
     os.makedirs(options.out, exist_ok=True)
     previous = json.load(open(options.previous))["models"] if options.previous else []
     rows = {r["name"]: r for r in previous}
@@ -471,10 +489,14 @@ def main() -> None:
             continue
         minutes = min(options.minutes, max(0.5, left_min - 2.5))
         entry = BY_NAME[name]
-        if "lengths" in entry.shape:  # a row per length, from one build
-            rows |= {r["name"]: r for r in tune_lengths(entry, options, minutes)}
-        else:
-            rows[name] = tune_one(entry, options, minutes)
+        new = (
+            tune_lengths(entry, options, minutes)
+            if "lengths" in entry.shape
+            else [tune_one(entry, options, minutes)]
+        )  # a causal LM: a row per length, from one build
+        for one in new:  # a run that proved nothing keeps the row it would replace
+            if one["autosched_ms"] or one["name"] not in rows:
+                rows[one["name"]] = one
         archive(options.work, options.out)
         where = torch.cuda.get_device_name() if options.device == CUDA else "CPU"
         machine = f"one {where}, torch {torch.__version__}"

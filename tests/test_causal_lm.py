@@ -98,6 +98,33 @@ def test_iree_generates_torchs_greedy_tokens_carrying_the_cache(functions, defau
     assert len(set(torch_tokens)) > 4  # the tokens say something: not one token repeated
 
 
+# The same tiny Llama exported with `--in-place`: prefill and decode write the cache
+# arguments and return their logits alone.
+IN_PLACE = os.path.join(MODELS, "hf_tiny_llama_in_place_f32.mlirbc")
+
+
+def test_an_lm_that_writes_its_cache_in_place_carries_it_on_the_device(functions, tmp_path):
+    """Each function's cache arguments are the ones it writes (IREE aliases the results onto
+    the caller's buffers); the model is the cached LM of the returned-cache export, and its
+    default build, the cache left on the device between calls, generates torch's greedy
+    tokens."""
+    flags = CpuTarget(RunConfig()).compile_flags()
+    prefill, decode = model_functions(IN_PLACE, flags, 120)
+    assert (prefill.written, decode.written) == ((1, 2, 3, 4), (2, 3, 4, 5))
+    assert len(prefill.outputs) == len(decode.outputs) == 1  # the logits alone
+    lm = cached_lm([prefill, decode])
+    assert lm is not None and lm.in_place
+    assert dataclasses.replace(lm, in_place=False) == cached_lm(functions)
+    vmfb = compile_model(IN_PLACE, flags, out_path=str(tmp_path / "in_place.vmfb"))
+    check = greedy_check(lm, {"default": vmfb}, "local-task", IN_PLACE, seed=0)
+    with np.load(tokens_file(CACHED)) as saved:  # the same weights and prompt
+        assert check.expected == saved["tokens"].tolist()
+    assert check.match, check.line()
+    # Written in place but out of the recipe's order: no cached LM.
+    shifted = dataclasses.replace(decode, written=(1, 2, 3, 4))
+    assert cached_lm([prefill, shifted]) is None
+
+
 def test_a_bf16_lm_generates_with_its_weights_and_cache_in_bf16(tmp_path):
     """A bf16 export (no torch tokens saved: rounding may part them from any build's): the
     drawn weights and the empty cache go in as bf16, and the build generates its tokens."""

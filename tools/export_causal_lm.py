@@ -7,6 +7,11 @@ module, written as one MLIR module by `aot.export`):
     prefill(tokens[1, P] i64, cache..., weights...)            -> (logits[1, P, V], cache...)
     decode(token[1, 1] i64, position[1] i64, cache..., weights...) -> (logits[1, 1, V], cache...)
 
+`--in-place` exports them as a server runs them: each writes the cache arguments themselves
+(transformers' StaticCache updates them with `index_copy_`; iree-turbine exports the write,
+and IREE stores it into the caller's buffer) and returns its logits alone, so a decode step
+does not copy the whole cache.
+
 `cache` is each layer's keys and values, [1, KV heads, C, head dim] (transformers'
 `StaticCache` layout, C the cache's length), in layer order, keys before values. Prefill
 writes positions 0..P-1 from an empty (zero) cache; decode writes `position`. Inside, each
@@ -100,8 +105,9 @@ def llama(shape: Shape, seed: int):
     return lm.to(getattr(torch, shape.dtype))
 
 
-def cached_functions(lm, shape: Shape):
-    """prefill and decode as free functions of (root, args...) for FxProgramsBuilder."""
+def cached_functions(lm, shape: Shape, in_place: bool = False):
+    """prefill and decode as free functions of (root, args...) for FxProgramsBuilder; with
+    `in_place`, each writes the cache arguments themselves and returns the logits alone."""
     import torch  # noqa: PLC0415
     from transformers import StaticCache  # noqa: PLC0415
 
@@ -111,7 +117,9 @@ def cached_functions(lm, shape: Shape):
     def static_cache(tensors):
         cache = StaticCache(config=lm.config, max_cache_len=shape.cache)
         for index, layer in enumerate(cache.layers):
-            keys, values = tensors[2 * index].clone(), tensors[2 * index + 1].clone()
+            keys, values = tensors[2 * index], tensors[2 * index + 1]
+            if not in_place:
+                keys, values = keys.clone(), values.clone()
             # The cache's length is the arguments' (dynamic in `--decode-dynamic`: the mask
             # is then as long as the cache the call is given).
             layer.max_batch_size, layer.num_heads, layer.max_cache_len, layer.head_dim = keys.shape
@@ -125,6 +133,8 @@ def cached_functions(lm, shape: Shape):
         params = dict(zip(names, weights, strict=True))
         keywords = {"past_key_values": cache, "cache_position": positions, "use_cache": True}
         out = torch.func.functional_call(root, params, (ids,), keywords)
+        if in_place:  # StaticCache.update wrote the arguments (index_copy_)
+            return (out.logits,)
         layers = [t for layer in cache.layers for t in (layer.keys, layer.values)]
         return (out.logits, *layers)
 
@@ -145,20 +155,23 @@ def empty_cache(lm, shape: Shape) -> list:
     return [torch.zeros(one, dtype=getattr(torch, shape.dtype)) for _ in range(2 * shape.layers)]
 
 
-def greedy(lm, shape: Shape, prompt) -> list[int]:
+def greedy(lm, shape: Shape, prompt, in_place: bool = False) -> list[int]:
     """torch's greedy tokens through the exported functions themselves: prefill's last
     logits, then DECODE_STEPS decode steps carrying the cache (DECODE_STEPS + 1 tokens)."""
     import torch  # noqa: PLC0415
 
-    prefill, decode = cached_functions(lm, shape)
+    prefill, decode = cached_functions(lm, shape, in_place)
     weights = [p.detach() for p in lm.parameters()]
     with torch.no_grad():
-        logits, *cache = prefill(lm, prompt, *empty_cache(lm, shape), *weights)
+        cache = empty_cache(lm, shape)
+        logits, *returned = prefill(lm, prompt, *cache, *weights)
+        cache = cache if in_place else returned
         tokens = [int(logits[0, -1].argmax())]
         for step in range(DECODE_STEPS):
             token = torch.tensor([[tokens[-1]]])
             position = torch.tensor([shape.prompt + step])
-            logits, *cache = decode(lm, token, position, *cache, *weights)
+            logits, *returned = decode(lm, token, position, *cache, *weights)
+            cache = cache if in_place else returned
             tokens.append(int(logits[0, -1].argmax()))
         # The cached path agrees with transformers' own uncached forward on every token.
         whole = torch.cat([prompt, torch.tensor([tokens[:-1]])], dim=1)
@@ -168,12 +181,13 @@ def greedy(lm, shape: Shape, prompt) -> list[int]:
     return tokens
 
 
-def export(path: str, shape: Shape, seed: int) -> None:
+def export(path: str, shape: Shape, seed: int, in_place: bool = False) -> None:
+    """prefill and decode in one module (`in_place`: each writes the cache arguments)."""
     import iree.turbine.aot as aot  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
     lm = llama(shape, seed)
-    prefill, decode = cached_functions(lm, shape)
+    prefill, decode = cached_functions(lm, shape, in_place)
     weights = tuple(p.detach() for p in lm.parameters())
     cache = tuple(empty_cache(lm, shape))
     prompt = torch.from_numpy(
@@ -187,7 +201,7 @@ def export(path: str, shape: Shape, seed: int) -> None:
     if shape.dtype != "float32":  # rounding may part torch's tokens from any build's
         print(f"wrote {path} ({os.path.getsize(path)} bytes) in {shape.dtype}")
         return
-    tokens = greedy(lm, shape, prompt)
+    tokens = greedy(lm, shape, prompt, in_place)
     stem = os.path.splitext(path)[0]
     np.savez(f"{stem}.tokens.npz", prompt=prompt.numpy(), tokens=np.array(tokens), seed=seed)
     print(f"wrote {path} ({os.path.getsize(path)} bytes); torch's greedy tokens {tokens}")
@@ -265,10 +279,19 @@ def main() -> None:
         help="the weights' and the cache's type (greedy tokens are saved for float32 only)",
     )
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="the model's shape")
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="prefill and decode write the cache arguments and return the logits alone",
+    )
     args = parser.parse_args()
-    chosen = export_decode_dynamic if args.decode_dynamic else None
-    chosen = chosen or (export_dynamic if args.dynamic else export)
-    chosen(args.output, Shape(dtype=args.dtype, **SIZES[args.size]), args.seed)
+    shape = Shape(dtype=args.dtype, **SIZES[args.size])
+    if args.decode_dynamic:
+        export_decode_dynamic(args.output, shape, args.seed)
+    elif args.dynamic:
+        export_dynamic(args.output, shape, args.seed)
+    else:
+        export(args.output, shape, args.seed, args.in_place)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ neither).
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shlex
@@ -200,9 +201,21 @@ class LoadedModule:
         if function is None and not names:
             raise UserError(f"{vmfb}: the module exports no function")
         self.name = function or names[0]
-        self.function = context.modules[module.name][self.name]
+        self.config, self.functions = config, context.modules[module.name]
+        self.function = self.functions[self.name]
 
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+    def sibling(self, function: str) -> LoadedModule:
+        """Another function of the same loaded module, on the same device (an array one
+        writes in place is the array the other reads)."""
+        other = copy.copy(self)
+        other.name, other.function = function, self.functions[function]
+        return other
+
+    def on_device(self, array: np.ndarray):
+        """`array` copied to this module's device once, for calls that write it in place."""
+        return runtime.asdevicearray(self.config.device, array)
+
+    def __call__(self, *arrays) -> list[np.ndarray]:
         result = self.function(*arrays)
         results = result if isinstance(result, (list, tuple)) else [result]
         return [np.asarray(r.to_host() if hasattr(r, "to_host") else r) for r in results]

@@ -13,7 +13,9 @@ The functions follow the recipe of `tools/export_causal_lm.py` (docs/causal-lm.m
     decode(token[1, 1] int, position[1] int, cache..., weights...) -> (logits, cache...)
 
 The cache is what decode returns after its logits, and both functions take it, and the same
-weights, in that order.
+weights, in that order. Or, exported with `--in-place` (as a server runs decode: no copy of
+the whole cache a token), each function writes the cache arguments themselves and returns
+its logits alone; the cache then stays on the device from call to call.
 """
 
 from __future__ import annotations
@@ -54,10 +56,11 @@ class CachedLM:
     """Where a cached causal LM's prefill and decode take their cache and weights."""
 
     prompt: int  # P: prefill's tokens
-    cache: tuple[TensorSpec, ...]  # what decode returns after its logits
+    cache: tuple[TensorSpec, ...]  # what decode returns after its logits (or writes)
     weights: tuple[TensorSpec, ...]
     vocab: int  # the logits' last dimension
     token_type: str = "i64"  # the token ids' and the position's element type
+    in_place: bool = False  # the functions write the cache arguments (and return logits)
 
     @property
     def cache_length(self) -> int:
@@ -77,30 +80,42 @@ def _is_tokens(spec: TensorSpec, length: int | None = None) -> bool:
 
 def cached_lm(entries: Sequence[EntryFunction]) -> CachedLM | None:
     """The model as a cached causal LM when it exports prefill and decode in the recipe's
-    form; None otherwise (its functions are still proved one by one)."""
+    form (the cache returned, or written in place); None otherwise (its functions are still
+    proved one by one)."""
     named = {entry.name: entry for entry in entries}
     prefill, decode = named.get(PREFILL), named.get(DECODE)
-    if prefill is None or decode is None or len(decode.outputs) < 2 or not prefill.inputs:
+    if prefill is None or decode is None or not prefill.inputs or not decode.outputs:
         return None
-    cache = decode.outputs[1:]
-    count = len(cache)
+    in_place = bool(decode.written)
+    count = len(decode.written) if in_place else len(decode.outputs) - 1
+    cache = tuple(decode.inputs[2 : 2 + count]) if in_place else decode.outputs[1:]
     position = decode.inputs[1] if len(decode.inputs) > 1 else None
+    if in_place:  # each writes its cache arguments, and returns its logits alone
+        returned = (
+            prefill.written == tuple(range(1, 1 + count))
+            and decode.written == tuple(range(2, 2 + count))
+            and len(prefill.outputs) == len(decode.outputs) == 1
+        )
+    else:
+        returned = tuple(prefill.outputs[1:]) == cache
     fits = (
-        _is_tokens(prefill.inputs[0])
+        count > 0
+        and returned
+        and _is_tokens(prefill.inputs[0])
         and _is_tokens(decode.inputs[0], 1)
         and position is not None
         and position.shape == (1,)
         and position.element in INTEGER_TYPES
         and tuple(prefill.inputs[1 : 1 + count]) == cache
         and tuple(decode.inputs[2 : 2 + count]) == cache
-        and tuple(prefill.outputs[1:]) == cache
         and prefill.inputs[1 + count :] == decode.inputs[2 + count :]
     )
     if not fits:
         return None
     vocab = decode.outputs[0].shape[-1]
     weights = prefill.inputs[1 + count :]
-    return CachedLM(prefill.inputs[0].shape[1], cache, weights, vocab, prefill.inputs[0].element)
+    token_type = prefill.inputs[0].element
+    return CachedLM(prefill.inputs[0].shape[1], cache, weights, vocab, token_type, in_place)
 
 
 @dataclass(frozen=True)
@@ -150,16 +165,19 @@ def _typed(arrays: list[np.ndarray], specs: Sequence[TensorSpec]) -> list[np.nda
 
 def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list[int]:
     """The build's greedy tokens: prefill's last logits, then `lm.steps` decode calls, each
-    fed the cache the previous call returned."""
+    fed the cache the previous call returned (or wrote: the same device buffers)."""
     prefill = LoadedModule(vmfb, device, PREFILL)
-    decode = LoadedModule(vmfb, device, DECODE)
+    decode = prefill.sibling(DECODE)
     empty = [np.zeros(spec.shape, FLOAT_TYPES.get(spec.element, np.float32)) for spec in lm.cache]
-    logits, *cache = prefill(prompt.tokens, *empty, *prompt.weights)
+    cache = [prefill.on_device(array) for array in empty] if lm.in_place else empty
+    logits, *returned = prefill(prompt.tokens, *cache, *prompt.weights)
+    cache = cache if lm.in_place else returned
     tokens = [int(np.argmax(logits[0, -1]))]
     for step in range(lm.steps):
         token = _token_array([[tokens[-1]]], lm.token_type)
         position = _token_array([lm.prompt + step], lm.token_type)
-        logits, *cache = decode(token, position, *cache, *prompt.weights)
+        logits, *returned = decode(token, position, *cache, *prompt.weights)
+        cache = cache if lm.in_place else returned
         tokens.append(int(np.argmax(logits[0, -1])))
     return tokens
 

@@ -94,6 +94,9 @@ class EntryFunction:
     name: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    # Inputs the function writes in place (an export's mutated argument, such as a KV cache
+    # StaticCache updates: `hal.tensor.alias` onto the caller's buffer).
+    written: tuple[int, ...] = ()
 
 
 def _tensor_spec(value_type: ir.Type, function: str, what: str) -> TensorSpec:
@@ -144,11 +147,15 @@ def _imports_exports(function: ir.Operation, name: str) -> EntryFunction:
     hal.tensor.export ops (by returned value)."""
     body = function.regions[0].blocks[0]
     arguments = {}
+    written = set()
     for op in walk_ops(function):
         if op.name == "hal.tensor.import":
             number = _argument_of(op.operands[0], body)
             if number is not None:
                 arguments[number] = _tensor_spec(op.results[0].type, name, f"input {number}")
+        elif op.name == "hal.tensor.alias":  # the result stored into an argument's buffer
+            numbers = (_argument_of(operand, body) for operand in op.operands)
+            written |= {n for n in numbers if n is not None and _is_buffer_view(body, n)}
     terminator = list(body.operations)[-1].operation
     returned = list(terminator.operands)
     exported: dict[int, TensorSpec] = {}  # result index -> type
@@ -172,7 +179,12 @@ def _imports_exports(function: ir.Operation, name: str) -> EntryFunction:
         name=name,
         inputs=tuple(arguments[i] for i in sorted(arguments)),
         outputs=tuple(exported[i] for i in sorted(exported)),
+        written=tuple(sorted(written)),
     )
+
+
+def _is_buffer_view(body: ir.Block, number: int) -> bool:
+    return str(body.arguments[number].type) == "!hal.buffer_view"
 
 
 def entry_names(module: ir.Module) -> list[str]:
