@@ -125,6 +125,23 @@ def test_an_lm_that_writes_its_cache_in_place_carries_it_on_the_device(functions
     assert cached_lm([prefill, shifted]) is None
 
 
+def test_two_sequences_a_call_generate_each_its_own_tokens(tmp_path):
+    """Exported with `--batch 2 --in-place`: the tokens [2, P] and each cache tensor [2, ...];
+    each step's greedy tokens are a pair, and the first sequence's (its prompt the seed's
+    first row, as the batch-1 export's) are torch's tokens of the batch-1 export."""
+    path = os.path.join(MODELS, "hf_tiny_llama_in_place_b2_f32.mlirbc")
+    flags = CpuTarget(RunConfig()).compile_flags()
+    lm = cached_lm(model_functions(path, flags, 120))
+    assert lm is not None and (lm.batch, lm.in_place) == (2, True)
+    assert lm.cache[0] == TensorSpec((2, 2, 64, 16), "f32")
+    vmfb = compile_model(path, flags, out_path=str(tmp_path / "b2.vmfb"))
+    check = greedy_check(lm, {"default": vmfb}, "local-task", path, seed=0)
+    assert check.match and not check.expected, check.line()
+    with np.load(tokens_file(CACHED)) as saved:
+        assert [pair[0] for pair in check.tokens["default"]] == saved["tokens"].tolist()
+    assert any(first != second for first, second in check.tokens["default"])
+
+
 def test_a_bf16_lm_generates_with_its_weights_and_cache_in_bf16(tmp_path):
     """A bf16 export (no torch tokens saved: rounding may part them from any build's): the
     drawn weights and the empty cache go in as bf16, and the build generates its tokens."""

@@ -31,7 +31,8 @@ at two or more lengths (the committed `tests/data/models/hf_tiny_llama_decode_dy
 `--size llama32_1b` exports Llama-3.2-1B's shape (hidden 2048, 16 layers, 32/8 heads, vocab
 128256; random weights) with a 512-token prompt and a 2048-token cache.
 
-`--dtype bfloat16` (or float16) exports the weights and the cache in that type, without
+`--batch B` exports B sequences a call (tokens [B, P], each cache tensor [B, ...]; torch's
+tokens are saved at batch 1 only). `--dtype bfloat16` (or float16) exports the weights and the cache in that type, without
 torch's tokens (rounding may part them from any build's): the committed
 `tests/data/models/hf_tiny_llama_cached_bf16.mlirbc`, whose attentions take the cache's mask.
 
@@ -68,6 +69,7 @@ class Shape:
     kv_heads: int = 2
     prompt: int = 8  # P: prefill's tokens
     cache: int = 64  # C: the static cache's length (>= prompt + DECODE_STEPS)
+    batch: int = 1  # B: sequences (the tokens [B, P], each cache tensor [B, ...])
     dtype: str = "float32"  # torch's name of the weights' and the cache's type
 
 
@@ -151,7 +153,7 @@ def empty_cache(lm, shape: Shape) -> list:
     import torch  # noqa: PLC0415
 
     head_dim = shape.hidden // shape.heads
-    one = (1, shape.kv_heads, shape.cache, head_dim)
+    one = (shape.batch, shape.kv_heads, shape.cache, head_dim)
     return [torch.zeros(one, dtype=getattr(torch, shape.dtype)) for _ in range(2 * shape.layers)]
 
 
@@ -191,15 +193,15 @@ def export(path: str, shape: Shape, seed: int, in_place: bool = False) -> None:
     weights = tuple(p.detach() for p in lm.parameters())
     cache = tuple(empty_cache(lm, shape))
     prompt = torch.from_numpy(
-        np.random.default_rng(seed).integers(0, shape.vocab, (1, shape.prompt))
+        np.random.default_rng(seed).integers(0, shape.vocab, (shape.batch, shape.prompt))
     )
     builder = aot.FxProgramsBuilder(lm)
     builder.export_program(prefill, name="prefill", args=(prompt, *cache, *weights), strict=False)
     decode_args = (prompt[:, :1], torch.tensor([shape.prompt]), *cache, *weights)
     builder.export_program(decode, name="decode", args=decode_args, strict=False)
     aot.export(builder).save_mlir(path)
-    if shape.dtype != "float32":  # rounding may part torch's tokens from any build's
-        print(f"wrote {path} ({os.path.getsize(path)} bytes) in {shape.dtype}")
+    if shape.dtype != "float32" or shape.batch > 1:  # rounding may part torch's tokens
+        print(f"wrote {path} ({os.path.getsize(path)} bytes) in {shape.dtype}")  # from IREE's
         return
     tokens = greedy(lm, shape, prompt, in_place)
     stem = os.path.splitext(path)[0]
@@ -279,13 +281,14 @@ def main() -> None:
         help="the weights' and the cache's type (greedy tokens are saved for float32 only)",
     )
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="the model's shape")
+    parser.add_argument("--batch", type=int, default=1, help="sequences (prefill and decode)")
     parser.add_argument(
         "--in-place",
         action="store_true",
         help="prefill and decode write the cache arguments and return the logits alone",
     )
     args = parser.parse_args()
-    shape = Shape(dtype=args.dtype, **SIZES[args.size])
+    shape = Shape(dtype=args.dtype, batch=args.batch, **SIZES[args.size])
     if args.decode_dynamic:
         export_decode_dynamic(args.output, shape, args.seed)
     elif args.dynamic:

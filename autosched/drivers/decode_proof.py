@@ -61,6 +61,7 @@ class CachedLM:
     vocab: int  # the logits' last dimension
     token_type: str = "i64"  # the token ids' and the position's element type
     in_place: bool = False  # the functions write the cache arguments (and return logits)
+    batch: int = 1  # B: sequences a call (tokens [B, P])
 
     @property
     def cache_length(self) -> int:
@@ -73,8 +74,8 @@ class CachedLM:
         return max(0, min(DECODE_STEPS, self.cache_length - self.prompt))
 
 
-def _is_tokens(spec: TensorSpec, length: int | None = None) -> bool:
-    shape_ok = len(spec.shape) == 2 and spec.shape[0] == 1
+def _is_tokens(spec: TensorSpec, batch: int, length: int | None = None) -> bool:
+    shape_ok = len(spec.shape) == 2 and spec.shape[0] == batch
     return shape_ok and spec.element in INTEGER_TYPES and length in (None, spec.shape[1])
 
 
@@ -90,6 +91,7 @@ def cached_lm(entries: Sequence[EntryFunction]) -> CachedLM | None:
     count = len(decode.written) if in_place else len(decode.outputs) - 1
     cache = tuple(decode.inputs[2 : 2 + count]) if in_place else decode.outputs[1:]
     position = decode.inputs[1] if len(decode.inputs) > 1 else None
+    batch = prefill.inputs[0].shape[0] if prefill.inputs[0].shape else 0
     if in_place:  # each writes its cache arguments, and returns its logits alone
         returned = (
             prefill.written == tuple(range(1, 1 + count))
@@ -101,8 +103,8 @@ def cached_lm(entries: Sequence[EntryFunction]) -> CachedLM | None:
     fits = (
         count > 0
         and returned
-        and _is_tokens(prefill.inputs[0])
-        and _is_tokens(decode.inputs[0], 1)
+        and _is_tokens(prefill.inputs[0], batch)
+        and _is_tokens(decode.inputs[0], batch, 1)
         and position is not None
         and position.shape == (1,)
         and position.element in INTEGER_TYPES
@@ -115,7 +117,8 @@ def cached_lm(entries: Sequence[EntryFunction]) -> CachedLM | None:
     vocab = decode.outputs[0].shape[-1]
     weights = prefill.inputs[1 + count :]
     token_type = prefill.inputs[0].element
-    return CachedLM(prefill.inputs[0].shape[1], cache, weights, vocab, token_type, in_place)
+    prompt = prefill.inputs[0].shape[1]
+    return CachedLM(prompt, cache, weights, vocab, token_type, in_place, batch)
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class Prompt:
     """What the builds generate from: the prompt, the weights, and torch's greedy tokens
     where the export saved them (`<model stem>.tokens.npz`: `prompt`, `tokens`, `seed`)."""
 
-    tokens: np.ndarray  # [1, P]
+    tokens: np.ndarray  # [B, P]
     weights: list[np.ndarray]
     expected: tuple[int, ...] = ()  # torch's greedy tokens ((): none saved)
     source: str = "random"
@@ -151,7 +154,7 @@ def make_prompt(lm: CachedLM, model_path: str, seed: int) -> Prompt:
             weights = _typed(seeded_weights(shapes, saved_seed), lm.weights)
             return Prompt(_token_array(prompt, lm.token_type), weights, expected, saved)
     rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, lm.vocab, (1, lm.prompt))
+    prompt = rng.integers(0, lm.vocab, (lm.batch, lm.prompt))
     weights = _typed(seeded_weights(shapes, seed), lm.weights)
     return Prompt(_token_array(prompt, lm.token_type), weights)
 
@@ -163,7 +166,7 @@ def _typed(arrays: list[np.ndarray], specs: Sequence[TensorSpec]) -> list[np.nda
     ]
 
 
-def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list[int]:
+def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list:
     """The build's greedy tokens: prefill's last logits, then `lm.steps` decode calls, each
     fed the cache the previous call returned (or wrote: the same device buffers)."""
     prefill = LoadedModule(vmfb, device, PREFILL)
@@ -172,14 +175,15 @@ def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list[
     cache = [prefill.on_device(array) for array in empty] if lm.in_place else empty
     logits, *returned = prefill(prompt.tokens, *cache, *prompt.weights)
     cache = cache if lm.in_place else returned
-    tokens = [int(np.argmax(logits[0, -1]))]
+    chosen = [np.argmax(logits[:, -1], axis=-1)]  # each sequence's greedy token
     for step in range(lm.steps):
-        token = _token_array([[tokens[-1]]], lm.token_type)
+        token = _token_array(chosen[-1][:, None], lm.token_type)
         position = _token_array([lm.prompt + step], lm.token_type)
         logits, *returned = decode(token, position, *cache, *prompt.weights)
         cache = cache if lm.in_place else returned
-        tokens.append(int(np.argmax(logits[0, -1])))
-    return tokens
+        chosen.append(np.argmax(logits[:, -1], axis=-1))
+    # One sequence's tokens as ints (torch's saved tokens), several as a tuple a step.
+    return [int(c[0]) if lm.batch == 1 else tuple(int(t) for t in c) for c in chosen]
 
 
 @dataclass
