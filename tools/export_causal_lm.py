@@ -32,8 +32,9 @@ at two or more lengths (the committed `tests/data/models/hf_tiny_llama_decode_dy
 128256; random weights) with a 512-token prompt and a 2048-token cache.
 
 `--batch B` exports B sequences a call (tokens [B, P], each cache tensor [B, ...]; torch's
-tokens are saved at batch 1 only). `--dtype bfloat16` (or float16) exports the weights and the cache in that type, without
-torch's tokens (rounding may part them from any build's): the committed
+tokens are saved at batch 1 only). `--dtype bfloat16` (or float16) exports the weights and
+the cache in that type, without torch's tokens (rounding may part them from any build's): the
+committed
 `tests/data/models/hf_tiny_llama_cached_bf16.mlirbc`, whose attentions take the cache's mask.
 
 iree-turbine and torch are not dependencies of autosched; run this from a separate
