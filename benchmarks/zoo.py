@@ -10,8 +10,12 @@ On the H200 (after the device pack's bootstrap, with iree-turbine's wheel unpack
 A causal LM with `lengths` (llama32_1b_prefill) is exported with its sequence length
 dynamic and tuned on a bucket of token ids at each length (the run draws the weights), one
 row per length from the one build; torch.compile is timed at each length (max-autotune
-left out: its autotuning of a whole LM does not fit a call). `--device cpu --models
-tiny_llama_prefill` runs that path on a machine without a GPU.
+left out: its autotuning of a whole LM does not fit a call). One with `batches`
+(llama32_1b_decode) is exported with prefill and decode writing their KV cache in place, one
+build per batch, and compared on the decode step against torch.compile's reduce-overhead
+mode with transformers' StaticCache (benchmarks/zoo_decode.py), and against reading every
+weight once. `--device cpu --models tiny_llama_prefill,tiny_llama_decode` runs those paths on
+a machine without a GPU.
 
 Every time is the median wall time of a synchronous call (IREE's by iree-benchmark-module,
 torch's from the host's call to the GPU's end); torch's CUDA-event medians are kept beside.
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import zoo_decode
 from model_campaign import (
     Llama3Layer,
     ModuleWithWeights,
@@ -138,6 +143,9 @@ LLAMA3 = {"batch": 1, "seq": 2048, "hidden": 4096, "heads": 32, "kv_heads": 8, "
 # Llama-3.2-1B's shape (random weights), prefill at three lengths from one dynamic build.
 LLAMA32_1B = {"layers": 16, "hidden": 2048, "heads": 32, "kv_heads": 8, "mlp": 8192,
               "vocab": 128256, "rope_theta": 500000.0, "lengths": [512, 1500, 2048]}  # fmt: skip
+# Its decode step at batch 1 and 8 after a 512-token prompt, a 2048-token cache.
+LLAMA32_1B_DECODE = {**{k: v for k, v in LLAMA32_1B.items() if k != "lengths"},
+                     "prompt": 512, "cache": 2048, "batches": [1, 8]}  # fmt: skip
 ZOO = [
     ZooModel("llama3_8b_layer", "transformers", "decoder layer, GQA 4:1, head dim 128",
              torch.bfloat16, dict(LLAMA3, rope_theta=500000.0)),
@@ -167,10 +175,16 @@ ZOO = [
     ZooModel("llama32_1b_prefill", "transformers",
              "whole causal LM, prefill: one build for every length", torch.bfloat16,
              LLAMA32_1B),
-    # The same path on a tiny LM: `--device cpu` runs it on a machine without a GPU.
+    ZooModel("llama32_1b_decode", "transformers",
+             "whole causal LM, decode (cache 2048, in place; torch: reduce-overhead)",
+             torch.bfloat16, LLAMA32_1B_DECODE),
+    # The same paths on a tiny LM: `--device cpu` runs them on a machine without a GPU.
     ZooModel("tiny_llama_prefill", "transformers", "whole causal LM, prefill (tiny)",
              torch.float32, {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "mlp": 128,
                              "vocab": 256, "lengths": [16, 40]}),
+    ZooModel("tiny_llama_decode", "transformers", "whole causal LM, decode (tiny)",
+             torch.float32, {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "mlp": 128,
+                             "vocab": 256, "prompt": 8, "cache": 64, "batches": [1, 2]}),
 ]  # fmt: skip
 BY_NAME = {model.name: model for model in ZOO}
 
@@ -250,6 +264,42 @@ def tune_lengths(entry: ZooModel, options, minutes: float) -> list[dict]:
         named = ZooModel(f"{entry.name}@{length}", entry.source, entry.kind, entry.dtype,
                          dict(entry.shape, length=length))  # fmt: skip
         rows.append(row(named, times[length], one, wall, code))
+    return rows
+
+
+def tune_decode(entry: ZooModel, options, minutes: float) -> list[dict]:
+    """A causal LM's decode step at each batch, its cache written in place: a row per batch,
+    each its own export and run, compared on the decode function's time."""
+    rows = []
+    for batch in entry.shape["batches"]:
+        if (options.stop_at - time.monotonic()) / 60 < 3:
+            print(f"{entry.name} at batch {batch}: not started, the call's time is up", flush=True)
+            continue
+        stem = f"{entry.name}_b{batch}"
+        folder = os.path.abspath(os.path.join(options.work, stem))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        shape = zoo_decode.lm_shape(entry.shape, batch, entry.dtype)
+        times, weight_bytes = zoo_decode.decode_times(shape, options.device)
+        print(f"{stem}: torch {json.dumps(times)}", flush=True)
+        model_path = os.path.join(folder, f"{stem}.mlir")
+        torch.cuda.empty_cache()  # torch's model is gone: the GPU is the run's
+        zoo_decode.export_in_place(shape, model_path)
+        seed_database(options.databases, stem, folder)
+        extra = options.autosched_args.split() if options.autosched_args else []
+        searched = search_minutes(options, minutes)
+        code, wall = run_autosched(folder, model_path, extra, searched, options)
+        summary_path = find_one(folder, "*summary.json")
+        summary = json.load(open(summary_path)) if summary_path else {}
+        print(f"{stem}: exit {code}, {wall:.0f} s", flush=True)
+        functions = (summary.get("model") or {}).get("functions", [])
+        decode = next((f for f in functions if f["function"] == "decode"), {})
+        named = ZooModel(f"{entry.name}@b{batch}", entry.source, entry.kind, entry.dtype,
+                         dict(entry.shape, batch=batch))  # fmt: skip
+        one = row(named, times, {**summary, "model": decode}, wall, code)
+        one["weights_read_ms"] = zoo_decode.weights_read_ms(weight_bytes, one["gpu"])
+        one["greedy_match"] = ((summary.get("model") or {}).get("greedy") or {}).get("match")
+        rows.append(one)
     return rows
 
 
@@ -450,6 +500,13 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         geomean = statistics.geometric_mean(speedups)
         count = len(speedups)
         lines += ["", f"Geometric mean over torch.compile: {geomean:.2f}x ({count} models)."]
+    for r in rows:  # a decode step against its floor: every weight read once
+        floor = r.get("weights_read_ms")
+        if floor and r["autosched_ms"]:
+            lines.append(
+                f"{r['name']}: {r['autosched_ms']:.3f} ms a token against {floor:.3f} ms to read "
+                f"the weights once at the GPU's peak bandwidth ({r['autosched_ms'] / floor:.2f}x)."
+            )
     with open(os.path.join(out, "zoo.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
 
@@ -489,11 +546,12 @@ def main() -> None:
             continue
         minutes = min(options.minutes, max(0.5, left_min - 2.5))
         entry = BY_NAME[name]
-        new = (
-            tune_lengths(entry, options, minutes)
-            if "lengths" in entry.shape
-            else [tune_one(entry, options, minutes)]
-        )  # a causal LM: a row per length, from one build
+        if "lengths" in entry.shape:  # a causal LM's prefill: a row per length, one build
+            new = tune_lengths(entry, options, minutes)
+        elif "batches" in entry.shape:  # its decode step: a row per batch
+            new = tune_decode(entry, options, minutes)
+        else:
+            new = [tune_one(entry, options, minutes)]
         for one in new:  # a run that proved nothing keeps the row it would replace
             if one["autosched_ms"] or one["name"] not in rows:
                 rows[one["name"]] = one
@@ -504,7 +562,11 @@ def main() -> None:
         order = {m.name: i for i, m in enumerate(ZOO)}
         ordered = sorted(
             rows.values(),
-            key=lambda r: (order.get(r["name"].split("@")[0], 99), r["shape"].get("length", 0)),
+            key=lambda r: (
+                order.get(r["name"].split("@")[0], 99),
+                r["shape"].get("length", 0),
+                r["shape"].get("batch", 0),
+            ),
         )
         write_tables(options.out, ordered, command, machine)
 

@@ -125,6 +125,17 @@ def test_an_lm_that_writes_its_cache_in_place_carries_it_on_the_device(functions
     assert cached_lm([prefill, shifted]) is None
 
 
+@pytest.mark.gpu
+def test_an_lm_that_writes_its_cache_in_place_generates_torchs_tokens_on_the_gpu(tmp_path):
+    """IREE's CUDA build of the in-place export: the cache stays in GPU memory from call to
+    call and the 33 greedy tokens are torch's."""
+    target = make_target(RunConfig(target="cuda", arch="sm_90"))
+    lm = cached_lm(model_functions(IN_PLACE, target.compile_flags(), 120))
+    vmfb = compile_model(IN_PLACE, target.compile_flags(), out_path=str(tmp_path / "m.vmfb"))
+    check = greedy_check(lm, {"default": vmfb}, target.device, IN_PLACE, seed=0)
+    assert lm.in_place and check.match and check.expected, check.line()
+
+
 def test_two_sequences_a_call_generate_each_its_own_tokens(tmp_path):
     """Exported with `--batch 2 --in-place`: the tokens [2, P] and each cache tensor [2, ...];
     each step's greedy tokens are a pair, and the first sequence's (its prompt the seed's
