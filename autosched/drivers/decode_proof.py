@@ -173,13 +173,14 @@ def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> list:
     decode = prefill.sibling(DECODE)
     empty = [np.zeros(spec.shape, FLOAT_TYPES.get(spec.element, np.float32)) for spec in lm.cache]
     cache = [prefill.on_device(array) for array in empty] if lm.in_place else empty
-    logits, *returned = prefill(prompt.tokens, *cache, *prompt.weights)
+    weights = [prefill.on_device(array) for array in prompt.weights]  # copied once, not a call
+    logits, *returned = prefill(prompt.tokens, *cache, *weights)
     cache = cache if lm.in_place else returned
     chosen = [np.argmax(logits[:, -1], axis=-1)]  # each sequence's greedy token
     for step in range(lm.steps):
         token = _token_array(chosen[-1][:, None], lm.token_type)
         position = _token_array([lm.prompt + step], lm.token_type)
-        logits, *returned = decode(token, position, *cache, *prompt.weights)
+        logits, *returned = decode(token, position, *cache, *weights)
         cache = cache if lm.in_place else returned
         chosen.append(np.argmax(logits[:, -1], axis=-1))
     # One sequence's tokens as ints (torch's saved tokens), several as a tuple a step.
