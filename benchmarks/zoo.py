@@ -280,11 +280,15 @@ def tune_decode(entry: ZooModel, options, minutes: float) -> list[dict]:
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
         shape = zoo_decode.lm_shape(entry.shape, batch, entry.dtype)
-        times, weight_bytes = zoo_decode.decode_times(shape, options.device)
+        side = zoo_decode.torch_decode(shape, options.device)
+        times = side.times
         print(f"{stem}: torch {json.dumps(times)}", flush=True)
         model_path = os.path.join(folder, f"{stem}.mlir")
         torch.cuda.empty_cache()  # torch's model is gone: the GPU is the run's
         zoo_decode.export_in_place(shape, model_path)
+        if batch == 1:  # torch's tokens, which the proof compares its builds' with
+            saved = os.path.join(folder, f"{stem}.tokens.npz")
+            np.savez(saved, prompt=side.prompt, tokens=side.tokens[0], seed=0)
         seed_database(options.databases, stem, folder)
         extra = options.autosched_args.split() if options.autosched_args else []
         searched = search_minutes(options, minutes)
@@ -297,7 +301,7 @@ def tune_decode(entry: ZooModel, options, minutes: float) -> list[dict]:
         named = ZooModel(f"{entry.name}@b{batch}", entry.source, entry.kind, entry.dtype,
                          dict(entry.shape, batch=batch))  # fmt: skip
         one = row(named, times, {**summary, "model": decode}, wall, code)
-        one["weights_read_ms"] = zoo_decode.weights_read_ms(weight_bytes, one["gpu"])
+        one["weights_read_ms"] = zoo_decode.weights_read_ms(side.weight_bytes, one["gpu"])
         one["greedy_match"] = ((summary.get("model") or {}).get("greedy") or {}).get("match")
         rows.append(one)
     return rows

@@ -6,8 +6,10 @@ recommends for compiled generation: a prefill of the prompt, then the decode ste
 eager and under `torch.compile(mode="reduce-overhead")` (CUDA graphs; the cache's tensors
 have static addresses, written in place). autosched gets the same model exported by
 `tools/export_causal_lm.py --in-place` (prefill and decode writing the cache arguments, the
-weights seeded), and the row compares the decode function's time. The floor a decode step
-cannot beat at batch 1 is reading every weight once: `weights_read_ms`.
+weights seeded), and the row compares the decode function's time. torch's greedy tokens
+(batch 1) are saved beside the export, so the run's proof compares its builds' tokens with
+them. The floor a decode step cannot beat at batch 1 is reading every weight once:
+`weights_read_ms`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from model_campaign import time_calls
+
+from autosched.drivers.decode_proof import DECODE_STEPS
 
 TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
 # Peak memory bandwidth (bytes/s) of the GPUs the zoo runs on, by torch's device name.
@@ -48,27 +53,39 @@ def lm_shape(shape: dict, batch: int, dtype: torch.dtype):
     )  # fmt: skip
 
 
-def decode_times(shape, device: str) -> tuple[dict, int]:
-    """torch's decode step after a prefill of the prompt, eager and reduce-overhead: (events
-    median, cv, wall median) each, or None where torch.compile failed; and the bytes of
-    the model's weights."""
+@dataclass
+class TorchDecode:
+    """torch's side of a decode row."""
+
+    times: dict  # eager and reduce-overhead: (events median, cv, wall median), or None
+    weight_bytes: int
+    prompt: np.ndarray  # [B, P], the seed's draw (as the export's)
+    tokens: np.ndarray  # [B, DECODE_STEPS + 1]: torch's greedy tokens after the prompt
+
+
+def torch_decode(shape, device: str) -> TorchDecode:
+    """A prefill of the prompt and DECODE_STEPS greedy decode steps (torch's tokens, which the
+    run's proof compares its builds' with), then the decode step timed eager and under
+    reduce-overhead."""
     from transformers import StaticCache  # noqa: PLC0415 - on the GPU machine
 
     lm = EXPORT.llama(shape, seed=0).to(device)
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
     cache = StaticCache(config=lm.config, max_cache_len=shape.cache)
-    prompt = torch.from_numpy(
-        np.random.default_rng(0).integers(0, shape.vocab, (shape.batch, shape.prompt))
-    ).to(device)
-    with torch.no_grad():
-        lm(prompt, past_key_values=cache, use_cache=True, cache_position=torch.arange(
-            shape.prompt, device=device))  # fmt: skip
-    token = prompt[:, -1:].contiguous()
-    position = torch.tensor([shape.prompt], device=device)
+    drawn = np.random.default_rng(0).integers(0, shape.vocab, (shape.batch, shape.prompt))
+    prompt = torch.from_numpy(drawn).to(device)
 
     def step(ids, at):
         return lm(ids, past_key_values=cache, cache_position=at, use_cache=True).logits
 
+    with torch.no_grad():
+        start = torch.arange(shape.prompt, device=device)
+        chosen = [step(prompt, start)[:, -1].argmax(-1)]
+        for index in range(DECODE_STEPS):
+            at = torch.tensor([shape.prompt + index], device=device)
+            chosen.append(step(chosen[-1][:, None], at)[:, -1].argmax(-1))
+    token = chosen[-1][:, None].contiguous()
+    position = torch.tensor([shape.prompt + DECODE_STEPS], device=device)
     times = {"eager": time_calls(step, (token, position), device, warmups=5)}
     try:
         compiled = torch.compile(step, mode="reduce-overhead")
@@ -78,7 +95,8 @@ def decode_times(shape, device: str) -> tuple[dict, int]:
         times["compile"] = None
     finally:
         torch._dynamo.reset()
-    return times, weight_bytes
+    tokens = torch.stack(chosen, dim=1).cpu().numpy()
+    return TorchDecode(times, weight_bytes, drawn, tokens)
 
 
 def export_in_place(shape, path: str) -> None:
