@@ -70,7 +70,7 @@ def _with_mask(tmp_path, mask_lines: list[str], argument: str = "") -> str:
     """The Llama op form alone with its mask built by `mask_lines` (or an argument)."""
     (op,) = op_attentions_of_llama(tmp_path)
     text = op_module_text(op, {})
-    start, end = text.index("  %zero ="), text.index("  %init =")
+    start, end = text.index("  %kept ="), text.index("  %init =")
     text = text[:start] + "\n".join(mask_lines) + "\n" + text[end:]
     if argument:
         text = text.replace("%v: tensor<4x32x64xbf16>)", f"%v: tensor<4x32x64xbf16>, {argument})")
