@@ -354,6 +354,7 @@ def test_runtime_flags_auto_are_the_targets_and_iree_takes_them(target, setting,
     assert runtime_flags(RunConfig(target=target, runtime_flags=setting)) == expected
 
 
+@pytest.mark.slow  # about 9 s on two cores: two builds of the model, timed
 def test_the_proof_builds_the_tuned_model_both_ways_and_keeps_the_faster(tmp_path):
     """`dispatch_fusion = choose`: the reported build is compiled again with IREE's aggressive
     fusion, checked against the default's outputs, and each build timed; the faster is the

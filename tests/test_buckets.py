@@ -158,6 +158,7 @@ def test_bad_buckets_are_one_line_naming_the_file(tmp_path, monkeypatch):
         assert "Traceback" not in result.output
 
 
+@pytest.mark.slow  # about 9 s on two cores: the causal LM's spec built
 def test_one_attention_entry_serves_the_dynamic_causal_lm_at_every_length(tmp_path):
     """A causal LM's attention at two lengths: one spec entry whose operand types leave the
     query and key lengths `?`, with the longer bucket's configuration (a query tile of 10,
@@ -195,6 +196,7 @@ def test_one_attention_entry_serves_the_dynamic_causal_lm_at_every_length(tmp_pa
     assert coverage == (1, 9)  # the attention dispatch, of 9 dynamic roots
 
 
+@pytest.mark.slow  # about 13 s on two cores: a spec proved on two buckets
 def test_apply_proves_a_spec_on_each_bucket_of_the_dynamic_model(tmp_path, monkeypatch):
     """`autosched apply MODEL --spec S --bucket A --bucket B`: the dynamic model built with the
     spec, proved on each bucket's inputs (a line each), and how many of its dispatches of

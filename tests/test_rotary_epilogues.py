@@ -248,6 +248,7 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
     assert checked == 2  # q and k
 
 
+@pytest.mark.slow  # about 13 s on two cores: the Llama layer rewritten and lowered
 def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
     """With blocks of 32 columns or more the q and k kernels write RoPE's heads-first
     results and no rotating generic is left (the layer still builds for sm_90), blocks of two
