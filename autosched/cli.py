@@ -6,7 +6,9 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+import tempfile
 import time
+import traceback
 
 import click
 
@@ -25,6 +27,7 @@ from autosched.errors import UserError, require_file
 from autosched.measure.input_files import input_files
 from autosched.model.lowering import is_model
 from autosched.outputs.records import Trial
+from autosched.outputs.report import RunLog
 from autosched.run.problem import Progress
 
 
@@ -343,9 +346,23 @@ def _run_command() -> None:
         click.echo(f"Error: {error}", err=True)
         sys.exit(2)
     except Exception as error:  # noqa: BLE001 - the last line of defence against tracebacks
+        told = traceback_kept(traceback.format_exc())
         click.echo(
-            f"Error: internal error ({type(error).__name__}: {error}); please report it. "
-            "Measurements already made are kept in the tuning database.",
+            f"Error: internal error ({type(error).__name__}: {error}); please report it "
+            f"with its traceback ({told}). Measurements already made are kept in the "
+            "tuning database.",
             err=True,
         )
         sys.exit(1)
+
+
+def traceback_kept(text: str) -> str:
+    """Where an internal error's traceback was written: the end of the run's log, else a
+    file of its own in the temporary folder (the user sees one line, the report has it)."""
+    path = RunLog.latest
+    if path is None or not os.path.exists(path):
+        handle, path = tempfile.mkstemp(prefix="autosched-error-", suffix=".txt")
+        os.close(handle)
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(f"\ninternal error:\n{text}")
+    return f"at the end of {path}"

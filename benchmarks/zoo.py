@@ -313,7 +313,7 @@ def export_dynamic(module, weights, lengths: list[int], path: str) -> None:
 
     cpu = [weight.cpu() for weight in weights]
     ids = torch.zeros((1, lengths[0]), dtype=torch.int64)
-    sequence = torch.export.Dim("sequence", min=2, max=2 * max(lengths))
+    sequence = torch.export.Dim.DYNAMIC(min=2, max=2 * max(lengths))
     dynamic = ({1: sequence}, (None,) * len(cpu))  # the ids, then the weights' tuple
     aot.export(module, ids, *cpu, dynamic_shapes=dynamic, strict_export=False).save_mlir(path)
 
@@ -370,8 +370,11 @@ def find_one(folder: str, pattern: str) -> str | None:
     return found[0] if found else None
 
 
-def autosched_ms(model: dict) -> tuple[float | None, bool]:
-    """The fastest build the run proved with matching outputs, and whether outputs match."""
+def autosched_ms(model: dict) -> tuple[float | None, bool | None]:
+    """The fastest build the run proved with matching outputs, and whether outputs match
+    (None: the run proved nothing, stopped or failed before its proof)."""
+    if not model:
+        return None, None
     builds = [(model.get("tuned_ms"), model.get("outputs_match"))]
     custom = model.get("custom") or {}
     builds.append((custom.get("ms"), custom.get("outputs_match")))
@@ -391,6 +394,13 @@ def not_placed(summary: dict) -> list:
         for p in summary.get("problems", [])
         if p.get("in_spec") and not p.get("applied_in_model")
     ]
+
+
+def outputs_cell(one: dict) -> str:
+    """The outputs column: a run stopped before its proof compared nothing, and says so."""
+    if one["outputs_match"] is None:
+        return f"not proved (exit {one.get('exit_code')})"
+    return "match" if one["outputs_match"] else "DIFFER"
 
 
 def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> dict:
@@ -496,7 +506,7 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         cells += [_ms(r[k]) for k in ("torch_eager_ms", "torch_compile_ms",
                                        "torch_compile_max_autotune_ms", "iree_default_ms",
                                        "autosched_ms")]  # fmt: skip
-        cells += [_x(vs_compile), _x(vs_max), "match" if r["outputs_match"] else "DIFFER"]
+        cells += [_x(vs_compile), _x(vs_max), outputs_cell(r)]
         cells += [f"{r['tuning_s']:.0f}", "; ".join(str(p) for p in r["not_placed"]) or "-"]
         cells.append(r.get("gpu", "-").removeprefix("NVIDIA "))
         lines.append("| " + " | ".join(cells) + " |")

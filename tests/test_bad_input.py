@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import matmul_function
 
+from autosched.cli import _run_command as run_command
 from autosched.cli import cli
 from autosched.config import RunConfig
+from autosched.outputs.report import RunLog
 
 GOOD_CFG = """
 [Env]
@@ -539,3 +542,27 @@ def test_a_module_of_bare_matmuls_skips_its_dynamic_one_with_the_reason(folder):
     assert result.exit_code == 0, result.output
     assert "@dyn: dynamic shape" in result.output
     assert "tuning 1 matmul problem(s)" in result.output
+
+
+def test_an_internal_error_is_one_line_and_its_traceback_goes_to_the_log(
+    folder, monkeypatch, capsys
+):
+    """A fault of autosched's own (here an IndexError raised as the run logs its analysis)
+    ends the command with one `Error:` line and exit 1; the traceback a report needs is at
+    the end of the run's log, which the line names."""
+
+    def fails(self, title: str) -> None:
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(RunLog, "section", fails)
+    monkeypatch.setattr(sys, "argv", ["autosched", "run", "mm.mlir", "--budget", "2"])
+    with pytest.raises(SystemExit) as ended:
+        run_command()
+    assert ended.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("Error: internal error (IndexError: list index out of range)")
+    assert "Traceback" not in "\n".join(lines)
+    log = folder / "generated" / "mm" / "run.log"
+    assert str(log.relative_to(folder)) in lines[-1]
+    told = log.read_text().split("internal error:")[-1]
+    assert "Traceback" in told and "in fails" in told and "IndexError" in told

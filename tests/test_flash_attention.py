@@ -516,6 +516,25 @@ def test_a_cached_lms_masked_attentions_are_replaced_and_the_model_builds(tmp_pa
     assert built.status == "ok", built.message
 
 
+def test_transformers_5s_constant_masks_are_read_whole_and_one_query_row_is_no_diagonal(
+    tmp_path,
+):
+    """transformers 5's in-place export of the tiny Llama with a 96-token prompt and a
+    160-token cache (`tools/export_causal_lm.py --in-place --dtype bfloat16 --prompt 96
+    --cache 160`, torch 2.11, transformers 5.17). Both masks are computed from constants:
+    prefill's from the prompt's 96 positions, hoisted as a global and printed in full (once
+    elided, its causal mask went unread), and decode's, whose single query row has no `m`
+    loop and so no diagonal: passed on as a mask (once an IndexError that ended the run)."""
+    path = model("hf_tiny_llama_in_place_p96_bf16.mlirbc")
+    ops = model_attentions(path, SM90.compile_flags(), str(tmp_path / "ops"))
+    assert sorted(op.name for op in ops) == [
+        "attention_4x1x16x160x16_bf16_mask_i1_op",
+        "attention_4x96x16x160x16_bf16_causal",
+    ]
+    decode = next(op for op in ops if not op.causal)
+    assert decode.mask_tensor and not decode.positions("m")
+
+
 @pytest.mark.gpu
 def test_a_cached_lms_masked_attentions_run_as_flash_kernels_on_the_gpu(tmp_path, monkeypatch):
     """The bf16 cached Llama on the GPU: its decode attention (one query row, IREE has no

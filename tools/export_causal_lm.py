@@ -29,7 +29,8 @@ call is given), for one build that serves a cache of any length, tuned on `--buc
 at two or more lengths (the committed `tests/data/models/hf_tiny_llama_decode_dynamic_f32.mlirbc`).
 
 `--size llama32_1b` exports Llama-3.2-1B's shape (hidden 2048, 16 layers, 32/8 heads, vocab
-128256; random weights) with a 512-token prompt and a 2048-token cache.
+128256; random weights) with a 512-token prompt and a 2048-token cache. `--prompt P` and
+`--cache C` set those lengths for either size.
 
 `--batch B` exports B sequences a call (tokens [B, P], each cache tensor [B, ...]; torch's
 tokens are saved at batch 1 only). `--dtype bfloat16` (or float16) exports the weights and
@@ -231,7 +232,7 @@ def export_dynamic(path: str, shape: Shape, seed: int) -> None:
             return torch.func.functional_call(self.lm, params, (ids,), keywords).logits
 
     ids = torch.zeros((1, shape.prompt), dtype=torch.int64)
-    sequence = torch.export.Dim("sequence", min=2, max=shape.cache)
+    sequence = torch.export.Dim.DYNAMIC(min=2, max=shape.cache)
     dynamic = ({1: sequence}, (None,) * len(weights))  # ids, then the *args tuple
     exported = aot.export(Logits(), ids, *weights, dynamic_shapes=dynamic, strict_export=False)
     exported.save_mlir(path)
@@ -248,7 +249,7 @@ def export_decode_dynamic(path: str, shape: Shape, seed: int) -> None:
     _, decode = cached_functions(lm, shape)
     weights = tuple(p.detach() for p in lm.parameters())
     cache = tuple(empty_cache(lm, shape))
-    length = torch.export.Dim("cache", min=DECODE_STEPS + 2, max=4096)
+    length = torch.export.Dim.DYNAMIC(min=DECODE_STEPS + 2, max=4096)
     token, position = torch.zeros((1, 1), dtype=torch.int64), torch.tensor([shape.prompt])
     rest = (*({2: length} for _ in cache), *(None for _ in weights))  # decode's *args
     builder = aot.FxProgramsBuilder(lm)
@@ -283,13 +284,19 @@ def main() -> None:
     )
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="the model's shape")
     parser.add_argument("--batch", type=int, default=1, help="sequences (prefill and decode)")
+    parser.add_argument("--prompt", type=int, help="prefill's tokens (default: the size's)")
+    parser.add_argument("--cache", type=int, help="the cache's length (default: the size's)")
     parser.add_argument(
         "--in-place",
         action="store_true",
         help="prefill and decode write the cache arguments and return the logits alone",
     )
     args = parser.parse_args()
-    shape = Shape(dtype=args.dtype, batch=args.batch, **SIZES[args.size])
+    lengths = {"prompt": args.prompt, "cache": args.cache}
+    sized = {**SIZES[args.size], **{k: v for k, v in lengths.items() if v is not None}}
+    shape = Shape(dtype=args.dtype, batch=args.batch, **sized)
+    if shape.cache < shape.prompt + DECODE_STEPS:
+        parser.error(f"--cache must hold the prompt and {DECODE_STEPS} decode steps")
     if args.decode_dynamic:
         export_decode_dynamic(args.output, shape, args.seed)
     elif args.dynamic:

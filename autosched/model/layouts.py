@@ -128,7 +128,7 @@ def _lowered(model_path: str, flags: Sequence[str], work_dir: str) -> str:
     """The model at IREE's input phase, as text: its constants in full, and its ops with the
     model's own locations (the run names a root by its line in the user's model)."""
     out = os.path.join(work_dir, "model.input.mlir")
-    return lower_to_phase(model_path, flags, LAYOUT_PHASE, out, work_dir, elide=False)
+    return lower_to_phase(model_path, flags, LAYOUT_PHASE, out, work_dir, elide_above=None)
 
 
 def to_channels_last(path: str, out: str) -> None:

@@ -40,8 +40,9 @@ PHASE = "flow"
 MODEL_SUFFIXES = (".onnx", ".mlir", ".mlirbc")
 
 # Constants above this many elements (the weights) are printed as `dense_resource<__elided__>`:
-# the analysis needs their types, never their values, and the text stays small.
-_ELIDE_ABOVE = 64
+# the analysis needs their types, never their values, and the text stays small. (The same
+# number bounds a resource's printed hex string, in characters.)
+ELIDE_ABOVE = 64
 LOWERING_TIMEOUT = 600.0  # seconds for iree-compile to form a model's dispatches
 
 
@@ -134,22 +135,22 @@ def _compile_to_dispatches(
     timeout: float,
     named: str,
     phase: str = PHASE,
-    elide: bool = True,
+    elide_above: int | None = ELIDE_ABOVE,
 ) -> bytes:
     """iree-compile to `phase` (`flow`: the dispatches), through `processes.run` so that a
     signal or a timeout kills it; errors name `named`, the user's file (`path` may be a
-    temporary import of it). With `elide` large constants are left out (to be read, not
-    compiled on)."""
+    temporary import of it). Constants larger than `elide_above` are left out (to be read,
+    not compiled on); None keeps them all."""
     elided = [
-        f"--mlir-elide-elementsattrs-if-larger={_ELIDE_ABOVE}",
-        f"--mlir-elide-resource-strings-if-larger={_ELIDE_ABOVE}",
+        f"--mlir-elide-elementsattrs-if-larger={elide_above}",
+        f"--mlir-elide-resource-strings-if-larger={elide_above}",
     ]
     command = [
         compiler_path(),
         path,
         *compile_flags,
         f"--compile-to={phase}",
-        *(elided if elide else []),
+        *(elided if elide_above is not None else []),
         "--mlir-print-debuginfo",  # the dispatch roots' locations: the model's own lines
         "-o",
         "-",
@@ -210,14 +211,19 @@ def lower_to_phase(
     phase: str,
     save_to: str,
     work_dir: str,
-    elide: bool = True,
+    elide_above: int | None = ELIDE_ABOVE,
 ) -> str:
     """The model lowered to `phase` (its ops keep the model's locations), written to
-    `save_to` as text; returns that path. `elide = False` keeps every constant, for a module
-    that is compiled on."""
+    `save_to` as text; returns that path. `elide_above = None` keeps every constant, for a
+    module that is compiled on."""
     source = prepare_model(model_path, work_dir)
     lowered = _compile_to_dispatches(
-        source, compile_flags, LOWERING_TIMEOUT, named=model_path, phase=phase, elide=elide
+        source,
+        compile_flags,
+        LOWERING_TIMEOUT,
+        named=model_path,
+        phase=phase,
+        elide_above=elide_above,
     )
     with open(save_to, "wb") as file:
         file.write(lowered)

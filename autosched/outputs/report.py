@@ -180,8 +180,11 @@ class RunLog:
     `buffered`, so that each problem's section reads in one piece.
     """
 
+    latest: str | None = None  # the log of this process's last run: where a crash is told
+
     def __init__(self, path: str):
         self.path = path
+        RunLog.latest = path
         self._local = threading.local()  # this thread's buffer, while `buffered` is open
         self._lock = threading.Lock()
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

@@ -37,6 +37,10 @@ MASK_OPERAND = 4
 HIDDEN = float(np.finfo(np.float16).min)
 FLOAT_MASKS = ("f16", "bf16", "f32")
 KEEP_MASKS = ("i1",)  # a key is kept where the mask is true (torch's boolean masks)
+# The attention ops are read with constants up to this size printed: a mask computed from
+# constants (positions 0..P-1 of a prompt, hoisted as a global) is evaluated from them;
+# the weights, larger, stay elided.
+MASK_CONSTANTS_ABOVE = 1 << 16
 
 
 def model_attentions(model_path: str, compile_flags, work_dir: str) -> list[AttentionProblem]:
@@ -44,7 +48,10 @@ def model_attentions(model_path: str, compile_flags, work_dir: str) -> list[Atte
     os.makedirs(work_dir, exist_ok=True)
     saved = os.path.join(work_dir, f"model.{REWRITE_PHASE}.mlir")
     return op_attentions(
-        lower_to_phase(model_path, compile_flags, REWRITE_PHASE, saved, work_dir), work_dir
+        lower_to_phase(
+            model_path, compile_flags, REWRITE_PHASE, saved, work_dir, MASK_CONSTANTS_ABOVE
+        ),
+        work_dir,
     )
 
 
@@ -231,9 +238,10 @@ def is_causal(values: np.ndarray, problem: AttentionProblem) -> bool:
     rest, for every batch entry (top-left aligned, as torch's is_causal): an additive
     mask 0 and at most HIDDEN, a keep mask (as f32) 1 and 0."""
     loops = problem.operand_loops[MASK_OPERAND - 1]
-    m, k2 = problem.positions("m")[0], problem.positions("k2")[0]
-    if m not in loops or k2 not in loops:
-        return False
+    rows, keys = problem.positions("m"), problem.positions("k2")
+    if not rows or not keys or rows[0] not in loops or keys[0] not in loops:
+        return False  # a decode step's single query row has no m loop: no diagonal to read
+    m, k2 = rows[0], keys[0]
     order = [i for i in loops if i not in (m, k2)] + [m, k2]
     plane = np.transpose(values, [loops.index(i) for i in order])
     rows, keys = plane.shape[-2:]
