@@ -5,7 +5,7 @@ torch.compile and torch.compile `max-autotune-no-cudagraphs` in the same call.
 On the H200 (after the device pack's bootstrap, with iree-turbine's wheel unpacked):
 
     python3 benchmarks/zoo.py --out $OUT [--models vit_b16,resnet50] [--deadline-s 540]
-        [--previous benchmarks/results/zoo.json] [--databases DIR]
+        [--previous benchmarks/results/zoo.json] [--databases DIR] [--exports DIR]
 
 A causal LM with `lengths` (llama32_1b_prefill) is exported with its sequence length
 dynamic and tuned on a bucket of token ids at each length (the run draws the weights), one
@@ -22,7 +22,9 @@ torch's from the host's call to the GPU's end); torch's CUDA-event medians are k
 A model's row is one call's; rows of other calls come from `--previous` unchanged, so the
 zoo fills over several device calls. `--databases` holds `<model>.tuning.jsonl` to resume,
 and the call writes the grown databases back into one archive (`zoo_runs.tar.gz`, with each
-run's summary and log), since a call returns at most 8 files.
+run's summary and log), since a call returns at most 8 files. `--exports` holds `<model>.mlir` (a decode row's
+`<model>_b<batch>.mlir`) exported beforehand by the same recipe with the device's torch and
+transformers, so that a call does not spend a minute exporting a 1B LM.
 """
 
 from __future__ import annotations
@@ -248,7 +250,8 @@ def tune_lengths(entry: ZooModel, options, minutes: float) -> list[dict]:
         np.savez(os.path.join(folder, f"at{length}.npz"), ids.cpu().numpy())
         buckets += ["--bucket", f"at{length}.npz"]
     model_path = os.path.join(folder, f"{entry.name}.mlir")
-    export_dynamic(module, weights, lengths, model_path)
+    if not reuse_export(options.exports, entry.name, model_path):
+        export_dynamic(module, weights, lengths, model_path)
     del module, weights
     seed_database(options.databases, entry.name, folder)
     extra = [*(options.autosched_args.split() if options.autosched_args else []), *buckets]
@@ -285,7 +288,8 @@ def tune_decode(entry: ZooModel, options, minutes: float) -> list[dict]:
         print(f"{stem}: torch {json.dumps(times)}", flush=True)
         model_path = os.path.join(folder, f"{stem}.mlir")
         torch.cuda.empty_cache()  # torch's model is gone: the GPU is the run's
-        zoo_decode.export_in_place(shape, model_path)
+        if not reuse_export(options.exports, stem, model_path):
+            zoo_decode.export_in_place(shape, model_path)
         if batch == 1:  # torch's tokens, which the proof compares its builds' with
             saved = os.path.join(folder, f"{stem}.tokens.npz")
             np.savez(saved, prompt=side.prompt, tokens=side.tokens[0], seed=0)
@@ -457,6 +461,19 @@ def tune_one(entry: ZooModel, options, minutes: float) -> dict:
     return row(entry, times, summary, wall, code)
 
 
+def reuse_export(exports: str | None, name: str, path: str) -> bool:
+    """Whether `<name>.mlir` was exported beforehand (the same recipe, made with the
+    device's torch and transformers on another machine) and copied to `path`: the 1B LM's
+    export takes about a minute of a call. The weights are arguments, drawn by seed, so the
+    file holds the graph alone."""
+    source = exports and os.path.join(exports, f"{name}.mlir")
+    if not source or not os.path.exists(source):
+        return False
+    shutil.copyfile(source, path)
+    print(f"{name}: the export from {source}", flush=True)
+    return True
+
+
 def seed_database(databases: str | None, name: str, folder: str) -> None:
     """Put a committed database where the run reads its own (resumed, then grown)."""
     source = databases and os.path.join(databases, f"{name}.tuning.jsonl")
@@ -540,6 +557,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(BY_NAME), help="comma-separated names")
     parser.add_argument("--previous", help="a zoo.json whose other rows are kept")
     parser.add_argument("--databases", help="a folder of <model>.tuning.jsonl to resume")
+    parser.add_argument("--exports", help="a folder of <model>.mlir exported beforehand")
     parser.add_argument("--deadline-s", type=float, default=540.0, help="this call's seconds")
     parser.add_argument("--minutes", type=float, default=4.0, help="search minutes per model")
     parser.add_argument("--autosched-args", default="", help="more `autosched run` options")
