@@ -22,9 +22,10 @@ torch's from the host's call to the GPU's end); torch's CUDA-event medians are k
 A model's row is one call's; rows of other calls come from `--previous` unchanged, so the
 zoo fills over several device calls. `--databases` holds `<model>.tuning.jsonl` to resume,
 and the call writes the grown databases back into one archive (`zoo_runs.tar.gz`, with each
-run's summary and log), since a call returns at most 8 files. `--exports` holds `<model>.mlir` (a decode row's
-`<model>_b<batch>.mlir`) exported beforehand by the same recipe with the device's torch and
-transformers, so that a call does not spend a minute exporting a 1B LM.
+run's summary and log), since a call returns at most 8 files. `--exports` holds
+`<model>.mlir` (a decode row's `<model>_b<batch>.mlir`) exported beforehand by the same
+recipe with the device's torch and transformers, so that a call does not spend a minute
+exporting a 1B LM.
 """
 
 from __future__ import annotations
