@@ -238,10 +238,9 @@ def is_causal(values: np.ndarray, problem: AttentionProblem) -> bool:
     rest, for every batch entry (top-left aligned, as torch's is_causal): an additive
     mask 0 and at most HIDDEN, a keep mask (as f32) 1 and 0."""
     loops = problem.operand_loops[MASK_OPERAND - 1]
-    rows, keys = problem.positions("m"), problem.positions("k2")
-    if not rows or not keys or rows[0] not in loops or keys[0] not in loops:
-        return False  # a decode step's single query row has no m loop: no diagonal to read
-    m, k2 = rows[0], keys[0]
+    m, k2 = problem.positions("m")[0], problem.positions("k2")[0]
+    if m not in loops or k2 not in loops:
+        return False
     order = [i for i in loops if i not in (m, k2)] + [m, k2]
     plane = np.transpose(values, [loops.index(i) for i in order])
     rows, keys = plane.shape[-2:]
@@ -254,6 +253,8 @@ def is_causal(values: np.ndarray, problem: AttentionProblem) -> bool:
 def mask_is_causal(op: ir.Operation, problem: AttentionProblem, work_dir: str) -> bool:
     """The mask operand is computed from constants alone and its values are causal."""
     if problem.mask_type not in (*FLOAT_MASKS, *KEEP_MASKS):
+        return False
+    if not problem.positions("m"):  # a decode step's single query row: no diagonal to read
         return False
     mask = op.operands[MASK_OPERAND]
     ops = constant_slice(mask)
