@@ -516,6 +516,7 @@ def test_a_cached_lms_masked_attentions_are_replaced_and_the_model_builds(tmp_pa
     assert built.status == "ok", built.message
 
 
+@pytest.mark.slow  # 8-14 s on two cores: run after the README's test command
 def test_transformers_5s_constant_masks_are_read_whole_and_one_query_row_is_no_diagonal(
     tmp_path,
 ):
