@@ -8,7 +8,7 @@ is `run/retime.timed_rounds`, the loop a run re-times its finalists with), and w
 a new database whose `median_ms` is the median of the rounds (the first pass is kept as
 `first_median_ms`). Replay it with `autosched simulate` or benchmarks/search_efficiency.py.
 
-    python benchmarks/remeasure_landscape.py LANDSCAPE.jsonl --out NEW.jsonl [--rounds 3]
+    python tools/remeasure_landscape.py LANDSCAPE.jsonl --out NEW.jsonl [--rounds 3]
 """
 
 from __future__ import annotations
