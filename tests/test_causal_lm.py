@@ -26,6 +26,7 @@ from autosched.drivers.decode_proof import (
     GreedyCheck,
     cached_lm,
     greedy_check,
+    read_cached_lm,
     seeded_weights,
     tokens_file,
 )
@@ -123,6 +124,25 @@ def test_an_lm_that_writes_its_cache_in_place_carries_it_on_the_device(functions
     # Written in place but out of the recipe's order: no cached LM.
     shifted = dataclasses.replace(decode, written=(1, 2, 3, 4))
     assert cached_lm([prefill, shifted]) is None
+
+
+@pytest.mark.slow  # about 10 s on two cores: run after the README's test command
+def test_transformers_5s_export_reads_its_position_and_one_that_does_not_is_said(tmp_path):
+    """transformers 5 writes a StaticCache at its own count of tokens and no longer takes
+    `cache_position`: exported as transformers 4 was, decode never read its position (the
+    count traced as the constant 0), and the proof left the tokens out without a word. The
+    export now sets the count from the position (torch 2.11, transformers 5.17: its decode
+    generates torch's 33 tokens); the older export is named with its reason."""
+    flags = CpuTarget(RunConfig()).compile_flags()
+    path = os.path.join(MODELS, "hf_tiny_llama_in_place_t5_f32.mlirbc")
+    lm, why = read_cached_lm(model_functions(path, flags, 120))
+    assert lm is not None and lm.in_place and why == ""
+    vmfb = compile_model(path, flags, out_path=str(tmp_path / "m.vmfb"))
+    check = greedy_check(lm, {"default": vmfb}, "local-task", path, seed=0)
+    assert check.match and len(check.expected) == 33, check.line()
+    constant = os.path.join(MODELS, "hf_tiny_llama_in_place_p96_bf16.mlirbc")
+    lm, why = read_cached_lm(model_functions(constant, flags, 120))
+    assert lm is None and why.startswith("decode never reads its position")
 
 
 @pytest.mark.gpu

@@ -118,7 +118,7 @@ def cached_functions(lm, shape: Shape, in_place: bool = False):
     names = [name for name, _ in lm.named_parameters()]
     count = 2 * shape.layers
 
-    def static_cache(tensors):
+    def static_cache(tensors, positions):
         cache = StaticCache(config=lm.config, max_cache_len=shape.cache)
         for index, layer in enumerate(cache.layers):
             keys, values = tensors[2 * index], tensors[2 * index + 1]
@@ -129,13 +129,23 @@ def cached_functions(lm, shape: Shape, in_place: bool = False):
             layer.max_batch_size, layer.num_heads, layer.max_cache_len, layer.head_dim = keys.shape
             layer.dtype, layer.device = keys.dtype, keys.device
             layer.keys, layer.values, layer.is_initialized = keys, values, True
+            if hasattr(layer, "cumulative_length"):
+                # transformers 5 writes the cache at its own count of tokens, not at the
+                # `cache_position` it no longer takes: the count is the first position here,
+                # a tensor of the call (else traced as the constant 0).
+                layer.cumulative_length = positions[:1].clone()
         return cache
 
     def run(root, ids, positions, args):
         tensors, weights = args[:count], args[count:]
-        cache = static_cache(tensors)
+        cache = static_cache(tensors, positions)
         params = dict(zip(names, weights, strict=True))
-        keywords = {"past_key_values": cache, "cache_position": positions, "use_cache": True}
+        keywords = {
+            "past_key_values": cache,
+            "cache_position": positions,  # transformers 4's
+            "position_ids": positions[None].expand(ids.shape[0], -1),  # and 5's
+            "use_cache": True,
+        }
         out = torch.func.functional_call(root, params, (ids,), keywords)
         if in_place:  # StaticCache.update wrote the arguments (index_copy_)
             return (out.logits,)

@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from autosched.drivers.compile_model import LoadedModule
-from autosched.measure.module_io import EntryFunction, TensorSpec
+from autosched.measure.module_io import UNUSED_INPUT, EntryFunction, TensorSpec
 
 PREFILL, DECODE = "prefill", "decode"
 DECODE_STEPS = 32  # decode calls after the prefill: DECODE_STEPS + 1 greedy tokens in all
@@ -83,10 +83,18 @@ def cached_lm(entries: Sequence[EntryFunction]) -> CachedLM | None:
     """The model as a cached causal LM when it exports prefill and decode in the recipe's
     form (the cache returned, or written in place); None otherwise (its functions are still
     proved one by one)."""
+    return read_cached_lm(entries)[0]
+
+
+def read_cached_lm(entries: Sequence[EntryFunction]) -> tuple[CachedLM | None, str]:
+    """`cached_lm`, and why a model exporting prefill and decode is none ('' where it is
+    one, or exports no such pair): its tokens are then not generated, and the run says so."""
     named = {entry.name: entry for entry in entries}
     prefill, decode = named.get(PREFILL), named.get(DECODE)
-    if prefill is None or decode is None or not prefill.inputs or not decode.outputs:
-        return None
+    if prefill is None or decode is None:
+        return None, ""
+    if not prefill.inputs or not decode.outputs:
+        return None, "prefill takes no input or decode returns nothing"
     in_place = bool(decode.written)
     count = len(decode.written) if in_place else len(decode.outputs) - 1
     cache = tuple(decode.inputs[2 : 2 + count]) if in_place else decode.outputs[1:]
@@ -100,25 +108,34 @@ def cached_lm(entries: Sequence[EntryFunction]) -> CachedLM | None:
         )
     else:
         returned = tuple(prefill.outputs[1:]) == cache
-    fits = (
-        count > 0
-        and returned
-        and _is_tokens(prefill.inputs[0], batch)
-        and _is_tokens(decode.inputs[0], batch, 1)
-        and position is not None
-        and position.shape == (1,)
-        and position.element in INTEGER_TYPES
-        and tuple(prefill.inputs[1 : 1 + count]) == cache
-        and tuple(decode.inputs[2 : 2 + count]) == cache
-        and prefill.inputs[1 + count :] == decode.inputs[2 + count :]
+    checks = (
+        (count > 0, "decode neither returns nor writes a cache"),
+        (returned, "prefill and decode do not return (or write) the same cache"),
+        (_is_tokens(prefill.inputs[0], batch), "prefill's first argument is no [B, P] token ids"),
+        (_is_tokens(decode.inputs[0], batch, 1), "decode's first argument is no [B, 1] token id"),
+        (position is not UNUSED_INPUT, "decode never reads its position (traced as a constant?)"),
+        (
+            position is not None and position.shape == (1,) and position.element in INTEGER_TYPES,
+            "decode's second argument is no [1] integer position",
+        ),
+        (
+            tuple(prefill.inputs[1 : 1 + count]) == cache
+            and tuple(decode.inputs[2 : 2 + count]) == cache,
+            "the cache arguments are not the cache the functions return or write",
+        ),
+        (
+            prefill.inputs[1 + count :] == decode.inputs[2 + count :],
+            "prefill and decode take different weights",
+        ),
     )
-    if not fits:
-        return None
+    failed = [why for ok, why in checks if not ok]
+    if failed:
+        return None, failed[0]
     vocab = decode.outputs[0].shape[-1]
     weights = prefill.inputs[1 + count :]
     token_type = prefill.inputs[0].element
     prompt = prefill.inputs[0].shape[1]
-    return CachedLM(prompt, cache, weights, vocab, token_type, in_place, batch)
+    return CachedLM(prompt, cache, weights, vocab, token_type, in_place, batch), ""
 
 
 @dataclass(frozen=True)
@@ -216,10 +233,10 @@ class GreedyCheck:
 
     def line(self) -> str:
         """The proof's line for the generated tokens."""
+        if self.message:
+            return f"greedy tokens: not compared: {self.message}"
         count = self.steps + 1
         what = f"greedy tokens (prefill, then {self.steps} decode steps carrying the cache)"
-        if self.message:
-            return f"{what}: not compared: {self.message}"
         builds = " = ".join([*self.tokens, *(["torch"] if self.expected else [])])
         if self.match:
             return f"{what}: {count} of {count} equal: {builds}"

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autosched.drivers.decode_proof import GreedyCheck, cached_lm, greedy_check
+from autosched.drivers.decode_proof import GreedyCheck, greedy_check, read_cached_lm
 from autosched.drivers.proof import (
     CustomProof,
     ModelProof,
@@ -76,7 +76,9 @@ def prove_model(
             )
         )  # fmt: skip
     combined = combine(proofs)
-    lm = cached_lm(entries)
+    lm, why_not = read_cached_lm(entries)
+    if why_not:  # prefill and decode, not generated from: said, not taken for a difference
+        combined.greedy = GreedyCheck(0, message=f"not in the recipe's form: {why_not}")
     if lm is not None:
         builds = _built(os.path.join(work_dir, entries[0].name), combined)
         source = options.get("default_model") or model_path
