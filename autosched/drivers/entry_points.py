@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -63,24 +64,13 @@ def prove_model(
     common = {"seed": seed, "timeout": timeout, **options}
     if len(entries) < 2:
         return prove(model_path, flags, spec_path, device, work_dir=work_dir, **common)
-    # One module holds every function: a compile flag each function's proof chose apart
-    # could differ between them, so the builds keep IREE's formation.
-    common["build_choices"] = ()
-    proofs = []
-    for entry in entries:
-        folder = os.path.join(work_dir, entry.name)
-        proofs.append(
-            prove(
-                model_path, flags, spec_path, device, function=entry.name, work_dir=folder,
-                **common,
-            )
-        )  # fmt: skip
+    proofs = _prove_functions(entries, (model_path, flags, spec_path, device), work_dir, common)
     combined = combine(proofs)
     lm, why_not = read_cached_lm(entries)
     if why_not:  # prefill and decode, not generated from: said, not taken for a difference
         combined.greedy = GreedyCheck(0, message=f"not in the recipe's form: {why_not}")
     if lm is not None:
-        builds = _built(os.path.join(work_dir, entries[0].name), combined)
+        builds = _built(combined.functions[0])
         source = options.get("default_model") or model_path
         combined.greedy = greedy_check(lm, builds, device, source, seed)
         if not combined.greedy.match and not combined.default_only:
@@ -89,14 +79,35 @@ def prove_model(
     return combined
 
 
-def _built(folder: str, proof: ModelProof) -> dict[str, str]:
-    """The builds a function's proof left (every build holds every function): name -> vmfb."""
+def _prove_functions(
+    entries: Sequence[EntryFunction], model: tuple, work_dir: str, common: dict
+) -> list[ModelProof]:
+    """Each function proved in its own folder, in the model's order. One module holds every
+    function, so one set of compile flags (`build_choices`) serves them all: the last
+    function (a causal LM's decode step, which a server calls once a token) chooses among
+    them, and the others are built with its choice, applied where it builds and agrees."""
+    choices = common.pop("build_choices", ())
+    proofs: dict[str, ModelProof] = {}
+    for index, entry in enumerate([entries[-1], *entries[:-1]]):
+        if index == 1:  # the deciding function's flags, or IREE's formation
+            chosen = tuple(shlex.split(proofs[entries[-1].name].build_flags))
+            choices = (chosen,) if chosen else ()
+        folder = os.path.join(work_dir, entry.name)
+        proofs[entry.name] = prove(
+            *model, function=entry.name, work_dir=folder, build_choices=choices, **common
+        )
+    return [proofs[entry.name] for entry in entries]
+
+
+def _built(proof: ModelProof) -> dict[str, str]:
+    """The builds a function's proof timed (every build holds every function): name -> vmfb;
+    a build with compile flags chosen, as chosen."""
     names = ["default"]
     if not proof.default_only:
         names.append("tuned")
     if proof.custom is not None and proof.custom.outputs_match:
         names.append("custom")
-    paths = {name: os.path.join(folder, f"{name}.vmfb") for name in names}
+    paths = {name: proof.vmfbs.get(name, "") for name in names}
     return {name: path for name, path in paths.items() if os.path.isfile(path)}
 
 

@@ -167,6 +167,7 @@ class ModelProof:
     # The tuned module is the default's byte for byte (the spec configures none of its
     # dispatches): timed once a round, its rounds are the default's.
     identical: bool = False
+    vmfbs: dict[str, str] = dataclasses.field(default_factory=dict)  # each build as timed
 
     @property
     def verdict(self) -> ModelVerdict:
@@ -275,9 +276,7 @@ def prove(
     `runtime_flags` (IREE's, such as `--device_allocator=caching`) time every build alike.
     With two or more `runtime_choices`, the reported build (custom, else tuned, else the
     default) is timed with each first, and the fastest times every build instead: what a
-    call costs beside its kernels depends on the model (the Llama-3-8B layer's custom build
-    spent 0.35 ms less of each call in IREE's runtime with its default flags than with the
-    caching allocator on the H200, benchmarks/model_timeline.py).
+    call costs beside its kernels depends on the model (measure/contract.py).
     With `build_cache` the default and tuned builds are taken from (or kept in) that cache
     of whole-model builds (model_build.py): a run's own compile of the model is its
     default build, and the spec check's build its tuned one.
@@ -309,6 +308,7 @@ def prove(
     proof.runtime_flags, proof.runtime_choices = " ".join(run.runtime_flags), choices
     proof.build_flags, proof.build_choices = " ".join(run.build_flags), built
     proof.build_flags_of = run.build_flags_of
+    proof.vmfbs = {build.name: build.vmfb for build in builds.compiled if build.vmfb}
     return proof
 
 

@@ -219,8 +219,16 @@ TARGET_RUNTIME_FLAGS = {"cuda": "--cuda_async_allocations=false --device_allocat
 # keeping the fastest for every build (proof.py). On CUDA the caching allocator took a call
 # that adds 1024 floats from 147 to 35 us, but the Llama-3-8B layer's custom build spent
 # 0.35 ms less of each call in IREE's runtime with IREE's own defaults (through its Python
-# runtime, benchmarks/results/h200_models/transformers_session25.md).
-TARGET_RUNTIME_CHOICES = {"cuda": (TARGET_RUNTIME_FLAGS["cuda"], "")}
+# runtime, benchmarks/results/h200_models/transformers_session25.md). A call of hundreds of
+# small dispatches (a causal LM's decode step: about 300) may launch faster as one CUDA
+# graph (`--cuda_use_streams=false`) than stream launch by launch.
+TARGET_RUNTIME_CHOICES = {
+    "cuda": (
+        TARGET_RUNTIME_FLAGS["cuda"],
+        "",
+        f"{TARGET_RUNTIME_FLAGS['cuda']} --cuda_use_streams=false",
+    )
+}
 
 
 def runtime_flag_choices(config) -> tuple[tuple[str, ...], ...]:

@@ -205,7 +205,10 @@ class CudaTarget(Target):
         flags = runtime_flags_text(self.config)
         timed = f"; runtime flags: {flags}" if flags else ""
         if self.config.runtime_flags.strip() == "auto":
-            timed += " (the whole-model proof also tries IREE's defaults and keeps the faster)"
+            timed += (
+                " (the whole-model proof also tries IREE's defaults and CUDA graphs, and keeps"
+                " the fastest)"
+            )
         return f"{self.name} {self.arch} (device {self.device}{assembled}){custom}{timed}"
 
     def check_device(self) -> None:
