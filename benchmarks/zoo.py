@@ -26,6 +26,13 @@ run's summary and log), since a call returns at most 8 files. `--exports` holds
 `<model>.mlir` (a decode row's `<model>_b<batch>.mlir`) exported beforehand by the same
 recipe with the device's torch and transformers, so that a call does not spend a minute
 exporting a 1B LM.
+
+A CNN at batch 32 does not fit one call with its max-autotune: inductor's autotuning of
+resnet50's convolutions took about 300 s of a call. `--torch-only` times torch alone (eager,
+torch.compile, max-autotune) and writes `torch_times.json`; a later call given it by
+`--max-autotune-from FILE` times eager and torch.compile again beside `autosched run` and
+takes max-autotune from the file where it was timed on a GPU of the same name. Such a cell
+is marked in zoo.md, and the row names the call (`max_autotune_from`).
 """
 
 from __future__ import annotations
@@ -442,12 +449,33 @@ def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> 
     }
 
 
+def earlier_max_autotune(options, name: str) -> list | None:
+    """max-autotune's timing of `name` from `--max-autotune-from`, where it was taken on a
+    GPU of this one's name; None otherwise (then it is timed in this call)."""
+    if not options.max_autotune_from:
+        return None
+    earlier = json.load(open(options.max_autotune_from)).get(name) or {}
+    same_gpu = earlier.get("gpu") == torch.cuda.get_device_name()
+    return earlier.get("times", {}).get("max_autotune") if same_gpu else None
+
+
+def time_torch_only(entry: ZooModel, options) -> dict:
+    """torch's three timings of one model, for a later call's `--max-autotune-from`."""
+    module, args = build(entry, CUDA)
+    times = torch_times(module, args, CUDA)
+    print(f"{entry.name}: torch {json.dumps(times)}", flush=True)
+    return {"times": times, "gpu": torch.cuda.get_device_name()}
+
+
 def tune_one(entry: ZooModel, options, minutes: float) -> dict:
     folder = os.path.abspath(os.path.join(options.work, entry.name))
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     module, args = build(entry, CUDA)
-    times = torch_times(module, args, CUDA)
+    earlier = earlier_max_autotune(options, entry.name)
+    times = torch_times(module, args, CUDA, autotune=earlier is None)
+    if earlier is not None:
+        times["max_autotune"] = earlier
     print(f"{entry.name}: torch {json.dumps(times)}", flush=True)
     model_path = os.path.join(folder, f"{entry.name}.mlir")
     export(module, args, model_path)
@@ -459,7 +487,10 @@ def tune_one(entry: ZooModel, options, minutes: float) -> dict:
     summary_path = find_one(folder, "*summary.json")
     summary = json.load(open(summary_path)) if summary_path else {}
     print(f"{entry.name}: exit {code}, {wall:.0f} s", flush=True)
-    return row(entry, times, summary, wall, code)
+    one = row(entry, times, summary, wall, code)
+    if earlier is not None:
+        one["max_autotune_from"] = options.max_autotune_from
+    return one
 
 
 def reuse_export(exports: str | None, name: str, path: str) -> bool:
@@ -524,10 +555,15 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         cells += [_ms(r[k]) for k in ("torch_eager_ms", "torch_compile_ms",
                                        "torch_compile_max_autotune_ms", "iree_default_ms",
                                        "autosched_ms")]  # fmt: skip
+        if r.get("max_autotune_from") and r["torch_compile_max_autotune_ms"]:
+            cells[6] += " (a)"
         cells += [_x(vs_compile), _x(vs_max), outputs_cell(r)]
         cells += [f"{r['tuning_s']:.0f}", "; ".join(str(p) for p in r["not_placed"]) or "-"]
         cells.append(r.get("gpu", "-").removeprefix("NVIDIA "))
         lines.append("| " + " | ".join(cells) + " |")
+    if any(r.get("max_autotune_from") for r in rows):
+        note = "(a) max-autotune timed in an earlier call on a GPU of this name"
+        lines += ["", f"{note} (`--max-autotune-from`): its autotuning does not fit beside a run."]
     if speedups:
         geomean = statistics.geometric_mean(speedups)
         count = len(speedups)
@@ -563,6 +599,10 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=4.0, help="search minutes per model")
     parser.add_argument("--autosched-args", default="", help="more `autosched run` options")
     parser.add_argument(
+        "--torch-only", action="store_true", help="time torch alone: torch_times.json"
+    )
+    parser.add_argument("--max-autotune-from", help="a torch_times.json of an earlier call")
+    parser.add_argument(
         "--device", default=CUDA, choices=(CUDA, "cpu"), help="cpu: a smoke run, no GPU"
     )
     options = parser.parse_args()
@@ -572,6 +612,12 @@ def main() -> None:
     os.makedirs(options.out, exist_ok=True)
     previous = json.load(open(options.previous))["models"] if options.previous else []
     rows = {r["name"]: r for r in previous}
+    if options.torch_only:
+        names = options.models.split(",")
+        timed = {name: time_torch_only(BY_NAME[name], options) for name in names}
+        with open(os.path.join(options.out, "torch_times.json"), "w") as handle:
+            json.dump(timed, handle, indent=1)
+        return
     for name in options.models.split(","):
         left_min = (options.deadline_s - (time.monotonic() - began)) / 60
         if left_min < 3:  # torch's three timings and a proof need about this much
