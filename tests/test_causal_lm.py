@@ -266,12 +266,14 @@ def test_the_decode_step_chooses_the_fusion_every_function_is_built_with(tmp_pat
     prefill, decode = proof.functions
     assert {c.flags for c in decode.build_choices} == {"", AGGRESSIVE_FUSION}
     assert prefill.build_flags == decode.build_flags and not prefill.build_choices
+    assert proof.build_flags == decode.build_flags  # what `autosched compile` builds with
     assert proof.outputs_match and proof.greedy.match, proof.greedy.line()
     forced = prove_model(
         CACHED, flags, str(spec), "local-task", build_choices=FUSION_CHOICES["aggressive"],
         **{**common, "work_dir": str(tmp_path / "forced")},
     )  # fmt: skip
     assert [f.build_flags for f in forced.functions] == [AGGRESSIVE_FUSION] * 2
+    assert (forced.build_flags, forced.build_flags_of) == (AGGRESSIVE_FUSION, "tuned")
     assert forced.functions[0].vmfbs["tuned"].endswith(".choice0.vmfb")  # generated with it
     assert forced.greedy.match and forced.greedy.tokens.keys() == {"default", "tuned"}
 

@@ -153,6 +153,7 @@ def combine(proofs: Sequence[ModelProof]) -> EntryPointsProof:
         custom=_combined_custom(proofs, default_ms, tuned_ms),
         default_only=all(p.default_only for p in proofs),
         runtime_flags=_chosen_flags(proofs),
+        **_build_flags(proofs),
         runtime_choices=_combined_choices(proofs),
         identical=identical,
         functions=list(proofs),
@@ -183,6 +184,20 @@ def _combined_custom(
         combined.speedup = default_ms / combined.ms if default_ms else None
         combined.over_spec = tuned_ms / combined.ms if tuned_ms else None
     return combined
+
+
+def _build_flags(proofs: Sequence[ModelProof]) -> dict:
+    """The compile flags of the module every function runs from: the last function's choice
+    (`_prove_functions`) where every function took it, else none (a build and its printed
+    command must be the one timed)."""
+    chosen = {p.build_flags for p in proofs}
+    flags = chosen.pop() if len(chosen) == 1 else ""
+    decider = proofs[-1]
+    return {
+        "build_flags": flags,
+        "build_flags_of": decider.build_flags_of if flags else "",
+        "build_choices": decider.build_choices,
+    }
 
 
 def _chosen_flags(proofs: Sequence[ModelProof]) -> str:
