@@ -214,6 +214,30 @@ def test_builds_that_disagree_differ_without_torchs_tokens():
     assert GreedyCheck(2, tokens={"default": [1, 2, 3], "tuned": [1, 2, 3]}).match
 
 
+def test_a_16_bit_lms_builds_answer_to_the_default_and_torch_is_said():
+    """In f32 every build must generate torch's tokens; in bf16 or f16 torch's own kernels
+    may break a near tie otherwise than IREE's default build does, so there the builds must
+    equal the default's and torch's agreement is said (a tuned build that parts from the
+    default still differs)."""
+    torch_tokens = [1, 2, 3, 4]
+    same = {"default": [1, 2, 9, 9], "tuned": [1, 2, 9, 9]}
+    assert not GreedyCheck(3, tokens=same, expected=torch_tokens).match  # f32: torch's or none
+    check = GreedyCheck(3, tokens=same, expected=torch_tokens, sixteen_bit=True)
+    assert check.match
+    assert check.line().endswith(
+        "4 of 4 equal: default = tuned; torch's tokens equal the default's up to token 2"
+        " (16-bit rounding)"
+    )
+    parted = GreedyCheck(
+        3, tokens={**same, "tuned": [1, 2, 9, 5]}, expected=torch_tokens, sixteen_bit=True
+    )
+    assert not parted.match and "DIFFER (tuned: token 3 is 5, default's 9)" in parted.line()
+    agreed = GreedyCheck(
+        3, tokens={"default": torch_tokens}, expected=torch_tokens, sixteen_bit=True
+    )
+    assert agreed.line().endswith("equal: default = torch")
+
+
 @pytest.mark.slow  # about 2.5 minutes on two cores: a whole run with a budget of 4, and apply
 def test_prefill_and_decode_are_tuned_and_proved_as_one_model(tmp_path, monkeypatch):
     """Both functions' roots found and searched, each function timed and compared, and the
