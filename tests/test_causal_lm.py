@@ -294,11 +294,13 @@ def test_the_decode_step_chooses_the_fusion_every_function_is_built_with(tmp_pat
     assert proof.outputs_match and proof.greedy.match, proof.greedy.line()
     forced = prove_model(
         CACHED, flags, str(spec), "local-task", build_choices=FUSION_CHOICES["aggressive"],
-        **{**common, "work_dir": str(tmp_path / "forced")},
+        build_cache=str(tmp_path / "builds"), **{**common, "work_dir": str(tmp_path / "forced")},
     )  # fmt: skip
     assert [f.build_flags for f in forced.functions] == [AGGRESSIVE_FUSION] * 2
     assert (forced.build_flags, forced.build_flags_of) == (AGGRESSIVE_FUSION, "tuned")
-    assert forced.functions[0].vmfbs["tuned"].endswith(".choice0.vmfb")  # generated with it
+    prefill_build, decode_build = (f.vmfbs["tuned"] for f in forced.functions)
+    assert prefill_build.endswith(".choice0.vmfb")  # the tokens generated with it
+    assert os.path.samefile(prefill_build, decode_build)  # compiled once for both
     assert forced.greedy.match and forced.greedy.tokens.keys() == {"default", "tuned"}
 
 

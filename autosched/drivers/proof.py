@@ -38,10 +38,6 @@ from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 from autosched.rewrite.placement import placed_kernels
 from autosched.targets.base import Target
 
-# ---------------------------------------------------------------------------------------------
-# The proof
-
-
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no change"
 VERDICT_ROUNDS = 3  # paired rounds a verdict other than "no change" needs at least
 # A change smaller than this share of the model's time is no change: the interval must
@@ -262,24 +258,22 @@ def prove(
     Inputs are the user's `inputs` (.npz), else random with `seed`, drawn again in a saner
     range where IREE's default gives NaN or inf on them (module_io.checked_inputs); outputs
     are compared per element type (verify.TOLERANCE, integers exactly) unless `tolerance`
-    is given. Timing: `rounds` rounds, each timing every
-    build with iree-benchmark-module (`repetitions` x `min_time`), in an order that turns
-    each round. A compile failure, or a default module that fails to run, is a UserError; a
-    tuned module that fails to run or to be timed is a proof with `outputs_match` False or no
-    tuned time, and the reason in `message`. `work_dir` keeps the vmfbs, inputs and outputs.
+    is given. Timing: `rounds` rounds, each timing every build with iree-benchmark-module
+    (`repetitions` x `min_time`), in an order that turns each round. A compile failure, or
+    a default module that fails to run, is a UserError; a tuned module that fails to run or
+    be timed is a proof with `outputs_match` False or no tuned time, the reason in `message`.
+    `work_dir` keeps the vmfbs, inputs and outputs.
     With `custom_spec` (substitution.py) a third build runs custom kernels in place of the
     contractions it matches, with the spec for the rest (`custom`). With neither spec, the
     default alone is compiled and timed (`default_only`): a run that found nothing faster
-    still reports the model's time. With `default_model` (the user's model, where the tuned
-    builds start from its rewritten layout: model/layouts.py) IREE's default is built from
-    that, and the model at `model_path` is a tuned build even without a spec.
-    `runtime_flags` (IREE's, such as `--device_allocator=caching`) time every build alike.
-    With two or more `runtime_choices`, the reported build (custom, else tuned, else the
-    default) is timed with each first, and the fastest times every build instead: what a
-    call costs beside its kernels depends on the model (measure/contract.py).
-    With `build_cache` the default and tuned builds are taken from (or kept in) that cache
-    of whole-model builds (model_build.py): a run's own compile of the model is its
-    default build, and the spec check's build its tuned one.
+    still reports the model's time. With `default_model` (the user's model, the tuned builds
+    starting from its rewritten layout: model/layouts.py) IREE's default is built from that,
+    and the model at `model_path` is a tuned build even without a spec.
+    `runtime_flags` (IREE's) time every build alike; with two or more `runtime_choices`
+    the reported build (custom, else tuned, else the default) is timed with each first, and
+    the fastest times every build: a call's cost beside its kernels depends on the model.
+    With `build_cache` the builds are taken from (or kept in) that cache (model_build.py):
+    a run's own compile of the model is its default build, the spec check's its tuned one.
     `build_choices` are compile flag sets (`measure/contract.fusion_choices`): the reported
     build is compiled with each (() is the build as it is), checked, and with two or more
     timed with each; the fastest (or the only one) is the build the proof times.
@@ -474,14 +468,18 @@ def _choose_build_flags(
 
 
 def _variant(run: _Run, build: _Build, flags: tuple[str, ...], index: int) -> _Build | None:
-    """The build compiled again with `flags` too; None where that does not compile."""
+    """The build compiled again with `flags` too (once a run where it has a build cache:
+    each function of a model builds the same module); None where that does not compile."""
     source, compiled_with = build.recipe
+    every = [*compiled_with, *flags]
     out = os.path.join(run.work, f"{build.name}.choice{index}.vmfb")
     try:
-        vmfb = iree_compile(source, [*compiled_with, *flags], out, run.timeout, run.model_path)
+        if not run.build_cache:
+            return _Build(build.name, iree_compile(source, every, out, run.timeout, run.model_path))
+        once = compiled_once(source, every, run.build_cache, run.timeout, run.model_path)
     except (RuntimeError, UserError):
         return None
-    return _Build(build.name, vmfb)
+    return _Build(build.name, linked(once, out))
 
 
 def _mark_identical(builds: _Builds) -> None:
