@@ -459,12 +459,19 @@ def earlier_max_autotune(options, name: str) -> list | None:
     return earlier.get("times", {}).get("max_autotune") if same_gpu else None
 
 
-def time_torch_only(entry: ZooModel, options) -> dict:
-    """torch's three timings of one model, for a later call's `--max-autotune-from`."""
-    module, args = build(entry, CUDA)
-    times = torch_times(module, args, CUDA)
-    print(f"{entry.name}: torch {json.dumps(times)}", flush=True)
-    return {"times": times, "gpu": torch.cuda.get_device_name()}
+def time_torch_only(names: list[str], out: str) -> None:
+    """torch's three timings of each model, for a later call's `--max-autotune-from`:
+    `torch_times.json` written after each model, so a call cut short keeps what it timed."""
+    timed = {}
+    for name in names:
+        module, args = build(BY_NAME[name], CUDA)
+        times = torch_times(module, args, CUDA)
+        print(f"{name}: torch {json.dumps(times)}", flush=True)
+        timed[name] = {"times": times, "gpu": torch.cuda.get_device_name()}
+        del module, args
+        torch.cuda.empty_cache()
+        with open(os.path.join(out, "torch_times.json"), "w") as handle:
+            json.dump(timed, handle, indent=1)
 
 
 def tune_one(entry: ZooModel, options, minutes: float) -> dict:
@@ -613,10 +620,7 @@ def main() -> None:
     previous = json.load(open(options.previous))["models"] if options.previous else []
     rows = {r["name"]: r for r in previous}
     if options.torch_only:
-        names = options.models.split(",")
-        timed = {name: time_torch_only(BY_NAME[name], options) for name in names}
-        with open(os.path.join(options.out, "torch_times.json"), "w") as handle:
-            json.dump(timed, handle, indent=1)
+        time_torch_only(options.models.split(","), options.out)
         return
     for name in options.models.split(","):
         left_min = (options.deadline_s - (time.monotonic() - began)) / 60

@@ -82,21 +82,21 @@ def prove_model(
 def _prove_functions(
     entries: Sequence[EntryFunction], model: tuple, work_dir: str, common: dict
 ) -> list[ModelProof]:
-    """Each function proved in its own folder, in the model's order. One module holds every
-    function, so one set of compile flags (`build_choices`) serves them all: the last
-    function (a causal LM's decode step, which a server calls once a token) chooses among
-    them, and the others are built with its choice, applied where it builds and agrees."""
+    """Each function proved in its own folder. One module holds every function, so one set
+    of compile flags (`build_choices`) serves them all: the last function (a causal LM's
+    decode step, which a server calls once a token) chooses among them, and the others are
+    built with its choice, applied where it builds and agrees."""
     choices = common.pop("build_choices", ())
-    proofs: dict[str, ModelProof] = {}
-    for index, entry in enumerate([entries[-1], *entries[:-1]]):
-        if index == 1:  # the deciding function's flags, or IREE's formation
-            chosen = tuple(shlex.split(proofs[entries[-1].name].build_flags))
-            choices = (chosen,) if chosen else ()
+
+    def proved(entry: EntryFunction, build_choices) -> ModelProof:
         folder = os.path.join(work_dir, entry.name)
-        proofs[entry.name] = prove(
-            *model, function=entry.name, work_dir=folder, build_choices=choices, **common
+        return prove(
+            *model, function=entry.name, work_dir=folder, build_choices=build_choices, **common
         )
-    return [proofs[entry.name] for entry in entries]
+
+    decider = proved(entries[-1], choices)
+    chosen = tuple(shlex.split(decider.build_flags))  # or IREE's formation: ()
+    return [proved(entry, (chosen,) if chosen else ()) for entry in entries[:-1]] + [decider]
 
 
 def _built(proof: ModelProof) -> dict[str, str]:
