@@ -77,6 +77,7 @@ def test_a_spinning_kernel_is_a_timeout_within_its_limit_and_the_next_one_measur
     verifier = Verifier(device)
     try:
         assert verifier.check(default, data, problem, 60).status == "correct"
+        verifier.time(default, data, 1, 3, 0.01, 60)  # warm: a cold first timing runs slow
         before = verifier.time(default, data, 1, 3, 0.01, 60)
         assert before.status == "ok", before.message
         limit = run_limit(before.median_ms, 1, settings)
@@ -94,6 +95,8 @@ def test_a_spinning_kernel_is_a_timeout_within_its_limit_and_the_next_one_measur
             assert verifier.check(default, data, problem, 60).status == "correct", step
             after = verifier.time(default, data, 1, 3, 0.01, 60)
             assert after.status == "ok", (step, after.message)
-            assert 0.33 < after.median_ms / before.median_ms < 3.0, (step, before, after)
+            # A stopped kernel left spinning would slow it; faster is only noise on a busy
+            # machine (the fresh worker is cold again), so the lower bound is loose.
+            assert 0.1 < after.median_ms / before.median_ms < 3.0, (step, before, after)
     finally:
         verifier.close()
