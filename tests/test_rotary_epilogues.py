@@ -62,7 +62,9 @@ def test_only_a_rotation_by_half_is_read_as_one(index, negated, rotates):
     assert rotates_half(generic, source) is rotates
 
 
-LLAMA_BF16 = os.path.join(os.path.dirname(__file__), "data", "models", "hf_llama_layer_bf16.mlirbc")
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+LLAMA_BF16 = os.path.join(MODELS, "hf_llama_layer_bf16.mlirbc")
+DECODE_BF16 = os.path.join(MODELS, "hf_tiny_llama_in_place_t5_bf16.mlirbc")
 POINT = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "warps": 4, "pipeline_depth": 3, "group_m": 8}
 HEADS_FIRST = {"tensor<4x64x32xbf16>": 4, "tensor<2x64x32xbf16>": 2}  # q and k: heads
 
@@ -190,6 +192,46 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
     half's epilogue with cos and sin gathered at their offsets, the store), or `matmul`'s
     with its block of whole heads rotated in its tile. Every element lands where IREE puts
     it, within bf16's rounding."""
+    assert _rotary_against_iree(llama, paired) == 2  # q and k
+
+
+@pytest.fixture(scope="module")
+def decode_step(tmp_path_factory):
+    """The tiny in-place Llama in bf16 as transformers 5 exports it (`tools/export_causal_lm.py
+    --in-place --dtype bfloat16 --prompt 96 --cache 160`), read as `llama` is."""
+    pytest.importorskip("triton")
+    from test_matmul_epilogues import read_epilogues
+
+    return read_epilogues(DECODE_BF16, tmp_path_factory.mktemp("decode_rotary"))
+
+
+def test_a_decode_steps_rotation_is_read_from_its_heads(decode_step):
+    """In a decode step (one token) q's and k's RoPE has no move of the heads: the epilogue
+    reads the rounded result reshaped into heads, and the rotation's chain splits the
+    rounded result itself. It is read as the same rotation (a head of 16, cos and sin by
+    head dim alone: the step's one token), stored as the rows are."""
+    *_, problems, epilogues, _ = decode_step
+    single = [e for p in problems if p.m == 1 for e in epilogues[p.name] if e.period > 1]
+    assert sorted(e.out_type for e in single) == ["tensor<2x16xbf16>", "tensor<4x16xbf16>"]
+    for epilogue in single:
+        heads = int(epilogue.out_type.split("<")[1].split("x")[0])
+        assert [x.kind for x in epilogue.inputs] == [ACC, INDEXED, ROTATED, INDEXED]
+        assert epilogue.inputs[2].period == 16 and epilogue.read_reshapes == 1
+        assert epilogue.inputs[1].index == PermutedStore((heads, 16), (0, 1), 0)
+        assert epilogue.inputs[1].index.offsets("r", "c") == "(c % 16) * 1"
+        assert epilogue.store is None and epilogue.dag
+
+
+@pytest.mark.parametrize("paired", [True, False], ids=["rotated_matmul", "tile_rotated"])
+def test_a_decode_steps_rotary_epilogue_gives_iree_s_answer(decode_step, paired):
+    """As the layer's: the decode step's q and k kernels' lines after their main loop,
+    one row, against IREE's CPU build of the step's own chain (both layers)."""
+    assert _rotary_against_iree(decode_step, paired, rows=1) == 4
+
+
+def _rotary_against_iree(read: tuple, paired: bool, rows: int | None = None) -> int:
+    """How many of the model's rotary epilogues (of problems of `rows` rows, or all) gave
+    IREE's answers as the kernel computes them (the tests above)."""
     import textwrap
 
     import ml_dtypes
@@ -201,7 +243,8 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
     from autosched.rewrite.common import is_problems_op as _is_problems_op
     from autosched.rewrite.epilogues import after_contraction, epilogue_of
 
-    *_, problems, _, folder = llama
+    *_, problems, _, folder = read
+    problems = [p for p in problems if rows is None or p.m == rows]
     module = ir.Module.parseFile(str(folder / "fused" / FUSED_MODEL), ir.Context())
     checked = 0
     for op in list(walk_ops(module.operation)):
@@ -226,10 +269,12 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
         names = {"tl": SimpleNamespace(**vars(numpy_tl()), store=_Stored.store), "EVEN": True}
         names |= {"HALF": epilogue.period // 2, "first": np.arange(n // 2), "rm": np.arange(m)}
         names |= {"BM": m, "BN": n, "M": m, "N": n, "rn": np.arange(n)}
+        names |= {"batch": 0, "scb": 0, "scm": n, "scn": 1}  # C row-major, where no store
         names |= {"e0": NumpyPointer(cos), "e1": NumpyPointer(sin)}
         names["c"] = stored = _Stored(m * n, names)
         result = rounded.reshape(m, n)
-        offsets = epilogue.store.offsets("rm[:, None]", "rn[None, :]")
+        store = epilogue.store
+        offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else kernels.ROW_MAJOR
         values = epilogue_values(epilogue, kernels.TILE_NAMES)
         if paired:
             exec("\n".join(kernels.ROTATED_COLUMNS), names)
@@ -238,6 +283,8 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
         else:
             names["acc"] = tile(result)
             source = kernels.store_tile(epilogue, n, kernels.plain_store(), values)
+        if store is None and not paired:  # `matmul` points at C before its store lines
+            exec(f"c_ptrs = c + ({kernels.ROW_MAJOR})", names)
         exec(textwrap.dedent(source), names)  # the kernel's own lines, as Python
         written = stored.written
         assert not np.isnan(written).any()  # every element written
@@ -245,7 +292,7 @@ def test_each_rotary_epilogue_as_the_kernel_computes_it_gives_iree_s_answer(llam
         # ulps (2^-7) of the terms' sizes, which q * cos + rotate_half(q) * sin cancels
         assert (np.abs(written - expected) <= 2 * 2**-7 * stored.terms + 1e-3).all()
         checked += 1
-    assert checked == 2  # q and k
+    return checked
 
 
 @pytest.mark.slow  # about 13 s on two cores: the Llama layer rewritten and lowered
@@ -284,3 +331,57 @@ def test_the_rewritten_layer_has_no_rotation_left(llama, tmp_path):
         assert extracts == 0 and all(externs.count(t) == 1 for t in HEADS_FIRST)
     externs, extracts = found[16]
     assert extracts == 2 and not any(t in externs for t in HEADS_FIRST)
+
+
+@pytest.mark.slow  # about 20 s on two cores: the tiny LM rewritten and lowered
+def test_a_decode_step_with_its_kernels_has_no_rotation_left(decode_step, tmp_path):
+    """Every matmul of the tiny LM a kernel with its epilogue: prefill's and decode's q and
+    k kernels keep RoPE, so no rotating generic is left in either function, and the module
+    still builds for sm_90."""
+    from test_matmul_epilogues import triton_spec
+    from test_triton_kernels import _iree_compile
+
+    from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
+    from autosched.rewrite.replacements import substitutable
+
+    target, model, problems, epilogues, folder = decode_step
+    kept = [p for p in problems if substitutable(p) is None]  # not RoPE's angles (bf16 x f32)
+    read = (target, model, kept, epilogues, folder)
+    spec = triton_spec(read, str(tmp_path / "every.mlir"), POINT, epilogues)
+    rewritten, _ = rewrite_model(model, spec, target.compile_flags(), str(tmp_path / "r.mlir"), 300)
+    module = ir.Module.parseFile(rewritten, ir.Context())
+    ops = list(walk_ops(module.operation))
+    kernels = [str(op.results[0].type) for op in ops if op.name == "hal.dispatch.extern"]
+    assert kernels.count("tensor<4x16xbf16>") == 2 and kernels.count("tensor<2x16xbf16>") == 2
+    rotations = [op for op in ops if op.name == "tensor.extract" and _of_heads(op.operands[0])]
+    assert not rotations  # only the embedding's gathers read with tensor.extract
+    _iree_compile(rewritten, *target.compile_flags(), RESUME_FLAG, "--compile-to=stream")
+
+
+def _of_heads(value: ir.Value) -> bool:
+    """Whether `value` is an expand_shape's result (a rotation's halves of each head)."""
+    owner = value.owner
+    return not isinstance(owner, ir.Block) and owner.operation.name == "tensor.expand_shape"
+
+
+@pytest.mark.gpu
+def test_a_decode_step_with_its_rotary_kernels_gives_the_default_builds_outputs(
+    decode_step, tmp_path, monkeypatch
+):
+    """On the GPU: the tiny LM with every matmul a kernel, prefill's and decode's RoPE in
+    the q and k kernels, answers as IREE's default build does."""
+    from click.testing import CliRunner
+    from test_matmul_epilogues import triton_spec
+
+    from autosched.cli import cli
+    from autosched.rewrite.replacements import substitutable
+
+    target, model, problems, epilogues, folder = decode_step
+    kept = [p for p in problems if substitutable(p) is None]
+    spec = triton_spec(
+        (target, model, kept, epilogues, folder), str(tmp_path / "e.mlir"), POINT, epilogues
+    )
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["apply", DECODE_BF16, "--custom", spec, "--target", "cuda"])
+    assert result.exit_code == 0, result.output
+    assert "outputs match" in result.output.split("with custom kernels")[1]

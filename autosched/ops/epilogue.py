@@ -31,14 +31,14 @@ class PermutedStore:
         """The Triton expression of each tile element's offset in the result, from its row
         and column indices (`row` and `column`, broadcast over the tile)."""
         terms = []
-        for index, name in ((0, row), (self.rows, column)):
-            end = self.rows if index == 0 else len(self.extents)
-            for dim in range(index, end):
+        # The rows' dims, then the columns' (a single row of a decode step: no rows' dims).
+        for name, first, end in ((row, 0, self.rows), (column, self.rows, len(self.extents))):
+            for dim in range(first, end):
                 if self.strides[dim] == 0:  # an indexed input that has no such dim
                     continue
                 inner = math.prod(self.extents[dim + 1 : end])
                 part = f"({name} // {inner})" if inner > 1 else name
-                if dim > index:  # the outermost dim of the split needs no modulo
+                if dim > first:  # the outermost dim of the split needs no modulo
                     part = f"({part} % {self.extents[dim]})"
                 terms.append(f"{part} * {self.strides[dim]}")
         return " + ".join(terms) or "0"
@@ -85,6 +85,9 @@ class Epilogue:
     statements: tuple[str, ...]  # Triton, over `a{i}` (its inputs); the result is `out`
     reshapes: int = 0  # reshapes between the contraction and its truncf (narrow_reshapes.py)
     acc_shape: tuple[int, ...] = ()  # the truncf's shape, after those reshapes
+    # Reshapes between the truncf and the epilogue, which reads the rounded result in heads
+    # (a decode step's RoPE: rewrite/rotary.py); the kernel's tile is the same elements.
+    read_reshapes: int = 0
     store: PermutedStore | None = None  # a result that permutes the truncf's dims
     # The generic as a transform DAG matcher's region, where its body captures nothing
     # (rewrite/epilogues.py `_dag`): matched exactly, not by its types alone.

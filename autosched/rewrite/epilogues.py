@@ -33,7 +33,7 @@ from dataclasses import replace
 from iree.compiler import ir
 from iree.compiler.dialects import func
 
-from autosched.ir_walk import indexing_maps, walk_ops
+from autosched.ir_walk import defining_op, indexing_maps, walk_ops
 from autosched.ops.convolution import ConvolutionProblem
 from autosched.ops.epilogue import (
     ACC,
@@ -59,7 +59,7 @@ from autosched.rewrite.common import (
 )
 from autosched.rewrite.common import element_type as _element
 from autosched.rewrite.narrow_reshapes import MAX_RESHAPES
-from autosched.rewrite.rotary import rotation_move, rotation_period
+from autosched.rewrite.rotary import rotation_period, rotation_start
 
 BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/"}
 CALLS = {
@@ -308,17 +308,39 @@ def _rounding_user(op: ir.Operation, user: ir.Operation | None) -> ir.Operation 
 
 def _rotating_user(rounded: ir.Value) -> ir.Operation | None:
     """Of a rounded result's two users, the generic that also reads it through the other
-    (RoPE: `q * cos + rotate_half(q) * sin`, rewrite/rotary.py); None otherwise."""
+    (RoPE: `q * cos + rotate_half(q) * sin`, rewrite/rotary.py): the generic itself or
+    reshapes before it (`read_rounded`), and the rotation chain's move generic or, in a
+    decode step, its expand_shape; None otherwise."""
     users = [use.owner.operation for use in rounded.uses]
     if len(users) != 2:
         return None
-    for generic, other in (users, users[::-1]):
-        if generic.name != "linalg.generic" or rounded not in list(generic.operands)[:-1]:
+    for first, other in (users, users[::-1]):
+        generic = first
+        while generic is not None and generic.name in RESHAPES:
+            generic = single_user(generic.results[0])
+        if generic is None or generic.name != "linalg.generic":
+            continue
+        if read_rounded(rounded, generic) is None:
             continue
         for operand in list(generic.operands)[:-1]:
-            move = rotation_move(operand)
-            if move is not None and move == other:
+            start = rotation_start(operand)
+            if start is not None and other in (start, defining_op(start.operands[0])):
                 return generic
+    return None
+
+
+def read_rounded(rounded: ir.Value, generic: ir.Operation) -> tuple[ir.Value, int] | None:
+    """(the generic's operand that is `rounded` itself or reshaped, the reshapes between
+    them), or None where it reads no such operand."""
+    for operand in list(generic.operands)[:-1]:
+        value, reshapes = operand, 0
+        while value != rounded and reshapes < MAX_RESHAPES:
+            producer = defining_op(value)
+            if producer is None or producer.name not in RESHAPES:
+                break
+            value, reshapes = producer.operands[0], reshapes + 1
+        if value == rounded:
+            return operand, reshapes
     return None
 
 
@@ -379,11 +401,13 @@ def _plain(operand: ir.Value, kind: str) -> EpilogueInput:
 
 
 def _rotated(
-    operand: ir.Value, truncf: ir.Operation, acc_map: ir.AffineMap, shape: tuple
+    operand: ir.Value, rounded: ir.Value, read: ir.Value, acc_map: ir.AffineMap
 ) -> EpilogueInput | None:
-    """The rounded result rotated by half in each head (rewrite/rotary.py), where the head dim
-    is the rounded result's last (so a head is that many columns of the kernel's tile)."""
-    period = rotation_period(operand, truncf.results[0], acc_map)
+    """The rounded result (as the generic reads it, `read`) rotated by half in each head
+    (rewrite/rotary.py), where the head dim is the last one read (so a head is that many
+    columns of the kernel's tile)."""
+    shape = ir.RankedTensorType(read.type).shape
+    period = rotation_period(operand, rounded, read, acc_map)
     last = ir.AffineDimExpr.get(acc_map.n_dims - 1, context=acc_map.context)
     if period is None or period != shape[-1] or acc_map.results[-1] != last:
         return None
@@ -435,10 +459,11 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
     maps = indexing_maps(generic)
     inputs = len(generic.operands) - 1
     identity = ir.AffineMap.get_identity(len(iterators), context=generic.context)
-    acc = [i for i in range(inputs) if generic.operands[i] == rounded]
+    read, read_reshapes = read_rounded(rounded, generic) or (rounded, 0)
+    acc = [i for i in range(inputs) if generic.operands[i] == read]
     if len(acc) != 1 or maps[-1] != identity:
         return "its user is not elementwise on the contraction's output"
-    shape = tuple(ir.RankedTensorType(rounded.type).shape)
+    shape = tuple(ir.RankedTensorType(read.type).shape)
     out_shape = list(ir.RankedTensorType(generic.results[0].type).shape)
     layout = _layout(problem, maps[acc[0]], shape, out_shape)
     if isinstance(layout, str):
@@ -451,7 +476,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         if position == acc[0]:
             kind = _plain(operand, ACC)
         elif maps[position] == identity:
-            rotated = truncf and _rotated(operand, truncf, maps[acc[0]], shape)
+            rotated = truncf and _rotated(operand, rounded, read, maps[acc[0]])
             kind = rotated or _plain(operand, FULL)
         elif channel is not None and results == channel:
             kind = _plain(operand, CHANNEL)
@@ -462,6 +487,8 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         kinds.append(kind)
     if len(list(rounded.uses)) > 1 and not any(k.kind == ROTATED for k in kinds):
         return "its rounded result has another user"
+    if read_reshapes and not any(k.kind == ROTATED for k in kinds):
+        return "it reads the rounded result reshaped"  # a decode step's RoPE alone
     if list(generic.regions[0].blocks[0].arguments[inputs].uses):
         return "its user reads its own output"
     statements = _statements(generic, inputs)
@@ -475,7 +502,8 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         rounded_before=truncf is not None,
         statements=tuple(statements),
         reshapes=reshapes,
-        acc_shape=shape,
+        acc_shape=tuple(ir.RankedTensorType(rounded.type).shape),
+        read_reshapes=read_reshapes,
         store=store,
         dag=_dag(generic),
     )

@@ -225,10 +225,8 @@ def epilogue_matcher(
         if operand.kind == ROTATED:
             lines += _rotation_matcher(position)
     producer = "%tr" if epilogue.rounded_before else "%mm"
-    lines.append(
-        f"    {producer} = transform.get_producer_of_operand {first}[{epilogue.acc_position}]"
-        f" : ({ANY_OP}) -> {ANY_OP}"
-    )
+    read = ReshapeChain(epilogue.read_reshapes, ())  # none: the producer of its operand
+    lines += chain_matcher_lines(first, read, ANY_OP, epilogue.acc_position, bound=producer)
     if epilogue.rounded_before:
         chain = (
             (0, ReshapeChain(epilogue.reshapes, epilogue.acc_shape)) if epilogue.reshapes else None

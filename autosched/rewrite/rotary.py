@@ -5,7 +5,9 @@ optimization, after q's projection and its truncf, `rotate_half` is a chain of f
 generic that moves the heads before the tokens, an expand_shape that splits the head dim in
 two halves, a generic of no inputs whose body reads that tensor with `tensor.extract` at the
 other half (negated in the first), and a collapse_shape back. The epilogue generic reads the
-truncf (through the same move), cos, the chain's result and sin.
+truncf (through the same move), cos, the chain's result and sin. In a decode step (one token)
+there is no move: the epilogue reads the truncf reshaped into heads, and the chain's
+expand_shape splits the truncf itself into heads and halves (`_is_view`).
 
 The rotating generic's body is index arithmetic. It is evaluated here with numpy over its
 whole iteration space (each loop index a broadcast arange, so every array is only as large as
@@ -63,30 +65,48 @@ def _chain(value: ir.Value) -> tuple | None:
     return collapse, rotating, source, expand
 
 
-def rotation_move(value: ir.Value) -> ir.Operation | None:
-    """The move generic at the start of the rotation chain that ends in `value`, if `value`
+def rotation_start(value: ir.Value) -> ir.Operation | None:
+    """The expand_shape at the start of the rotation chain that ends in `value`, if `value`
     ends one (before its checks: to tell which of a truncf's two users is the epilogue)."""
     chain = _chain(value)
-    return defining_op(chain[3].operands[0]) if chain else None
+    return chain[3] if chain else None
 
 
-def rotation_period(value: ir.Value, rounded: ir.Value, acc_map: ir.AffineMap) -> int | None:
+def rotation_period(
+    value: ir.Value, rounded: ir.Value, read: ir.Value, acc_map: ir.AffineMap
+) -> int | None:
     """The head dim when `value` (an input of an epilogue generic that reads the truncf's
-    result `rounded` through `acc_map`, over loops whose last is the head dim) is `rounded`
-    moved as the generic reads it and rotated by half in each head; else None."""
+    result `rounded` as `read`, itself or reshaped, through `acc_map`, over loops whose last
+    is the head dim) is `read` as the generic reads it, rotated by half in each head; else
+    None."""
     chain = _chain(value)
     if chain is None:
         return None
     collapse, rotating, source, expand = chain
     if len(rotating.operands) != 1 or _shape(source) != _shape(rotating.results[0]):
         return None
-    halves = _splits_last_in_halves(collapse, rotating.results[0]) and _splits_last_in_halves(
-        expand, source
+    moved = _splits_last_in_halves(expand, source) and _is_move(
+        defining_op(expand.operands[0]), rounded, acc_map
     )
-    moved = _is_move(defining_op(expand.operands[0]), rounded, acc_map)
-    if not (halves and moved and rotates_half(rotating, source)):
+    halves = _splits_last_in_halves(collapse, rotating.results[0])
+    if not (halves and (moved or _is_view(expand, rounded, read, acc_map))):
         return None
-    return 2 * _shape(source)[-1]
+    return 2 * _shape(source)[-1] if rotates_half(rotating, source) else None
+
+
+def _is_view(expand: ir.Operation, rounded: ir.Value, read: ir.Value, acc_map) -> bool:
+    """Whether the chain's expand_shape splits `rounded` itself into the heads the generic
+    reads it as (`read`, through the identity) and each head's halves. Reshapes keep the
+    elements' order, so its [..., half, j] is `read`'s [..., half * H + j]."""
+    identity = ir.AffineMap.get_identity(acc_map.n_dims, context=acc_map.context)
+    split, viewed = _shape(expand.results[0]), _shape(read)
+    return (
+        expand.operands[0] == rounded
+        and acc_map == identity
+        and split[:-2] == viewed[:-1]
+        and split[-2] == 2
+        and split[-2] * split[-1] == viewed[-1]
+    )
 
 
 def _extracted_tensor(generic: ir.Operation) -> ir.Value | None:
