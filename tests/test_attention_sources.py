@@ -197,17 +197,19 @@ def test_a_runs_custom_spec_reads_k_and_v_before_their_copies(llama_absorbed, tm
     assert "the kernel reads K, V as the model holds them and writes its result" in logged
 
 
-@pytest.fixture(scope="module")
-def llama_every_kernel(llama_absorbed):
+@pytest.fixture(scope="module", params=[False, True], ids=["norms_to_iree", "norms_in_kernels"])
+def llama_every_kernel(llama_absorbed, request):
     """The Llama layer's spec with every custom kernel: the 7 matmuls (weights as stored,
-    truncfs behind reshapes, epilogues) and the flash kernel (K, V and its result as the
-    model holds them); (its path, the model lowered for sm_90)."""
+    truncfs behind reshapes, epilogues; with the param, the RMSNorms before q, k, v, gate
+    and up in their kernels) and the flash kernel (K, V and its result as the model holds
+    them); (its path, the model lowered for sm_90, whether the norms are in)."""
     from test_matmul_epilogues import POINT
 
     from autosched.drivers.model_stages.prepare import model_for_target
     from autosched.model.lowering import analyze_model
     from autosched.rewrite.epilogues import winners_epilogues
     from autosched.rewrite.narrow_reshapes import model_reshape_chains
+    from autosched.rewrite.row_norms import winners_norms
     from autosched.rewrite.spec import write_substitution
     from autosched.targets.cuda import CudaTarget
     from autosched.targets.host import Machine
@@ -220,20 +222,25 @@ def llama_every_kernel(llama_absorbed):
     matmuls = list({p.name: p for c in contractions if (p := c.as_matmul_problem())}.values())
     chains = model_reshape_chains(model, flags, str(folder / "every_narrow"))
     epilogues = winners_epilogues(model, flags, str(folder / "every_fused"), matmuls)
+    norms = None
+    if request.param:
+        norms = winners_norms(model, flags, str(folder / "every_fused"), matmuls)
     winners = [*((p, POINT) for p in matmuls), (op, FLASH_POINT)]
-    spec = str(folder / "every.mlir")
-    assert write_substitution(spec, winners, target, chains, epilogues, {op.name: forms}) == []
-    return spec, model
+    spec = str(folder / f"every_{request.param}.mlir")
+    absorbed = {op.name: forms}
+    assert write_substitution(spec, winners, target, chains, epilogues, absorbed, None, norms) == []
+    return spec, model, request.param
 
 
 def test_with_every_kernel_only_rmsnorm_is_left_to_iree(llama_every_kernel, tmp_path):
     """Every arm together on the layer: 8 kernels, the attention's output written in
     o_proj's seq x heads x dim, q and k with their RoPE, and of IREE's element-wise work only
-    the two RMSNorms (4 generics each) left; the layer builds for sm_90."""
+    the two RMSNorms (4 generics each) left, or none with the norms in the kernels after
+    them; the layer builds for sm_90."""
     from autosched.compile import CompileJob, compile_one
     from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
 
-    spec, model = llama_every_kernel
+    spec, model, norms_in = llama_every_kernel
     out = str(tmp_path / "every.mlir")
     rewritten, replaced = rewrite_model(model, spec, SM90.compile_flags(), out, 300)
     assert replaced == 8
@@ -241,7 +248,7 @@ def test_with_every_kernel_only_rmsnorm_is_left_to_iree(llama_every_kernel, tmp_
     ops = list(walk_ops(module.operation))
     externs = [str(o.results[0].type) for o in ops if o.name == "hal.dispatch.extern"]
     assert "tensor<64x2x2x32xbf16>" in externs  # the attention, in seq x heads x dim
-    assert len([o for o in ops if o.name == "linalg.generic"]) == 2 * 4
+    assert len([o for o in ops if o.name == "linalg.generic"]) == (0 if norms_in else 2 * 4)
     flags = [*SM90.compile_flags(), RESUME_FLAG]
     built = compile_one(CompileJob(rewritten, str(tmp_path / "every.vmfb"), flags), 300)
     assert built.status == "ok", built.message
@@ -251,13 +258,13 @@ def test_with_every_kernel_only_rmsnorm_is_left_to_iree(llama_every_kernel, tmp_
 def test_the_layer_with_every_kernel_gives_the_default_builds_outputs(
     llama_every_kernel, tmp_path, monkeypatch
 ):
-    """On the GPU: the layer with every custom kernel and absorbed layout op, against
-    IREE's default build."""
+    """On the GPU: the layer with every custom kernel and absorbed layout op (and with
+    the norms in the kernels), against IREE's default build."""
     from click.testing import CliRunner
 
     from autosched.cli import cli
 
-    spec, _ = llama_every_kernel
+    spec, *_ = llama_every_kernel
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["apply", LLAMA_BF16, "--custom", spec, "--target", "cuda"])
     assert result.exit_code == 0, result.output

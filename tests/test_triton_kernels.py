@@ -922,7 +922,7 @@ def test_a_winner_whose_f32_kernel_does_not_fit_keeps_its_bf16_form(tmp_path):
     problem = _problem(512, 1024, 512, "bf16", "f32", transpose_b=True)
     wide = {"tile_m": 128, "tile_n": 256, "tile_k": 64, "warps": 8, "pipeline_depth": 3,
             "group_m": 8, "split_k": 1, "persistent": 132}  # fmt: skip
-    family, forms = family_of(wide, "matmul"), ModelForms({}, {}, {}, {})
+    family, forms = family_of(wide, "matmul"), ModelForms({}, {}, {}, {}, {})
     substitute = build_substitute(family, problem, wide, forms, "sm_90", str(tmp_path / "w"))
     assert substitute.binary is None and substitute.narrow is not None
     assert substitute.narrow[0].acc_type == "bf16"

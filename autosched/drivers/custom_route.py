@@ -30,6 +30,7 @@ from autosched.rewrite.epilogues import winners_epilogues
 from autosched.rewrite.narrow_reshapes import model_reshape_chains
 from autosched.rewrite.placement import CUSTOM_ROUTE, IREE_ROUTE, CustomWinner, NotPlaced
 from autosched.rewrite.replacements import narrowed, substitutable
+from autosched.rewrite.row_norms import winners_norms
 from autosched.rewrite.spec import write_substitution
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning
@@ -361,8 +362,18 @@ def _paddings(model: tuple[str, str] | None, winners: list, target, log) -> dict
     return found
 
 
+def _norms(model: tuple[str, str] | None, winners: list, target, log) -> dict | None:
+    """The RMSNorms that make the matmul winners' A, which their kernels compute
+    (rewrite/row_norms.py), by `problem_key`; None without any."""
+    matmuls = [p for p, _ in winners if p.kind == "matmul" and not p.any_rows]
+    found = _read_fused(model, matmuls, winners_norms, target, log, "norms")
+    if found is not None:
+        log.write(f"norms read before their matmuls: {sum(len(n) for n in found.values())}")
+    return found
+
+
 # What the spec writer reads from the model, in write_substitution's order.
-MODEL_READINGS = (_chains, _epilogues, _absorbed, _paddings)
+MODEL_READINGS = (_chains, _epilogues, _absorbed, _paddings, _norms)
 EPILOGUE_READING = _epilogues  # its readings: {problem_key: [Epilogue]} (or None)
 
 

@@ -65,6 +65,7 @@ class Absorbs:
     padding: bool = False  # a zero pad before the op's image: the kernel masks the taps
     copied_operands: bool = False  # copies before the operands: the kernel reads the sources
     layouts: bool = False  # the operands in the op's own layout (the function transposes)
+    norms: bool = False  # the RMSNorm that makes A (ops/row_norm.py): the kernel reads x and g
 
 
 class KernelFamily(ABC):

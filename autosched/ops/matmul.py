@@ -14,6 +14,7 @@ from iree.compiler import ir
 
 from autosched.errors import UserError, require_file
 from autosched.ops.base import Operand, accumulated_tolerance
+from autosched.ops.row_norm import RowNorm
 
 MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 # The size of a dimension known only at run time, as MLIR spells it in a shape
@@ -49,6 +50,9 @@ class MatmulProblem:
     zero_init: bool  # the accumulator comes from a linalg.fill, not from a function input
     indexing_maps: str  # the op's indexing_maps attribute, as MLIR text
     sites: list[OpSite] = field(default_factory=list)
+    # A form of the problem whose kernel computes the RMSNorm that makes A (rewrite/
+    # row_norms.py): never searched, only substituted.
+    norm: RowNorm | None = None
 
     @property
     def name(self) -> str:
@@ -60,7 +64,9 @@ class MatmulProblem:
         dims = [self.m, self.n, self.k] if not self.batch else [self.batch, self.m, self.n, self.k]
         shape = "x".join("any" if d == DYNAMIC else str(d) for d in dims)
         init = "" if self.zero_init else "_acc"
-        return f"{kind}_{shape}_{self.lhs_type}_{self.rhs_type}_{self.acc_type}{init}"
+        # A normed form's kernels are the problem's own to placement.py (`{name}.{form}`).
+        normed = f".rmsnorm{self.norm.digest}" if self.norm else ""
+        return f"{kind}_{shape}_{self.lhs_type}_{self.rhs_type}_{self.acc_type}{init}{normed}"
 
     @property
     def any_rows(self) -> bool:

@@ -19,16 +19,24 @@ from autosched.rewrite.matchers import (
     padded_handles,
 )
 from autosched.rewrite.replacements import FUNCTION_PREFIX, Substitute
+from autosched.rewrite.row_norms import lhs_sources, norm_handles
 from autosched.rewrite.sequences import Arm, caller_sequence
 from autosched.rewrite.stored_weights import StoredLayout
 
 
 def _operands(problem) -> str:
-    """The matched op's operands its kernel takes: A and B, or an attention's q, k, v and
-    its mask tensor (operand 3 is the scale)."""
-    if problem.kind == "attention":
-        return "0, 1, 2, 4" if problem.mask_tensor else "0, 1, 2"
-    return "0, 1"
+    """The matched attention's operands its kernel takes: q, k, v and its mask tensor
+    (operand 3 is the scale)."""
+    return "0, 1, 2, 4" if problem.mask_tensor else "0, 1, 2"
+
+
+def _ab(problem, handle: str, b: tuple[str, str] | None = None) -> list[tuple[str, str]]:
+    """What the kernel reads for the contraction at `handle`: its A and B (B at `b` where
+    given: a stored weight), a normed form's x, B and g (row_norms.lhs_sources), or a
+    convolution's image and filter."""
+    if problem.kind == "convolution":
+        return conv_operands(problem, handle)
+    return lhs_sources(problem, handle, b or (handle, "1"))
 
 
 def _epilogue_arms(i: int, w: Substitute) -> list[tuple[Arm, str, str]]:
@@ -40,12 +48,14 @@ def _epilogue_arms(i: int, w: Substitute) -> list[tuple[Arm, str, str]]:
     for j, (epilogue, _, stored_binary) in enumerate(w.epilogues):
         function = f"{FUNCTION_PREFIX}{i}_e{j}"
         extra_sources = epilogue.sources("%tr", "%op")
-        variants = [(None, function, conv_operands(w.problem, "%mm"))]
+        variants = [(None, function, _ab(w.problem, "%mm"))]
         if stored_binary is not None:
-            variants.insert(0, (w.stored[0], f"{function}_stored", [("%mm", "0"), ("%t", "0")]))
+            stored_sources = _ab(w.problem, "%mm", ("%t", "0"))
+            variants.insert(0, (w.stored[0], f"{function}_stored", stored_sources))
         for layout, called, sources in variants:
             stored = "_stored" if layout else ""
             params = ["%op", "%tr", "%mm", *(["%t"] if layout else padded_handles(w.problem))]
+            params += norm_handles(w.problem)
             callees = (f"{called}_kernel",) if convolution or layout else ()
             caller = caller_sequence(
                 f"call_epilogue{stored}_{i}_{j}", called, params, [*sources, *extra_sources],
@@ -78,14 +88,15 @@ def _narrow_arms(i: int, w: Substitute) -> list[tuple[Arm, str, str]]:
             if layout is None:
                 function = f"{prefix}_narrow"
                 params = ["%op", "%mm", *padded_handles(w.problem)]
-                sources = conv_operands(w.problem, "%mm")
+                sources = _ab(w.problem, "%mm")
                 callees = (function,) if chain else ()
                 if w.problem.kind == "convolution":  # its function calls its kernel
                     callees = (f"{function}_kernel",)
             else:
                 function, params = f"{prefix}_narrow_stored", ["%op", "%mm", "%t"]
-                sources = [("%mm", "0"), ("%t", "0")]
+                sources = _ab(w.problem, "%mm", ("%t", "0"))
                 callees = (f"{prefix}_ns_kernel", function) if chain else (f"{prefix}_ns_kernel",)
+            params += norm_handles(w.problem)
             arms.append(
                 (
                     (f"match_{name}", f"call_{name}"),
@@ -119,8 +130,8 @@ def winner_arms(
             caller_sequence(
                 f"call_stored_{i}",
                 f"{prefix}_stored",
-                ["%op", "%t"],
-                [("%op", "0"), ("%t", "0")],
+                ["%op", "%t", *norm_handles(w.problem)],
+                _ab(w.problem, "%op", ("%t", "0")),
                 (f"{prefix}_stored_kernel",),
             )
         )
@@ -151,10 +162,10 @@ def winner_arms(
         caller_sequence(
             f"call_custom_{i}",
             prefix,
-            ["%op", *padded_handles(w.problem)],
-            conv_operands(w.problem, "%op")
-            if w.problem.kind == "convolution"
-            else [("%op", _operands(w.problem))],
+            ["%op", *padded_handles(w.problem), *norm_handles(w.problem)],
+            [("%op", _operands(w.problem))]
+            if w.problem.kind == "attention"
+            else _ab(w.problem, "%op"),
             callees,
         )  # fmt: skip
     )

@@ -108,5 +108,7 @@ def is_problems_op(op: ir.Operation, problem) -> bool:
 
 def problem_key(problem: ConvolutionProblem | MatmulProblem) -> object:
     """How a problem's forms read from the model are named: a convolution by its op form's
-    key (two may share a name), a matmul by its name."""
-    return problem.key() if isinstance(problem, ConvolutionProblem) else problem.name
+    key (two may share a name), a matmul by its name (a normed form by its problem's)."""
+    if isinstance(problem, ConvolutionProblem):
+        return problem.key()
+    return replace(problem, norm=None).name if problem.norm else problem.name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from autosched.kernels.matmul_triton.kernel import operand_types
 from autosched.ops.matmul_kernel import tensor_type
 from autosched.rewrite.attention_sources import absorbed_function
 from autosched.rewrite.narrow_reshapes import reshaped_function
@@ -112,7 +113,7 @@ def _reshaped_functions(name: str, w: Substitute) -> list[str]:
         return []
     narrow_type = w.narrow[0].acc_type
     result = tensor_type(w.problem.acc_shape, narrow_type)
-    lhs = tensor_type(w.problem.lhs_shape, w.problem.lhs_type)
+    lhs, after_b = operand_types(w.problem)
     operands = [("narrow", tensor_type(w.problem.rhs_shape, w.problem.rhs_type))]
     if w.stored is not None and w.stored[3] is not None:
         operands.append(("narrow_stored", tensor_type(w.stored[0].shape, w.problem.rhs_type)))
@@ -122,7 +123,8 @@ def _reshaped_functions(name: str, w: Substitute) -> list[str]:
         for kind, rhs in operands:
             functions.append(
                 reshaped_function(
-                    f"{name}_{kind}_r{j}", f"{name}_{kind}", [lhs, rhs], result, reshaped
+                    f"{name}_{kind}_r{j}", f"{name}_{kind}", [lhs, rhs, *after_b], result,
+                    reshaped,
                 )
-            )
+            )  # fmt: skip
     return functions

@@ -22,7 +22,7 @@ indexed by token and head dim: the kernel rotates its tile and reads those at th
 A transform matcher cannot compare a body that captures constants, so such an epilogue is
 matched by its operand and result types after the contraction and its `truncf`, and only
 where every epilogue of that type signature in the model has the same statements and store
-(`unambiguous`). One whose body captures nothing is matched exactly, maps and body (`_dag`).
+(`unambiguous`). One whose body captures nothing is matched exactly, maps and body (`generic_dag`).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _captures(op: ir.Operation) -> bool:
     return any(value not in inside for body_op in block.operations for value in body_op.operands)
 
 
-def _dag(op: ir.Operation) -> str:
+def generic_dag(op: ir.Operation) -> str:
     """The generic as the region of a transform DAG matcher (`^bb0` over its operands, then
     the op, body and maps included), which matches it exactly; "" when its body captures a
     value from outside, which such a matcher cannot follow."""
@@ -259,7 +259,9 @@ def _then(first: ir.Operation, epilogue: Epilogue) -> Epilogue:
     statements = _statements(user, inputs, names, prefix="t")
     if isinstance(statements, str):
         return epilogue
-    then = Then(acc[0], tuple(positions), str(value.type), epilogue.out_type, reshapes, _dag(user))
+    then = Then(
+        acc[0], tuple(positions), str(value.type), epilogue.out_type, reshapes, generic_dag(user)
+    )
     return replace(
         epilogue,
         inputs=(*epilogue.inputs, *added),
@@ -505,7 +507,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         acc_shape=tuple(ir.RankedTensorType(rounded.type).shape),
         read_reshapes=read_reshapes,
         store=store,
-        dag=_dag(generic),
+        dag=generic_dag(generic),
     )
     return read if truncf is not None or store is not None else _then(generic, read)
 

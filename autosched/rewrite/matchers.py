@@ -28,6 +28,7 @@ from autosched.rewrite.builders import dag_lines, truncf_dag
 from autosched.rewrite.conv_padding import PAD, padded_extents
 from autosched.rewrite.narrow_reshapes import ReshapeChain, chain_matcher_lines
 from autosched.rewrite.replacements import NARROW_FROM
+from autosched.rewrite.row_norms import norm_handles, norm_matcher_lines, normed_form
 from autosched.rewrite.stored_weights import StoredLayout, transpose_matcher
 
 
@@ -62,9 +63,15 @@ def contraction_matcher(
             f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
             *transposed,
             *_image_matcher(problem, "%op"),
+            *_norm_lines(problem, "%op"),
         ],
-        yielded,
+        [*yielded, *norm_handles(problem)],
     )
+
+
+def _norm_lines(problem, handle: str) -> list[str]:
+    """A normed form's (rewrite/row_norms.py): the norm that makes `handle`'s A."""
+    return norm_matcher_lines(handle, problem.norm) if normed_form(problem) else []
 
 
 def _image_matcher(problem, handle: str) -> list[str]:
@@ -139,7 +146,7 @@ def narrow_matcher(
     name = "match_" + narrow_name(index, layout, chain[0] if chain else None)
     yielded = ["%op", "%mm", "%t"] if layout else ["%op", "%mm", *padded_handles(problem)]
     lines = _truncf_of_contraction("%op", problem, narrow, layout, chain)
-    return _sequence(name, "%op", lines, yielded)
+    return _sequence(name, "%op", lines, [*yielded, *norm_handles(problem)])
 
 
 def _truncf_of_contraction(
@@ -183,6 +190,7 @@ def _contraction(problem: MatmulProblem, layout: StoredLayout | None = None) -> 
         f'    transform.match.operation_name %init ["linalg.fill"] : {ANY_OP}',
         *(transpose_matcher("%mm", problem, layout) if layout else []),
         *_image_matcher(problem, "%mm"),
+        *_norm_lines(problem, "%mm"),
     ]
 
 
@@ -207,6 +215,7 @@ def epilogue_matcher(
     then = epilogue.then
     rounding = "%tr" if epilogue.rounded_before or then else "%mm"
     yielded = ["%op", rounding, "%mm", *(["%t"] if layout else padded_handles(problem))]
+    yielded += norm_handles(problem)
     stored = "_stored" if layout else ""
     first = "%tr" if then else "%op"  # the generic that reads the contraction (or truncf)
     lines = []

@@ -62,6 +62,7 @@ class ModelForms:
     epilogues: dict
     absorbed: dict
     paddings: dict
+    norms: dict
 
 
 def narrowed(problem: MatmulProblem) -> MatmulProblem | None:

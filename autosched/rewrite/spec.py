@@ -36,6 +36,7 @@ from autosched.kernels.base import KernelDoesNotFit
 from autosched.kernels.registry import family_of
 from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
+from autosched.ops.row_norm import RowNorm
 from autosched.rewrite.arms import winner_arms
 from autosched.rewrite.attention_sources import AbsorbedAttention
 from autosched.rewrite.common import ELEMENTWISE_FUSION
@@ -47,6 +48,7 @@ from autosched.rewrite.replacements import (
     Substitute,
     build_substitute,
 )
+from autosched.rewrite.row_norms import normed_form, normed_forms
 from autosched.rewrite.sequences import main_sequence
 
 
@@ -67,8 +69,12 @@ def substitution_spec(winners: list[Substitute], executable_target: str) -> str:
     # so the epilogues are matched in a pass of their own, first; the narrow pass must see
     # the contractions unreplaced.
     passes = [epilogue_arms, narrow_arms, plain_arms]
-    # Epilogues, pads and absorbed copies are read from the fused model: the spec fuses too.
-    fuses = any(w.problem.kind == "convolution" or w.epilogues or w.absorbed for w in winners)
+    # Epilogues, pads, absorbed copies and norms are read from the fused model: the spec
+    # fuses too.
+    fuses = any(
+        w.problem.kind == "convolution" or w.epilogues or w.absorbed or normed_form(w.problem)
+        for w in winners
+    )
     main = main_sequence(passes, ELEMENTWISE_FUSION if fuses else None)
     body = "\n".join([*functions, *matchers, *callers, main])
     return f"module attributes {{transform.with_named_sequence}} {{\n{body}\n}}\n"
@@ -82,6 +88,7 @@ def write_substitution(
     epilogues: dict[str, list[Epilogue]] | None = None,
     absorbed: dict[str, list[AbsorbedAttention]] | None = None,
     paddings: dict[str, tuple] | None = None,
+    norms: dict[str, list[RowNorm]] | None = None,
 ) -> list[str]:
     """Writes the spec for the custom winners ((problem, point) pairs of the CUDA target)
     that can be substituted, their PTX beside it; returns why the others cannot be. A spec
@@ -90,11 +97,14 @@ def write_substitution(
     `epilogues` (rewrite/epilogues.py, by `problem_key`) the epilogues its kernel computes in
     place of IREE's dispatch; `absorbed` (attention_sources.py, by name) an attention's forms
     over its copied operands' sources; `paddings` (conv_padding.py, by a convolution's
-    `key()`) the zero padding its kernel applies itself, reading the image before its pad."""
+    `key()`) the zero padding its kernel applies itself, reading the image before its pad;
+    `norms` (rewrite/row_norms.py, by `problem_key`) the RMSNorms that make a matmul's A,
+    each a form of the winner (its arms before the winner's own) whose kernel computes it.
+    A normed form that does not build is left out: the winner's own form takes its ops."""
     if os.path.exists(path):
         os.remove(path)
     folder = path.removesuffix(".mlir")
-    forms = ModelForms(chains or {}, epilogues or {}, absorbed or {}, paddings or {})
+    forms = ModelForms(chains or {}, epilogues or {}, absorbed or {}, paddings or {}, norms or {})
     kept, refused, taken = [], [], []
     for problem, point in winners:
         family = family_of(point, problem.kind)
@@ -102,6 +112,7 @@ def write_substitution(
         if why:
             refused.append(f"{problem.name}: {why}")
         else:
+            taken += [(family, form, point) for form in normed_forms(family, problem, point, forms)]
             taken.append((family, problem, point))
     calls = []  # every kernel the winners need, compiled side by side (compile_ahead.py)
     for family, problem, point in taken:
@@ -114,7 +125,8 @@ def write_substitution(
             )
             kept.append(dataclasses.replace(built, family=family))
         except KernelDoesNotFit as error:  # its own kernel, as the model's op form needs it
-            refused.append(f"{problem.name}: {error}")
+            if not normed_form(problem):  # (a normed form: the winner's own takes its ops)
+                refused.append(f"{problem.name}: {error}")
     if kept:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(substitution_spec(kept, target.executable_target()))

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autosched.kernels.matmul_triton.kernel import operand_types
 from autosched.ops.base import ANY_OP
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
@@ -52,7 +53,8 @@ def stored_problem(problem: MatmulProblem) -> MatmulProblem:
     """The same contraction with B read as stored (N x K): the kernel the absorbed form
     calls."""
     shape = {**problem_shape(problem), "transpose_b": True}
-    return dataclasses.replace(problem_from_shape(shape), acc_type=problem.acc_type)
+    stored = problem_from_shape(shape)
+    return dataclasses.replace(stored, acc_type=problem.acc_type, norm=problem.norm)
 
 
 def transpose_matcher(handle: str, problem: MatmulProblem, layout: StoredLayout) -> list[str]:
@@ -78,9 +80,11 @@ def wrapper_function(
 ) -> str:
     """`name(A, W, extras...) -> C`: the weight W as stored, reshaped (no copy) to the
     kernel's batch x N x K and passed to `kernel` with the epilogue's `extras` (their
-    types); C of `out_type` elements, or of the full type `result`."""
+    types); C of `out_type` elements, or of the full type `result`. A normed form takes x
+    for A and g before the extras (`operand_types`)."""
     element = problem.rhs_type
-    lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
+    lhs, after_b = operand_types(problem)
+    extras = [*after_b, *extras]
     stored = tensor_type(layout.shape, element)
     out = result or tensor_type(problem.acc_shape, out_type)
 

@@ -15,7 +15,9 @@ class MatmulTriton(KernelFamily):
     label = "custom kernels"
     selector = ("pipeline", space.CUSTOM)
     knobs = space.CUSTOM_KNOB_SPECS
-    absorbs = Absorbs(narrow_output=True, epilogues=True, stored_weights=True, reshapes=True)
+    absorbs = Absorbs(
+        narrow_output=True, epilogues=True, stored_weights=True, reshapes=True, norms=True
+    )
     params_type = kernel.KernelParams
     # Its compile and its `hal.dispatch.extern` function (kernel.py).
     compile = staticmethod(kernel.compile_ptx)

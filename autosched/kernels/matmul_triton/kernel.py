@@ -34,6 +34,7 @@ from autosched.kernels.triton import (
 from autosched.ops.epilogue import Epilogue
 from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kernel import tensor_type
+from autosched.ops.row_norm import RowNorm
 
 INPUT_TYPES = ("f16", "bf16")  # the tensor-core inputs the family covers
 OUTPUT_TYPES = ("f32", "f16", "bf16")
@@ -175,16 +176,23 @@ def kernel_function(epilogue: Epilogue | None, params: KernelParams) -> str:
     return "persistent_matmul" if params.persistent else "matmul"
 
 
-def _kernel(epilogue: Epilogue | None, params: KernelParams, any_rows: bool = False):
+def _kernel(
+    epilogue: Epilogue | None,
+    params: KernelParams,
+    any_rows: bool = False,
+    norm: RowNorm | None = None,
+):
     """The Triton kernel `kernel_function` names (built from its source, so that importing
-    this module needs no Triton); for `any_rows`, `matmul` taking M at launch."""
+    this module needs no Triton); for `any_rows`, `matmul` taking M at launch; with `norm`,
+    computing A as the norm of x."""
     if any_rows:
         return kernel_from_source(kernel_source(None, params.block_n, dynamic_m=True), "matmul")
     function = kernel_function(epilogue, params)
     if function == "specialized_matmul":
         return kernel_from_source(specialized_source(epilogue, params.block_n), function)
     persistent = function == "persistent_matmul"
-    return kernel_from_source(kernel_source(epilogue, params.block_n, persistent), function)
+    source = kernel_source(epilogue, params.block_n, persistent, norm=norm)
+    return kernel_from_source(source, function)
 
 
 def grid(problem: MatmulProblem, params: KernelParams) -> tuple[int, int, int]:
@@ -218,13 +226,15 @@ def compile_ptx(
     workgroups (the launch counts them)."""
     dynamic_m = problem.any_rows
     params = _launched(problem, params, epilogue)
-    kernel = _kernel(epilogue, params, dynamic_m)
+    kernel = _kernel(epilogue, params, dynamic_m, problem.norm)
     gluon = kernel_function(epilogue, params) == "specialized_matmul"
     element, output = TRITON_TYPES[problem.lhs_type], TRITON_TYPES[problem.acc_type]
     constants = _constants(problem, params, epilogue)
     if gluon:
         constants["STAGES"] = params.stages  # Gluon does not pipeline: the kernel's ring
     signature = {"a": f"*{element}", "b": f"*{element}"}
+    if problem.norm is not None:  # the norm's weight, along K
+        signature["g"] = f"*{element}"
     for index, (_, operand) in enumerate(epilogue.extras if epilogue else []):
         signature[f"e{index}"] = f"*{TRITON_TYPES[operand.element]}"
     if epilogue is not None:
@@ -260,7 +270,8 @@ def _launched(
     rotated = kernel_function(epilogue, params) == "rotated_matmul"
     if rotated:  # its halves' template has no split K
         params = replace(params, split_k=1)
-    if rotated or persistent_unsupported(problem, params.split_k):
+    normed = problem.norm is not None  # the norm is in `matmul` and `rotated_matmul`
+    if rotated or normed or persistent_unsupported(problem, params.split_k):
         params = replace(params, persistent=0, specialized=0)
     why = split_unsupported(problem, params.block_k, params.split_k)
     if why:
@@ -329,8 +340,9 @@ def extern_function(
     """A function `name(A, B) -> C` that runs the kernel as a `hal.dispatch.extern` (`kind`
     util.func for a substitution spec to call). With `epilogue`: `name(A, B, extras...)`
     returns the epilogue's result, in its own shape (a reshape of C: the same elements in
-    the same order). For a problem whose M is DYNAMIC, A and C have any count of rows
-    (`?` in their types), which the launch reads from A.
+    the same order). A normed form (ops/row_norm.py) takes the norm's x for A and its
+    weight g after B (`operand_types`). For a problem whose M is DYNAMIC, A and C have any
+    count of rows (`?` in their types), which the launch reads from A.
 
     The output is a `flow.tensor.alloca`: memory with undefined contents, never hoisted,
     since the kernel stores every element of C (it computes A·B from zero in registers). A
@@ -343,10 +355,10 @@ def extern_function(
     """
     if problem.any_rows:
         return _dynamic_extern(problem, params, binary, executable_target, name, kind)
-    lhs = tensor_type(problem.lhs_shape, problem.lhs_type)
+    lhs, after_b = operand_types(problem)
     rhs = tensor_type(problem.rhs_shape, problem.rhs_type)
     out = tensor_type(problem.acc_shape, problem.acc_type)
-    extras = [operand.type for _, operand in epilogue.extras] if epilogue else []
+    extras = [*after_b, *(operand.type for _, operand in epilogue.extras)] if epilogue else after_b
     x, y, z = binary.workgroups or grid(problem, params)
     # Split-K's locks, one per output block: zeros that the kernel leaves at zero; and
     # where the shares add up outside C, their f32 workspace.
@@ -357,6 +369,14 @@ def extern_function(
         name, kind, [lhs, rhs, *extras], epilogue.out_type if epilogue else out, binary,
         executable_target, (x, y, z), locks, work,
     )  # fmt: skip
+
+
+def operand_types(problem: MatmulProblem) -> tuple[str, list[str]]:
+    """(A's type, the types of what the kernel reads after B): A, or for a normed form
+    (ops/row_norm.py) x as the model holds it and then g."""
+    if problem.norm is None:
+        return tensor_type(problem.lhs_shape, problem.lhs_type), []
+    return problem.norm.x_type, [problem.norm.g_type]
 
 
 def _dynamic_extern(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from autosched.kernels.templates import epilogue_values, indented, render
 from autosched.ops.epilogue import TRITON_TYPES as LANGUAGE_TYPES
 from autosched.ops.epilogue import Epilogue
+from autosched.ops.row_norm import RowNorm
 
 PACKAGE = __package__
 # The names an epilogue's lines use in every matmul kernel: the output column index and
@@ -105,32 +106,50 @@ def rotated_halves(offsets: str, values: dict[str, str]) -> list[str]:
     return [f"    {ROTATED_SPLIT}", *halves]
 
 
+def accumulate_lines(columns: str, k_part: str, norm: RowNorm | None) -> str:
+    """The main loop's call: `accumulate` over A and B at the block's `columns`, or with a
+    norm the rows' scales first and `accumulate_normed` over x, B and g."""
+    sizes = f"M, N, K, {k_part}, sak, sbk, BM, BN, BK, EVEN"
+    if norm is None:
+        return f"    acc = accumulate(pa, pb, rm, rk, {columns}, {sizes})"
+    rows = "a + batch * sab + rm[:, None] * sam"
+    return (
+        f"    scale = row_scale({rows}, rm, M, K, sak, BM, BK, EVEN)\n"
+        f"    acc = accumulate_normed(pa, pb, g + rk, scale, rm, rk, {columns}, {sizes})"
+    )
+
+
 def kernel_source(
     epilogue: Epilogue | None = None,
     block_n: int = 0,
     persistent: bool = False,
     dynamic_m: bool = False,
+    norm: RowNorm | None = None,
 ) -> str:
     """The kernel's source, with the epilogue's loads and statements after the main loop
     (a kernel with one never splits K: `narrow_params`) and its result's layout; with a
     rotated input, `matmul` rotating its tile or also `rotated_matmul` (`rotates_in_tile`
     at `block_n` columns a block); `persistent`: `persistent_matmul` alone, its epilogue
     inside its loop over blocks; `dynamic_m`: `matmul` alone, for any count of rows M
-    (`parameters`)."""
+    (`parameters`); `norm`: `matmul` and `rotated_matmul` computing A as the RMSNorm of x
+    (g, the norm's weight, their parameter after B)."""
     store = epilogue.store if epilogue else None
     offsets = store.offsets("rm[:, None]", "rn[None, :]") if store else ROW_MAJOR
     helpers = render(PACKAGE, "helpers.py.tmpl")
+    values = epilogue_values(epilogue, TILE_NAMES)
     if persistent and not rotated_kernel(epilogue, block_n):
-        values = epilogue_values(epilogue, TILE_NAMES)
         tile = indented(store_tile(epilogue, block_n, plain_store(), values))
         return helpers + render(
             PACKAGE, "persistent.py.tmpl", parameters=parameters(values), store_tile=tile
         )
-    values = epilogue_values(epilogue, TILE_NAMES)
+    if norm is not None:
+        helpers += render(PACKAGE, "norm.py.tmpl", eps=repr(norm.eps))
+        values["params"] = "g, " + values["params"]
     tile = store_tile(epilogue, block_n, plain_store(), values)
     source = helpers + render(
         PACKAGE, "matmul.py.tmpl",
         parameters=parameters(values, dynamic_m),
+        accumulate=accumulate_lines("rn", "K_PART", norm),
         store_tile=indented(tile),
         last_tile=indented(tile, "        "),  # a split K's last share, from the workspace
     )  # fmt: skip
@@ -139,6 +158,7 @@ def kernel_source(
             PACKAGE, "rotated.py.tmpl",
             parameters=parameters(values),
             columns="\n".join(f"    {line}" for line in ROTATED_COLUMNS),
+            accumulate=accumulate_lines("pairs", "K", norm),
             halves="\n".join(rotated_halves(offsets, values)),
         )  # fmt: skip
     return source
