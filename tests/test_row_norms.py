@@ -11,11 +11,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 from iree.compiler import ir
 
-from autosched.ir_walk import walk_ops
+from autosched.ir_walk import symbol, walk_ops
 from autosched.ops.row_norm import RowNorm
 
 pytest.importorskip("triton")
@@ -146,11 +147,11 @@ def _every_kernel_spec(tiny_lm, path: str) -> str:
     return path
 
 
-@pytest.mark.slow  # about 40 s on two cores: the tiny LM's kernels compiled, rewritten, lowered
-def test_with_its_kernels_the_tiny_lm_keeps_no_norm(tiny_lm, tmp_path):
-    """Every matmul a kernel, the norms in the kernels after them: neither function keeps
-    a reduction (each norm was one), the weight multiplies are gone, and the module builds
-    for sm_90."""
+@pytest.mark.slow  # about 25 s on two cores: the tiny LM's kernels compiled, rewritten, lowered
+def test_with_its_kernels_the_decode_step_keeps_no_norm(tiny_lm, tmp_path):
+    """Every matmul a kernel, the norms in the kernels after them where the rows are few:
+    the decode step keeps no reduction (each norm was one) while prefill's 96 rows keep
+    their 5 norms IREE's, and the module builds for sm_90."""
     from test_triton_kernels import _iree_compile
 
     from autosched.rewrite.apply import RESUME_FLAG, rewrite_model
@@ -163,12 +164,16 @@ def test_with_its_kernels_the_tiny_lm_keeps_no_norm(tiny_lm, tmp_path):
     )
     assert replaced == 30  # 7 projections a layer, 2 layers, and the LM head, in each function
     module = ir.Module.parseFile(rewritten, ir.Context())
-    reductions = [
-        op
-        for op in walk_ops(module.operation)
-        if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])
-    ]
-    assert not reductions
+    functions = {symbol(op): op for op in walk_ops(module.operation) if op.name == "util.func"}
+    reductions = {
+        name: [
+            op
+            for op in walk_ops(functions[f"{name}$async"])
+            if op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])
+        ]
+        for name in ("prefill", "decode")
+    }
+    assert len(reductions["prefill"]) == 5 and not reductions["decode"]
     # A normed form's kernels are its winner's: placed under the problem's own name.
     placed = placed_kernels(rewritten)
     assert sum(placed.values()) == 30 and not any("rmsnorm" in name for name in placed)
@@ -207,3 +212,24 @@ def test_a_norm_names_its_form_apart():
     names = {normed(problem, one).name, normed(problem, two).name, problem.name}
     assert len(names) == 3
     assert problem_key(normed(problem, one)) == problem_key(problem) == problem.name
+
+
+def test_a_normed_kernel_rotates_heads_of_its_block(tmp_path):
+    """The Llama layer's q projection with its RoPE at blocks of one head (32 columns:
+    `rotated_matmul`) and its norm: the kernel builds for sm_90 and takes g after B."""
+    from test_matmul_epilogues import read_epilogues
+
+    from autosched.kernels.matmul_triton import kernel
+    from autosched.rewrite.row_norms import normed, winners_norms
+
+    read = read_epilogues(os.path.join(MODELS, "hf_llama_layer_bf16.mlirbc"), tmp_path)
+    target, model, problems, epilogues, folder = read
+    norms = winners_norms(model, target.compile_flags(), str(folder / "fused"), problems)
+    (q,) = [p for p in problems if p.n == 128 and p.k == 128 and norms[p.name]]
+    (rotary,) = [e for e in epilogues[q.name] if e.period > 1]
+    narrow = normed(replace(q, acc_type="bf16"), norms[q.name][0])
+    params = kernel.KernelParams(64, 32, 64, 4, 3, 8)
+    binary = kernel.compile_ptx(narrow, params, "sm_90", str(tmp_path / "q.ptx"), rotary)
+    assert binary.entry == "rotated_matmul"
+    body = kernel.extern_function(narrow, params, binary, target.executable_target(), "q")
+    assert body.count("tensor<128xbf16>") >= 1  # g, after B

@@ -29,6 +29,11 @@ from autosched.rewrite.common import element_type as _element
 from autosched.rewrite.epilogues import generic_dag
 from autosched.rewrite.narrow_reshapes import MAX_RESHAPES, ReshapeChain, chain_matcher_lines
 
+# Each workgroup of a normed kernel reads its rows of x once more, over all of K, for their
+# norms. Against a decode step's B (the whole weight) that is nothing; at a prompt's rows
+# it is as much again as A's own reads, not yet measured against the norm's dispatch: up to
+# this many rows the norm goes in the kernel.
+MAX_NORMED_ROWS = 64
 SCALING = ["arith.divf", "arith.addf", "math.rsqrt", "arith.mulf", "arith.truncf", "linalg.yield"]
 SQUARES = (
     ["math.fpowi", "arith.addf", "linalg.yield"],
@@ -208,10 +213,12 @@ def normed(problem: MatmulProblem, norm: RowNorm) -> MatmulProblem:
 
 def normed_forms(family, problem, point: dict, forms) -> list[MatmulProblem]:
     """The winner's forms that compute a norm read before its ops (`forms.norms`), where
-    its family absorbs norms and its point runs the plain kernel: the norm is in `matmul`
-    and `rotated_matmul`, not in the persistent forms nor in a kernel for any count of
-    rows."""
+    its family absorbs norms, the rows are few (MAX_NORMED_ROWS) and its point runs the
+    plain kernel: the norm is in `matmul` and `rotated_matmul`, not in the persistent forms
+    nor in a kernel for any count of rows."""
     if problem.kind != "matmul" or not family.absorbs.norms or problem.any_rows:
+        return []
+    if problem.m * max(problem.batch, 1) > MAX_NORMED_ROWS:
         return []
     if point.get("persistent") or point.get("specialized"):
         return []
