@@ -276,7 +276,8 @@ def after_contraction(op: ir.Operation) -> tuple[ir.Operation | None, ir.Operati
     MAX_RESHAPES reshapes, each its only user: `reshapes` of them), whose only user is a
     generic of one result; or why not. A matmul's only user may also be a generic that
     reads the f32 result itself and rounds what it computes (torch's `addmm` in f16: the
-    bias added in f32, then rounded): (None, that generic, 0)."""
+    bias added in f32, then rounded), or a truncf that also permutes it (through the
+    reshapes): (None, that generic, 0)."""
     value, reshapes = op.results[0], 0
     user = single_user(value)
     rounding = _rounding_user(op, user)
@@ -287,10 +288,18 @@ def after_contraction(op: ir.Operation) -> tuple[ir.Operation | None, ir.Operati
         user = single_user(value)
     if not is_truncf(user):
         return "its result is not only rounded to a narrower type"
+    if not _elementwise(user):  # a truncf that moves dims too (v's heads before its tokens)
+        return None, user, 0
     generic = single_user(user.results[0]) or _rotating_user(user.results[0])
     if generic is None or generic.name != "linalg.generic" or len(generic.results) != 1:
         return "its rounded result has not one elementwise user"
     return user, generic, reshapes
+
+
+def _elementwise(op: ir.Operation) -> bool:
+    """Whether a generic reads each input as it writes its result (identity maps)."""
+    maps = indexing_maps(op)
+    return all(m == maps[-1] for m in maps) and maps[-1].is_permutation
 
 
 def _rounding_user(op: ir.Operation, user: ir.Operation | None) -> ir.Operation | None:
@@ -489,7 +498,7 @@ def epilogue_of(op: ir.Operation, problem) -> Epilogue | str:
         kinds.append(kind)
     if len(list(rounded.uses)) > 1 and not any(k.kind == ROTATED for k in kinds):
         return "its rounded result has another user"
-    if read_reshapes and not any(k.kind == ROTATED for k in kinds):
+    if read_reshapes and truncf is not None and not any(k.kind == ROTATED for k in kinds):
         return "it reads the rounded result reshaped"  # a decode step's RoPE alone
     if list(generic.regions[0].blocks[0].arguments[inputs].uses):
         return "its user reads its own output"
