@@ -299,6 +299,7 @@ def test_the_model_line_calls_a_speedup_within_the_rounds_noise_no_change():
     assert "x: faster (3 paired rounds" in line and "no change" not in line
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_the_proof_times_every_build_with_the_runtime_flags(tmp_path):
     """The cfg's IREE runtime flags reach every timing of the proof: IREE's caching
     allocator times both builds; an allocator IREE does not have fails the default's."""
@@ -314,6 +315,7 @@ def test_the_proof_times_every_build_with_the_runtime_flags(tmp_path):
         )  # fmt: skip
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_the_proof_keeps_the_fastest_runtime_flags_for_every_build(tmp_path):
     """With several candidate flag sets the reported build is timed with each, and the
     fastest times every build: one worker thread against two (a local-task device), each

@@ -197,7 +197,11 @@ def test_a_runs_custom_spec_reads_k_and_v_before_their_copies(llama_absorbed, tm
     assert "the kernel reads K, V as the model holds them and writes its result" in logged
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["norms_to_iree", "norms_in_kernels"])
+@pytest.fixture(
+    scope="module",
+    params=[False, pytest.param(True, marks=pytest.mark.slow)],  # the second about 25 s
+    ids=["norms_to_iree", "norms_in_kernels"],
+)
 def llama_every_kernel(llama_absorbed, request):
     """The Llama layer's spec with every custom kernel: the 7 matmuls (weights as stored,
     truncfs behind reshapes, epilogues; with the param, the RMSNorms before q, k, v, gate

@@ -110,6 +110,7 @@ def _trial(problem, point, ms: float = 0.5, baseline: bool = False) -> Trial:
     return Trial(problem.name, "cpu", "", "picked", point, baseline, "ok", median_ms=ms)
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_a_run_on_two_buckets_says_the_speedup_of_each(tmp_path, monkeypatch):
     """`autosched run --bucket A --bucket B`: the dynamic model proved on each bucket's
     inputs, a line and a summary entry per bucket."""
@@ -272,6 +273,7 @@ def decode_inputs(path, cache: int) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_one_decode_attention_entry_serves_every_cache_length(tmp_path):
     """transformers' decode step exported with the KV cache's length dynamic
     (tools/export_causal_lm.py --decode-dynamic), tuned on caches of 64 and 128: the single

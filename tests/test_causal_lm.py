@@ -392,6 +392,7 @@ def test_inputs_for_a_model_of_several_functions_are_refused_before_the_search(
     assert not (tmp_path / "generated" / "hf_tiny_llama_cached_f32" / "tuning.jsonl").exists()
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_a_decode_steps_single_query_row_attention_is_tuned_on_its_dispatch(tmp_path):
     """The decode step's attention has one query row, whose unit loop IREE folds away (loops
     b, n, k1, k2): it is a problem (it was 'not tuned'), its space the value-column and

@@ -112,6 +112,7 @@ def test_module_with_several_matmuls_is_tuned_problem_by_problem(workdir):
     assert all(r["verification"] == "correct" for r in table if r["compile_status"] == "ok")
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_cfg_lists_with_no_valid_point_give_way_to_generated_knobs(workdir):
     """A cfg list that leaves no point (48 divides no 64) does not empty the search: the knobs
     are generated from the problem, and the console says why (issue 26)."""

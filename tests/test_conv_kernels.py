@@ -433,6 +433,7 @@ def test_a_failing_elementwise_fusion_is_a_recorded_reason(tmp_path, monkeypatch
         model_convolutions(RESNET18, target.compile_flags(), str(tmp_path / "work"))
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_a_runs_custom_spec_keeps_a_winners_epilogue(tmp_path):
     """The run's own spec writer (`write_custom_spec` with the model and the run's model
     folder) reads the convolution's epilogue where `convolution_forms` read its op form and

@@ -106,6 +106,7 @@ def test_a_batch_of_one_is_refused_with_its_reason():
     assert CPU.for_problem(conv).supports(conv) is None
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_depthwise_convolutions_are_found_with_their_channel_as_depth():
     """mobilenet_v3's depthwise 3x3 and 5x5 convolutions, strided and not: MLIR's depth
     loop is the channel they keep apart; every one is tuned."""

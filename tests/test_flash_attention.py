@@ -483,6 +483,7 @@ def test_a_masked_decode_attention_gives_numpys_answer_on_the_gpu(tmp_path, mask
     assert check.status == "correct", check.message
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_a_cached_lms_masked_attentions_are_replaced_and_the_model_builds(tmp_path):
     """transformers' Llama with a static cache in bf16 (prefill and decode in one module):
     both its attentions take the cache's i1 mask, prefill's 8 query rows and decode's one.

@@ -147,6 +147,7 @@ def test_a_point_builds_as_one_extern_dispatch_with_its_zeroed_workspace(decodin
     assert "atom" in ptx and "ex2.approx" in ptx  # the lock, the exp2 online softmax
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 @pytest.mark.parametrize("absorbing", [False, True])
 def test_a_cached_lms_decode_attention_is_replaced_by_the_family(tmp_path, absorbing):
     """The bf16 cached Llama's decode attention (one row, the cache's i1 mask) is replaced

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from conftest import attach_dispatches
 
 from autosched.compile import compile_one
@@ -62,6 +63,7 @@ def _configured_dispatch(model, gather, view, point, tmp_path) -> tuple[ModelPro
     return entry, config
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_the_embedding_is_tuned_on_cuda_through_iree_s_own_dispatch(tmp_path):
     """On sm_90 the bf16 cached Llama's embedding (8 ids, rows of 64) is a gather problem
     too: TileAndFuse over tokens and width, IREE's default (4 tokens of 32 columns, 4

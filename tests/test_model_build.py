@@ -75,6 +75,7 @@ def test_a_build_is_kept_per_source_flags_and_the_bytes_of_the_files_they_name(t
     assert cached_build(str(source), FLAGS, str(tmp_path / "none")) is None
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_a_spec_build_runs_on_every_thread_and_on_one_where_that_hangs(tmp_path, monkeypatch):
     """A whole-model build with a spec compiles on every thread first, stopped at a
     multiple of the model's build without the spec (its DONE file's seconds): the same
@@ -134,6 +135,7 @@ def logged_compiles(calls) -> list[tuple[str, ...]]:
     return found
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_a_model_run_compiles_no_model_to_the_same_phase_twice(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "auto-scheduler.cfg").write_text(MODEL_CFG)

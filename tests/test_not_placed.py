@@ -105,6 +105,7 @@ def test_the_vits_attention_is_replaced_by_its_flash_winner(vit_f16):
     assert sum(placed.values()) == 11  # one kernel per extern: nothing counted twice
 
 
+@pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
 def test_a_winner_no_op_matches_is_not_placed(vit_f16, tmp_path):
     """A matmul winner of a shape the model does not have (its spec arm matches nothing):
     no op runs its kernel, and the check names it, with its route and why, while the
