@@ -149,6 +149,9 @@ def norm_of(op: ir.Operation, problem: MatmulProblem) -> RowNorm | str:
     shape = ir.RankedTensorType(x.type).shape
     if shape[-1] != problem.k or _element(x.type) != problem.lhs_type:
         return "the norm's input is not A's rows in A's type"
+    wide_dag, weight_dag = generic_dag(widening), generic_dag(weight)
+    if not wide_dag or not weight_dag:  # a body that captures a value: no exact matcher
+        return "the norm's widening or weight multiply reads a value from outside"
     return RowNorm(
         eps=eps,
         x_type=str(x.type),
@@ -159,8 +162,8 @@ def norm_of(op: ir.Operation, problem: MatmulProblem) -> RowNorm | str:
         weighted_type=str(weight.results[0].type),
         weight_first=position == 0,
         reshapes=reshapes,
-        wide_dag=generic_dag(widening),
-        weight_dag=generic_dag(weight),
+        wide_dag=wide_dag,
+        weight_dag=weight_dag,
     )
 
 
