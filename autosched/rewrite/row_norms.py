@@ -100,6 +100,8 @@ def _scaling_eps(scaling: ir.Operation, k: int) -> float | str:
     body = _body(scaling)
     if [o.name for o in body] != SCALING:
         return "A is not made by an RMSNorm's scaling"
+    if not _rows_of(scaling):
+        return "the scaling does not read each row's sum beside the row"
     block = scaling.regions[0].blocks[0]
     divide, add, rsqrt, multiply = body[:4]
     divisor, eps = _constant(divide.operands[1]), _constant(add.operands[1])
@@ -120,8 +122,41 @@ def _sums_squares(sums: ir.Value, wide: ir.Value) -> bool:
     iterators = [str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"])]
     if "reduction" not in iterators[-1] or any("reduction" in i for i in iterators[:-1]):
         return False
+    square, add = _body(op)[:2]
+    block = op.regions[0].blocks[0]
+    x, total = block.arguments[0], block.arguments[1]
+    squared = list(square.operands) == [x, x] or (
+        square.name == "math.fpowi"
+        and square.operands[0] == x
+        and _integer(square.operands[1]) == 2
+    )
+    if not squared or set(add.operands) != {square.results[0], total} or not _rows_of(op):
+        return False
     fill = defining_op(op.operands[1])
     return fill is not None and fill.name == "linalg.fill" and _constant(fill.operands[0]) == 0.0
+
+
+def _integer(value: ir.Value) -> int | None:
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return None
+    try:
+        return ir.IntegerAttr(op.attributes["value"]).value
+    except ValueError:
+        return None
+
+
+def _rows_of(op: ir.Operation) -> bool:
+    """Whether a generic reads its first input as it is and its second operand (an input or
+    its result) by the rows alone (every loop but the last): a row and its sum."""
+    maps = indexing_maps(op)
+    rank = maps[0].n_dims
+    context = op.context
+    identity = ir.AffineMap.get_identity(rank, context=context)
+    rows = ir.AffineMap.get(
+        rank, 0, [ir.AffineDimExpr.get(d, context=context) for d in range(rank - 1)], context
+    )
+    return maps[0] == identity and maps[1] == rows
 
 
 def norm_of(op: ir.Operation, problem: MatmulProblem) -> RowNorm | str:
