@@ -128,6 +128,7 @@ def rewritten_both_ways(model_path: str, absorbed_fixture) -> dict[bool, list]:
     return found
 
 
+@pytest.mark.slow  # over 5 s on two cores: the README's command stays under 10 minutes
 def test_the_rewritten_layer_has_no_copy_of_k_or_v(llama_absorbed):
     """With the flash kernel's absorbed arms the spec calls it on K's and V's sources, in
     place of the transposing copy of its result: the repeat and both transposes are left

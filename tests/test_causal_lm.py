@@ -157,6 +157,7 @@ def test_an_lm_that_writes_its_cache_in_place_generates_torchs_tokens_on_the_gpu
     assert lm.in_place and check.match and check.expected, check.line()
 
 
+@pytest.mark.slow  # over 5 s on two cores: the README's command stays under 10 minutes
 def test_two_sequences_a_call_generate_each_its_own_tokens(tmp_path):
     """Exported with `--batch 2 --in-place`: the tokens [2, P] and each cache tensor [2, ...];
     each step's greedy tokens are a pair, and the first sequence's (its prompt the seed's
@@ -174,6 +175,7 @@ def test_two_sequences_a_call_generate_each_its_own_tokens(tmp_path):
     assert any(first != second for first, second in check.tokens["default"])
 
 
+@pytest.mark.slow  # over 5 s on two cores: the README's command stays under 10 minutes
 def test_a_bf16_lm_generates_with_its_weights_and_cache_in_bf16(tmp_path):
     """A bf16 export (no torch tokens saved: rounding may part them from any build's): the
     drawn weights and the empty cache go in as bf16, and the build generates its tokens."""

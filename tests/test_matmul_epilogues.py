@@ -83,6 +83,7 @@ def test_the_llama_layers_matmul_epilogues_are_read(llama_epilogues):
     assert [e.period for e in kv] == [32] and [e.period for e in square] == [32, 1]
 
 
+@pytest.mark.slow  # over 5 s on two cores: the README's command stays under 10 minutes
 def test_the_rewritten_layer_keeps_each_epilogue_in_its_kernel(llama_epilogues):
     """With the epilogues the three kernels write the epilogues' results (in the truncf's
     shape) and the residual adds and the SwiGLU product are gone from the model; the layer
@@ -240,6 +241,7 @@ def test_a_winner_whose_kernel_does_not_fit_the_gpu_is_refused_with_its_reason(
     assert not path.exists()
 
 
+@pytest.mark.slow  # over 5 s on two cores: the README's command stays under 10 minutes
 def test_an_epilogue_whose_kernel_does_not_fit_stays_irees_and_the_winner_stays(
     llama_epilogues, monkeypatch
 ):

@@ -214,6 +214,7 @@ def test_a_norm_names_its_form_apart():
     assert problem_key(normed(problem, one)) == problem_key(problem) == problem.name
 
 
+@pytest.mark.slow  # over 5 s on two cores: the README's command stays under 10 minutes
 def test_a_normed_kernel_rotates_heads_of_its_block(tmp_path):
     """The Llama layer's q projection with its RoPE at blocks of one head (32 columns:
     `rotated_matmul`) and its norm: the kernel builds for sm_90 and takes g after B."""
