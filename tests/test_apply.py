@@ -166,6 +166,7 @@ def test_prove_onnx_model(onnx_spec, tmp_path):
     assert sorted(os.listdir(tmp_path / "inputs")) == ["input0.npy", "input1.npy", "input2.npy"]
 
 
+@pytest.mark.slow  # about 5 s or more on two cores: the README's command stays under 10 minutes
 def test_prove_llama_mlp(tmp_path):
     spec = tmp_path / "spec.mlir"
     expected = write_spec(spec, "llama_mlp.mlirbc", LLAMA_POINTS)

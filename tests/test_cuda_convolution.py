@@ -169,6 +169,7 @@ def test_grouped_convolutions_take_thread_tiles_a_group_a_workgroup():
     assert build_space(conv, CpuTarget(RunConfig()), {}).points  # the CPU's tiles too
 
 
+@pytest.mark.slow  # about 5 s or more on two cores: the README's command stays under 10 minutes
 def test_f32_convolutions_are_not_tuned_on_cuda_and_say_why():
     problems, skipped = analysed(F32)
     assert not [e for e in problems if e.problem.kind == "convolution"]

@@ -41,6 +41,7 @@ def outputs(vmfb: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(r.to_host()) for r in results]
 
 
+@pytest.mark.slow  # about 5 s or more on two cores: the README's command stays under 10 minutes
 def test_compile_writes_the_tuned_model_with_the_default_builds_outputs(tmp_path, monkeypatch):
     """The spec a run leaves in the model's work folder is the one built by default; the
     module carries it (another binary than IREE's default) and answers as the default does."""

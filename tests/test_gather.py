@@ -28,6 +28,7 @@ CACHED_BF16 = os.path.join(MODELS, "hf_tiny_llama_cached_bf16.mlirbc")
 EMBEDDING = "gather_16x64_from_256_f32_i64"  # 16 token ids, rows of 64 from a vocabulary of 256
 
 
+@pytest.mark.slow  # about 5 s or more on two cores: the README's command stays under 10 minutes
 def test_the_embedding_of_a_causal_lm_is_a_gather_tuned_on_its_dispatch(tmp_path):
     """The lookup of 16 ids in the 256 x 64 table is the gather root of IREE's first
     dispatch; its space is tokens and width per workgroup and the vector width; a point's

@@ -266,6 +266,7 @@ def test_a_model_rerun_resumes_past_n_trial_without_measuring_twice(folder, para
     assert len(keys) == len(set(keys))
 
 
+@pytest.mark.slow  # about 5 s or more on two cores: the README's command stays under 10 minutes
 def test_the_worker_times_a_models_dispatches(folder, monkeypatch):
     """`timer = worker`: IREE's dispatch benchmarks are timed in the long-lived worker (its
     function takes the dispatch count), not by iree-benchmark-module (every call of which

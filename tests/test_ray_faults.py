@@ -73,6 +73,7 @@ def _pids(pattern: str, parent: int | None = None) -> list[int]:
     ]
 
 
+@pytest.mark.slow  # about 5 s or more on two cores: the README's command stays under 10 minutes
 def test_sigterm_under_ray_ends_like_a_local_run(tmp_path, cluster):
     """Item 4: `ray.init` puts in its own SIGTERM handlers (Python's exits 15, the C++ one
     dumps its stack and dies by the signal); the run keeps its own: 143 and one line."""
@@ -429,6 +430,7 @@ ray.shutdown()
 LOOPBACK_HEX = ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
 
 
+@pytest.mark.slow  # about 5 s or more on two cores: the README's command stays under 10 minutes
 def test_a_local_cluster_listens_on_the_loopback_alone():
     """Issue 50: `--ray-address local` started Ray's servers on every interface (a Ray cluster
     runs any code sent to its ports). Its node address is now 127.0.0.1, every socket of it
