@@ -53,13 +53,14 @@ def _generic(value: ir.Value, inputs: int) -> ir.Operation | None:
     return op if len(op.operands) == inputs + 1 else None
 
 
-def _constant(value: ir.Value) -> float | None:
-    """A float constant the body reads from outside it, or None."""
+def _constant(value: ir.Value, kind=ir.FloatAttr) -> float | int | None:
+    """A constant the body reads from outside it (a float, or with `kind` IntegerAttr an
+    integer), or None."""
     op = defining_op(value)
     if op is None or op.name != "arith.constant":
         return None
     try:
-        return ir.FloatAttr(op.attributes["value"]).value
+        return kind(op.attributes["value"]).value
     except ValueError:
         return None
 
@@ -128,22 +129,12 @@ def _sums_squares(sums: ir.Value, wide: ir.Value) -> bool:
     squared = list(square.operands) == [x, x] or (
         square.name == "math.fpowi"
         and square.operands[0] == x
-        and _integer(square.operands[1]) == 2
+        and _constant(square.operands[1], ir.IntegerAttr) == 2
     )
     if not squared or set(add.operands) != {square.results[0], total} or not _rows_of(op):
         return False
     fill = defining_op(op.operands[1])
     return fill is not None and fill.name == "linalg.fill" and _constant(fill.operands[0]) == 0.0
-
-
-def _integer(value: ir.Value) -> int | None:
-    op = defining_op(value)
-    if op is None or op.name != "arith.constant":
-        return None
-    try:
-        return ir.IntegerAttr(op.attributes["value"]).value
-    except ValueError:
-        return None
 
 
 def _rows_of(op: ir.Operation) -> bool:
