@@ -21,6 +21,7 @@ from autosched.ops.matmul import MatmulProblem
 from autosched.ops.matmul_kind import MatmulKind
 from autosched.outputs.records import problem_from_shape
 from autosched.outputs.spec import match_contraction
+from autosched.rewrite.common import problem_key
 from autosched.targets.cpu import CpuTarget
 
 MODEL = os.path.join(os.path.dirname(__file__), "data", "models", "llama_mlp.mlirbc")
@@ -105,6 +106,7 @@ def test_each_kind_answers_for_its_record_and_its_check(tmp_path):
         assert len(data.inputs) == len(problem.check_operands())
         assert data.reference.shape == tuple(problem.output_shape)
         assert problem.reference_bytes() >= 0
+        assert problem_key(problem) in (problem.name, problem.key())  # the rewrite's name
     assert matmul.tolerance() == 1e-3 and convolution.tolerance() == 1e-4  # mixed, f32
     # Attention over one key is that key's value, whatever the scores.
     one_key = _attention("op")

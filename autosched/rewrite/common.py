@@ -15,7 +15,7 @@ from dataclasses import replace
 from iree.compiler import ir
 
 from autosched.model.lowering import lower_to_phase, run_passes, source_location
-from autosched.ops.base import DispatchSite
+from autosched.ops.base import DispatchSite, Problem
 from autosched.ops.contraction import Contraction, recognise_contraction
 from autosched.ops.convolution import POINTWISE, WINDOW, ConvolutionProblem
 from autosched.ops.convolution_kind import ConvolutionKind
@@ -106,9 +106,12 @@ def is_problems_op(op: ir.Operation, problem) -> bool:
     )
 
 
-def problem_key(problem: ConvolutionProblem | MatmulProblem) -> object:
+def problem_key(problem: Problem) -> object:
     """How a problem's forms read from the model are named: a convolution by its op form's
-    key (two may share a name), a matmul by its name (a normed form by its problem's)."""
+    key (two may share a name), a matmul by its name (a normed form by its problem's), any
+    other kind (attention) by its name."""
     if isinstance(problem, ConvolutionProblem):
         return problem.key()
-    return replace(problem, norm=None).name if problem.norm else problem.name
+    if isinstance(problem, MatmulProblem) and problem.norm:
+        return replace(problem, norm=None).name
+    return problem.name
