@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -594,6 +594,17 @@ def _x(value) -> str:
     return f"{value:.2f}x" if value else "-"
 
 
+def one_row_of(name: str) -> ZooModel:
+    """A zoo entry by name; `name@b8` keeps only batch 8 of a decode entry, `name@512` only
+    length 512 of a prefill entry (a call with time for one of its rows)."""
+    base, _, only = name.partition("@")
+    entry = BY_NAME[base]
+    if not only:
+        return entry
+    field, value = ("batches", only[1:]) if only.startswith("b") else ("lengths", only)
+    return replace(entry, shape={**entry.shape, field: [int(value)]})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="where zoo.json, zoo.md and the archive go")
@@ -628,7 +639,7 @@ def main() -> None:
             print(f"{name}: not started, {left_min:.1f} min left in this call", flush=True)
             continue
         minutes = min(options.minutes, max(0.5, left_min - 2.5))
-        entry = BY_NAME[name]
+        entry = one_row_of(name)
         if "lengths" in entry.shape:  # a causal LM's prefill: a row per length, one build
             new = tune_lengths(entry, options, minutes)
         elif "batches" in entry.shape:  # its decode step: a row per batch
