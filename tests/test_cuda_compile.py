@@ -206,6 +206,23 @@ def test_unaligned_shapes_pad_on_tensor_cores_and_compile(tmp_path, arch: str) -
     assert not simt.points and "only TileAndFuse on tensor cores pads" in str(simt.rejected)
 
 
+def test_a_batched_single_row_pads_its_rows_and_compiles(tmp_path) -> None:
+    """A decode step's projection: batch_matmul of one batch and one row. Its tensor-core
+    tiles pad the row to 16; the padding's batch entry is that loop's tile (1): a 0 there
+    made iree-compile divide by zero (SIGFPE) on every point of a Llama decode run."""
+    shape = {"op": "linalg.batch_matmul", "m": 1, "n": 256, "k": 128, "batch": 1}
+    types = {"lhs_type": "bf16", "rhs_type": "bf16", "acc_type": "f32"}
+    flags = {"transpose_a": False, "transpose_b": False, "zero_init": True}
+    problem = MatmulProblem.from_shape({**shape, **types, **flags})
+    target = _target("sm_90")
+    space = build_space(problem, target, {"pipeline": ["TileAndFuse"]})
+    points = space.points[:1]
+    assert points, space.rejected
+    for point in points:
+        assert "padding = [1, 16, " in target.lowering_config(problem, point), point
+    _assert_all_compile_as_emitted(tmp_path, problem, target, points)
+
+
 def test_a_dimension_no_power_of_two_tiles_is_one_tile_and_compiles(tmp_path) -> None:
     """mobilenet_v3's squeeze-excite FC of 24 columns (16x24x72): no power of two from 32
     tiles 24 and 8 divides it (no padding asked), so its IREE space was empty and the

@@ -360,7 +360,7 @@ class CudaTarget(Target):
             entries.append(f"mma_kind = #iree_gpu.mma_layout<{point['mma_kind']}>")
         padded = padding(problem, point)
         if padded:
-            entries.append(f"padding = {_list([*zeros, *padded])}")
+            entries.append(f"padding = {_list([*lead, *padded])}")  # a 0 divides
         if point["promote_operands"]:
             entries.append("promote_operands = [0, 1]")
         if vector_distribute:
