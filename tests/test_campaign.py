@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from autosched.config import RunConfig
 from autosched.drivers.campaign import (
     ModelProblem,
     budget_for,
+    custom_covered,
     first_batch,
     minor,
     opening_history,
@@ -15,6 +17,10 @@ from autosched.drivers.campaign import (
     shares,
     untried,
 )
+from autosched.model.dispatch_benchmarks import DispatchBenchmark
+from autosched.ops.matmul import MatmulProblem
+from autosched.run.tuning import problem_space
+from autosched.targets import make_target
 
 
 @dataclass
@@ -101,3 +107,23 @@ def test_fast_mode_gives_a_problem_under_two_percent_of_the_time_one_batch():
     assert not minor(small, problems) and not minor(conv, problems)
     untimed = entry("untimed", 1, [1.0])  # no default: never judged minor
     assert not minor(untimed, [*problems, untimed])
+
+
+def test_fast_mode_leaves_a_problem_a_custom_family_covers_to_the_custom_route():
+    """On sm_90 a bf16 matmul's custom points are left out of its campaign space for the
+    custom route: fast mode's IREE search of it ends after its first batch. On sm_80 no
+    family covers it, and its IREE search goes on."""
+    shape = {"op": "linalg.matmul", "m": 2048, "n": 2048, "k": 2048, "batch": 0}
+    types = {"lhs_type": "bf16", "rhs_type": "bf16", "acc_type": "f32"}
+    flags = {"transpose_a": False, "transpose_b": True, "zero_init": True}
+    problem = MatmulProblem.from_shape({**shape, **types, **flags})
+    dispatch = DispatchBenchmark("main$async_dispatch_0", "bench.mlir", "bench")
+    covered = {}
+    for arch in ("sm_90", "sm_80"):
+        target = make_target(RunConfig(target="cuda", arch=arch))
+        space = problem_space(problem, target, {}, dispatch, custom_only=False)
+        assert space.points and all(target.for_problem(problem).in_spec(p) for p in space.points)
+        one = entry(problem.name, 1, [1.0])
+        one.search = SimpleNamespace(space=space)
+        covered[arch] = custom_covered(one)
+    assert covered == {"sm_90": True, "sm_80": False}

@@ -440,6 +440,10 @@ def new_search(
     )
 
 
+# Why a campaign's space leaves a problem's custom points out: the custom route searches them.
+LATER = "custom kernels are searched on the bare kernel, after the campaign"
+
+
 def problem_space(
     problem: MatmulProblem,
     target: Target,
@@ -454,11 +458,7 @@ def problem_space(
         return space
     target = target.for_problem(problem)
     kept = [p for p in space.points if target.in_spec(p) != custom_only]
-    why = (
-        "IREE configurations are searched on the model's dispatches"
-        if custom_only
-        else "custom kernels are searched on the bare kernel, after the campaign"
-    )
+    why = "IREE configurations are searched on the model's dispatches" if custom_only else LATER
     if len(kept) < len(space.points):
         space.rejected[why] += len(space.points) - len(kept)
         space.points = kept
