@@ -82,6 +82,13 @@ CASES = {
         _problem(12, 256, 1024, "bf16", "bf16", transpose_b=True),
         KernelParams(16, 64, 64, 4, 3, 8, 4),
     ),
+    # A decode step's single row, a block of it alone summed on the CUDA cores (no MMA),
+    # K in 2 shares into an f32 workspace; and 3 rows in blocks of 4, masked.
+    "summed_row": (
+        _problem(1, 256, 1024, "bf16", "bf16", transpose_b=True),
+        KernelParams(1, 32, 256, 8, 3, 8, 2),
+    ),
+    "summed_rows": (_problem(3, 96, 512, transpose_b=True), KernelParams(4, 32, 64, 4, 3, 1)),
     # Persistent kernels loading by TMA: 6 blocks taken by 2 workgroups; weights as stored
     # with masked edges (12 blocks, 3 workgroups); a batch (3 workgroups per entry).
     "persistent": (_problem(256, 384, 512), KernelParams(128, 128, 64, 4, 3, 8, 1, 2)),
@@ -384,6 +391,28 @@ def test_persistent_points_are_one_workgroup_per_sm_where_tma_can_load(tmp_path)
     stored = _problem(512, 1024, 500, "bf16", "bf16", transpose_b=True)
     binary = compile_ptx(stored, wide, "sm_90", str(tmp_path / "s.ptx"))
     assert binary.entry == "matmul" and tuple(binary.workgroups) == (4 * 4, 1, 1)
+
+
+def test_a_decode_steps_rows_get_blocks_of_their_own_summed_on_the_cuda_cores(tmp_path):
+    """Up to 4 rows (a decode step's), the family also offers blocks of just those rows
+    (M rounded up to a power of two), summed on the CUDA cores: plain kernels only, their
+    products at most 64 f32 registers a thread; its known points include them. Eight rows keep the 16-row blocks of the tensor cores."""
+    from autosched.search.space import build_space
+
+    _, target = _cuda(tmp_path)
+    for rows, block in ((1, 1), (3, 4)):
+        problem = _problem(rows, 2048, 2048, "bf16", "f32", transpose_b=True)
+        points = build_space(problem, target, {"pipeline": ["Custom"]}).points
+        summed = [p for p in points if p["tile_m"] < 16]
+        assert summed and {p["tile_m"] for p in summed} == {block}
+        assert not any(p["persistent"] or p["specialized"] for p in summed)
+        assert all(p["tile_m"] * p["tile_n"] * p["tile_k"] <= 64 * 32 * p["warps"] for p in summed)
+        assert (block, 16, 256) in {(p["tile_m"], p["tile_n"], p["tile_k"]) for p in summed}
+        known = target.for_problem(problem).starting_points(problem)
+        assert any(p.get("tile_m") == block for p in known)
+    eight = _problem(8, 2048, 2048, "bf16", "f32", transpose_b=True)
+    points = build_space(eight, target, {"pipeline": ["Custom"]}).points
+    assert points and min(p["tile_m"] for p in points) == 16
 
 
 def test_warp_specialized_points_are_persistent_and_fit_wgmma(tmp_path):

@@ -14,6 +14,10 @@ from autosched.targets.base import Constraint, Family, KnobSpec, Point
 
 CUSTOM = "Custom"  # the `pipeline` of a custom-kernel point
 SKINNY_ROWS = 64  # a problem with at most this many rows of C gets the skinny custom blocks
+SUMMED_ROWS = 4  # ... and with at most this many, blocks of its rows on the CUDA cores too
+# A block under 16 rows holds its products (rows x columns x K) in registers: at most this
+# many f32 a thread.
+SUMMED_PER_THREAD = 64
 # The family's own knobs, last in the CUDA target's (0 for IREE's pipelines).
 CUSTOM_KNOB_SPECS = (
     KnobSpec("warps", "custom kernels: warps per workgroup (0 for IREE's pipelines)", minimum=0),
@@ -80,14 +84,40 @@ SKINNY_STARTING = (
 )
 
 
+def summed_rows(problem: MatmulProblem) -> int:
+    """The rows of a block summed on the CUDA cores (`multiply_add`): M rounded up to a
+    power of two, for at most SUMMED_ROWS rows; 0 for more."""
+    return 1 << (problem.m - 1).bit_length() if problem.m <= SUMMED_ROWS else 0
+
+
+# ... and for a decode step's few rows (`summed_rows`), blocks of just those rows summed on
+# the CUDA cores (block N, K, warps, stages, split_k; block M the rows): more workgroups
+# (narrow blocks, K in shares) each reading more of B a step of its loop (256 of K).
+SUMMED_STARTING = (
+    (32, 256, 8, 3, 2),
+    (64, 128, 4, 3, 1),
+    (16, 256, 4, 3, 4),
+    (64, 256, 8, 3, 1),
+)
+
+
 def custom_blocks(problem: MatmulProblem) -> dict[str, list[int]]:
-    """Block M and N of the custom family: 64-256, and for skinny problems (M up to
+    """Block M, N and K of the custom family: 64-256, and for skinny problems (M up to
     SKINNY_ROWS) 16-64 rows and 32-256 columns. Why: at 16x4096x4096 f16 the
     64x64 block gave 64 workgroups for the H200's 132 SMs and 0.7 of cuBLAS; the product
-    is bound by reading B, so more, narrower blocks keep more SMs reading."""
+    is bound by reading B, so more, narrower blocks keep more SMs reading. A decode step's
+    few rows (`summed_rows`) also get a block of just their rows, summed on the CUDA
+    cores, 16 columns and 256 of K: a workgroup reads more of B per step of its loop."""
     if problem.m > SKINNY_ROWS:
-        return {"tile_m": [64, 128, 256], "tile_n": [64, 128, 256]}
-    return {"tile_m": [16, 32, 64], "tile_n": [32, 64, 128, 256]}
+        return {"tile_m": [64, 128, 256], "tile_n": [64, 128, 256], "tile_k": [32, 64, 128]}
+    rows = summed_rows(problem)
+    if not rows:
+        return {"tile_m": [16, 32, 64], "tile_n": [32, 64, 128, 256], "tile_k": [32, 64, 128]}
+    return {
+        "tile_m": [rows, 16, 32, 64],
+        "tile_n": [16, 32, 64, 128, 256],
+        "tile_k": [32, 64, 128, 256],
+    }
 
 
 def split_k_candidates(problem: MatmulProblem) -> list[int]:
@@ -122,6 +152,13 @@ def specialized_fits(point: Point) -> bool:
     )
 
 
+def summed_fits(point: Point) -> bool:
+    """Whether a block under 16 rows (`multiply_add` on the CUDA cores) fits: the plain
+    kernel, its products at most SUMMED_PER_THREAD f32 registers a thread."""
+    products = point["tile_m"] * point["tile_n"] * point["tile_k"]
+    return not point["persistent"] and products <= SUMMED_PER_THREAD * point["warps"] * WARP
+
+
 def _power_of_two(knob: str, low: int) -> Constraint:
     return Constraint(
         f"custom kernels: {knob} is a power of two from {low}",
@@ -139,7 +176,6 @@ def space(problem: MatmulProblem, target, pinned: dict[str, list]) -> Family:
         fixed={"pipeline": [CUSTOM], **pinned},
         candidates={
             **custom_blocks(problem),
-            "tile_k": [32, 64, 128],
             "pipeline_depth": [3, 4],
             "warps": [4, 8],
             "group_m": [1, 8],
@@ -153,7 +189,7 @@ def space(problem: MatmulProblem, target, pinned: dict[str, list]) -> Family:
 def constraints(target) -> list[Constraint]:
     """The family's rules, on the target's shared memory."""
     return [
-        _power_of_two("tile_m", 16),
+        _power_of_two("tile_m", 1),
         _power_of_two("tile_n", 16),
         _power_of_two("tile_k", 16),
         Constraint(
@@ -189,6 +225,12 @@ def constraints(target) -> list[Constraint]:
             lambda p, x: not x["specialized"] or specialized_fits(x),
         ),
         Constraint(
+            f"custom kernels: a block under 16 rows sums its products on the CUDA cores, "
+            f"in the plain kernel, at most {SUMMED_PER_THREAD} f32 a thread",
+            ("tile_m", "tile_n", "tile_k", "warps", "persistent"),
+            lambda p, x: x["tile_m"] >= 16 or summed_fits(x),
+        ),
+        Constraint(
             "custom kernels: split-K needs K in shares of whole blocks",
             ("tile_k", "split_k"),
             lambda p, x: (
@@ -200,9 +242,12 @@ def constraints(target) -> list[Constraint]:
 
 def starting_points(problem: MatmulProblem, sm_count: int) -> list[Point]:
     """CUSTOM_STARTING (its persistent and warp-specialized ones where TMA can load the
-    operands), then SKINNY_STARTING for few rows (partial points)."""
+    operands), then SKINNY_STARTING for few rows, and SUMMED_STARTING for a decode
+    step's (partial points)."""
     knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
     skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
+    rows = summed_rows(problem)
+    skinny += tuple((rows, *values) for values in SUMMED_STARTING) if rows else ()
     programs = max(persistent_candidates(problem, sm_count))
     custom = [
         {"pipeline": CUSTOM, **dict(zip(knobs, values[:5], strict=True)), "group_m": 8}
