@@ -54,6 +54,22 @@ def first_error_line(stderr: str) -> str:
     return lines[0][:300] if lines else "iree-compile failed without a message"
 
 
+# What iree-compile 3.13 prints when a transform library (a CUDA tuning spec) does not load;
+# it then exits 0 with IREE's own configurations, as if no spec had been given.
+SPEC_NOT_LOADED = "Failed to load transform library module"
+
+
+def unloaded_spec(stderr: str) -> str:
+    """The error line of a tuning spec iree-compile could not load, or "" (it loaded, or
+    none was given): such a build is IREE's default, whatever its exit code says."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    found = [i for i, line in enumerate(lines) if SPEC_NOT_LOADED in line]
+    if not found:
+        return ""
+    why = [line for line in lines[: found[0]] if "error:" in line]  # the spec's own error
+    return (why[0] if why else lines[found[0]])[:300]
+
+
 def compiler_path() -> str:
     return processes.tool_path("iree-compile", find_tool("iree-compile"))
 
@@ -219,6 +235,9 @@ def compile_one(job: CompileJob, timeout: float) -> CompileResult:
         else:
             message = first_error_line(finished.stderr)
         return CompileResult(job, "compile_error", finished.seconds, message)
+    unloaded = unloaded_spec(finished.stderr)
+    if unloaded:
+        return CompileResult(job, "compile_error", finished.seconds, f"spec not loaded: {unloaded}")
     if assemble:
         finished.seconds += _assemble(build, job, timeout, folder)
     return CompileResult(job, "ok", finished.seconds)

@@ -15,6 +15,7 @@ from conftest import matmul_function
 from iree.compiler import ir
 from iree.compiler.tools.binaries import find_tool
 
+from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.errors import UserError
 from autosched.ops.matmul import MatmulProblem, analyze_file
@@ -439,3 +440,28 @@ def test_kernels_are_assembled_by_the_named_ptxas(tmp_path) -> None:
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["mm.mlir", "variant.mlir", "failing_ptxas", *(f"{n}.vmfb" for n in cases)]
     )
+
+
+def test_a_spec_iree_compile_cannot_load_is_a_compile_error(tmp_path) -> None:
+    """For CUDA, iree-compile 3.13 prints `Failed to load transform library module` for a
+    spec it cannot load and still exits 0, with IREE's own configurations: the build is
+    recorded as a compile error naming the spec's own error, not as the spec's."""
+    target = _target("sm_80")
+    source = tmp_path / "mm.mlir"
+    source.write_text(matmul_function("mm", 32, 32, 32))
+    spec = tmp_path / "spec.mlir"
+    spec.write_text(
+        "module attributes {transform.with_named_sequence} {\n"
+        "  transform.named_sequence @__kernel_config(%v: !transform.any_op"
+        " {transform.consumed}) -> !transform.any_op"
+        " attributes {iree_codegen.tuning_spec_entrypoint} {\n"
+        "    %r = transform.foreach_match in %v @missing -> @missing"
+        " : (!transform.any_op) -> !transform.any_op\n"
+        "    transform.yield %r : !transform.any_op\n  }\n}\n"
+    )
+    flags = [*target.compile_flags(), f"{target.tuning_spec_flag}={spec}"]
+    built = compile_one(CompileJob(str(source), str(tmp_path / "mm.vmfb"), flags), 300)
+    assert built.status == "compile_error", built
+    assert built.message.startswith("spec not loaded:") and "@missing" in built.message
+    plain = compile_one(CompileJob(str(source), str(tmp_path / "p.vmfb"), flags[:-1]), 300)
+    assert plain.status == "ok", plain.message

@@ -28,7 +28,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen
 
 from autosched import processes
-from autosched.compile import CONFIGS_FLAG, compiler_path
+from autosched.compile import CONFIGS_FLAG, compiler_path, unloaded_spec
 from autosched.errors import UserError
 from autosched.interrupts import critical
 from autosched.ir_walk import children, scratch_context, symbol, walk_ops
@@ -71,6 +71,9 @@ def iree_compile(
     if finished.returncode != 0:
         reason = processes.describe_failure(finished, "iree-compile")
         raise UserError(f"{model_path}: iree-compile failed: {reason}")
+    unloaded = unloaded_spec(finished.stderr)
+    if unloaded:
+        raise UserError(f"{model_path}: iree-compile could not load the tuning spec: {unloaded}")
     return out_path
 
 

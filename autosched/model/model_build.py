@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from autosched import processes
-from autosched.compile import compiler_path
+from autosched.compile import compiler_path, unloaded_spec
 from autosched.errors import UserError
 from autosched.model.configured import in_configured_form, iree_compile
 from autosched.model.lowering import ModelAnalysis, find_contractions, prepare_model
@@ -166,6 +166,9 @@ def model_build(
     if finished.returncode != 0:
         reason = processes.describe_failure(finished, "iree-compile").replace(source, named)
         raise UserError(f"{named}: iree-compile failed: {reason}")
+    unloaded = unloaded_spec(finished.stderr)
+    if unloaded:
+        raise UserError(f"{named}: iree-compile could not load the tuning spec: {unloaded}")
     with open(os.path.join(build.folder, DONE), "w", encoding="utf-8") as handle:
         handle.write(" ".join(command) + f"\n{SECONDS} {time.perf_counter() - started:.3f}\n")
     return build
