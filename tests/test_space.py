@@ -127,7 +127,7 @@ def test_the_targets_known_good_points_are_found_in_the_space(write_module):
     found = matching_points(space.points, target.starting_points(skinny))
     knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth", "split_k")
     points = [tuple(space.points[i][k] for k in knobs) for i in found]
-    assert points[-len(SKINNY_STARTING) :] == list(SKINNY_STARTING)
+    assert points[: len(SKINNY_STARTING)] == list(SKINNY_STARTING)
     f32 = analyze_file(write_module(matmul_function("g", 512, 512, 512, "f32"))).problems[0]
     simt = build_space(f32, target, {"pipeline": ["TileAndFuse", "VectorDistribute"]})
     assert matching_points(simt.points, target.starting_points(f32)) == []

@@ -242,12 +242,13 @@ def constraints(target) -> list[Constraint]:
 
 def starting_points(problem: MatmulProblem, sm_count: int) -> list[Point]:
     """CUSTOM_STARTING (its persistent and warp-specialized ones where TMA can load the
-    operands), then SKINNY_STARTING for few rows, and SUMMED_STARTING for a decode
-    step's (partial points)."""
+    operands); for few rows SKINNY_STARTING before them, and for a decode step's
+    SUMMED_STARTING before those (partial points): a skinny problem's first batch is
+    of blocks made for its rows, not 128-256-row blocks of which it fills one row."""
     knobs = ("tile_m", "tile_n", "tile_k", "warps", "pipeline_depth")
     skinny = SKINNY_STARTING if problem.m <= SKINNY_ROWS else ()
     rows = summed_rows(problem)
-    skinny += tuple((rows, *values) for values in SUMMED_STARTING) if rows else ()
+    skinny = tuple((rows, *values) for values in SUMMED_STARTING) + skinny if rows else skinny
     programs = max(persistent_candidates(problem, sm_count))
     custom = [
         {"pipeline": CUSTOM, **dict(zip(knobs, values[:5], strict=True)), "group_m": 8}
@@ -258,11 +259,11 @@ def starting_points(problem: MatmulProblem, sm_count: int) -> list[Point]:
     ]
     # K whole (split_k 1, the space's first) is left unnamed, so that records made
     # before split_k existed match too.
-    return custom + [
+    return [
         {"pipeline": CUSTOM, **dict(zip(knobs, values[:5], strict=True)), "group_m": 8}
         | ({"split_k": values[5]} if values[5] > 1 else {})
         for values in skinny
-    ]
+    ] + custom
 
 
 def workgroup_size(point: Point) -> list[int]:
