@@ -25,7 +25,7 @@ from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import json_text
 from autosched.run import retime
 from autosched.run.problem import ProblemResult, ProblemSearch, Progress
-from autosched.run.tuning import LATER, Tuning
+from autosched.run.tuning import CUSTOM_POINTS_LATER, Tuning
 from autosched.search import knowledge
 from autosched.search.knowledge import ShapeClass
 
@@ -268,7 +268,7 @@ def custom_covered(entry: ModelProblem) -> bool:
     matmul ran about 3x faster than the best IREE configuration found (the 8B layer's and
     the 1B decode step's databases), so the model took the custom kernel each time."""
     search = entry.search
-    return search is not None and search.space.rejected.get(LATER, 0) > 0
+    return search is not None and search.space.rejected.get(CUSTOM_POINTS_LATER, 0) > 0
 
 
 def fast_stop(entry: ModelProblem, problems: list[ModelProblem], tuning: Tuning) -> bool:

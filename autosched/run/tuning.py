@@ -441,7 +441,7 @@ def new_search(
 
 
 # Why a campaign's space leaves a problem's custom points out: the custom route searches them.
-LATER = "custom kernels are searched on the bare kernel, after the campaign"
+CUSTOM_POINTS_LATER = "custom kernels are searched on the bare kernel, after the campaign"
 
 
 def problem_space(
@@ -458,7 +458,8 @@ def problem_space(
         return space
     target = target.for_problem(problem)
     kept = [p for p in space.points if target.in_spec(p) != custom_only]
-    why = "IREE configurations are searched on the model's dispatches" if custom_only else LATER
+    iree_later = "IREE configurations are searched on the model's dispatches"
+    why = iree_later if custom_only else CUSTOM_POINTS_LATER
     if len(kept) < len(space.points):
         space.rejected[why] += len(space.points) - len(kept)
         space.points = kept
