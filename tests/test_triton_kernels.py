@@ -963,3 +963,18 @@ def test_a_winner_whose_f32_kernel_does_not_fit_keeps_its_bf16_form(tmp_path):
     deeper = {**wide, "pipeline_depth": 5}  # 5 stages of A and B alone: 245760 bytes
     with pytest.raises(KernelDoesNotFit, match="shared memory"):
         build_substitute(family, problem, deeper, forms, "sm_90", str(tmp_path / "d"))
+
+
+def test_summed_blocks_give_torchs_answer_in_tritons_interpreter():
+    """A decode step's blocks summed on the CUDA cores, run by Triton's interpreter on the
+    CPU against torch: one row whole and in 4 shares of K, and 3 rows in a block of 4
+    (masked). Needs torch, as the interpreter does."""
+    pytest.importorskip("torch")
+    from test_row_norms import interpreted_errors
+
+    cases = [
+        (1, 96, 256, (1, 32, 64), 1, None),
+        (1, 64, 256, (1, 16, 64), 4, None),
+        (3, 96, 64, (4, 32, 32), 1, None),
+    ]
+    assert max(interpreted_errors(cases)) < 2e-3  # f16's rounding of C
