@@ -246,3 +246,7 @@ def test_a_normed_kernel_rotates_heads_of_its_block(tmp_path):
     assert binary.entry == "rotated_matmul"
     body = kernel.extern_function(narrow, params, binary, target.executable_target(), "q")
     assert body.count("tensor<128xbf16>") >= 1  # g, after B
+    # A decode step's block of one row, summed on the CUDA cores, builds in the same form.
+    row = kernel.KernelParams(1, 32, 64, 4, 3, 8)
+    summed = kernel.compile_ptx(narrow, row, "sm_90", str(tmp_path / "r.ptx"), rotary)
+    assert summed.entry == "rotated_matmul" and "mma" not in open(summed.ptx_path).read()
