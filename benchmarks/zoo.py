@@ -601,8 +601,8 @@ def one_row_of(name: str) -> ZooModel:
     entry = BY_NAME[base]
     if not only:
         return entry
-    field, value = ("batches", only[1:]) if only.startswith("b") else ("lengths", only)
-    return replace(entry, shape={**entry.shape, field: [int(value)]})
+    sizes, value = ("batches", only[1:]) if only.startswith("b") else ("lengths", only)
+    return replace(entry, shape={**entry.shape, sizes: [int(value)]})
 
 
 def main() -> None:
