@@ -194,7 +194,7 @@ ZOO = [
                              "vocab": 256, "lengths": [16, 40]}),
     ZooModel("tiny_llama_decode", "transformers", "whole causal LM, decode (tiny)",
              torch.float32, {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "mlp": 128,
-                             "vocab": 256, "prompt": 8, "cache": 64, "batches": [1, 2]}),
+                             "vocab": 256, "prompt": 8, "cache": 128, "batches": [1, 2]}),
 ]  # fmt: skip
 BY_NAME = {model.name: model for model in ZOO}
 
@@ -312,7 +312,8 @@ def tune_decode(entry: ZooModel, options, minutes: float) -> list[dict]:
         decode = next((f for f in functions if f["function"] == "decode"), {})
         named = ZooModel(f"{entry.name}@b{batch}", entry.source, entry.kind, entry.dtype,
                          dict(entry.shape, batch=batch))  # fmt: skip
-        one = row(named, times, {**summary, "model": decode}, wall, code)
+        written = {"spec_written": (summary.get("model") or {}).get("spec_written", True)}
+        one = row(named, times, {**summary, "model": decode and {**decode, **written}}, wall, code)
         one["weights_read_ms"] = zoo_decode.weights_read_ms(side.weight_bytes, one["gpu"])
         one["greedy_match"] = ((summary.get("model") or {}).get("greedy") or {}).get("match")
         rows.append(one)
@@ -383,11 +384,14 @@ def find_one(folder: str, pattern: str) -> str | None:
 
 
 def autosched_ms(model: dict) -> tuple[float | None, bool | None]:
-    """The fastest build the run proved with matching outputs, and whether outputs match
-    (None: the run proved nothing, stopped or failed before its proof)."""
+    """The fastest build the run proved with matching outputs and delivers (a spec the run
+    did not write leaves IREE's default), and whether outputs match (None: the run proved
+    nothing, stopped or failed before its proof)."""
     if not model:
         return None, None
-    builds = [(model.get("tuned_ms"), model.get("outputs_match"))]
+    builds = []
+    if model.get("spec_written", True):
+        builds.append((model.get("tuned_ms"), model.get("outputs_match")))
     custom = model.get("custom") or {}
     builds.append((custom.get("ms"), custom.get("outputs_match")))
     matching = [ms for ms, ok in builds if ms and ok]

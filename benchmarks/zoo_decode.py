@@ -28,6 +28,7 @@ from autosched.drivers.decode_proof import DECODE_STEPS
 TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
 # Peak memory bandwidth (bytes/s) of the GPUs the zoo runs on, by torch's device name.
 BANDWIDTH = {"H100 80GB HBM3": 3.35e12, "H200": 4.8e12}
+TIMED_CALLS = 2 * (5 + 30)  # eager's and reduce-overhead's warm-ups and timed calls
 
 
 def _export_tool():
@@ -69,6 +70,11 @@ def torch_decode(shape, device: str) -> TorchDecode:
     reduce-overhead."""
     from transformers import StaticCache  # noqa: PLC0415 - on the GPU machine
 
+    # transformers 5's StaticCache writes each call's token at its own running count, not
+    # at `cache_position`, so the timed calls take cache slots too.
+    needed = shape.prompt + DECODE_STEPS + 1 + TIMED_CALLS
+    if needed > shape.cache:
+        raise ValueError(f"a cache of {shape.cache} tokens is short of the {needed} timed")
     lm = EXPORT.llama(shape, seed=0).to(device)
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
     cache = StaticCache(config=lm.config, max_cache_len=shape.cache)
