@@ -48,6 +48,8 @@ SHAPES = {
     "llama3_8b": (32, 8, 2048, 128, True),
     "llama3_8b_v_rows": (32, 8, 2048, 128, False),
     "bert_base": (12 * 8, 12 * 8, 512, 64, False),
+    # ViT-B/16 at batch 32: 197 tokens (no multiple of any block), the zoo's row
+    "vit_b16": (12 * 32, 12 * 32, 197, 64, False),
 }
 DECODE_SHAPES = {  # (batch, heads, kv heads, cache, head dim)
     "llama32_1b_decode": (1, 32, 8, 2048, 64),
