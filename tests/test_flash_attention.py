@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from conftest import MODEL_CFG
 from autosched.cli import cli
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
-from autosched.kernels.flash_attention.family import FLASH
+from autosched.kernels.flash_attention.family import FLASH, WHOLE_KEYS, FlashAttention
 from autosched.kernels.flash_attention.kernel import FlashParams, compile_kernel, unsupported
 from autosched.measure.worker import Verifier, make_problem_data, verify_module
 from autosched.model.lowering import analyze_model
@@ -295,6 +296,54 @@ def test_an_attention_problem_from_its_shape_is_its_op_form():
     )
     flow = AttentionProblem(**{**problem.__dict__, "form": "flow", "sites": []})
     assert problem.name.endswith("_unmasked") and problem.name != flow.name
+
+
+def _vit_attention(keys: int, causal: bool = False) -> AttentionProblem:
+    """A ViT-B/16-like attention at batch 32 (12 heads, head dim 64, f16) over `keys` tokens."""
+    return AttentionProblem(
+        loops=("b", "m", "n", "k1", "k2"),
+        loop_sizes=(384, keys, 64, 64, keys),
+        query_type="f16",
+        key_type="f16",
+        value_type="f16",
+        mask_type="",
+        operand_loops=((0, 1, 3), (0, 4, 3), (0, 4, 2), (0, 1, 2)),
+        scale=0.125,
+        form="op",
+        causal=causal,
+    )
+
+
+def test_a_short_sequences_keys_are_searched_in_one_block_first():
+    """197 tokens (a ViT's) fit one block of 256 keys: the space has it and the known points
+    start with it; 512 keys, or a causal mask (key blocks tile query blocks), do not."""
+    vit = _vit_attention(197)
+    flash = [p for p in build_space(vit, SM90, {}).points if p["kernel"] == FLASH]
+    assert {p["kv_tile"] for p in flash} == {32, 64, 128, 256}
+    first = FlashAttention().starting_points(vit, SM90)[0]
+    assert (first["q_tile"], first["kv_tile"]) == (64, 256)
+    for other in (_vit_attention(512), _vit_attention(197, causal=True)):
+        tiles = {p["kv_tile"] for p in build_space(other, SM90, {}).points if p["kernel"] == FLASH}
+        assert WHOLE_KEYS not in tiles
+        assert all(
+            p["kv_tile"] != WHOLE_KEYS for p in FlashAttention().starting_points(other, SM90)
+        )
+
+
+def test_a_whole_key_block_builds_for_sm_90_without_spills(tmp_path):
+    """The ViT's 197 keys in one block of 256, assembled for sm_90a by Triton's ptxas: no
+    spills (the S tile is 64x256 f32 over 4 warps)."""
+    pytest.importorskip("triton")
+    from triton.backends.nvidia.compiler import get_ptxas  # noqa: PLC0415 - an extra
+
+    binary = compile_kernel(
+        _vit_attention(197), FlashParams(64, WHOLE_KEYS, 4, 2), "sm_90", str(tmp_path / "fa.ptx")
+    )
+    report = subprocess.run(
+        [get_ptxas(90).path, "-arch=sm_90a", "-v", binary.ptx_path, "-o", str(tmp_path / "fa.o")],
+        capture_output=True, text=True, check=True,
+    ).stderr  # fmt: skip
+    assert " 0 bytes spill stores, 0 bytes spill loads" in report, report
 
 
 def test_causal_key_blocks_must_tile_query_blocks(llama_ops, tmp_path):
