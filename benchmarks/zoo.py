@@ -271,7 +271,7 @@ def tune_lengths(entry: ZooModel, options, minutes: float) -> list[dict]:
     rows = []
     for length in lengths:
         found = next((f for name, f in functions.items() if name.endswith(f"len{length}")), {})
-        one = {**summary, "model": found}
+        one = {**summary, "model": found and {**found, **delivered(summary)}}
         named = ZooModel(f"{entry.name}@{length}", entry.source, entry.kind, entry.dtype,
                          dict(entry.shape, length=length))  # fmt: skip
         rows.append(row(named, times[length], one, wall, code))
@@ -312,8 +312,8 @@ def tune_decode(entry: ZooModel, options, minutes: float) -> list[dict]:
         decode = next((f for f in functions if f["function"] == "decode"), {})
         named = ZooModel(f"{entry.name}@b{batch}", entry.source, entry.kind, entry.dtype,
                          dict(entry.shape, batch=batch))  # fmt: skip
-        written = {"spec_written": (summary.get("model") or {}).get("spec_written", True)}
-        one = row(named, times, {**summary, "model": decode and {**decode, **written}}, wall, code)
+        one = row(named, times, {**summary, "model": decode and {**decode, **delivered(summary)}},
+                  wall, code)  # fmt: skip
         one["weights_read_ms"] = zoo_decode.weights_read_ms(side.weight_bytes, one["gpu"])
         one["greedy_match"] = ((summary.get("model") or {}).get("greedy") or {}).get("match")
         rows.append(one)
@@ -398,6 +398,11 @@ def autosched_ms(model: dict) -> tuple[float | None, bool | None]:
     if matching:
         return min(matching), True
     return model.get("default_ms"), bool(model.get("outputs_match"))
+
+
+def delivered(summary: dict) -> dict:
+    """Whether the run wrote its spec, for a row of one of the model's functions."""
+    return {"spec_written": (summary.get("model") or {}).get("spec_written", True)}
 
 
 def not_placed(summary: dict) -> list:
