@@ -253,10 +253,15 @@ def test_the_flash_kernel_replaces_the_attention_and_its_mask(llama_ops, tmp_pat
 @pytest.mark.gpu
 def test_the_flash_kernel_gives_numpys_answer(flash_module, tmp_path):
     op, built = flash_module
-    data = make_problem_data(op, str(tmp_path / "inputs"))
+    _gives_numpys_answer(op, built.job.output, tmp_path)
+
+
+def _gives_numpys_answer(op: AttentionProblem, vmfb: str, folder) -> None:
+    """The op's module at `vmfb` run on the GPU against numpy's attention."""
+    data = make_problem_data(op, str(folder / "inputs"))
     verifier = Verifier("cuda")
     try:
-        check = verifier.check(built.job.output, data, op, 120)
+        check = verifier.check(vmfb, data, op, 120)
     finally:
         verifier.close()
     assert check.status == "correct", check.message
@@ -344,6 +349,33 @@ def test_a_whole_key_block_builds_for_sm_90_without_spills(tmp_path):
         capture_output=True, text=True, check=True,
     ).stderr  # fmt: skip
     assert " 0 bytes spill stores, 0 bytes spill loads" in report, report
+
+
+@pytest.fixture(params=[(64, 4), (128, 8)], ids=lambda t: f"m{t[0]}_w{t[1]}")
+def whole_key_build(request, tmp_path):
+    """Eight heads of the ViT's attention (197 tokens, f16) with every key in one block of
+    256 (q_tile, q_warps from the parameter), built for sm_90 as an extern dispatch."""
+    pytest.importorskip("triton")
+    op = AttentionProblem(**{**_vit_attention(197).__dict__, "loop_sizes": (8, 197, 64, 64, 197)})
+    q_tile, warps = request.param
+    wanted = {"kernel": FLASH, "q_tile": q_tile, "kv_tile": WHOLE_KEYS, "q_warps": warps}
+    point = next(p for p in build_space(op, SM90, {}).points if p.items() >= wanted.items())
+    source = str(tmp_path / "fa.mlir")
+    command = SM90.for_problem(op).source_command(op, point, source)
+    job = CompileJob(source, str(tmp_path / "fa.vmfb"), SM90.compile_flags(), command)
+    return op, compile_one(job, 300)
+
+
+def test_a_whole_key_block_builds_as_an_extern_dispatch(whole_key_build):
+    _, built = whole_key_build
+    assert built.status == "ok", built.message
+
+
+@pytest.mark.gpu
+def test_a_whole_key_block_gives_numpys_answer(whole_key_build, tmp_path):
+    """The 59 keys past 197 masked in the block's only pass."""
+    op, built = whole_key_build
+    _gives_numpys_answer(op, built.job.output, tmp_path)
 
 
 def test_causal_key_blocks_must_tile_query_blocks(llama_ops, tmp_path):
@@ -523,13 +555,7 @@ def test_a_masked_decode_attention_gives_numpys_answer_on_the_gpu(tmp_path, mask
     )  # fmt: skip
     built = compile_one(job, 300)
     assert built.status == "ok", built.message
-    data = make_problem_data(op, str(tmp_path / "inputs"))
-    verifier = Verifier("cuda")
-    try:
-        check = verifier.check(built.job.output, data, op, 120)
-    finally:
-        verifier.close()
-    assert check.status == "correct", check.message
+    _gives_numpys_answer(op, built.job.output, tmp_path)
 
 
 @pytest.mark.slow  # over 6 s on two cores: the README's command stays under 10 minutes
