@@ -58,7 +58,7 @@ DECODE_SHAPES = {  # (batch, heads, kv heads, cache, head dim)
 }
 DECODE_FLASH = [FlashParams(64, n, 4, 2) for n in (64, 128)]
 DECODE_SPLIT = [decoding.DecodingParams(16, n, k, 4, 2) for n in (64, 128) for k in (4, 8, 16, 32)]
-GRID = {"block_m": [64, 128], "block_n": [32, 64, 128], "warps": [4, 8], "stages": [2, 3]}
+GRID = {"block_m": [64, 128], "block_n": [32, 64, 128, 256], "warps": [4, 8], "stages": [2, 3]}
 
 
 def problem_for(heads: int, seq: int, dim: int, v_transposed: bool, causal: bool):
