@@ -129,6 +129,7 @@ def run_shape(shape: str) -> list[str]:
         "| point | max error | ms |",
         "| --- | --- | --- |",
     ]
+    print(rows[2], flush=True)  # torch's, before a call's limit can cut the sweep
     kernel = _kernel()
     for values in itertools.product(*GRID.values()):
         params = FlashParams(*values)
