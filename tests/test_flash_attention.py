@@ -287,36 +287,29 @@ def test_a_run_replaces_the_attention_with_a_flash_kernel_on_the_gpu(tmp_path, m
         assert "outputs match" in result.output.split("with custom kernels")[1]
 
 
-def test_an_attention_problem_from_its_shape_is_its_op_form():
-    problem = AttentionProblem(
-        loops=("b", "m", "n", "k1", "k2"),
-        loop_sizes=(2, 16, 16, 16, 16),
-        query_type="f16",
-        key_type="f16",
-        value_type="f16",
-        mask_type="",
-        operand_loops=((0, 1, 3), (0, 4, 3), (0, 4, 2), (0, 1, 2)),
-        scale=0.25,
-        form="op",
-    )
-    flow = AttentionProblem(**{**problem.__dict__, "form": "flow", "sites": []})
-    assert problem.name.endswith("_unmasked") and problem.name != flow.name
-
-
-def _vit_attention(keys: int, causal: bool = False) -> AttentionProblem:
-    """A ViT-B/16-like attention at batch 32 (12 heads, head dim 64, f16) over `keys` tokens."""
+def _vit_attention(
+    keys: int, causal: bool = False, heads: int = 384, dim: int = 64
+) -> AttentionProblem:
+    """An f16 self-attention of `keys` tokens, by default ViT-B/16's at batch 32 (12 heads
+    a image, head dim 64)."""
     return AttentionProblem(
         loops=("b", "m", "n", "k1", "k2"),
-        loop_sizes=(384, keys, 64, 64, keys),
+        loop_sizes=(heads, keys, dim, dim, keys),
         query_type="f16",
         key_type="f16",
         value_type="f16",
         mask_type="",
         operand_loops=((0, 1, 3), (0, 4, 3), (0, 4, 2), (0, 1, 2)),
-        scale=0.125,
+        scale=dim**-0.5,
         form="op",
         causal=causal,
     )
+
+
+def test_an_attention_problem_from_its_shape_is_its_op_form():
+    problem = _vit_attention(16, heads=2, dim=16)
+    flow = AttentionProblem(**{**problem.__dict__, "form": "flow", "sites": []})
+    assert problem.name.endswith("_unmasked") and problem.name != flow.name
 
 
 def test_a_short_sequences_keys_are_searched_in_one_block_first():
@@ -356,7 +349,7 @@ def whole_key_build(request, tmp_path):
     """Eight heads of the ViT's attention (197 tokens, f16) with every key in one block of
     256 (q_tile, q_warps from the parameter), built for sm_90 as an extern dispatch."""
     pytest.importorskip("triton")
-    op = AttentionProblem(**{**_vit_attention(197).__dict__, "loop_sizes": (8, 197, 64, 64, 197)})
+    op = _vit_attention(197, heads=8)
     q_tile, warps = request.param
     wanted = {"kernel": FLASH, "q_tile": q_tile, "kv_tile": WHOLE_KEYS, "q_warps": warps}
     point = next(p for p in build_space(op, SM90, {}).points if p.items() >= wanted.items())
