@@ -15,11 +15,6 @@ FLASH = "flash"  # the attention target's `kernel` knob for this family
 # best for BERT-base's (0.020 ms, SDPA 0.021).
 FLASH_STARTING = ((64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 128, 4, 2))
 POINT_KNOBS = ("q_tile", "kv_tile", "q_warps", "kv_stages")  # FlashParams' fields, in order
-# Keys of one short sequence in a single block (a ViT's 197 in 256): one pass of the softmax,
-# no rescaling between key blocks. Built for sm_90 at ViT-B/16's size (12 heads x 32 images,
-# 197 tokens, head dim 64, f16) these points take 172-195 registers and no spills.
-WHOLE_KEYS = 256
-WHOLE_KEYS_STARTING = ((64, WHOLE_KEYS, 4, 2), (128, WHOLE_KEYS, 8, 2))
 
 
 class FlashAttention(KernelFamily):
@@ -63,17 +58,16 @@ class FlashAttention(KernelFamily):
             fixed={"kernel": [FLASH], **pinned},
             candidates={
                 "q_tile": [64, 128],
-                "kv_tile": [32, 64, 128, *([WHOLE_KEYS] if _short_keys(problem) else [])],
+                "kv_tile": [32, 64, 128],
                 "q_warps": [4, 8],
                 "kv_stages": [2, 3],
             },
         )
 
     def starting_points(self, problem, target) -> list[Point]:
-        whole = WHOLE_KEYS_STARTING if _short_keys(problem) else ()
         return [
             {"kernel": FLASH, **dict(zip(POINT_KNOBS, values, strict=True))}
-            for values in (*whole, *FLASH_STARTING)
+            for values in FLASH_STARTING
         ]
 
     def describe(self, knob_space: dict[str, list]) -> str:
@@ -87,9 +81,3 @@ class FlashAttention(KernelFamily):
     def params(self, point: Point) -> kernel.FlashParams:
         """Query rows, key rows, warps, stages."""
         return kernel.FlashParams(*(point[k] for k in POINT_KNOBS))
-
-
-def _short_keys(problem) -> bool:
-    """Whether the keys fit one block of WHOLE_KEYS and not one of the grid's others; not
-    under a causal mask, whose key blocks must tile the query blocks."""
-    return not problem.causal and 128 < problem.size("k2") <= WHOLE_KEYS
