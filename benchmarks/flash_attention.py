@@ -135,7 +135,7 @@ def run_shape(shape: str) -> list[str]:
         params = FlashParams(*values)
         if params_unsupported(problem, params):
             continue
-        constants = _constants(problem, params)
+        constants = {**_constants(problem, params), "L": None}  # no length given at launch
         blocks = grid(problem, params)[:2]
 
         def launch(params=params, constants=constants, blocks=blocks):
@@ -249,7 +249,7 @@ def _decode_row(problem, params, operands, expected) -> str:
             "lock": torch.zeros(decoding.entries(problem), device="cuda", dtype=torch.int32),
         }
     else:
-        kernel, constants = _kernel(), _constants(problem, params)
+        kernel, constants = _kernel(), {**_constants(problem, params), "L": None}
         blocks, extra = grid(problem, params)[:2], {}
 
     def launch():

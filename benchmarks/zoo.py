@@ -418,10 +418,14 @@ def not_placed(summary: dict) -> list:
 
 
 def outputs_cell(one: dict) -> str:
-    """The outputs column: a run stopped before its proof compared nothing, and says so."""
+    """The outputs column: a run stopped before its proof compared nothing, and says so; a
+    decode row whose builds' greedy tokens part ways says that too."""
     if one["outputs_match"] is None:
         return f"not proved (exit {one.get('exit_code')})"
-    return "match" if one["outputs_match"] else "DIFFER"
+    cell = "match" if one["outputs_match"] else "DIFFER"
+    if one.get("greedy_match") is False:  # a decode row: the builds' greedy tokens
+        cell += "; greedy tokens differ"
+    return cell
 
 
 def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> dict:
