@@ -146,6 +146,24 @@ def test_transformers_5s_export_reads_its_position_and_one_that_does_not_is_said
     assert lm is None and why.startswith("decode never reads its position")
 
 
+@pytest.mark.slow  # about 10 s on two cores: both functions built and timed
+def test_the_proof_reads_torchs_tokens_beside_the_users_model_not_beside_its_copy(tmp_path):
+    """A run proves copies of the model in its work folder (on CUDA the model targeted for
+    the arch), where no `.tokens.npz` lies: torch's tokens are read beside the user's
+    file. Before, the Llama-3.2-1B decode row compared its builds with each other alone."""
+    copy = tmp_path / "work" / "model.sm_90.mlirbc"
+    copy.parent.mkdir()
+    shutil.copy(IN_PLACE, copy)
+    flags = CpuTarget(RunConfig()).compile_flags()
+    common = {"work_dir": str(tmp_path / "proof"), "rounds": 1, "repetitions": 1}
+    proof = prove_model(str(copy), flags, None, "local-task", tokens_from=IN_PLACE, **common)
+    with np.load(tokens_file(IN_PLACE)) as saved:
+        assert proof.greedy.expected == saved["tokens"].tolist()
+    assert proof.greedy.match and proof.greedy.source == tokens_file(IN_PLACE)
+    alone = prove_model(str(copy), flags, None, "local-task", **common)
+    assert alone.greedy.expected == [] and alone.greedy.source == "random"
+
+
 @pytest.mark.gpu
 def test_an_lm_that_writes_its_cache_in_place_generates_torchs_tokens_on_the_gpu(tmp_path):
     """IREE's CUDA build of the in-place export: the cache stays in GPU memory from call to

@@ -56,10 +56,13 @@ def prove_model(
     work_dir: str,
     seed: int = 0,
     timeout: float = DEFAULT_TIMEOUT,
+    tokens_from: str | None = None,
     **options,
 ) -> ModelProof:
     """`proof.prove` for a model of one function; for several, each proved in its own
-    folder under `work_dir` and the results combined (`EntryPointsProof`)."""
+    folder under `work_dir` and the results combined (`EntryPointsProof`). A cached causal
+    LM's builds generate greedy tokens, compared with torch's where the export saved them
+    beside `tokens_from` (the user's model: the run builds from copies of it elsewhere)."""
     entries = model_functions(model_path, flags, timeout)
     common = {"seed": seed, "timeout": timeout, **options}
     if len(entries) < 2:
@@ -71,7 +74,7 @@ def prove_model(
         combined.greedy = GreedyCheck(0, message=f"not in the recipe's form: {why_not}")
     if lm is not None:
         builds = _built(combined.functions[0])
-        source = options.get("default_model") or model_path
+        source = tokens_from or options.get("default_model") or model_path
         combined.greedy = greedy_check(lm, builds, device, source, seed)
         if not combined.greedy.match and not combined.default_only:
             combined.outputs_match = False

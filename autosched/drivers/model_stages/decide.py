@@ -320,6 +320,7 @@ def run_proof(
         inputs=config.inputs,
         build_cache=build_cache(os.path.dirname(os.path.abspath(work))),
         build_choices=fusion_choices(config),
+        tokens_from=config.input_file,
     )
 
 
