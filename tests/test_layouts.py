@@ -194,3 +194,50 @@ def test_where_triton_convolutions_are_searched_auto_turns_the_model_channels_la
         default_model=RESNET50, work_dir=str(tmp_path / "proof"), min_time=0.0, repetitions=1,
     )  # fmt: skip
     assert proof.outputs_match and proof.tuned_ms, proof.message
+
+
+IN_PLACE = os.path.join(MODELS, "hf_tiny_llama_in_place_f32.mlirbc")  # prefill and decode
+GENERALIZED_CFG = "[SearchStrategy]\nlayout = generalized\n"
+
+
+@pytest.mark.slow  # two dry runs of the LM (about 6-10 s): the README's command stays short
+def test_generalized_contractions_fold_their_unit_batch_and_one_row_is_a_matrix_vector(
+    tmp_path, monkeypatch
+):
+    """`layout = generalized`: the tiny Llama's linear layers, batch matmuls of one batch
+    entry as torch exports them, become generics; IREE folds their unit dims, so prefill's
+    are matmuls that read each weight as stored and decode's one row matrix-vector
+    dispatches (not tuned: IREE's GEMV). Without it they are batch matmuls."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gen.cfg").write_text(GENERALIZED_CFG)
+    given = CliRunner().invoke(cli, ["run", IN_PLACE, "--dry-run"])
+    assert given.exit_code == 0, given.output
+    assert "batch_matmul_1x8x64x64_f32_f32_f32" in given.output and "layout:" not in given.output
+    result = CliRunner().invoke(cli, ["run", IN_PLACE, "--config", "gen.cfg", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "layout: named contractions as generics" in result.output
+    assert "matmul_transpose_b_8x64x64_f32_f32_f32: runs 4x" in result.output
+    assert "batch_matmul" not in result.output
+    assert "not tuned: 7 matrix-vector" in result.output
+
+
+@pytest.mark.slow  # the tiny LM tuned in fast mode and proved, both functions (about 50 s)
+def test_a_generalized_lm_is_proved_against_the_model_as_given_and_generates_torchs_tokens(
+    tmp_path, monkeypatch
+):
+    """The layout's builds against IREE's default of the model as given: outputs compared
+    for prefill and decode, and the greedy tokens of every build equal torch's (read beside
+    the user's model, not beside the layout's file)."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(IN_PLACE, tmp_path)
+    shutil.copy(IN_PLACE.removesuffix(".mlirbc") + ".tokens.npz", tmp_path)
+    (tmp_path / "auto-scheduler.cfg").write_text(GENERALIZED_CFG)
+    result = CliRunner().invoke(cli, ["run", os.path.basename(IN_PLACE), "--mode", "fast"])
+    assert result.exit_code == 0, result.output
+    assert "33 of 33 equal: default = tuned = torch" in result.output, result.output[-3000:]
+    summary = json.load(open("generated/hf_tiny_llama_in_place_f32/results.summary.json"))
+    assert summary["model"]["outputs_match"] and summary["model"]["greedy"]["match"]
+    baseline = tmp_path / "generated" / "hf_tiny_llama_in_place_f32" / "model" / "proof"
+    assert any(baseline.rglob("default.vmfb"))  # IREE's default of the model as given

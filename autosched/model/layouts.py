@@ -26,6 +26,17 @@ resnet50 keeps one transpose (its input image), and its convolutions read NHWC i
 write NHWC outputs. IREE's own NHWC convolutions are slower than its NCHW ones on the H200
 (0.558 ms against 0.141 for resnet50's 3x3 at 7x7), so the layout is for the Triton
 convolution kernels (`layout = auto` chooses it where they are searched).
+
+**Generalized contractions** (`layout = generalized`). torch's linear layers on a [B, S, H]
+activation export as `linalg.batch_matmul` ops of one batch entry. IREE forms those as
+batch matmuls, unit batch and all, and a decode step's one row as a batch matmul of one row:
+its CUDA default took 27 us for Llama-3.2-1B's 2048 x 2048 projection, where the same
+product as a plain matmul ran in 5.1 us, at cuBLAS's speed (benchmarks/results/
+h100_decode_step.md). MLIR's `linalg-generalize-named-ops` makes every named linalg op a
+`linalg.generic`; IREE then folds their unit dims, and forms matrix-vector dispatches for
+one row and matmuls that read a weight as it is stored for many. Convolutions are
+generalized too, so the layout is for models without them. Opt-in: the custom kernel
+route reads named contractions.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ WINDOW_DIMS = {
 }
 BARRIER = "util.optimization_barrier"
 CHANNELS_LAST = "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
+GENERALIZE = "builtin.module(util.func(linalg-generalize-named-ops))"
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class ModelLayout:
     original: str  # the user's model (as the target needs it): IREE's default is built from it
     strided_slices: int = 0  # strided 1x1 convolutions IREE formed as reductions
     channels_last: bool = False  # convolutions turned NHWC by IREE's preprocessing pass
+    generalized: bool = False  # named linalg ops as generics (`layout = generalized`)
 
     @property
     def changed(self) -> bool:
@@ -79,6 +92,11 @@ class ModelLayout:
             changes.append(
                 "convolutions read NHWC images (IREE's convert-conv-to-channels-last; its "
                 "transpose propagation cancels the transposes between them)"
+            )
+        if self.generalized:
+            changes.append(
+                "named contractions as generics (MLIR's linalg-generalize-named-ops): IREE "
+                "folds their unit dims, one row a matrix-vector dispatch"
             )
         return (
             f"layout: {'; '.join(changes)}; IREE's default of the model as given stays the "
@@ -131,14 +149,14 @@ def _lowered(model_path: str, flags: Sequence[str], work_dir: str) -> str:
     return lower_to_phase(model_path, flags, LAYOUT_PHASE, out, work_dir, elide_above=None)
 
 
-def to_channels_last(path: str, out: str) -> None:
-    """Runs IREE's channels-last conversion on the module at `path` (IREE's input phase)."""
+def converted(path: str, pipeline: str, out: str, what: str) -> None:
+    """Runs the passes `pipeline` (`what` they do, for the error) on the module at `path`
+    (IREE's input phase), written to `out`."""
     try:
-        run_passes(path, CHANNELS_LAST, out)
+        run_passes(path, pipeline, out)
     except RuntimeError as error:
         raise UserError(
-            f"{path}: IREE's channels-last conversion failed: {error} (`layout = strided` or "
-            "`none` leaves the convolutions as they are)"
+            f"{path}: {what} failed: {error} (`layout = none` keeps the model as given)"
         ) from None
 
 
@@ -148,27 +166,33 @@ def choose_layout(
     work_dir: str,
     reductions: int,
     channels_last: bool = False,
+    generalized: bool = False,
 ) -> ModelLayout:
     """The model with its strided 1x1 convolutions read through slices, where IREE forms
-    `reductions` of them as reductions, and its convolutions channels-last when asked (none
-    of either: the model as it is)."""
+    `reductions` of them as reductions, its convolutions channels-last and its named ops
+    generalized when asked (none of these: the model as it is)."""
     kept = ModelLayout(model_path, model_path)
-    if not reductions and not channels_last:
+    if not reductions and not channels_last and not generalized:
         return kept
     os.makedirs(work_dir, exist_ok=True)
     lowered = _lowered(model_path, flags, work_dir)
-    if channels_last:  # first: a barrier before the conversion would keep its transposes
-        converted = os.path.join(work_dir, "model.channels_last.mlir")
-        to_channels_last(lowered, converted)
-        os.remove(lowered)
-        lowered = converted
+    # First: a barrier before the conversions would keep their transposes.
+    for wanted, pipeline, name, what in (
+        (channels_last, CHANNELS_LAST, "channels_last", "IREE's channels-last conversion"),
+        (generalized, GENERALIZE, "generalized", "MLIR's generalization of named ops"),
+    ):
+        if wanted:
+            out = os.path.join(work_dir, f"model.{name}.mlir")
+            converted(lowered, pipeline, out, what)
+            os.remove(lowered)
+            lowered = out
     module = ir.Module.parseFile(lowered, ir.Context())
     placed = place_barriers(module) if reductions else 0
     os.remove(lowered)
-    if not placed and not channels_last:
+    if not placed and not channels_last and not generalized:
         return kept
     stem = os.path.splitext(os.path.basename(model_path))[0]
     out = os.path.join(work_dir, f"{stem}.layout.mlirbc")
     with open(out, "wb") as handle:
         module.operation.write_bytecode(handle)
-    return ModelLayout(out, model_path, placed and reductions, channels_last)
+    return ModelLayout(out, model_path, placed and reductions, channels_last, generalized)
