@@ -23,9 +23,11 @@ from autosched.config import RunConfig
 from autosched.drivers.campaign import ModelProblem
 from autosched.drivers.decode_proof import (
     DECODE_STEPS,
+    Generated,
     GreedyCheck,
     cached_lm,
     greedy_check,
+    near_tie,
     read_cached_lm,
     seeded_weights,
     tokens_file,
@@ -462,3 +464,29 @@ def test_the_custom_build_of_prefill_and_decode_is_timed_as_the_whole_model():
     assert model.runtime_flags == "prefill: none; decode: --x"
     decode.custom.outputs_match = False
     assert not combine([prefill, decode]).custom.outputs_match
+
+
+def _generated(tokens: list, gaps: dict[int, dict[int, float]]) -> Generated:
+    """Tokens and, at the steps `gaps` names, those logits (elsewhere the token's alone)."""
+    return Generated(tokens, [gaps.get(i, {t: 1.0}) for i, t in enumerate(tokens)])
+
+
+def test_a_16_bit_build_that_parts_at_a_near_tie_is_told_from_one_that_differs():
+    """The decode row's custom build parted from the default's at token 15 with its logits
+    within bf16's tolerance: where the default's own logits put the two tokens within two
+    bf16 roundings (2^-7 relative), the parting is a near tie, said and not a difference;
+    a wider gap, a token outside the default's top logits, f32, or a parting in another
+    sequence than the one whose logits are kept, is a difference."""
+    default = _generated([7, 3, 9], {1: {3: 10.0, 5: 9.95, 6: 9.0}})
+    assert near_tie(default, [7, 5, 4], "bf16").startswith("token 1 at a near tie")
+    assert near_tie(default, [7, 6, 4], "bf16") == ""  # 0.1 of 10: over 2^-7
+    assert near_tie(default, [7, 8, 4], "bf16") == ""  # not among the default's top logits
+    assert near_tie(default, [7, 5, 4], "f16") == ""  # 0.05 of 10: over 2^-10
+    assert near_tie(default, [7, 5, 4], "f32") == "" and near_tie(default, [7, 3, 9], "bf16") == ""
+    pairs = _generated([(7, 1), (3, 2)], {1: {3: 10.0, 5: 9.99}})
+    assert near_tie(pairs, [(7, 1), (3, 4)], "bf16") == ""  # the second sequence parted
+    check = GreedyCheck(2, sixteen_bit=True)
+    check.tokens = {"default": default.tokens, "custom": [7, 5, 4]}
+    assert not check.match and "DIFFER (custom: token 1 is 5, default's 3)" in check.line()
+    check.ties["custom"] = near_tie(default, [7, 5, 4], "bf16")
+    assert check.match and "equal until a near tie (custom's part at token 1" in check.line()
