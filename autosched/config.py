@@ -224,7 +224,7 @@ STARTING_POINTS = ("target", "none")
 HISTORIES = ("database", "none")
 DISPATCH_TABLES = ("auto", "all", "none")
 DISPATCH_FUSIONS = ("auto", "choose", "default", "aggressive")
-LAYOUTS = ("auto", "strided", "channels_last", "generalized", "none")
+LAYOUTS = ("auto", "strided", "channels_last", "generalized", "rows", "none")
 _CHOICES = {
     "target": TARGETS,
     "tuner": TUNERS,

@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from iree.compiler import ir
 
 from autosched.cli import cli
 from autosched.config import RunConfig
@@ -219,6 +220,25 @@ def test_generalized_contractions_fold_their_unit_batch_and_one_row_is_a_matrix_
     assert "matmul_transpose_b_8x64x64_f32_f32_f32: runs 4x" in result.output
     assert "batch_matmul" not in result.output
     assert "not tuned: 7 matrix-vector" in result.output
+
+
+@pytest.mark.slow  # a dry run of the LM (about 10 s)
+def test_only_single_row_contractions_are_generalized_with_rows(tmp_path, monkeypatch):
+    """`layout = rows`: decode's one-row projections become generics (IREE's matrix-vector
+    dispatches, not tuned), while prefill's batch matmuls stay named problems for the
+    custom kernels; the tagged ops and the transform sequence leave no trace in the model."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.cfg").write_text("[SearchStrategy]\nlayout = rows\n")
+    result = CliRunner().invoke(cli, ["run", IN_PLACE, "--config", "rows.cfg", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "layout: 15 single-row contraction(s) as generics" in result.output
+    assert "batch_matmul_1x8x64x64_f32_f32_f32: runs 4x" in result.output  # prefill's
+    assert "batch_matmul_1x1x" not in result.output  # decode's are matrix-vector now
+    assert "not tuned: 7 matrix-vector" in result.output
+    laid_out = tmp_path / "generated" / "hf_tiny_llama_in_place_f32" / "model"
+    module = ir.Module.parseFile(str(next(laid_out.glob("*.layout.mlirbc"))), ir.Context())
+    text = str(module)
+    assert "autosched.generalize" not in text and "transform." not in text
 
 
 @pytest.mark.slow  # the tiny LM tuned in fast mode and proved, both functions (about 50 s)

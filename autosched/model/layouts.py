@@ -37,6 +37,10 @@ h100_decode_step.md). MLIR's `linalg-generalize-named-ops` makes every named lin
 one row and matmuls that read a weight as it is stored for many. Convolutions are
 generalized too, so the layout is for models without them. Opt-in: the custom kernel
 route reads named contractions.
+
+**Single-row contractions** (`layout = rows`, single_rows.py): only the contractions of one
+row (a decode step's projections) become generics; prefill's matmuls and the attentions stay
+named, where the custom kernels find them.
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ from iree.compiler import ir
 from autosched.errors import UserError
 from autosched.ir_walk import walk_ops
 from autosched.model.lowering import lower_to_phase, run_passes
+from autosched.model.single_rows import (
+    GENERALIZE_TAGGED,
+    add_sequence,
+    drop_sequence,
+    tag_single_rows,
+)
 
 LAYOUT_PHASE = "input"  # where the convolutions are still named ops with their strides
 # Named 2-D convolutions and where their filter's window dims are.
@@ -72,6 +82,7 @@ class ModelLayout:
     strided_slices: int = 0  # strided 1x1 convolutions IREE formed as reductions
     channels_last: bool = False  # convolutions turned NHWC by IREE's preprocessing pass
     generalized: bool = False  # named linalg ops as generics (`layout = generalized`)
+    single_rows: int = 0  # single-row contractions made generics (`layout = rows`)
 
     @property
     def changed(self) -> bool:
@@ -97,6 +108,12 @@ class ModelLayout:
             changes.append(
                 "named contractions as generics (MLIR's linalg-generalize-named-ops): IREE "
                 "folds their unit dims, one row a matrix-vector dispatch"
+            )
+        if self.single_rows:
+            changes.append(
+                f"{self.single_rows} single-row contraction(s) as generics (transform "
+                "dialect's structured.generalize): IREE forms matrix-vector dispatches; the "
+                "other contractions stay named for the custom kernels"
             )
         return (
             f"layout: {'; '.join(changes)}; IREE's default of the model as given stays the "
@@ -160,6 +177,24 @@ def converted(path: str, pipeline: str, out: str, what: str) -> None:
         ) from None
 
 
+def _single_rows_generalized(lowered: str, work_dir: str) -> tuple[str, int]:
+    """The module at `lowered` with its single-row contractions generalized (a new file;
+    `lowered` is removed), and how many there were."""
+    module = ir.Module.parseFile(lowered, ir.Context())
+    tagged = tag_single_rows(module)
+    if not tagged:
+        return lowered, 0
+    add_sequence(module)
+    marked = os.path.join(work_dir, "model.rows_tagged.mlirbc")
+    with open(marked, "wb") as handle:
+        module.operation.write_bytecode(handle)
+    out = os.path.join(work_dir, "model.rows.mlir")
+    converted(marked, GENERALIZE_TAGGED, out, "the generalization of single-row contractions")
+    os.remove(marked)
+    os.remove(lowered)
+    return out, tagged
+
+
 def choose_layout(
     model_path: str,
     flags: Sequence[str],
@@ -167,12 +202,14 @@ def choose_layout(
     reductions: int,
     channels_last: bool = False,
     generalized: bool = False,
+    rows: bool = False,
 ) -> ModelLayout:
     """The model with its strided 1x1 convolutions read through slices, where IREE forms
-    `reductions` of them as reductions, its convolutions channels-last and its named ops
-    generalized when asked (none of these: the model as it is)."""
+    `reductions` of them as reductions, its convolutions channels-last, its named ops
+    generalized and its single-row contractions generalized when asked (none of these: the
+    model as it is)."""
     kept = ModelLayout(model_path, model_path)
-    if not reductions and not channels_last and not generalized:
+    if not reductions and not channels_last and not generalized and not rows:
         return kept
     os.makedirs(work_dir, exist_ok=True)
     lowered = _lowered(model_path, flags, work_dir)
@@ -186,13 +223,19 @@ def choose_layout(
             converted(lowered, pipeline, out, what)
             os.remove(lowered)
             lowered = out
+    single_rows = 0
+    if rows:
+        lowered, single_rows = _single_rows_generalized(lowered, work_dir)
     module = ir.Module.parseFile(lowered, ir.Context())
+    drop_sequence(module)
     placed = place_barriers(module) if reductions else 0
     os.remove(lowered)
-    if not placed and not channels_last and not generalized:
+    if not placed and not channels_last and not generalized and not single_rows:
         return kept
     stem = os.path.splitext(os.path.basename(model_path))[0]
     out = os.path.join(work_dir, f"{stem}.layout.mlirbc")
     with open(out, "wb") as handle:
         module.operation.write_bytecode(handle)
-    return ModelLayout(out, model_path, placed and reductions, channels_last, generalized)
+    return ModelLayout(
+        out, model_path, placed and reductions, channels_last, generalized, single_rows
+    )

@@ -226,8 +226,8 @@ def laid_out(
         config.layout == "channels_last"
         or (config.layout == "auto" and triton_convolutions(config, target, convolutions))
     )
-    generalized = config.layout == "generalized"
-    layout = choose_layout(model_path, flags, work, reductions, channels_last, generalized)
+    generalized, rows = config.layout == "generalized", config.layout == "rows"
+    layout = choose_layout(model_path, flags, work, reductions, channels_last, generalized, rows)
     if not layout.changed:
         return layout, analysis
     return layout, analyze_build(model_build(layout.source, flags, cache), flags)
