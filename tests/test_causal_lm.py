@@ -27,6 +27,7 @@ from autosched.drivers.decode_proof import (
     GreedyCheck,
     cached_lm,
     greedy_check,
+    logit_gap,
     near_tie,
     read_cached_lm,
     seeded_weights,
@@ -490,3 +491,20 @@ def test_a_16_bit_build_that_parts_at_a_near_tie_is_told_from_one_that_differs()
     assert not check.match and "DIFFER (custom: token 1 is 5, default's 3)" in check.line()
     check.ties["custom"] = near_tie(default, [7, 5, 4], "bf16")
     assert check.match and "equal until a near tie (custom's part at token 1" in check.line()
+
+
+def test_a_parting_wider_than_a_near_tie_says_the_default_logits_gap():
+    """A build that parts from the default's tokens by more than a near tie is a difference,
+    and the line says how far below its own token the default's logits put the build's (or
+    that it is not among its top logits), so the parting can be weighed."""
+    default = _generated([7, 3, 9], {1: {3: 10.0, 5: 9.95, 6: 9.0}})
+    assert logit_gap(default, [7, 3, 9]) == ""
+    assert (
+        logit_gap(default, [7, 6, 4]) == "the default's logits put 6 1 below its 3 (10.00% of 10)"
+    )
+    assert logit_gap(default, [7, 8, 4]) == "8 is not among the default's top 3 logits there"
+    check = GreedyCheck(2, sixteen_bit=True)
+    check.tokens = {"default": default.tokens, "custom": [7, 6, 4]}
+    check.gaps["custom"] = logit_gap(default, [7, 6, 4])
+    assert not check.match
+    assert "DIFFER (custom: token 1 is 6, default's 3; the default's logits put 6 1" in check.line()

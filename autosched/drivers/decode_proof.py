@@ -229,17 +229,26 @@ def greedy_tokens(vmfb: str, device: str, lm: CachedLM, prompt: Prompt) -> Gener
     return Generated(tokens, top)
 
 
+def _parting(reference: Generated, other: list) -> tuple[int, int, int] | None:
+    """(step, the reference's token, the other's) where `other` first parts from the
+    reference's tokens; None where they agree or part in another sequence, whose logits
+    are not kept."""
+    pairs = enumerate(zip(reference.tokens, other, strict=True))
+    step = next((i for i, (a, b) in pairs if a != b), None)
+    if step is None:
+        return None
+    ours, theirs = _first_sequence(reference.tokens[step]), _first_sequence(other[step])
+    return None if ours == theirs else (step, ours, theirs)
+
+
 def near_tie(reference: Generated, other: list, element: str) -> str:
     """Where `other`'s tokens first part from `reference`'s and the reference's own logits
     put both tokens within NEAR_TIE[element] of each other (relative to its largest
     logit): how ('' where they agree, or part where no rounding explains it)."""
-    pairs = enumerate(zip(reference.tokens, other, strict=True))
-    step = next((i for i, (a, b) in pairs if a != b), None)
-    if step is None or element not in NEAR_TIE:
+    parted = _parting(reference, other)
+    if parted is None or element not in NEAR_TIE:
         return ""
-    ours, theirs = _first_sequence(reference.tokens[step]), _first_sequence(other[step])
-    if ours == theirs:  # the parting is in another sequence, whose logits are not kept
-        return ""
+    step, ours, theirs = parted
     logits = reference.top[step]
     best = max(logits.values())
     if theirs not in logits or best - logits[theirs] > NEAR_TIE[element] * max(abs(best), 1e-30):
@@ -248,6 +257,25 @@ def near_tie(reference: Generated, other: list, element: str) -> str:
         f"token {step} at a near tie: the default's logits put {theirs} "
         f"{best - logits[theirs]:.3g} below its {ours}, within two {element} roundings of "
         f"{best:.3g}"
+    )
+
+
+def logit_gap(reference: Generated, other: list) -> str:
+    """Where `other` parts from `reference` by more than a near tie: how far below its own
+    token the reference's logits put `other`'s ('' where they agree), so a parting can be
+    weighed against the outputs' tolerance."""
+    parted = _parting(reference, other)
+    if parted is None:
+        return ""
+    step, ours, theirs = parted
+    logits = reference.top[step]
+    if theirs not in logits:
+        return f"{theirs} is not among the default's top {len(logits)} logits there"
+    best = max(logits.values())
+    gap = best - logits[theirs]
+    share = gap / max(abs(best), 1e-30)
+    return (
+        f"the default's logits put {theirs} {gap:.3g} below its {ours} ({share:.2%} of {best:.3g})"
     )
 
 
@@ -271,6 +299,8 @@ class GreedyCheck:
     sixteen_bit: bool = False
     # A 16-bit build whose tokens part from the default's at a near tie: build -> where.
     ties: dict[str, str] = field(default_factory=dict)
+    # A build that parts from the default's tokens otherwise: build -> the logit gap there.
+    gaps: dict[str, str] = field(default_factory=dict)
 
     @property
     def match(self) -> bool:
@@ -304,7 +334,8 @@ class GreedyCheck:
         for name in names:
             for index, (got, want) in enumerate(zip(self.tokens[name], reference[1], strict=False)):
                 if got != want:
-                    return f"{name}: token {index} is {got}, {reference[0]}'s {want}"
+                    gap = f"; {self.gaps[name]}" if name in self.gaps else ""
+                    return f"{name}: token {index} is {got}, {reference[0]}'s {want}{gap}"
         return ""
 
     def line(self) -> str:
@@ -345,4 +376,6 @@ def greedy_check(
         where = near_tie(reference, run.tokens, narrow)
         if where:
             check.ties[name] = where
+        elif gap := logit_gap(reference, run.tokens):
+            check.gaps[name] = gap
     return check
