@@ -149,6 +149,10 @@ class Target(KindViews, ABC):
     # A strided 1x1 convolution is read through a strided slice before dispatches form
     # (model/layouts.py): where its strided form has no fast configuration.
     slices_strided_convolutions = False
+    # A single-row contraction (a decode step's projection) is made a generic before
+    # dispatches form (model/single_rows.py): where its batch-matmul form is slow and the
+    # step launches one kernel per op.
+    generalizes_single_rows = False
     # Flags a model's own types need, in every compile of it (model/input_types.py).
     input_flags: tuple[str, ...] = ()
 

@@ -136,6 +136,10 @@ class CudaTarget(Target):
     # As IREE forms them, they take plain thread tiles only (resnet50's: 0.7-1.9 ms each,
     # tuned, on the H200); as pointwise convolutions over a slice, the tensor cores.
     slices_strided_convolutions = True
+    # Llama-3.2-1B's decode step on the H100: 3.73 ms a token as given, 2.19 ms with its
+    # one-row projections as IREE's GEMVs (511 dispatches a step become 235;
+    # benchmarks/results/h100_decode_step.md).
+    generalizes_single_rows = True
     root_kind = "matmul"  # the kind whose kernel families this view searches
     kind_targets = {
         "attention": ("autosched.targets.cuda_attention", "CudaAttentionTarget"),

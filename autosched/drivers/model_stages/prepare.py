@@ -37,6 +37,7 @@ from autosched.model.model_build import (
     build_cache,
     model_build,
 )
+from autosched.ops.contraction import Contraction
 from autosched.ops.convolution import STRIDED, ConvolutionProblem
 from autosched.ops.registry import kind_of
 from autosched.outputs.paths import RunPaths
@@ -226,11 +227,19 @@ def laid_out(
         config.layout == "channels_last"
         or (config.layout == "auto" and triton_convolutions(config, target, convolutions))
     )
-    generalized, rows = config.layout == "generalized", config.layout == "rows"
+    generalized = config.layout == "generalized"
+    rows = config.layout == "rows" or (
+        config.layout == "auto" and target.generalizes_single_rows and has_single_rows(analysis)
+    )
     layout = choose_layout(model_path, flags, work, reductions, channels_last, generalized, rows)
     if not layout.changed:
         return layout, analysis
     return layout, analyze_build(model_build(layout.source, flags, cache), flags)
+
+
+def has_single_rows(analysis: ModelAnalysis) -> bool:
+    """Whether one of the model's contractions has one row (a decode step's projection)."""
+    return any(isinstance(root, Contraction) and root.m == 1 for root in analysis.roots)
 
 
 def triton_convolutions(config: RunConfig, target: Target, convolutions: list) -> bool:
