@@ -227,7 +227,8 @@ def choose_layout(
     if rows:
         lowered, single_rows = _single_rows_generalized(lowered, work_dir)
     module = ir.Module.parseFile(lowered, ir.Context())
-    drop_sequence(module)
+    if single_rows:  # the sequence and its marks leave the model once they ran
+        drop_sequence(module)
     placed = place_barriers(module) if reductions else 0
     os.remove(lowered)
     if not placed and not channels_last and not generalized and not single_rows:
