@@ -123,6 +123,19 @@ def test_fast_mode_re_times_no_finalist_far_behind_the_fastest():
     assert finalists([fast, far], default, top=2)[0] == [fast, far]  # normal mode: both
 
 
+def test_fast_mode_re_times_the_fastest_where_the_default_did_not_build():
+    """The Llama-3-8B layer's narrowed MLP matmuls (bf16 out): IREE's default of the bare op
+    fails to distribute, so no candidate has a speedup; fast mode's floor dropped every one
+    and the 4.9x kernels never reached the model. Without a default, the fastest by time and
+    those within FAST_GAP of it are re-timed."""
+    failed = trial(BASELINE, 0.0, 0.0, baseline=True)
+    failed.status = "compile_error"
+    fast, close, far = trial("fast", 0.31, 7.7), trial("close", 0.35, 6.9), trial("far", 0.6, 4.0)
+    contenders, entries = finalists([far, close, fast], failed, top=2, floor=FAST_FLOOR)
+    assert contenders == [fast, close] and entries == [fast, close]
+    assert finalists([far, fast], None, top=2, floor=FAST_FLOOR)[0] == [fast]
+
+
 def test_a_slow_default_is_not_timed_again_beside_finalists_far_ahead_of_it():
     """IREE's attention at 197 tokens: 18.5 ms a dispatch, 200 to a call of its module (3.7 s);
     finalists 460x faster on the first pass are re-timed among themselves. A default under a

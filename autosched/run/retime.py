@@ -74,9 +74,14 @@ def finalists(
     its raw time, which moves with the machine. With a `floor`, a trial whose first-pass
     speedup is below it is not re-timed (fast mode: a clear loser cannot turn into a win
     beyond the noise, and its re-timing costs seconds), nor one over FAST_GAP slower than
-    the fastest (it cannot overtake it)."""
+    the fastest (it cannot overtake it). A problem whose default did not build (a narrowed
+    kernel's bare op IREE cannot distribute) has no speedups: there the floor cannot apply,
+    and the fastest by time and those within FAST_GAP of it are re-timed."""
     ranked = sorted((t for t in trials if t.ok), key=lambda t: -t.gflops)
-    if floor:
+    if floor and not (baseline is not None and baseline.ok):
+        fastest = ranked[0].gflops if ranked else 0.0
+        ranked = [t for t in ranked if t.gflops * FAST_GAP >= fastest]
+    elif floor:
         speedups = [(t, first_pass_speedup(t, baseline) or 0.0) for t in ranked]
         best = max((s for _, s in speedups), default=0.0)
         ranked = [t for t, s in speedups if s >= floor and s * FAST_GAP >= best]
