@@ -29,7 +29,8 @@ exporting a 1B LM.
 
 A CNN at batch 32 does not fit one call with its max-autotune: inductor's autotuning of
 resnet50's convolutions took about 300 s of a call. `--torch-only` times torch alone (eager,
-torch.compile, max-autotune) and writes `torch_times.json`; a later call given it by
+torch.compile, max-autotune); every call writes what it timed of torch to `torch_times.json`
+as it goes, so a call cut short keeps it; a later call given it by
 `--max-autotune-from FILE` times eager and torch.compile again beside `autosched run` and
 takes max-autotune from the file where it was timed on a GPU of the same name. Such a cell
 is marked in zoo.md, and the row names the call (`max_autotune_from`).
@@ -475,16 +476,25 @@ def earlier_max_autotune(options, name: str) -> list | None:
 def time_torch_only(names: list[str], out: str) -> None:
     """torch's three timings of each model, for a later call's `--max-autotune-from`:
     `torch_times.json` written after each model, so a call cut short keeps what it timed."""
-    timed = {}
     for name in names:
         module, args = build(BY_NAME[name], CUDA)
         times = torch_times(module, args, CUDA)
         print(f"{name}: torch {json.dumps(times)}", flush=True)
-        timed[name] = {"times": times, "gpu": torch.cuda.get_device_name()}
+        keep_torch_times(out, name, times)
         del module, args
         torch.cuda.empty_cache()
-        with open(os.path.join(out, "torch_times.json"), "w") as handle:
-            json.dump(timed, handle, indent=1)
+
+
+def keep_torch_times(out: str, name: str, times: dict) -> None:
+    """Add `name`'s torch timings to the call's `torch_times.json` (every call keeps them:
+    resnet50's max-autotune took minutes of a call whose deadline then cut its run, and a
+    later call's `--max-autotune-from` reuses them)."""
+    path = os.path.join(out, "torch_times.json")
+    timed = json.load(open(path)) if os.path.exists(path) else {}
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    timed[name] = {"times": times, "gpu": gpu}
+    with open(path, "w") as handle:
+        json.dump(timed, handle, indent=1)
 
 
 def tune_one(entry: ZooModel, options, minutes: float) -> dict:
@@ -497,6 +507,7 @@ def tune_one(entry: ZooModel, options, minutes: float) -> dict:
     if earlier is not None:
         times["max_autotune"] = earlier
     print(f"{entry.name}: torch {json.dumps(times)}", flush=True)
+    keep_torch_times(options.out, entry.name, times)
     model_path = os.path.join(folder, f"{entry.name}.mlir")
     export(module, args, model_path)
     del module, args
