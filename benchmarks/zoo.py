@@ -29,8 +29,9 @@ exporting a 1B LM.
 
 A CNN at batch 32 does not fit one call with its max-autotune: inductor's autotuning of
 resnet50's convolutions took about 300 s of a call. `--torch-only` times torch alone (eager,
-torch.compile, max-autotune); every call writes what it timed of torch to `torch_times.json`
-as it goes, so a call cut short keeps it; a later call given it by
+torch.compile, max-autotune); every call writes each model's torch timings to
+`torch_times.json` as it goes (the causal LMs', which time no max-autotune, aside), so a call
+cut short keeps them; a later call given it by
 `--max-autotune-from FILE` times eager and torch.compile again beside `autosched run` and
 takes max-autotune from the file where it was timed on a GPU of the same name. Such a cell
 is marked in zoo.md, and the row names the call (`max_autotune_from`).
