@@ -11,6 +11,7 @@ from autosched.drivers.campaign import (
     budget_for,
     custom_covered,
     first_batch,
+    leave_to_custom_route,
     minor,
     opening_history,
     pick_next,
@@ -111,14 +112,14 @@ def test_fast_mode_gives_a_problem_under_two_percent_of_the_time_one_batch():
 
 def test_fast_mode_leaves_a_problem_a_custom_family_covers_to_the_custom_route():
     """On sm_90 a bf16 matmul's custom points are left out of its campaign space for the
-    custom route: fast mode's IREE search of it ends after its first batch. On sm_80 no
+    custom route: fast mode runs no IREE candidate of it (run.log says so). On sm_80 no
     family covers it, and its IREE search goes on."""
     shape = {"op": "linalg.matmul", "m": 2048, "n": 2048, "k": 2048, "batch": 0}
     types = {"lhs_type": "bf16", "rhs_type": "bf16", "acc_type": "f32"}
     flags = {"transpose_a": False, "transpose_b": True, "zero_init": True}
     problem = MatmulProblem.from_shape({**shape, **types, **flags})
     dispatch = DispatchBenchmark("main$async_dispatch_0", "bench.mlir", "bench")
-    covered = {}
+    covered, said = {}, {}
     for arch in ("sm_90", "sm_80"):
         target = make_target(RunConfig(target="cuda", arch=arch))
         space = problem_space(problem, target, {}, dispatch, custom_only=False)
@@ -126,4 +127,10 @@ def test_fast_mode_leaves_a_problem_a_custom_family_covers_to_the_custom_route()
         one = entry(problem.name, 1, [1.0])
         one.search = SimpleNamespace(space=space)
         covered[arch] = custom_covered(one)
+        said[arch] = []
+        log = SimpleNamespace(write=said[arch].append)
+        leave_to_custom_route(SimpleNamespace(log=log), [one])
+        assert one.done == covered[arch]
     assert covered == {"sm_90": True, "sm_80": False}
+    assert len(said["sm_90"]) == 1 and "leaves it to the custom route" in said["sm_90"][0]
+    assert said["sm_80"] == []

@@ -148,8 +148,11 @@ class Retiming:
         if not contenders:
             best = max(filter(None, (retime.first_pass_speedup(t, result.baseline)
                                      for t in result.trials)), default=None)  # fmt: skip
+            tried = any(not t.baseline for t in result.trials)
             log.write(
-                "no candidate compiled, ran and gave the right answer"
+                "no candidate was run"
+                if not tried
+                else "no candidate compiled, ran and gave the right answer"
                 if best is None
                 else f"not re-timed: the best candidate was {best:.2f}x IREE's default on "
                 f"the first pass (fast mode re-times those from {retime.FAST_FLOOR:g}x)"
