@@ -3,8 +3,12 @@ the noise of the measurements themselves."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import Trial
-from autosched.run.problem import BASELINE
+from autosched.outputs.report import CUSTOM_NOTE, summary_rows
+from autosched.run.problem import BASELINE, ProblemResult
 from autosched.run.retime import FAST_FLOOR, finalists, judge, paired_verdict, timed_rounds
 
 
@@ -158,3 +162,23 @@ def test_a_slow_default_is_not_timed_again_beside_finalists_far_ahead_of_it():
     assert (
         found.winner.config == "fa_m128_n32" and found.beats_default and found.baseline_ms is None
     )
+
+
+def test_the_closing_table_says_when_a_winner_had_no_default_to_beat():
+    """The custom route's narrowed matmuls (bf16 out): IREE's default of the bare op does
+    not build, so their rows give the kernel's time and say `no default`, not `not tuned`;
+    a problem with no candidate run keeps `(IREE default)`."""
+    shape = {"op": "linalg.batch_matmul", "m": 2048, "n": 4096, "k": 4096, "batch": 1}
+    types = {"lhs_type": "bf16", "rhs_type": "bf16", "acc_type": "bf16"}
+    flags = {"transpose_a": False, "transpose_b": False, "zero_init": True}
+    problem = MatmulProblem.from_shape({**shape, **types, **flags})
+    failed = trial(BASELINE, 0.0, 0.0, baseline=True)
+    failed.status = "compile_error"
+    kernel = trial("tr_wg128x256x64_w8_s3_g8", 0.1032, 666.0)
+    narrow = ProblemResult(problem, SimpleNamespace(points=[0] * 440), [failed, kernel], failed)
+    narrow.best, narrow.best_ms = kernel, 0.1032
+    untouched = ProblemResult(problem, SimpleNamespace(points=[0] * 440), [], None)
+    text = summary_rows([narrow, untouched], CUSTOM_NOTE)
+    first, second = text.splitlines()[2:4]
+    assert "0.1032" in first and "no default" in first and "tr_wg128x256x64_w8_s3_g8" in first
+    assert "(IREE default)" in second and text.endswith(CUSTOM_NOTE)

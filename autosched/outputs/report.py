@@ -269,6 +269,11 @@ BENCHMARK_NOTE = (
     "benchmark; inside the whole model it may gain less: see the model line and the "
     "dispatch table)"
 )
+# The custom route's table: its kernels are timed on their bare op, not IREE's dispatch.
+CUSTOM_NOTE = (
+    "(custom kernels: each problem's kernel timed alone on its bare op, against IREE's "
+    "default of that op where it builds; the model line says what they gave in place)"
+)
 # A module of bare matmuls has no model line and no dispatch table to point to.
 MODULE_NOTE = (
     "(times: each matmul's function compiled and timed alone; speedup: IREE's default over "
@@ -279,6 +284,8 @@ MODULE_NOTE = (
 def speedup_cell(result: ProblemResult) -> str:
     if result.speedup:
         return f"{result.speedup:.2f}x"
+    if result.best is not None:  # a winner without a default to hold it against
+        return "no default"
     return "not tuned" if not_tuned_reason(result) else "none faster"
 
 

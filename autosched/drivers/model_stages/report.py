@@ -31,6 +31,7 @@ from autosched.model.configured import DispatchConfig
 from autosched.model.lowering import ModelAnalysis
 from autosched.outputs.commands import TUNED_VMFB, shell_line, tuned_model_steps
 from autosched.outputs.report import (
+    CUSTOM_NOTE,
     RunLog,
     not_tuned_reason,
     rechoose_csv,
@@ -115,11 +116,17 @@ def tuning_started(prepared: Prepared, time_budget_s: float | None) -> None:
     )
 
 
-def results_table(log: RunLog, results: list[ProblemResult]) -> None:
-    """The closing table of every problem's search."""
+def results_table(
+    log: RunLog, results: list[ProblemResult], custom: list[ProblemResult] = ()
+) -> None:
+    """The closing table of every problem's search, then the custom route's (fast mode
+    runs no IREE candidate of a problem a custom family covers: its row of the first
+    table is IREE's default, its kernel is in the second)."""
     summary = summary_rows(results)
     log.section("result")
     logged(log, summary)
+    if custom:
+        logged(log, summary_rows(custom, CUSTOM_NOTE))
 
 
 # ----- decide -------------------------------------------------------------------------

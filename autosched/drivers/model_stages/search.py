@@ -54,5 +54,6 @@ def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
     tuning.finish(results, custom.values())
     custom_trials = sum(len(r.trials) - r.resumed for r in custom.values())
     campaign = replace(campaign, skipped=prepared.skipped, custom_trials=custom_trials)
-    report.results_table(log, results)
+    searched = list({id(r): r for r in custom.values()}.values())  # shared op forms once
+    report.results_table(log, results, searched)
     return Searched(log, campaign, custom, measured=tuning.measured)
