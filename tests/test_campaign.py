@@ -125,12 +125,12 @@ def test_fast_mode_leaves_a_problem_a_custom_family_covers_to_the_custom_route()
         space = problem_space(problem, target, {}, dispatch, custom_only=False)
         assert space.points and all(target.for_problem(problem).in_spec(p) for p in space.points)
         one = entry(problem.name, 1, [1.0])
-        one.search = SimpleNamespace(space=space)
+        one.search = SimpleNamespace(space=space, result=SimpleNamespace(custom_route=False))
         covered[arch] = custom_covered(one)
         said[arch] = []
         log = SimpleNamespace(write=said[arch].append)
         leave_to_custom_route(SimpleNamespace(log=log), [one])
-        assert one.done == covered[arch]
+        assert one.done == one.search.result.custom_route == covered[arch]
     assert covered == {"sm_90": True, "sm_80": False}
     assert len(said["sm_90"]) == 1 and "leaves it to the custom route" in said["sm_90"][0]
     assert said["sm_80"] == []

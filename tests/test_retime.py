@@ -178,7 +178,11 @@ def test_the_closing_table_says_when_a_winner_had_no_default_to_beat():
     narrow = ProblemResult(problem, SimpleNamespace(points=[0] * 440), [failed, kernel], failed)
     narrow.best, narrow.best_ms = kernel, 0.1032
     untouched = ProblemResult(problem, SimpleNamespace(points=[0] * 440), [], None)
-    text = summary_rows([narrow, untouched], CUSTOM_NOTE)
-    first, second = text.splitlines()[2:4]
+    routed = ProblemResult(problem, SimpleNamespace(points=[0] * 440), [], None)
+    routed.custom_route = True  # fast mode ran no IREE candidate of it
+    text = summary_rows([narrow, untouched, routed], CUSTOM_NOTE)
+    first, second, third = text.splitlines()[2:5]
     assert "0.1032" in first and "no default" in first and "tr_wg128x256x64_w8_s3_g8" in first
-    assert "(IREE default)" in second and text.endswith(CUSTOM_NOTE)
+    assert "(IREE default)" in second and "none faster" in second
+    assert "(custom route)" in third and "none faster" not in third
+    assert text.endswith(CUSTOM_NOTE)

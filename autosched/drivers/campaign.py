@@ -278,7 +278,7 @@ def leave_to_custom_route(tuning: Tuning, problems: list[ModelProblem]) -> None:
     the run says so (`not_placed`)."""
     for entry in problems:
         if not entry.done and custom_covered(entry):
-            entry.done = True
+            entry.done = entry.search.result.custom_route = True
             tuning.log.write(
                 f"{entry.problem.name}: fast mode leaves it to the custom route (a custom "
                 "kernel family covers it): no IREE candidate"

@@ -247,7 +247,7 @@ def summary_rows(results: list[ProblemResult], note: str = "") -> str:
                 f"{r.best_ms:.4g}" if r.best_ms else "-",
                 f"{r.problem.flops / (r.best_ms * 1e6):.4g}" if r.best_ms else "-",
                 speedup_cell(r),
-                best.config if best else "(IREE default)",
+                best.config if best else "(custom route)" if r.custom_route else "(IREE default)",
             ]
         )
     headers = [
@@ -286,6 +286,8 @@ def speedup_cell(result: ProblemResult) -> str:
         return f"{result.speedup:.2f}x"
     if result.best is not None:  # a winner without a default to hold it against
         return "no default"
+    if result.custom_route:
+        return "-"
     return "not tuned" if not_tuned_reason(result) else "none faster"
 
 

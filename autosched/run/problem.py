@@ -31,6 +31,7 @@ class ProblemResult:
     default_ms: list[float] = field(default_factory=list)  # the default's timings in the search
     stopped: str = ""  # why the search stopped before its budget, when that is a warning
     verdict: object = None  # retime.PairedVerdict of the fastest finalist against the default
+    custom_route: bool = False  # fast mode ran no IREE candidate: a custom family covers it
 
     @property
     def speedup(self) -> float | None:
