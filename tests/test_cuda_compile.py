@@ -6,6 +6,7 @@ the last through the full target attribute that CudaTarget puts in the module.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,12 @@ from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.errors import UserError
 from autosched.ops.matmul import MatmulProblem, analyze_file
-from autosched.ops.matmul_kernel import kernel_module_text, kernel_variant, tuned_input_module
+from autosched.ops.matmul_kernel import (
+    kernel_module_text,
+    kernel_variant,
+    rounds_from_f32,
+    tuned_input_module,
+)
 from autosched.search.space import build_space
 from autosched.targets.base import Point
 from autosched.targets.cuda import CudaTarget
@@ -268,6 +274,36 @@ def test_tuned_module_for_sm_90_carries_the_target_and_compiles(tmp_path) -> Non
     )
     assert code == 0, stderr[-2000:]
     assert _lowering_config_text(target.lowering_config(problem, point)) in configured
+
+
+def test_a_narrowed_kernel_problem_is_built_in_f32_and_rounded(tmp_path) -> None:
+    """The custom route times a matmul followed by a truncf as one op with a bf16 result.
+    IREE 3.13 cannot distribute that bare op on CUDA, so the kernel module computes the
+    product in f32 and rounds it, as the model does; it compiles for sm_90. A problem of
+    the user's module (it has sites) keeps its own accumulator."""
+    target = _target("sm_90")
+    shape = {"op": "linalg.batch_matmul", "m": 256, "n": 512, "k": 256, "batch": 1}
+    types = {"lhs_type": "bf16", "rhs_type": "bf16", "acc_type": "bf16"}
+    flags = {"transpose_a": False, "transpose_b": False, "zero_init": True}
+    narrowed = MatmulProblem.from_shape({**shape, **types, **flags})
+    assert rounds_from_f32(narrowed)
+    text = kernel_variant(narrowed, target, None)
+    with ir.Context():
+        module = ir.Module.parse(text)
+        ops = [op.name for op in module.body.operations[0].entry_block.operations]
+    assert ops[-4:] == ["linalg.batch_matmul", "tensor.empty", "linalg.generic", "func.return"]
+    assert "arith.truncf" in text and "tensor<1x256x512xf32>" in text
+    assert "-> tensor<1x256x512xbf16>" in text.split("func.func @main")[1].splitlines()[0]
+    source = tmp_path / "narrowed.mlir"
+    source.write_text(text)
+    result = subprocess.run(
+        [IREE_COMPILE, str(source), "-o", str(tmp_path / "narrowed.vmfb"),
+         *target.compile_flags()],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    own = dataclasses.replace(narrowed, sites=[object()])
+    assert not rounds_from_f32(own) and "arith.truncf" not in kernel_variant(own, target, None)
 
 
 def test_other_archs_use_the_flag() -> None:

@@ -7,9 +7,11 @@ The attribute is set through the MLIR bindings, so every emitted file is known t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from iree.compiler import ir
+from iree.compiler.dialects import arith, func, linalg, tensor
 
 from autosched.ops.matmul import MatmulProblem, parse_module, walk_matmuls
 from autosched.targets.base import Point, Target
@@ -57,10 +59,55 @@ def _attach(op: ir.Operation, attribute_text: str, context: ir.Context) -> None:
     op.attributes["compilation_info"] = ir.Attribute.parse(attribute_text, context)
 
 
+NARROW_TYPES = ("bf16", "f16")
+
+
+def rounds_from_f32(problem: MatmulProblem) -> bool:
+    """Whether the problem is a kernel's narrowed form (no op of the user's module: no
+    sites), a zero-filled 16-bit product of 16-bit operands. The model computes it in f32
+    and rounds it (torch's matmul as IREE lowers it), and IREE 3.13 cannot build the bare
+    op with a 16-bit accumulator on CUDA ('failed to distribute': the Llama-3-8B layer's
+    projections then had no default to be timed against), so its kernel module does as the
+    model does: the product in f32, then a truncf."""
+    narrow = problem.acc_type in NARROW_TYPES and problem.lhs_type == problem.acc_type
+    return narrow and problem.zero_init and not problem.sites
+
+
+def _round_result(module: ir.Module, element: str) -> None:
+    """`@main`'s f32 result rounded to `element` by a linalg.generic before it returns."""
+    (function,) = [op for op in module.body.operations if isinstance(op, func.FuncOp)]
+    returned = list(function.entry_block.operations)[-1]
+    wide = returned.operands[0]
+    shape = ir.RankedTensorType(wide.type).shape
+    narrow = ir.Type.parse(element)
+    rank = len(shape)
+    with ir.InsertionPoint(returned), ir.Location.unknown():
+        empty = tensor.EmptyOp(shape, narrow)
+        identity = ir.AffineMap.get_identity(rank)
+        parallel = linalg.IteratorType.parallel
+        generic = linalg.GenericOp(
+            [empty.result.type], [wide], [empty.result], [identity] * 2, [parallel] * rank
+        )
+        block = generic.regions[0].blocks.append(wide.type.element_type, narrow)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([arith.TruncFOp(narrow, block.arguments[0]).result])
+    returned.operands[0] = generic.result
+    inputs = ir.FunctionType(function.type).inputs
+    function.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(inputs, [generic.result.type])
+    )
+
+
 def kernel_variant(problem: MatmulProblem, target: Target, point: Point | None) -> str:
-    """Kernel module text; with a point, its matmul carries that point's compilation_info."""
+    """Kernel module text; with a point, its matmul carries that point's compilation_info.
+    A narrowed form's product is computed in f32 and rounded (`rounds_from_f32`)."""
     context = ir.Context()
-    module = ir.Module.parse(kernel_module_text(problem, target.module_attributes()), context)
+    widened = rounds_from_f32(problem)
+    source = dataclasses.replace(problem, acc_type="f32") if widened else problem
+    module = ir.Module.parse(kernel_module_text(source, target.module_attributes()), context)
+    if widened:
+        with context:
+            _round_result(module, problem.acc_type)
     if point is not None:
         ((_, op),) = walk_matmuls(module)
         _attach(op, target.lowering_config(problem, point), context)
