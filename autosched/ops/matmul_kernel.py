@@ -73,24 +73,36 @@ def rounds_from_f32(problem: MatmulProblem) -> bool:
     return narrow and problem.zero_init and not problem.sites
 
 
+def one_input_generic(
+    value: ir.Value, init: ir.Value, input_map: ir.AffineMap, rounds: bool
+) -> linalg.GenericOp:
+    """At the insertion point, an all-parallel linalg.generic that yields its one input
+    (`value`, read through `input_map`) into `init`, rounded to `init`'s element type
+    where `rounds`."""
+    rank = ir.RankedTensorType(init.type).rank
+    maps = [input_map, ir.AffineMap.get_identity(rank)]
+    parallel = [linalg.IteratorType.parallel] * rank
+    generic = linalg.GenericOp([init.type], [value], [init], maps, parallel)
+    elements = [ir.ShapedType(v.type).element_type for v in (value, init)]
+    body = generic.regions[0].blocks.append(*elements)
+    with ir.InsertionPoint(body):
+        yielded = body.arguments[0]
+        if rounds:
+            yielded = arith.TruncFOp(elements[1], yielded).result
+        linalg.YieldOp([yielded])
+    return generic
+
+
 def _round_result(module: ir.Module, element: str) -> None:
     """`@main`'s f32 result rounded to `element` by a linalg.generic before it returns."""
     (function,) = [op for op in module.body.operations if isinstance(op, func.FuncOp)]
     returned = list(function.entry_block.operations)[-1]
     wide = returned.operands[0]
     shape = ir.RankedTensorType(wide.type).shape
-    narrow = ir.Type.parse(element)
-    rank = len(shape)
     with ir.InsertionPoint(returned), ir.Location.unknown():
-        empty = tensor.EmptyOp(shape, narrow)
-        identity = ir.AffineMap.get_identity(rank)
-        parallel = linalg.IteratorType.parallel
-        generic = linalg.GenericOp(
-            [empty.result.type], [wide], [empty.result], [identity] * 2, [parallel] * rank
-        )
-        block = generic.regions[0].blocks.append(wide.type.element_type, narrow)
-        with ir.InsertionPoint(block):
-            linalg.YieldOp([arith.TruncFOp(narrow, block.arguments[0]).result])
+        empty = tensor.EmptyOp(shape, ir.Type.parse(element))
+        identity = ir.AffineMap.get_identity(len(shape))
+        generic = one_input_generic(wide, empty.result, identity, rounds=True)
     returned.operands[0] = generic.result
     inputs = ir.FunctionType(function.type).inputs
     function.attributes["function_type"] = ir.TypeAttr.get(

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from iree.compiler import ir
-from iree.compiler.dialects import arith, flow, func, linalg, tensor, util
+from iree.compiler.dialects import arith, flow, func, tensor, util
+
+from autosched.ops.matmul_kernel import one_input_generic
 
 ANY_OP, ANY_VALUE = "!transform.any_op", "!transform.any_value"
 Body = Callable[[list[ir.Value]], ir.Value]  # a function's arguments -> the value it returns
@@ -107,25 +109,10 @@ def _one_input_generic(source: str, result: str, input_map: str, rounds: bool) -
         with ir.InsertionPoint(module.body):
             alone = func.FuncOp("alone", (types, types[1:]))
             block = alone.add_entry_block()
-        rank = ir.RankedTensorType(types[1]).rank
-        identity = ir.AffineMap.get_identity(rank)
-        maps = ir.ArrayAttr.get([ir.Attribute.parse(input_map), ir.AffineMapAttr.get(identity)])
+        read = ir.AffineMapAttr(ir.Attribute.parse(input_map)).value
         with ir.InsertionPoint(block):
-            generic = linalg.GenericOp(
-                [types[1]],
-                [block.arguments[0]],
-                [block.arguments[1]],
-                maps,
-                [linalg.IteratorType.parallel] * rank,
-            )
+            generic = one_input_generic(block.arguments[0], block.arguments[1], read, rounds)
             func.ReturnOp([generic.result])
-        elements = [ir.ShapedType(t).element_type for t in types]
-        body = generic.regions[0].blocks.append(*elements)
-        with ir.InsertionPoint(body):
-            value = body.arguments[0]
-            if rounds:
-                value = arith.TruncFOp(elements[1], value).result
-            linalg.YieldOp([value])
         text = generic.operation.get_asm(use_local_scope=True, assume_verified=True)
     arguments = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(types))
     return f"^bb0({arguments}):\n{text.strip()}"
