@@ -27,6 +27,7 @@ from autosched.drivers.decode_proof import (
     GreedyCheck,
     cached_lm,
     greedy_check,
+    logit_drift,
     logit_gap,
     near_tie,
     read_cached_lm,
@@ -496,13 +497,22 @@ def test_a_16_bit_build_that_parts_at_a_near_tie_is_told_from_one_that_differs()
 def test_a_parting_wider_than_a_near_tie_says_the_default_logits_gap():
     """A build that parts from the default's tokens by more than a near tie is a difference,
     and the line says how far below its own token the default's logits put the build's (or
-    that it is not among its top logits), so the parting can be weighed."""
+    that it is not among its top logits), so the parting can be weighed; and, both builds
+    fed the same tokens up to there, how far apart their logits lay on the way."""
     default = _generated([7, 3, 9], {1: {3: 10.0, 5: 9.95, 6: 9.0}})
     assert logit_gap(default, [7, 3, 9]) == ""
     assert (
         logit_gap(default, [7, 6, 4]) == "the default's logits put 6 1 below its 3 (10.00% of 10)"
     )
     assert logit_gap(default, [7, 8, 4]) == "8 is not among the default's top 3 logits there"
+    custom = Generated([7, 6, 4], [{7: 1.02}, {6: 9.6, 3: 9.5, 5: 9.9}, {4: 1.0}])
+    assert logit_drift(default, custom) == (
+        "its own put 6 0.1 above 3; fed the same tokens, its logits lay within 0.6 of the "
+        "default's up to there (token 0: 0.02; token 1: 0.6)"
+    )
+    custom.top[0] = {8: 1.0}  # no token both keep at step 0
+    assert "(token 0: no shared top token; token 1: 0.6)" in logit_drift(default, custom)
+    assert logit_drift(default, _generated([7, 3, 9], {})) == ""
     check = GreedyCheck(2, sixteen_bit=True)
     check.tokens = {"default": default.tokens, "custom": [7, 6, 4]}
     check.gaps["custom"] = logit_gap(default, [7, 6, 4])

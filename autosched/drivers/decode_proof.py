@@ -279,6 +279,41 @@ def logit_gap(reference: Generated, other: list) -> str:
     )
 
 
+def logit_drift(reference: Generated, other: Generated) -> str:
+    """Where `other` parts from `reference`: both builds were fed the same tokens up to
+    there, so how far apart their logits lie at each step (at the tokens both rank highest)
+    says whether the parting is a rounding apart or grew from the first step on; and how
+    far above the reference's token `other`'s own logits put its own ('' where they agree
+    or share no top tokens)."""
+    parted = _parting(reference, other.tokens)
+    if parted is None:
+        return ""
+    step, ours, theirs = parted
+    apart = [_apart(r, o) for r, o in zip(reference.top[: step + 1], other.top, strict=False)]
+    known = [value for value in apart if value is not None]
+    if not known:
+        return ""
+    own = other.top[step]
+    lead = (
+        f"its own put {theirs} {own[theirs] - own[ours]:.3g} above {ours}; " if ours in own else ""
+    )
+    first, there = (_said(apart[index]) for index in (0, step))
+    return (
+        f"{lead}fed the same tokens, its logits lay within {max(known):.3g} of the default's "
+        f"up to there (token 0: {first}; token {step}: {there})"
+    )
+
+
+def _apart(reference: dict[int, float], other: dict[int, float]) -> float | None:
+    """The largest difference of two builds' logits at the tokens both keep (None: none)."""
+    shared = reference.keys() & other.keys()
+    return max((abs(reference[t] - other[t]) for t in shared), default=None)
+
+
+def _said(value: float | None) -> str:
+    return "no shared top token" if value is None else f"{value:.3g}"
+
+
 def _first_sequence(token) -> int:
     """A step's token of the first sequence (a step of several sequences is a tuple)."""
     return token[0] if isinstance(token, tuple) else token
@@ -377,5 +412,6 @@ def greedy_check(
         if where:
             check.ties[name] = where
         elif gap := logit_gap(reference, run.tokens):
-            check.gaps[name] = gap
+            drift = logit_drift(reference, run)
+            check.gaps[name] = f"{gap}; {drift}" if drift else gap
     return check
