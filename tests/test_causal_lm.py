@@ -21,6 +21,7 @@ from autosched.cli import cli
 from autosched.compile import compile_one
 from autosched.config import RunConfig
 from autosched.drivers.campaign import ModelProblem
+from autosched.drivers.custom_route import custom_line
 from autosched.drivers.decode_proof import (
     DECODE_STEPS,
     Generated,
@@ -34,7 +35,7 @@ from autosched.drivers.decode_proof import (
     seeded_weights,
     tokens_file,
 )
-from autosched.drivers.entry_points import combine, model_functions, prove_model
+from autosched.drivers.entry_points import combine, model_functions, prove_model, weigh_greedy
 from autosched.drivers.proof import CustomProof, ModelProof, RuntimeChoice
 from autosched.measure.contract import AGGRESSIVE_FUSION, FUSION_CHOICES
 from autosched.measure.module_io import EntryFunction, TensorSpec
@@ -466,6 +467,37 @@ def test_the_custom_build_of_prefill_and_decode_is_timed_as_the_whole_model():
     assert model.runtime_flags == "prefill: none; decode: --x"
     decode.custom.outputs_match = False
     assert not combine([prefill, decode]).custom.outputs_match
+
+
+def test_greedy_tokens_that_part_only_in_the_custom_build_leave_the_custom_kernels_out():
+    """Greedy tokens that differ are the outputs of the build that made them: the custom
+    build alone parting leaves its kernels out (the spec's build stays the tuned model, and
+    the run says why); the spec's build parting is the tuned model's outputs differing."""
+
+    def proved():
+        proofs = [
+            ModelProof(
+                name, 1.0, 0.9, 0.0, 0.0, 1.1, True, 0.0,
+                default_rounds_ms=[1.0] * 3, tuned_rounds_ms=[0.9] * 3,
+                custom=CustomProof(3, outputs_match=True, rounds_ms=[0.5] * 3),
+            )
+            for name in ("prefill", "decode")
+        ]  # fmt: skip
+        return combine(proofs)
+
+    tokens = {"default": [1, 2, 3], "tuned": [1, 2, 3], "custom": [1, 2, 4]}
+    model = proved()
+    weigh_greedy(model, GreedyCheck(2, tokens=dict(tokens)))
+    assert model.outputs_match and not model.custom.outputs_match
+    assert "DIFFER (custom: token 2 is 4, default's 3" in model.custom.message
+    assert "with custom kernels (3 op(s) replaced)" in custom_line(model.custom)
+    assert "OUTPUTS DIFFER: greedy tokens" in custom_line(model.custom)
+    model = proved()
+    weigh_greedy(model, GreedyCheck(2, tokens={**tokens, "tuned": [1, 5, 3]}))
+    assert not model.outputs_match and "tuned: token 1 is 5" in model.message
+    model = proved()
+    weigh_greedy(model, GreedyCheck(2, tokens={**tokens, "custom": [1, 2, 3]}))
+    assert model.outputs_match and model.custom.outputs_match and not model.message
 
 
 def _generated(tokens: list, gaps: dict[int, dict[int, float]]) -> Generated:

@@ -341,12 +341,16 @@ class GreedyCheck:
     def match(self) -> bool:
         """Every build's tokens equal the default's, or part from them at a near tie (and
         torch's, where saved and f32)."""
+        return not self.message and bool(self.tokens) and not self.differing()
+
+    def differing(self) -> list[str]:
+        """The builds whose tokens neither equal the wanted ones (the default's; torch's,
+        where saved and f32) nor part from them at a near tie."""
         runs = list(self.tokens.values())
         wanted = runs[0] if runs else []
         if self.expected and not self.sixteen_bit:
             wanted = self.expected
-        agree = all(t == wanted or name in self.ties for name, t in self.tokens.items())
-        return not self.message and bool(runs) and agree
+        return [name for name, t in self.tokens.items() if t != wanted and name not in self.ties]
 
     def torch_agreement(self) -> str:
         """For a 16-bit model whose default build parts from torch's tokens: how far they

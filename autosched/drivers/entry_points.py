@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from autosched.drivers.decode_proof import GreedyCheck, greedy_check, read_cached_lm
 from autosched.drivers.proof import (
+    CUSTOM,
     CustomProof,
     ModelProof,
     RuntimeChoice,
@@ -76,10 +77,24 @@ def prove_model(
         builds = _built(combined.functions[0])
         source = tokens_from or options.get("default_model") or model_path
         combined.greedy = greedy_check(lm, builds, device, source, seed)
-        if not combined.greedy.match and not combined.default_only:
-            combined.outputs_match = False
-            combined.message = "; ".join(m for m in (combined.message, combined.greedy.line()) if m)
+        weigh_greedy(combined, combined.greedy)
     return combined
+
+
+def weigh_greedy(combined: EntryPointsProof, greedy: GreedyCheck) -> None:
+    """Greedy tokens that differ are outputs that differ, of the build that made them: where
+    only the custom kernels' build parts, it is the custom build's outputs that differ (the
+    run keeps the spec's build and says why the kernels are left out, as for a custom build
+    whose call's outputs differ); else the tuned model's (the run exits 1)."""
+    if greedy.match or combined.default_only:
+        return
+    line = greedy.line()
+    if not greedy.message and greedy.differing() == [CUSTOM] and combined.custom is not None:
+        combined.custom.outputs_match = False
+        combined.custom.message = "; ".join(m for m in (combined.custom.message, line) if m)
+        return
+    combined.outputs_match = False
+    combined.message = "; ".join(m for m in (combined.message, line) if m)
 
 
 def _prove_functions(
@@ -109,7 +124,7 @@ def _built(proof: ModelProof) -> dict[str, str]:
     if not proof.default_only:
         names.append("tuned")
     if proof.custom is not None and proof.custom.outputs_match:
-        names.append("custom")
+        names.append(CUSTOM)
     paths = {name: proof.vmfbs.get(name, "") for name in names}
     return {name: path for name, path in paths.items() if os.path.isfile(path)}
 

@@ -44,6 +44,7 @@ VERDICT_ROUNDS = 3  # paired rounds a verdict other than "no change" needs at le
 # clear 1 by it (identical builds, each round as likely faster as slower, then show all 5
 # rounds beyond it far less often than the 1 in 32 of clearing 1 itself).
 NOISE_FLOOR = 0.02
+CUSTOM = "custom"  # the build with custom kernels, by the name its vmfb is kept under
 
 
 @dataclass(frozen=True)
@@ -559,7 +560,7 @@ def custom_build(source, custom_spec, flags, spec, work, timeout, cache="") -> t
     """The model with custom kernels in place of their contractions (a build that does not
     compile is one that does not run: the spec-only proof stands); compiled once into
     `cache` where there is one (a model proved on several buckets builds it once)."""
-    build = _Build("custom", None)
+    build = _Build(CUSTOM, None)
     try:
         rewritten, replaced = rewrite_model(
             source, custom_spec, flags, os.path.join(work, "custom.mlir"), timeout
