@@ -581,8 +581,8 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
     for r in rows:
         vs_compile = ratio(r["torch_compile_ms"], r["autosched_ms"])
         vs_max = ratio(r["torch_compile_max_autotune_ms"], r["autosched_ms"])
-        if vs_compile:
-            speedups.append(vs_compile)
+        if vs_compile and r["outputs_match"] and r.get("greedy_match") is not False:
+            speedups.append(vs_compile)  # a build whose outputs differ is no speedup
         cells = [r["name"], r["source"], r["class"], r["dtype"]]
         cells += [_ms(r[k]) for k in ("torch_eager_ms", "torch_compile_ms",
                                        "torch_compile_max_autotune_ms", "iree_default_ms",
@@ -599,7 +599,9 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
     if speedups:
         geomean = statistics.geometric_mean(speedups)
         count = len(speedups)
-        lines += ["", f"Geometric mean over torch.compile: {geomean:.2f}x ({count} models)."]
+        left = len(rows) - count
+        why = f"; {left} left out: outputs or greedy tokens differ, or no time" if left else ""
+        lines += ["", f"Geometric mean over torch.compile: {geomean:.2f}x ({count} models{why})."]
     for r in rows:  # a decode step against its floor: every weight read once
         floor = r.get("weights_read_ms")
         if floor and r["autosched_ms"]:
