@@ -201,6 +201,17 @@ def test_bad_input_is_one_line_and_exit_2(workdir, text, args, expected):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("content", [b"\x93 not bytecode \x00\xff" * 40, b"ML\xefR\x00\x06"])
+def test_a_corrupt_bytecode_model_is_one_line_and_exit_2(workdir, content):
+    """A `.mlirbc` that is not MLIR bytecode, or is cut short after its magic, is a model
+    file (not a module of bare matmuls): its parse failure names the file, no traceback."""
+    (workdir / "model.mlirbc").write_bytes(content)
+    result = CliRunner().invoke(cli, ["run", "model.mlirbc", "--mode", "fast"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: model.mlirbc") and "does not parse" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 @pytest.mark.skipif(__import__("shutil").which("nvidia-smi") is not None, reason="has a GPU")
 def test_cuda_without_a_gpu_is_a_clear_error_but_dry_run_works(workdir):
     (workdir / "mm.mlir").write_text(matmul_function("mm", 64, 64, 64, "f16", "f32"))

@@ -33,7 +33,11 @@ from autosched.model.fixed_lengths import (
     static_results,
     write_module,
 )
-from autosched.model.lowering import dispatch_functions, is_linalg_op, prepare_model
+from autosched.model.lowering import (
+    dispatch_functions,
+    is_linalg_op,
+    parse_prepared,
+)
 from autosched.model.model_build import CONFIGURED, FLOW, build_cache, model_build
 from autosched.ops.attention import AttentionPattern, attention_pattern
 from autosched.ops.contraction import ContractionPattern, contraction_pattern
@@ -87,7 +91,7 @@ def bucket_model(model_path: str, files: Sequence[str], flags, work: str) -> Buc
     if not model_path.endswith((".mlir", ".mlirbc")):
         raise UserError(f"{model_path}: buckets take a torch or MLIR export (.mlir, .mlirbc)")
     os.makedirs(work, exist_ok=True)
-    module = ir.Module.parseFile(prepare_model(model_path, work), ir.Context())
+    module = parse_prepared(model_path, work)
     functions = public_functions(module)
     if len(functions) != 1:
         raise UserError(

@@ -25,7 +25,7 @@ from autosched.errors import UserError
 from autosched.ir_walk import symbol
 from autosched.measure.input_files import given_arrays
 from autosched.model.configured import ELIDE_FLAGS, compile_and_parse
-from autosched.model.lowering import LOWERING_TIMEOUT, prepare_model
+from autosched.model.lowering import LOWERING_TIMEOUT, parse_prepared
 from autosched.model.torch_ops import VTensor
 
 CAST = "torch.tensor_static_info_cast"
@@ -220,7 +220,7 @@ def fixed_length_model(
         return model_path, ""
     os.makedirs(work, exist_ok=True)
     context = ir.Context()
-    module = ir.Module.parseFile(prepare_model(model_path, work), context)
+    module = parse_prepared(model_path, work, context)
     functions = public_functions(module)
     if len(functions) > 1 and inputs:
         names = ", ".join(symbol(f) for f in functions)

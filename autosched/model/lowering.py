@@ -33,7 +33,7 @@ from autosched.ir_walk import children, symbol, walk_ops
 from autosched.model.torch_ops import UnloweredOp, rewrite_model
 from autosched.ops.base import DispatchSite, SkippedRoot
 from autosched.ops.contraction import Contraction, producer
-from autosched.ops.matmul import MatmulProblem
+from autosched.ops.matmul import MatmulProblem, parse_module
 from autosched.ops.registry import classify_root
 
 PHASE = "flow"
@@ -191,6 +191,12 @@ def prepare_model(model_path: str, work_dir: str) -> str:
     imported = os.path.join(work_dir, stem + ".mlirbc")
     import_onnx(model_path, imported)
     return imported
+
+
+def parse_prepared(model_path: str, work_dir: str, context: ir.Context | None = None) -> ir.Module:
+    """The model at `model_path` prepared (`prepare_model`) and parsed; a file MLIR does not
+    parse (a corrupt `.mlirbc`, say) is one UserError naming where (`parse_module`)."""
+    return parse_module(prepare_model(model_path, work_dir), context or ir.Context())
 
 
 def run_passes(path: str, pipeline: str, out: str) -> None:

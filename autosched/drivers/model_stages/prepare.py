@@ -28,7 +28,7 @@ from autosched.model.lowering import (
     ModelAnalysis,
     dispatch_callers,
     dispatch_calls,
-    prepare_model,
+    parse_prepared,
 )
 from autosched.model.model_build import (
     FLOW,
@@ -152,12 +152,8 @@ def model_for_target(path: str, target: Target, work_dir: str) -> str:
     attributes = target.module_attributes()
     if not attributes:
         return path
-    source = prepare_model(path, work_dir)
     context = ir.Context()
-    try:
-        module = ir.Module.parseFile(source, context)
-    except ir.MLIRError as error:
-        raise UserError(f"{path}: does not parse: {error}".splitlines()[0]) from None
+    module = parse_prepared(path, work_dir, context)
     for name, text in attributes.items():
         module.operation.attributes[name] = ir.Attribute.parse(text, context)
     os.makedirs(work_dir, exist_ok=True)
