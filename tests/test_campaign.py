@@ -9,7 +9,6 @@ from autosched.config import RunConfig
 from autosched.drivers.campaign import (
     ModelProblem,
     budget_for,
-    custom_covered,
     first_batch,
     leave_to_custom_route,
     minor,
@@ -18,6 +17,7 @@ from autosched.drivers.campaign import (
     shares,
     untried,
 )
+from autosched.drivers.custom_route import custom_coverage
 from autosched.model.dispatch_benchmarks import DispatchBenchmark
 from autosched.ops.matmul import MatmulProblem
 from autosched.run.tuning import problem_space
@@ -110,10 +110,12 @@ def test_fast_mode_gives_a_problem_under_two_percent_of_the_time_one_batch():
     assert not minor(untimed, [*problems, untimed])
 
 
-def test_fast_mode_leaves_a_problem_a_custom_family_covers_to_the_custom_route():
-    """On sm_90 a bf16 matmul's custom points are left out of its campaign space for the
-    custom route: fast mode runs no IREE candidate of it (run.log says so). On sm_80 no
-    family covers it, and its IREE search goes on."""
+def test_fast_mode_leaves_a_problem_a_custom_family_covers_to_the_custom_route(tmp_path):
+    """On sm_90 the custom route searches a bf16 matmul timed on its dispatch (its custom
+    points are left out of its campaign space): fast mode runs no IREE candidate of it
+    (run.log says so). On sm_80 no family covers it, and its IREE search goes on; so does
+    a problem the route does not search (a collapsed convolution whose op form no family
+    takes is left out of the coverage)."""
     shape = {"op": "linalg.matmul", "m": 2048, "n": 2048, "k": 2048, "batch": 0}
     types = {"lhs_type": "bf16", "rhs_type": "bf16", "acc_type": "f32"}
     flags = {"transpose_a": False, "transpose_b": True, "zero_init": True}
@@ -121,16 +123,22 @@ def test_fast_mode_leaves_a_problem_a_custom_family_covers_to_the_custom_route()
     dispatch = DispatchBenchmark("main$async_dispatch_0", "bench.mlir", "bench")
     covered, said = {}, {}
     for arch in ("sm_90", "sm_80"):
-        target = make_target(RunConfig(target="cuda", arch=arch))
+        config = RunConfig(target="cuda", arch=arch, work_dir=str(tmp_path))
+        target = make_target(config)
         space = problem_space(problem, target, {}, dispatch, custom_only=False)
         assert space.points and all(target.for_problem(problem).in_spec(p) for p in space.points)
-        one = entry(problem.name, 1, [1.0])
+        one = ModelProblem(problem, SimpleNamespace(occurrences=1, sites=[]), benchmark=dispatch)
         one.search = SimpleNamespace(space=space, result=SimpleNamespace(custom_route=False))
-        covered[arch] = custom_covered(one)
         said[arch] = []
-        log = SimpleNamespace(write=said[arch].append)
-        leave_to_custom_route(SimpleNamespace(log=log), [one])
-        assert one.done == one.search.result.custom_route == covered[arch]
-    assert covered == {"sm_90": True, "sm_80": False}
+        tuning = SimpleNamespace(
+            target=target, config=config, log=SimpleNamespace(write=said[arch].append)
+        )
+        covered[arch] = custom_coverage(tuning, [one], "model.mlirbc")
+        leave_to_custom_route(tuning, [one], covered[arch])
+        assert one.done == one.search.result.custom_route == bool(covered[arch])
+    assert covered == {"sm_90": {problem.name: problem}, "sm_80": {}}
     assert len(said["sm_90"]) == 1 and "leaves it to the custom route" in said["sm_90"][0]
     assert said["sm_80"] == []
+    one.done = one.search.result.custom_route = False
+    leave_to_custom_route(tuning, [one], {"another": problem})  # not this one: searched
+    assert not one.done and not one.search.result.custom_route

@@ -199,11 +199,17 @@ def test_each_dispatch_convolution_pairs_with_its_op_form(resnet18_rewritten):
     _, ops, *_ = resnet18_rewritten
     problems, _ = analysed(RESNET18)
     convolutions = [e.problem for e in problems if e.problem.kind == "convolution"]
+    taken = {}
     for flow in convolutions:
         op = paired(flow, ops)
         if flow.form == STRIDED:
             continue
         assert op is not None and op.flops == flow.flops, flow.name
+        # One source line makes every stage's 3x3 convolutions, of equal work (16x16 by 64
+        # channels, 8x8 by 128): each dispatch pairs with its own op, not the first stage's.
+        assert (op.size("f"), op.strides) == (flow.size("f"), flow.strides), flow.name
+        assert taken.setdefault(op.key(), flow.name) == flow.name, (flow.name, taken[op.key()])
+    assert len(taken) == len([f for f in convolutions if f.form != STRIDED]) >= 9
 
 
 @pytest.mark.gpu

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -25,7 +26,7 @@ from autosched.ops.matmul import MatmulProblem
 from autosched.outputs.records import json_text
 from autosched.run import retime
 from autosched.run.problem import ProblemResult, ProblemSearch, Progress
-from autosched.run.tuning import CUSTOM_POINTS_LATER, Tuning
+from autosched.run.tuning import Tuning
 from autosched.search import knowledge
 from autosched.search.knowledge import ShapeClass
 
@@ -261,23 +262,18 @@ def known_points_lose(entry: ModelProblem) -> bool:
     return best is not None and best < retime.FAST_FLOOR
 
 
-def custom_covered(entry: ModelProblem) -> bool:
-    """Whether a custom kernel family covers the problem: its space's custom points were
-    left to the custom route (tuning.problem_space)."""
-    search = entry.search
-    return search is not None and search.space.rejected.get(CUSTOM_POINTS_LATER, 0) > 0
-
-
-def leave_to_custom_route(tuning: Tuning, problems: list[ModelProblem]) -> None:
-    """Fast mode: a problem a custom kernel family covers runs no IREE candidate (its
-    default is timed; the custom route searches it next). On sm_90 the custom kernels of
-    every Llama matmul ran about 3x faster than the best IREE configuration found, and the
-    model took the custom kernel each time, yet the IREE search of those problems (a first
-    batch of known points, then its re-timing) took 34 of the Llama-3-8B layer's 139 s.
-    Where a custom winner does not reach the model, IREE's default stays for its op, and
-    the run says so (`not_placed`)."""
+def leave_to_custom_route(tuning: Tuning, problems: list[ModelProblem], covered) -> None:
+    """Fast mode: a problem the custom route searches (`covered`, its names:
+    custom_route.custom_coverage) runs no IREE candidate (its default is timed; the custom
+    route searches it next). On sm_90 the custom kernels of every Llama matmul ran about 3x
+    faster than the best IREE configuration found, and the model took the custom kernel
+    each time, yet the IREE search of those problems (a first batch of known points, then
+    its re-timing) took 34 of the Llama-3-8B layer's 139 s. A problem the route does not
+    search after all (a collapsed convolution whose op form no family takes) keeps its IREE
+    search. Where a custom winner does not reach the model, IREE's default stays for its
+    op, and the run says so (`not_placed`)."""
     for entry in problems:
-        if not entry.done and custom_covered(entry):
+        if not entry.done and entry.problem.name in covered:
             entry.done = entry.search.result.custom_route = True
             tuning.log.write(
                 f"{entry.problem.name}: fast mode leaves it to the custom route (a custom "
@@ -424,8 +420,10 @@ def run_campaign(
     budget: int,
     mode: str,
     time_budget_s: float | None = None,
+    custom_route: Collection[str] = (),
 ) -> CampaignReport:
-    """Searches the model's problems under one budget of trials and of wall time."""
+    """Searches the model's problems under one budget of trials and of wall time; in fast
+    mode, none of those the custom route searches (`custom_route`, their names)."""
     started = time.perf_counter()
     config = tuning.config
     start_searches(tuning, problems, progress)
@@ -438,7 +436,7 @@ def run_campaign(
     # early (a clear win of known points) saves are not spent on the others.
     share = math.ceil(budget / max(len(problems), 1)) if mode == "fast" else budget
     if mode == "fast":
-        leave_to_custom_route(tuning, problems)
+        leave_to_custom_route(tuning, problems, custom_route)
         compile_first_batches(tuning, problems, min(first, share))
     ended = f"the budget of {budget} trial{'s' * (budget != 1)} was used"
     while used < budget:

@@ -38,37 +38,43 @@ from autosched.search.space import build_space
 from autosched.targets.base import has_config
 
 
-def search_custom_kernels(
-    tuning: Tuning,
-    problems: list[ModelProblem],
-    progress: Progress,
-    model_path: str,
-    deadline: float | None = None,
-):
-    """Problem name -> the custom-kernel search of each problem a custom family of the
-    target covers (when the cfg's knob lists name it): its points only, as many as the mode
-    gives a problem (fast: FAST_TRIALS; normal: n_trial), ending at the run's time budget
-    (`deadline`, after each search's first batch), each checked against numpy and timed on
-    its bare kernel (a custom kernel has no place in IREE's dispatch benchmark; the
-    whole-model proof is what judges it). An attention is searched in its op form
-    (`flash_forms`), under its flow problem's name."""
+def custom_coverage(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
+    """Campaign problem name -> the problem its custom kernels are searched as, for each
+    problem a custom family of the target covers (when the cfg's knob lists name it): a
+    matmul timed on its dispatch whose space has custom points (its narrow form where the
+    model truncates its result), an attention or a convolution by its op form (`flash_forms`,
+    `convolution_forms`). Known before the campaign, so that fast mode leaves these to the
+    custom route (campaign.leave_to_custom_route) and no other."""
     target, knobs = tuning.target, tuning.config.knob_space
-
-    def space_of(problem):
-        return build_space(problem, target, knobs).points
-
     covered = {
         entry.problem.name: timed_form(entry)
         for entry in problems
         if entry.benchmark is not None  # timed as a kernel, its campaign searched them already
         and entry.problem.kind == "matmul"
-        and any(not has_config(target, entry.problem, p) for p in space_of(entry.problem))
+        and any(
+            not has_config(target, entry.problem, p)
+            for p in build_space(entry.problem, target, knobs).points
+        )
         and not substitutable(entry.problem)
     }
     covered |= flash_forms(tuning, problems, model_path)
     covered |= convolution_forms(tuning, problems, model_path)
     # A convolution IREE collapsed into a matmul: only its op form's kernel replaces it.
-    covered = {name: problem for name, problem in covered.items() if problem is not None}
+    return {name: problem for name, problem in covered.items() if problem is not None}
+
+
+def search_custom_kernels(
+    tuning: Tuning,
+    covered: dict,
+    progress: Progress,
+    deadline: float | None = None,
+):
+    """Problem name -> the custom-kernel search of each problem `covered` names
+    (`custom_coverage`): its points only, as many as the mode gives a problem (fast:
+    FAST_TRIALS; normal: n_trial), ending at the run's time budget (`deadline`, after each
+    search's first batch), each checked against numpy and timed on its bare kernel (a
+    custom kernel has no place in IREE's dispatch benchmark; the whole-model proof is what
+    judges it). An attention is searched in its op form, under its flow problem's name."""
     if not covered:
         return {}
     # One search per kernel problem: flow problems that share one (two sites of a model's

@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 
 from autosched.drivers.campaign import run_campaign
-from autosched.drivers.custom_route import search_custom_kernels
+from autosched.drivers.custom_route import custom_coverage, search_custom_kernels
 from autosched.drivers.guard import exit_interrupted
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Prepared, Searched
@@ -36,15 +36,15 @@ def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
         f"{os.path.basename(config.input_file):<40}", prepared.budget + len(problems)
     )
     try:
+        with clock.phase("search_custom"):  # which problems the custom route searches
+            covered = custom_coverage(tuning, problems, prepared.layout.source)
         with clock.phase("search_iree"):
             campaign = run_campaign(
-                tuning, problems, progress, prepared.budget, config.mode, time_budget
+                tuning, problems, progress, prepared.budget, config.mode, time_budget, covered
             )
         with clock.phase("search_custom"):
             deadline = started + time_budget if time_budget is not None else None
-            custom = search_custom_kernels(
-                tuning, problems, progress, prepared.layout.source, deadline
-            )
+            custom = search_custom_kernels(tuning, covered, progress, deadline)
         tuning.log_device_use()
     except KeyboardInterrupt as interrupt:
         tuning.finish()
