@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from iree.compiler import ir
 
 from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
+from autosched.drivers.custom_route import custom_coverage
+from autosched.drivers.model_stages.prepare import prepare
 from autosched.ops.convolution import POINTWISE, nchw_problem
 from autosched.ops.convolution_kind import op_module_text
 from autosched.outputs.records import problem_from_shape, problem_shape
@@ -210,6 +213,27 @@ def test_each_dispatch_convolution_pairs_with_its_op_form(resnet18_rewritten):
         assert (op.size("f"), op.strides) == (flow.size("f"), flow.strides), flow.name
         assert taken.setdefault(op.key(), flow.name) == flow.name, (flow.name, taken[op.key()])
     assert len(taken) == len([f for f in convolutions if f.form != STRIDED]) >= 9
+
+
+@pytest.mark.slow  # resnet18 lowered for sm_90 and fused (25 s)
+def test_the_custom_route_covers_every_convolution_of_every_stage_before_the_campaign(tmp_path):
+    """What fast mode leaves to the custom route is what that route searches, known before
+    the campaign: each of resnet18's convolution dispatches (every stage's, though one
+    source line makes each stage's 3x3 convolutions at equal work) by its own op form; the
+    classifier's matmul, timed as a kernel in the campaign, is not."""
+    config = RunConfig(
+        target="cuda", arch="sm_90", work_dir=str(tmp_path), input_file=RESNET18, mode="fast"
+    )
+    prepared = prepare(config)
+    said = []
+    tuning = SimpleNamespace(
+        target=prepared.target, config=config, log=SimpleNamespace(write=said.append)
+    )
+    covered = custom_coverage(tuning, prepared.problems, prepared.layout.source)
+    convolutions = {e.problem.name for e in prepared.problems if e.problem.kind == "convolution"}
+    assert set(covered) == convolutions and len(convolutions) >= 9, said
+    assert len({op.key() for op in covered.values()}) == len(convolutions)
+    assert all(op.op_form for op in covered.values())
 
 
 @pytest.mark.gpu
