@@ -20,6 +20,7 @@ from autosched.compile import CompileJob, compile_one
 from autosched.config import RunConfig
 from autosched.drivers.custom_route import custom_coverage
 from autosched.drivers.model_stages.prepare import prepare
+from autosched.drivers.model_stages.report import dry_run
 from autosched.ops.convolution import POINTWISE, nchw_problem
 from autosched.ops.convolution_kind import op_module_text
 from autosched.outputs.records import problem_from_shape, problem_shape
@@ -216,11 +217,14 @@ def test_each_dispatch_convolution_pairs_with_its_op_form(resnet18_rewritten):
 
 
 @pytest.mark.slow  # resnet18 lowered for sm_90 and fused (25 s)
-def test_the_custom_route_covers_every_convolution_of_every_stage_before_the_campaign(tmp_path):
+def test_the_custom_route_covers_every_convolution_of_every_stage_before_the_campaign(
+    tmp_path, capsys
+):
     """What fast mode leaves to the custom route is what that route searches, known before
     the campaign: each of resnet18's convolution dispatches (every stage's, though one
     source line makes each stage's 3x3 convolutions at equal work) by its own op form; the
-    classifier's matmul, timed as a kernel in the campaign, is not."""
+    classifier's matmul, timed as a kernel in the campaign, is not. A dry run says which
+    families will search each problem."""
     config = RunConfig(
         target="cuda", arch="sm_90", work_dir=str(tmp_path), input_file=RESNET18, mode="fast"
     )
@@ -234,6 +238,11 @@ def test_the_custom_route_covers_every_convolution_of_every_stage_before_the_cam
     assert set(covered) == convolutions and len(convolutions) >= 9, said
     assert len({op.key() for op in covered.values()}) == len(convolutions)
     assert all(op.op_form for op in covered.values())
+    dry_run(prepared, covered)
+    lines = [line for line in capsys.readouterr().out.splitlines() if " points, " in line]
+    assert len(lines) == len(prepared.problems)
+    assert sum(line.endswith("; custom kernels: igemm_conv") for line in lines) == len(covered)
+    assert [line for line in lines if "matmul" in line][0].endswith("custom kernels: matmul_triton")
 
 
 @pytest.mark.gpu

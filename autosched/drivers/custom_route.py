@@ -11,6 +11,7 @@ from functools import partial
 
 import click
 
+from autosched.config import RunConfig
 from autosched.drivers.bucket_kernels import any_length_winners
 from autosched.drivers.campaign import ModelProblem, trials_per_problem
 from autosched.drivers.dispatch_table import custom_build_lines, time_dispatches
@@ -19,6 +20,7 @@ from autosched.model.buckets import BucketModel
 from autosched.model.dispatch_benchmarks import dump_dispatch_benchmarks
 from autosched.model.lowering import dispatch_calls, lower_to_dispatches
 from autosched.outputs.commands import TUNED_VMFB, shell_line
+from autosched.outputs.report import RunLog
 from autosched.rewrite.apply import RESUME_FLAG, rewrite_commands, rewrite_model
 from autosched.rewrite.attention_ops import ambiguous, model_attentions
 from autosched.rewrite.attention_ops import paired as paired_attention
@@ -35,10 +37,20 @@ from autosched.rewrite.spec import write_substitution
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning
 from autosched.search.space import build_space
-from autosched.targets.base import has_config
+from autosched.targets.base import Target, has_config
 
 
-def custom_coverage(tuning: Tuning, problems: list[ModelProblem], model_path: str) -> dict:
+@dataclass(frozen=True)
+class RouteView:
+    """What the custom route reads of a run to know what it will search: the target, the
+    cfg and run.log (a Tuning is one; a dry run makes one without measuring anything)."""
+
+    target: Target
+    config: RunConfig
+    log: RunLog
+
+
+def custom_coverage(tuning: Tuning | RouteView, problems: list, model_path: str) -> dict:
     """Campaign problem name -> the problem its custom kernels are searched as, for each
     problem a custom family of the target covers (when the cfg's knob lists name it): a
     matmul timed on its dispatch whose space has custom points (its narrow form where the

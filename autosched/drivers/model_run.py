@@ -26,7 +26,7 @@ from autosched.drivers.model_stages.prepare import (
     typed_flags,
     with_dispatches,
 )
-from autosched.drivers.model_stages.search import search
+from autosched.drivers.model_stages.search import dry_coverage, search
 from autosched.errors import UserError
 from autosched.model.configured import spec_coverage
 from autosched.model.fixed_lengths import fixed_length_model
@@ -39,7 +39,7 @@ def run_model(config: RunConfig, resume: bool, dry_run: bool, progress: Progress
     """Tunes a whole model; see the module docstring. A dry run stops after prepare."""
     prepared = prepare(config)
     if dry_run:
-        report.dry_run(prepared)
+        report.dry_run(prepared, dry_coverage(prepared))
         return
     with guarded_run(config, prepared.target, prepared.paths, resume):
         prepared = with_dispatches(prepared)

@@ -96,12 +96,23 @@ def space_line(problem, target: Target, config: RunConfig) -> str:
     return line + (f"; {why.removeprefix(problem.name + ': ')}" if why else "")
 
 
-def dry_run(prepared: Prepared) -> None:
-    """Each problem's space and the budget; nothing is compiled."""
-    config = prepared.config
+def dry_run(prepared: Prepared, covered: dict) -> None:
+    """Each problem's space, the custom kernels that will search it (`covered`:
+    custom_route.custom_coverage) and the budget; no candidate is compiled."""
+    config, target = prepared.config, prepared.target
     for entry in prepared.problems:
-        say(space_line(entry.problem, prepared.target, config))
+        line = space_line(entry.problem, target, config)
+        families = custom_families(target, covered.get(entry.problem.name) or entry.problem)
+        say(line + (f"; custom kernels: {', '.join(families)}" if families else ""))
     say(f"budget: {prepared.budget} trials ({config.mode} mode); nothing compiled")
+
+
+def custom_families(target: Target, problem) -> list[str]:
+    """The custom families that will search `problem` (an attention's or a convolution's
+    op form, where the custom route takes one), by name."""
+    view = target.for_problem(problem)
+    families = getattr(view, "kernel_families", list)()
+    return [f.name for f in families if f.why_not(view, problem) is None]
 
 
 # ----- search -------------------------------------------------------------------------

@@ -10,10 +10,11 @@ import time
 from dataclasses import replace
 
 from autosched.drivers.campaign import run_campaign
-from autosched.drivers.custom_route import custom_coverage, search_custom_kernels
+from autosched.drivers.custom_route import RouteView, custom_coverage, search_custom_kernels
 from autosched.drivers.guard import exit_interrupted
 from autosched.drivers.model_stages import report
 from autosched.drivers.model_stages.results import Prepared, Searched
+from autosched.outputs.report import RunLog
 from autosched.run.problem import Progress
 from autosched.run.tuning import Tuning
 
@@ -57,3 +58,10 @@ def search(prepared: Prepared, resume: bool, progress: Progress) -> Searched:
     searched = list({id(r): r for r in custom.values()}.values())  # shared op forms once
     report.results_table(log, results, searched)
     return Searched(log, campaign, custom, measured=tuning.measured)
+
+
+def dry_coverage(prepared: Prepared) -> dict:
+    """What the custom route would search (custom_route.custom_coverage), for a dry run:
+    nothing is measured; why a family is not searched goes to run.log."""
+    view = RouteView(prepared.target, prepared.config, RunLog(prepared.paths.log))
+    return custom_coverage(view, prepared.problems, prepared.layout.source)
