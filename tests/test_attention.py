@@ -176,6 +176,23 @@ def test_a_run_searches_an_i1_masked_attention(tmp_path, monkeypatch):
     assert len(checked) >= 2 and all(r["verification"] == "correct" for r in checked)
 
 
+@pytest.mark.slow  # the tiny ViT in fast mode: about 30 s on two cores
+def test_an_attention_over_37_keys_is_tuned_with_partial_tiles(tmp_path, monkeypatch):
+    """A tiny ViT's attention (37 queries and keys, of which no tile from 8 up divides
+    either) had no point; its query and key tiles now overhang, and the candidates checked
+    against IREE's default are right, in the dispatch and in the whole model."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(model("timm_vit_tiny_f32.mlirbc"), tmp_path)
+    result = CliRunner().invoke(cli, ["run", "timm_vit_tiny_f32.mlirbc", "--mode", "fast"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in open("generated/timm_vit_tiny_f32/tuning.jsonl")]
+    mine = [r for r in records if r["problem"].startswith("attention") and not r["baseline"]]
+    assert mine and any(37 % r["point"]["kv_tile"] for r in mine)
+    checked = [r for r in mine if r["status"] == "ok" and r["verification"] != "unchecked"]
+    assert checked and all(r["verification"] == "correct" for r in checked)
+    assert "OUTPUTS DIFFER" not in result.output
+
+
 def test_the_vector_limit_leaves_out_points_that_do_not_compile():
     _, problem = attention_of("hf_llama_layer_f32.mlirbc")
     space = build_space(problem, CPU, {})

@@ -201,6 +201,19 @@ def test_bad_input_is_one_line_and_exit_2(workdir, text, args, expected):
     assert "Traceback" not in result.output
 
 
+def test_rows_no_power_of_two_tile_divides_are_tuned_with_a_partial_last_tile(workdir):
+    """37 rows (a tiny ViT's tokens): no tile from 8 up divides them, so tiles overhang
+    (IREE's CPU pipeline runs a partial last tile) where the space used to be empty; each
+    candidate checked is right."""
+    (workdir / "mm.mlir").write_text(matmul_function("mm", 37, 64, 64))
+    result = CliRunner().invoke(cli, ["run", "mm.mlir", "--n-trial", "4", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    tuned = [r for r in rows() if r["config"] != "iree_default"]
+    assert len(tuned) == 4 and all(37 % int(r["tile_m"]) for r in tuned)
+    checked = [r for r in tuned if r["verification"] != "unchecked"]
+    assert checked and all(r["verification"] == "correct" for r in checked), checked
+
+
 @pytest.mark.parametrize("content", [b"\x93 not bytecode \x00\xff" * 40, b"ML\xefR\x00\x06"])
 def test_a_corrupt_bytecode_model_is_one_line_and_exit_2(workdir, content):
     """A `.mlirbc` that is not MLIR bytecode, or is cut short after its magic, is a model
