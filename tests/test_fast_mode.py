@@ -13,12 +13,13 @@ from click.testing import CliRunner
 from test_model_run import MODELS
 
 from autosched.cli import cli
+from autosched.compile import CompileJob
 from autosched.config import RunConfig
 from autosched.measure.benchmark_tool import Timing
-from autosched.measure.contract import Measurement
+from autosched.measure.contract import CHECK, TIMED, Candidate, Measurement
 from autosched.outputs.records import UNCHECKED, Trial
 from autosched.run.retime import FAST_FLOOR
-from autosched.run.timed_first import Reach, merged
+from autosched.run.timed_first import Reach, merged, timed_first
 from autosched.search import knowledge
 
 FAST_CFG = """
@@ -164,3 +165,59 @@ def test_a_candidate_is_checked_only_while_it_can_still_be_a_finalist():
     assert reach.cutoff([3.0, 2.0]) == 3.0
     assert Reach(limit_ms=5.0, kept_ms=(1.0, 9.0), keep=2).cutoff([]) == 5.0  # the default's
     assert Reach(limit_ms=5.0).cutoff([1.0, 2.0, 3.0]) == 5.0  # no finalist cut
+
+
+class _Scripted:
+    """An executor (the measuring seam, not IREE) that answers each build with a scripted
+    outcome: a candidate's time for its timed build, its verdict for its check."""
+
+    def __init__(self, times: dict[str, float], verdicts: dict[str, str]):
+        self.times, self.verdicts, self.checked = times, verdicts, []
+
+    def run(self, candidates, prepare, done):
+        for candidate in candidates:
+            (role,) = candidate.jobs
+            if role == TIMED:
+                timing = Timing("ok", median_ms=self.times[candidate.name])
+                done(candidate, {}, Measurement("cpu", timing=timing))
+                continue
+            self.checked.append(candidate.name)
+            verdict = self.verdicts[candidate.name]
+            status = "ok" if verdict == "correct" else verdict
+            done(candidate, {}, Measurement("cpu", status, verification=verdict))
+
+
+def test_a_failed_check_lets_the_next_fastest_candidate_be_checked():
+    """The two fastest are checked first; where their checks fail (a configuration IREE did
+    not apply, a wrong answer), the next fastest within reach move up, so that a candidate
+    faster than the default is not left unchecked; once two pass, slower ones are not."""
+    times = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 9.0}
+
+    def run(verdicts):
+        candidates = [
+            Candidate(
+                n,
+                {"p": 1},
+                {TIMED: CompileJob("x", f"{n}.t", []), CHECK: CompileJob("x", f"{n}.c", [])},
+            )
+            for n in times
+        ]
+        executor, outcomes = _Scripted(times, verdicts), {}
+        reach = Reach(limit_ms=5.0, keep=2)
+        timed_first(
+            executor, candidates, None, lambda c, b, o: outcomes.setdefault(c.name, o), reach
+        )
+        return executor.checked, {n: o.status for n, o in outcomes.items()}
+
+    failing = {"a": "not_applied", "b": "wrong_answer", "c": "correct", "d": "correct"}
+    checked, statuses = run(failing)
+    assert checked == ["a", "b", "c", "d"]
+    assert statuses == {
+        "a": "not_applied",
+        "b": "wrong_answer",
+        "c": "ok",
+        "d": "ok",
+        "e": UNCHECKED,
+    }
+    checked, statuses = run({n: "correct" for n in times})
+    assert checked == ["a", "b"] and statuses["c"] == statuses["d"] == UNCHECKED
