@@ -15,6 +15,7 @@ from test_model_run import MODELS
 from autosched.cli import cli
 from autosched.compile import CompileJob
 from autosched.config import RunConfig
+from autosched.drivers.model_stages import search as search_stage
 from autosched.measure.benchmark_tool import Timing
 from autosched.measure.contract import CHECK, TIMED, Candidate, Measurement
 from autosched.outputs.records import UNCHECKED, Trial
@@ -221,3 +222,27 @@ def test_a_failed_check_lets_the_next_fastest_candidate_be_checked():
     }
     checked, statuses = run({n: "correct" for n in times})
     assert checked == ["a", "b"] and statuses["c"] == statuses["d"] == UNCHECKED
+
+
+def test_a_problem_left_to_the_custom_route_has_its_default_timed_alone(tmp_path, monkeypatch):
+    """Fast mode runs no IREE candidate of a problem the custom route searches, so its
+    default is timed without a check module or a spec probe: no `.check.vmfb`, and a
+    default record with no verification. (The custom route then searches it on its bare
+    kernel: on the CPU, its default alone, checked against numpy.)"""
+    monkeypatch.chdir(tmp_path)
+
+    def every_dispatch(tuning, problems, model_path):
+        return {e.problem.name: e.problem for e in problems if e.benchmark is not None}
+
+    monkeypatch.setattr(search_stage, "custom_coverage", every_dispatch)
+    records, summary = _fast_run(tmp_path, FAST_CFG, budget=8)
+    work = tmp_path / "generated" / MODEL
+    assert not list((work / "linalg").rglob("*.check.vmfb"))
+    on_dispatch = [r for r in records if "timed on the dispatch" in r["flags"]]
+    assert [r["baseline"] for r in on_dispatch] == [True] * len(summary["problems"])
+    for default in on_dispatch:  # no IREE candidate; the default timed, unchecked
+        assert default["status"] == "ok" and default["verification"] == ""
+        assert default["median_ms"] > 0
+    log = (work / "run.log").read_text()
+    assert log.count("fast mode leaves it to the custom route") == len(summary["problems"])
+    assert "spec reaches the configured root" not in log and "checked on the dispatch" not in log

@@ -137,6 +137,8 @@ class CandidateBuilds:
     def _opening(self, search: ProblemSearch) -> list[CompileJob]:
         """The compiles a search's start makes (`Tuning.start_problem`)."""
         jobs = [self.dispatch_job(search, BASELINE, None)]
+        if search.default_only:
+            return jobs
         if not search.benchmark.checks_model and search.benchmark.check_source:
             jobs.append(self.dispatch_job(search, BASELINE, None, check=True))
         point = self._probe_point(search)
@@ -192,6 +194,8 @@ class CandidateBuilds:
         problem = search.problem
         if search.benchmark:
             timed = self.reused(self.dispatch_job(search, name, point))
+            if search.default_only:  # timed alone: no IREE candidate is checked against it
+                return Candidate(name, point, {TIMED: timed})
             shared = point is None and search.check is not None and search.benchmark.checks_model
             default = self.default_model_check(search) if shared else None
             if default is not None and default.status == "ok":
@@ -276,7 +280,9 @@ class CandidateBuilds:
         timed? One compile to `executable-configurations`; None when it cannot tell (no
         point a spec carries, the probe's point does not build, or fast mode)."""
         point = self._probe_point(search)
-        if point is None or search.exhausted or not self.probes_timed_module:
+        if point is None or search.exhausted or search.default_only:
+            return None
+        if not self.probes_timed_module:
             return None
         job = self.candidate(search, SPEC_PROBE, point).jobs[TIMED]
         verdict = self._configured(job, expected_config(search.problem, self.target, point))

@@ -104,6 +104,9 @@ class ProblemSearch:
     limit_s: float | None = None
     # Seconds a candidate's compile may take (limits.compile_limit), from its default's.
     compile_limit_s: float | None = None
+    # Fast mode, a problem the custom route searches: the IREE route times its default
+    # alone (no candidate of its own, so no check of one is prepared or probed).
+    default_only: bool = False
 
     @property
     def trials(self) -> list[Trial]:

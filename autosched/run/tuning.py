@@ -233,12 +233,14 @@ class Tuning:
         return new_search(config, self.target, self.context, problem, space, benchmark)
 
     def _start_default(self, search: ProblemSearch, progress: Progress) -> list[Trial] | None:
-        """The default's check on its dispatch, then its measurement (or its record) and its
-        time on every bench; the problem's earlier records, or None when no answer of it
+        """The default's check on its dispatch (none where the IREE route times its default
+        alone: `default_only`), then its measurement (or its record) and its time on every
+        bench; the problem's earlier records, or None when no answer of it
         can be checked."""
         log, benchmark = self.log, search.benchmark
         if benchmark:
             log.write(f"timed on IREE's dispatch {benchmark.entry_point} ({benchmark.source})")
+        if benchmark and not search.default_only:
             self.checks.choose(search)
             self.checks.prepare(search)
             if search.result.stopped:  # no answer of it can be checked: not even timed
