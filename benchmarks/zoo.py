@@ -563,7 +563,7 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
     with open(os.path.join(out, "zoo.json"), "w") as handle:
         json.dump({"machine": machine, "command": command, "models": rows}, handle, indent=1)
     header = ["model", "source", "class", "dtype", "eager", "torch.compile", "max-autotune",
-              "IREE default", "autosched", "vs torch.compile", "vs max-autotune", "outputs",
+              "IREE default", "autosched", "vs torch.compile", "vs max-autotune", "vs best torch", "outputs",
               "tuning s", "not placed", "GPU"]  # fmt: skip
     lines = [
         "# The model zoo: autosched against torch on one GPU",
@@ -577,19 +577,21 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         "| " + " | ".join(header) + " |",
         "|" + " --- |" * len(header),
     ]
-    speedups = []
+    speedups, over_best = [], []
     for r in rows:
         vs_compile = ratio(r["torch_compile_ms"], r["autosched_ms"])
         vs_max = ratio(r["torch_compile_max_autotune_ms"], r["autosched_ms"])
+        vs_best = min((v for v in (vs_compile, vs_max) if v), default=None)
         if vs_compile and r["outputs_match"] and r.get("greedy_match") is not False:
             speedups.append(vs_compile)  # a build whose outputs differ is no speedup
+            over_best.append(vs_best)
         cells = [r["name"], r["source"], r["class"], r["dtype"]]
         cells += [_ms(r[k]) for k in ("torch_eager_ms", "torch_compile_ms",
                                        "torch_compile_max_autotune_ms", "iree_default_ms",
                                        "autosched_ms")]  # fmt: skip
         if r.get("max_autotune_from") and r["torch_compile_max_autotune_ms"]:
             cells[6] += " (a)"
-        cells += [_x(vs_compile), _x(vs_max), outputs_cell(r)]
+        cells += [_x(vs_compile), _x(vs_max), _x(vs_best), outputs_cell(r)]
         cells += [f"{r['tuning_s']:.0f}", "; ".join(str(p) for p in r["not_placed"]) or "-"]
         cells.append(r.get("gpu", "-").removeprefix("NVIDIA "))
         lines.append("| " + " | ".join(cells) + " |")
@@ -601,7 +603,12 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         count = len(speedups)
         left = len(rows) - count
         why = f"; {left} left out: outputs or greedy tokens differ, or no time" if left else ""
-        lines += ["", f"Geometric mean over torch.compile: {geomean:.2f}x ({count} models{why})."]
+        best = statistics.geometric_mean(over_best)
+        lines += [
+            "",
+            f"Geometric mean over torch.compile: {geomean:.2f}x; over the faster of "
+            f"torch.compile and max-autotune (best torch): {best:.2f}x ({count} models{why}).",
+        ]
     for r in rows:  # a decode step against its floor: every weight read once
         floor = r.get("weights_read_ms")
         if floor and r["autosched_ms"]:
