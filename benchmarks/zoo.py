@@ -563,8 +563,8 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
     with open(os.path.join(out, "zoo.json"), "w") as handle:
         json.dump({"machine": machine, "command": command, "models": rows}, handle, indent=1)
     header = ["model", "source", "class", "dtype", "eager", "torch.compile", "max-autotune",
-              "IREE default", "autosched", "vs torch.compile", "vs max-autotune", "vs best torch", "outputs",
-              "tuning s", "not placed", "GPU"]  # fmt: skip
+              "IREE default", "autosched", "vs torch.compile", "vs max-autotune",
+              "vs best torch", "outputs", "tuning s", "not placed", "GPU"]  # fmt: skip
     lines = [
         "# The model zoo: autosched against torch on one GPU",
         "",

@@ -25,6 +25,7 @@ from autosched.drivers.model_stages.prepare import model_problems
 from autosched.drivers.proof import prove
 from autosched.model.configured import check_build, dispatch_configs
 from autosched.model.lowering import analyze_model
+from autosched.ops.registry import kind_of
 from autosched.outputs.spec import tuning_spec
 from autosched.run.builds import dispatch_job, expected_config
 from autosched.search.space import build_space
@@ -177,20 +178,54 @@ def test_a_run_searches_an_i1_masked_attention(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow  # the tiny ViT in fast mode: about 30 s on two cores
-def test_an_attention_over_37_keys_is_tuned_with_partial_tiles(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["timm_vit_tiny_f32", "timm_vit_tiny_b1_f32"])
+def test_an_attention_over_37_keys_is_tuned_with_partial_tiles(tmp_path, monkeypatch, name):
     """A tiny ViT's attention (37 queries and keys, of which no tile from 8 up divides
     either) had no point; its query and key tiles now overhang, and the candidates checked
-    against IREE's default are right, in the dispatch and in the whole model."""
+    against IREE's default are right, in the dispatch and in the whole model. At batch 1
+    too, whose check module folds the attention's unit batch loop: every point applies."""
     monkeypatch.chdir(tmp_path)
-    shutil.copy(model("timm_vit_tiny_f32.mlirbc"), tmp_path)
-    result = CliRunner().invoke(cli, ["run", "timm_vit_tiny_f32.mlirbc", "--mode", "fast"])
+    shutil.copy(model(f"{name}.mlirbc"), tmp_path)
+    result = CliRunner().invoke(cli, ["run", f"{name}.mlirbc", "--mode", "fast"])
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in open("generated/timm_vit_tiny_f32/tuning.jsonl")]
+    records = [json.loads(line) for line in open(f"generated/{name}/tuning.jsonl")]
     mine = [r for r in records if r["problem"].startswith("attention") and not r["baseline"]]
     assert mine and any(37 % r["point"]["kv_tile"] for r in mine)
+    assert not [r for r in mine if r["status"] == "not_applied"]
     checked = [r for r in mine if r["status"] == "ok" and r["verification"] != "unchecked"]
     assert checked and all(r["verification"] == "correct" for r in checked)
     assert "OUTPUTS DIFFER" not in result.output
+
+
+def test_a_batch_1_attention_carries_its_point_in_the_check_module_that_folds_its_batch(
+    tmp_path,
+):
+    """At batch 1, IREE folds the unit batch loop of a ViT's attention where its check
+    module enters (at `flow`): 5 loops there, 6 in the dispatch that is timed. The spec
+    matches both forms, each given the point's tiles of its own loops, so both builds carry
+    the point (before, the check module kept IREE's default: every candidate `not_applied`)."""
+    name = "timm_vit_tiny_b1_f32.mlirbc"
+    problems, _ = model_problems(analyze_model(model(name), CPU.compile_flags()), CPU)
+    attach_dispatches(problems, model(name), CPU.compile_flags(), str(tmp_path / "d"))
+    (entry,) = [p for p in problems if p.problem.kind == "attention"]
+    problem = entry.problem
+    assert problem.loops == ("b", "b", "m", "n", "k1", "k2") and problem.batch_sizes == [2, 1]
+    (folded,) = kind_of(problem).folded_forms(problem)
+    assert folded.loops == ("b", "m", "n", "k1", "k2") and folded.loop_sizes[0] == 2
+    point = {"q_tile": 8, "q_vec": 8, "n_vec": 32, "kv_tile": 8}
+    assert point in build_space(problem, CPU, {}).points
+    expected = expected_config(problem, CPU, point)
+    assert len(expected) == 2 and expected[0] != expected[1]
+    forms = []
+    for check in (False, True):
+        job = dispatch_job(entry.benchmark, problem, CPU, point, str(tmp_path / "c"), check)
+        assert compile_one(job, 300).status == "ok"
+        verdict = check_build(job.output, expected)
+        assert verdict.ok, verdict.message
+        forms.append(verdict.form)
+        other_form = expected[0] if check else expected[1]
+        assert not check_build(job.output, other_form).ok
+    assert forms[0] != forms[1]  # 6 loops timed, 5 checked
 
 
 def test_the_vector_limit_leaves_out_points_that_do_not_compile():

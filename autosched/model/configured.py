@@ -352,9 +352,10 @@ class Applied:
     message: str = ""
 
 
-def check_build(output: str, expected: str | None, only: str = "") -> Applied:
-    """Whether the build of `output` carries `expected` (compilation_info text; None for
-    IREE's default, whose form alone is read); with `only`, on the roots of that problem
+def check_build(output: str, expected: str | Sequence[str] | None, only: str = "") -> Applied:
+    """Whether the build of `output` carries `expected` (compilation_info text, or several
+    of which a root may carry any: a problem's forms; None for IREE's default, whose form
+    alone is read); with `only`, on the roots of that problem
     name alone (a whole model's build).
 
     A signal waits for the end: the bindings' first use of an attribute class imports
@@ -367,14 +368,16 @@ def check_build(output: str, expected: str | None, only: str = "") -> Applied:
         return check_roots(roots, expected)
 
 
-def check_roots(roots: list[DispatchConfig], expected: str | None) -> Applied:
-    """Whether every configured root carries `expected` (None: nothing is expected)."""
+def check_roots(roots: list[DispatchConfig], expected: str | Sequence[str] | None) -> Applied:
+    """Whether every configured root carries `expected` (or one of them; None: nothing is
+    expected)."""
     form = form_of(roots[0]) if roots else ""
     if expected is None:
         return Applied(True, form)
     if not roots:
         return Applied(False, form, "the build has no configured contraction root")
-    missed = [root for root in roots if not root.carries(expected)]
+    options = (expected,) if isinstance(expected, str) else tuple(expected)
+    missed = [root for root in roots if not any(root.carries(e) for e in options)]
     if not missed:
         return Applied(True, form)
     got = missed[0].lowering_config or missed[0].compilation_info or "no configuration"

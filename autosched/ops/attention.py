@@ -15,7 +15,7 @@ heads; with grouped-query attention a query-head group loop that K and V do not 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -472,6 +472,10 @@ class AttentionKind(RootOpKind):
     def has_kernel(self, problem) -> bool:
         return problem.form == "op"
 
+    def folded_forms(self, problem: AttentionProblem) -> list[AttentionProblem]:
+        folded = without_unit_batches(problem)
+        return [folded] if folded is not None else []
+
     def kernel_module(self, problem: AttentionProblem, target, point) -> str:
         """An op-form attention alone (IREE's default build of it; the custom route's
         points write their own modules). A flow problem has no module of its own."""
@@ -503,6 +507,29 @@ class AttentionKind(RootOpKind):
                 " : !transform.any_value\n"
             )
         return "".join(lines)
+
+
+def without_unit_batches(problem: AttentionProblem) -> AttentionProblem | None:
+    """The problem without its batch loops of size 1, as IREE folds them where a module
+    enters at `flow` (a batch-1 ViT's dispatch check module configures (b, m, n, k1, k2)
+    where the dispatch it times keeps (b, b, m, n, k1, k2)); None when it has none."""
+    kept = [
+        i
+        for i, (role, size) in enumerate(zip(problem.loops, problem.loop_sizes, strict=True))
+        if role != "b" or size != 1
+    ]
+    if len(kept) == len(problem.loops):
+        return None
+    where = {old: new for new, old in enumerate(kept)}
+    return replace(
+        problem,
+        loops=tuple(problem.loops[i] for i in kept),
+        loop_sizes=tuple(problem.loop_sizes[i] for i in kept),
+        operand_loops=tuple(
+            tuple(where[i] for i in loops if i in where) for loops in problem.operand_loops
+        ),
+        sites=[],
+    )
 
 
 @dataclass(frozen=True)

@@ -177,3 +177,9 @@ class RootOpKind(ABC):
     def kernel_module(self, problem: Problem, target, point) -> str:
         """The problem rebuilt alone as a module, with `point`'s configuration attached."""
         raise NotImplementedError(f"{self.name} roots are not tuned yet")
+
+    def folded_forms(self, problem: Problem) -> list[Problem]:
+        """The problem as IREE may configure it with loops folded away (the same work in
+        fewer loops): a spec matches these too, each given the point's configuration of its
+        own loops, and a build that carries any of them carries the point."""
+        return []

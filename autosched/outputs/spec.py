@@ -91,10 +91,18 @@ def tuning_spec(
     best = [(p, target, point) for p, target, point in best if target.for_problem(p).in_spec(point)]
     if not best:
         return None
-    matchers = [
-        _matcher(problem, target, point, free.get(problem.name, frozenset()))
+    # Each problem in its own form and its folded ones (RootOpKind.folded_forms), once
+    # each: two problems may fold to one form.
+    forms = [
+        (form, target, point)
         for problem, target, point in best
+        for form in (problem, *kind_of(problem).folded_forms(problem))
     ]
+    named = {}
+    for form, target, point in forms:
+        name, text, apply = _matcher(form, target, point, free.get(form.name, frozenset()))
+        named.setdefault(name, (name, text, apply))
+    matchers = list(named.values())
     arms = ",\n        ".join(f"@{name} -> @{apply}" for name, _, apply in matchers)
     applies = [a for a in (APPLY_CONFIG, APPLY_ATTENTION) if any(m[2] == a[0] for m in matchers)]
     body = (

@@ -39,13 +39,17 @@ from autosched.run.problem import BASELINE, ProblemSearch
 from autosched.targets.base import Point, Target
 
 
-def expected_config(problem: Problem, target: Target, point: Point | None) -> str | None:
-    """The compilation_info a build of `point` must carry; None for IREE's default and for
-    points no configuration carries (custom kernels)."""
+def expected_config(
+    problem: Problem, target: Target, point: Point | None
+) -> tuple[str, ...] | None:
+    """The compilation_info a build of `point` must carry, one for each form IREE may
+    configure the problem in (its own, its folded forms: `RootOpKind.folded_forms`); None
+    for IREE's default and for points no configuration carries (custom kernels)."""
     target = target.for_problem(problem)
     if point is None or not target.in_spec(point):
         return None
-    return target.lowering_config(problem, point)
+    forms = (problem, *kind_of(problem).folded_forms(problem))
+    return tuple(target.lowering_config(form, point) for form in forms)
 
 
 def kernel_job(
@@ -306,7 +310,7 @@ class CandidateBuilds:
         target = self.target.for_problem(search.problem)
         return next((p for p in search.space.points if target.in_spec(p)), None)
 
-    def _configured(self, job: CompileJob, expected: str | None) -> Applied | None:
+    def _configured(self, job: CompileJob, expected: tuple[str, ...] | None) -> Applied | None:
         """Whether `job`, built to `executable-configurations` only, carries `expected` on
         its roots; None when it does not build (each candidate is checked on its own)."""
         built = self.compile_one(_configured_job(job))

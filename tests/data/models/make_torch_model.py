@@ -50,6 +50,8 @@ Models (f32, weights small so the files stay small):
 - `timm_vit_tiny_{f32,f16}.mlirbc`: timm's own `VisionTransformer` (48x48 images, 8x8 patches:
   36 patches and a class token, 37 tokens, an odd count; width 64, 2 blocks, 2 heads of 32)
   on x[2, 3, 48, 48], parameters as arguments: attention whose rows divide no tile.
+  `timm_vit_tiny_b1_f32.mlirbc`: the same at batch 1, whose attention IREE's flow-level
+  check module folds to one loop fewer than the dispatch it times.
 - `hf_tiny_causal_lm_f32.mlirbc`: transformers' own `LlamaForCausalLM` (vocab 256, hidden 64,
   2 layers, 4 heads, 2 KV heads, MLP 128, no cache) on token ids [1, 16], parameters as
   arguments, returning the logits: a whole causal LM, its mask built by transformers' own code
@@ -187,7 +189,7 @@ def torchvision_model(name: str, dtype: torch.dtype, side: int = 64) -> tuple[nn
     return weights_as_arguments(model, 1), (torch.randn(2, 3, side, side).to(dtype), *weights)
 
 
-def timm_vit_tiny(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
+def timm_vit_tiny(dtype: torch.dtype, batch: int = 2) -> tuple[nn.Module, tuple]:
     from timm.models.vision_transformer import VisionTransformer
 
     vit = VisionTransformer(
@@ -195,7 +197,7 @@ def timm_vit_tiny(dtype: torch.dtype) -> tuple[nn.Module, tuple]:
     )
     vit = vit.eval().to(dtype)
     weights = [p.detach() for p in vit.parameters()]
-    return weights_as_arguments(vit, 1), (torch.randn(2, 3, 48, 48).to(dtype), *weights)
+    return weights_as_arguments(vit, 1), (torch.randn(batch, 3, 48, 48).to(dtype), *weights)
 
 
 class LogitsOf(nn.Module):
@@ -278,6 +280,8 @@ def models() -> dict:
     found["tv_resnet18_f32_96.mlirbc"] = lambda: torchvision_model("resnet18", torch.float32, 96)
     for dtype, name in ((torch.float32, "f32"), (torch.float16, "f16")):
         found[f"timm_vit_tiny_{name}.mlirbc"] = lambda d=dtype: timm_vit_tiny(d)
+    # At batch 1, whose attention's unit batch loop IREE folds where it forms dispatches.
+    found["timm_vit_tiny_b1_f32.mlirbc"] = lambda: timm_vit_tiny(torch.float32, batch=1)
     found["hf_gpt2_block_f16.mlirbc"] = hf_gpt2_block
     found["hf_tiny_causal_lm_f32.mlirbc"] = hf_tiny_causal_lm
     found["llama_mlp_dynamic_f32.mlirbc"] = llama_mlp_dynamic
