@@ -402,6 +402,18 @@ def autosched_ms(model: dict) -> tuple[float | None, bool | None]:
     return model.get("default_ms"), bool(model.get("outputs_match"))
 
 
+def autosched_cv(model: dict, best: float | None) -> float | None:
+    """The CV of the rounds of the build `autosched_ms` chose (custom, tuned or default)."""
+    custom = model.get("custom") or {}
+    for ms, cv in (
+        (custom.get("ms"), custom.get("cv")),
+        (model.get("tuned_ms"), model.get("tuned_cv")),
+    ):
+        if best is not None and ms == best:
+            return cv
+    return model.get("default_cv") if best is not None else None
+
+
 def delivered(summary: dict) -> dict:
     """Whether the run wrote its spec, for a row of one of the model's functions."""
     return {"spec_written": (summary.get("model") or {}).get("spec_written", True)}
@@ -442,6 +454,10 @@ def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> 
         timing = times.get(label)
         return timing[0] if timing else None
 
+    def cv_of(label):
+        timing = times.get(label)
+        return timing[1] if timing else None
+
     return {
         "name": entry.name,
         "source": entry.source,
@@ -454,6 +470,12 @@ def row(entry: ZooModel, times: dict, summary: dict, wall: float, code: int) -> 
         "torch_events_ms": {label: events_of(label) for label in times},
         "iree_default_ms": model.get("default_ms"),
         "autosched_ms": best,
+        # Each median's spread: torch's over its calls, IREE's over the proof's rounds.
+        "cv": {
+            **{f"torch_{label}": cv_of(label) for label in times},
+            "iree_default": model.get("default_cv"),
+            "autosched": autosched_cv(model, best),
+        },
         "outputs_match": match,
         "tuning_s": round(wall, 1),
         "phases_s": summary.get("phases_s", {}),  # where the tuning time went (run.log's)
@@ -564,7 +586,8 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         json.dump({"machine": machine, "command": command, "models": rows}, handle, indent=1)
     header = ["model", "source", "class", "dtype", "eager", "torch.compile", "max-autotune",
               "IREE default", "autosched", "vs torch.compile", "vs max-autotune",
-              "vs best torch", "outputs", "tuning s", "not placed", "GPU"]  # fmt: skip
+              "vs best torch", "CV % (compile, max-autotune, autosched)", "outputs",
+              "tuning s", "not placed", "GPU"]  # fmt: skip
     lines = [
         "# The model zoo: autosched against torch on one GPU",
         "",
@@ -572,7 +595,8 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
         "",
         "Times in ms: the median wall time of a synchronous call for every column (IREE's "
         "builds by iree-benchmark-module, torch's from the host's call to the GPU's end). "
-        "Each row is one device call's, on the GPU its last column names.",
+        "Each row is one device call's, on the GPU its last column names. CVs: torch's over "
+        "its 30 timed calls (CUDA events), autosched's over the proof's paired rounds.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + " --- |" * len(header),
@@ -591,7 +615,7 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
                                        "autosched_ms")]  # fmt: skip
         if r.get("max_autotune_from") and r["torch_compile_max_autotune_ms"]:
             cells[6] += " (a)"
-        cells += [_x(vs_compile), _x(vs_max), _x(vs_best), outputs_cell(r)]
+        cells += [_x(vs_compile), _x(vs_max), _x(vs_best), cv_cell(r), outputs_cell(r)]
         cells += [f"{r['tuning_s']:.0f}", "; ".join(str(p) for p in r["not_placed"]) or "-"]
         cells.append(r.get("gpu", "-").removeprefix("NVIDIA "))
         lines.append("| " + " | ".join(cells) + " |")
@@ -618,6 +642,13 @@ def write_tables(out: str, rows: list[dict], command: str, machine: str) -> None
             )
     with open(os.path.join(out, "zoo.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
+
+
+def cv_cell(r: dict) -> str:
+    """The spreads of the three times compared (rows of calls before CVs were kept: -)."""
+    cv = r.get("cv") or {}
+    keys = ("torch_compile", "torch_max_autotune", "autosched")
+    return " / ".join(f"{cv[k] * 100:.1f}" if cv.get(k) is not None else "-" for k in keys)
 
 
 def _ms(value) -> str:
