@@ -27,7 +27,7 @@ from autosched.model.configured import check_build, dispatch_configs
 from autosched.model.lowering import analyze_model
 from autosched.ops.registry import kind_of
 from autosched.outputs.spec import tuning_spec
-from autosched.run.builds import dispatch_job, expected_config
+from autosched.run.builds import dispatch_job, expected_config, expected_configs
 from autosched.search.space import build_space
 from autosched.targets.cpu import CpuTarget
 from autosched.targets.cuda import CudaTarget
@@ -214,7 +214,7 @@ def test_a_batch_1_attention_carries_its_point_in_the_check_module_that_folds_it
     assert folded.loops == ("b", "m", "n", "k1", "k2") and folded.loop_sizes[0] == 2
     point = {"q_tile": 8, "q_vec": 8, "n_vec": 32, "kv_tile": 8}
     assert point in build_space(problem, CPU, {}).points
-    expected = expected_config(problem, CPU, point)
+    expected = expected_configs(problem, CPU, point)
     assert len(expected) == 2 and expected[0] != expected[1]
     forms = []
     for check in (False, True):

@@ -39,17 +39,26 @@ from autosched.run.problem import BASELINE, ProblemSearch
 from autosched.targets.base import Point, Target
 
 
-def expected_config(
-    problem: Problem, target: Target, point: Point | None
-) -> tuple[str, ...] | None:
-    """The compilation_info a build of `point` must carry, one for each form IREE may
-    configure the problem in (its own, its folded forms: `RootOpKind.folded_forms`); None
-    for IREE's default and for points no configuration carries (custom kernels)."""
+def expected_config(problem: Problem, target: Target, point: Point | None) -> str | None:
+    """The compilation_info a build of `point` must carry; None for IREE's default and for
+    points no configuration carries (custom kernels)."""
     target = target.for_problem(problem)
     if point is None or not target.in_spec(point):
         return None
-    forms = (problem, *kind_of(problem).folded_forms(problem))
-    return tuple(target.lowering_config(form, point) for form in forms)
+    return target.lowering_config(problem, point)
+
+
+def expected_configs(
+    problem: Problem, target: Target, point: Point | None
+) -> tuple[str, ...] | None:
+    """`expected_config` for each form IREE may configure the problem in (its own, then its
+    folded forms: `RootOpKind.folded_forms`), of which a build carries one; None as there."""
+    own = expected_config(problem, target, point)
+    if own is None:
+        return None
+    target = target.for_problem(problem)
+    folded = kind_of(problem).folded_forms(problem)
+    return (own, *(target.lowering_config(form, point) for form in folded))
 
 
 def kernel_job(
@@ -258,7 +267,7 @@ class CandidateBuilds:
         """Marks each build that does not carry the candidate's configuration `not_applied`;
         the default's timed build names the form IREE configured (what is timed)."""
         point = candidate.point
-        expected = expected_config(search.problem, self.target, point)
+        expected = expected_configs(search.problem, self.target, point)
         bench = search.benchmark
         for role, result in builds.items():
             # A whole model checked: its own roots, not every dispatch's.
@@ -289,7 +298,7 @@ class CandidateBuilds:
         if not self.probes_timed_module:
             return None
         job = self.candidate(search, SPEC_PROBE, point).jobs[TIMED]
-        verdict = self._configured(job, expected_config(search.problem, self.target, point))
+        verdict = self._configured(job, expected_configs(search.problem, self.target, point))
         if verdict is not None:
             # The probe builds the default's source with the default's flags: its root's
             # form is the one timed (a resumed default was not built by this run).
@@ -304,7 +313,7 @@ class CandidateBuilds:
         if point is None:
             return None
         job = self.dispatch_job(search, SPEC_PROBE, point, check=True)
-        return self._configured(job, expected_config(search.problem, self.target, point))
+        return self._configured(job, expected_configs(search.problem, self.target, point))
 
     def _probe_point(self, search: ProblemSearch) -> Point | None:
         target = self.target.for_problem(search.problem)
