@@ -293,9 +293,7 @@ class CandidateBuilds:
         timed? One compile to `executable-configurations`; None when it cannot tell (no
         point a spec carries, the probe's point does not build, or fast mode)."""
         point = self._probe_point(search)
-        if point is None or search.exhausted or search.default_only:
-            return None
-        if not self.probes_timed_module:
+        if point is None or search.exhausted or not self.probes_timed_module:
             return None
         job = self.candidate(search, SPEC_PROBE, point).jobs[TIMED]
         verdict = self._configured(job, expected_configs(search.problem, self.target, point))
